@@ -1,0 +1,491 @@
+//! File layouts and the pure math that maps file byte ranges to objects.
+//!
+//! A braid file's layout is *composite* from day one (as Lustre's PFL): a list of
+//! [`Component`]s, each covering an extent of the file `[extent_start, extent_end)` and
+//! each striped RAID-0 over its own OSTs. A plain "striped file" is simply a layout with
+//! one component covering `[0, EOF)`. Later capabilities (PFL instantiation, Data-on-MDT,
+//! mirrors) extend this type instead of replacing it.
+//!
+//! Two kinds of value live here:
+//! - [`LayoutSpec`]: what a user or a directory default *asks for* (`setstripe -c -S -i -o`),
+//!   fields may be unset and are filled from a fallback;
+//! - [`Layout`]: what a file *has*: components with concrete OST indices.
+//!
+//! Mapping uses the absolute file offset, like Lustre: within a component of stripe size
+//! `S` and stripe count `C`, file offset `x` lives in stripe `(x / S) % C` at object offset
+//! `(x / (S*C)) * S + x % S`. Objects therefore never need to know where their component
+//! starts, and a component's objects are sparse below its extent.
+
+mod parse;
+mod spec;
+
+pub use parse::{format_size, parse_ost_list, parse_size};
+pub use spec::{ComponentSpec, LayoutSpec};
+
+use serde::{Deserialize, Serialize};
+
+/// Stripe sizes are multiples of this (Lustre's rule).
+pub const STRIPE_SIZE_UNIT: u64 = 64 * 1024;
+/// Largest stripe size accepted (Lustre caps it at 4 GiB).
+pub const STRIPE_SIZE_MAX: u64 = 4 << 30;
+/// Largest stripe count of one component (Lustre's LOV_MAX_STRIPE_COUNT).
+pub const STRIPE_COUNT_MAX: u32 = 2000;
+/// Extent end meaning "to the end of the file, however large".
+pub const EOF: u64 = u64::MAX;
+
+/// Errors of layout validation and mapping.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LayoutError {
+    #[error("stripe size {0} is not a multiple of 64 KiB")]
+    StripeSizeUnaligned(u64),
+    #[error("stripe size {0} is out of range (64 KiB to 4 GiB)")]
+    StripeSizeRange(u64),
+    #[error("stripe count {0} is invalid (use -1 for all OSTs, or 1..={STRIPE_COUNT_MAX})")]
+    StripeCount(i64),
+    #[error("stripe count {count} is larger than the explicit OST list of {list} OSTs")]
+    CountExceedsList { count: i64, list: usize },
+    #[error("OST index {0} appears twice in the OST list")]
+    DuplicateOst(u32),
+    #[error("component extents must increase and the last must end at EOF: {0}")]
+    Extents(String),
+    #[error("a layout needs at least one component")]
+    Empty,
+    #[error("too many components ({0}, at most 64)")]
+    TooManyComponents(usize),
+    #[error("component {0} covering the requested range is not instantiated")]
+    NotInstantiated(u32),
+    #[error("byte range {offset}+{len} overflows the 64-bit file size")]
+    Overflow { offset: u64, len: u64 },
+    #[error("invalid size '{0}' (examples: 65536, 64K, 1M, 4G)")]
+    BadSize(String),
+    #[error("invalid OST list '{0}' (examples: 0,2,5 or 1-3)")]
+    BadOstList(String),
+}
+
+/// How a component stores its bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Pattern {
+    /// Round-robin striping over OST objects.
+    Raid0,
+}
+
+impl Pattern {
+    pub fn name(self) -> &'static str {
+        match self {
+            Pattern::Raid0 => "raid0",
+        }
+    }
+}
+
+/// One extent of a file and how it is striped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Component {
+    /// Stable id within the file; part of every object's name on the OSTs.
+    pub id: u32,
+    pub extent_start: u64,
+    /// Exclusive end; [`EOF`] for the last component.
+    pub extent_end: u64,
+    pub pattern: Pattern,
+    pub stripe_size: u64,
+    /// OST index of each stripe, in stripe order. Its length is the stripe count.
+    /// Empty while the component is not instantiated (PFL components past the data).
+    pub osts: Vec<u32>,
+    /// Stripe count asked for, used when a non-instantiated component is instantiated.
+    pub stripe_count_wanted: i64,
+    pub pool: Option<String>,
+}
+
+impl Component {
+    pub fn is_instantiated(&self) -> bool {
+        !self.osts.is_empty()
+    }
+
+    pub fn stripe_count(&self) -> u32 {
+        self.osts.len() as u32
+    }
+
+    /// Stripe index and object offset of file offset `x` (which must lie in this
+    /// component's extent and the component must be instantiated).
+    pub fn map(&self, x: u64) -> (u32, u64) {
+        debug_assert!(self.is_instantiated());
+        let s = self.stripe_size;
+        let c = self.osts.len() as u64;
+        let unit = x / s;
+        let stripe = (unit % c) as u32;
+        let object_offset = (unit / c) * s + x % s;
+        (stripe, object_offset)
+    }
+
+    /// Inverse of [`Component::map`]: the file offset stored at `object_offset` of `stripe`.
+    pub fn file_offset(&self, stripe: u32, object_offset: u64) -> u64 {
+        let s = self.stripe_size;
+        let c = self.osts.len() as u64;
+        let row = object_offset / s;
+        (row * c + stripe as u64) * s + object_offset % s
+    }
+
+    /// Size the object of `stripe` must have (at most) when the file is `file_size` bytes
+    /// long: used to punch objects on truncate.
+    pub fn object_size_for_file_size(&self, stripe: u32, file_size: u64) -> u64 {
+        let limit = file_size.min(self.extent_end);
+        if limit <= self.extent_start || !self.is_instantiated() {
+            return 0;
+        }
+        let s = self.stripe_size;
+        let c = self.osts.len() as u64;
+        let row_bytes = s * c;
+        let full_rows = limit / row_bytes;
+        let rem = limit % row_bytes;
+        let lo = stripe as u64 * s;
+        let partial = rem.saturating_sub(lo).min(s);
+        full_rows * s + partial
+    }
+
+    /// File size implied by an object of `stripe` being `object_size` bytes long (the
+    /// offset just past its last byte); used to glimpse sizes from the OSTs.
+    pub fn file_size_from_object(&self, stripe: u32, object_size: u64) -> u64 {
+        if object_size == 0 || !self.is_instantiated() {
+            return 0;
+        }
+        (self.file_offset(stripe, object_size - 1) + 1).min(self.extent_end)
+    }
+}
+
+/// The layout of one file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Layout {
+    /// Bumped on every change of the layout (Lustre's `lmm_layout_gen`).
+    pub generation: u32,
+    pub components: Vec<Component>,
+}
+
+/// One contiguous piece of a byte range as it lies in one object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Chunk {
+    /// Index into [`Layout::components`].
+    pub component: usize,
+    pub stripe: u32,
+    pub ost: u32,
+    pub object_offset: u64,
+    pub file_offset: u64,
+    pub len: u64,
+}
+
+/// A run of bytes contiguous in one object, possibly gathered from several places of
+/// the caller's buffer (consecutive stripe units of one object are `S*C` apart in the
+/// file but adjacent in the object). One such run becomes one OST RPC.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectExtent {
+    pub component: usize,
+    pub component_id: u32,
+    pub stripe: u32,
+    pub ost: u32,
+    pub object_offset: u64,
+    pub len: u64,
+    /// `(offset in the caller's buffer, length)` pieces, in object order.
+    pub pieces: Vec<(u64, u64)>,
+}
+
+impl Layout {
+    /// Checks the invariants every stored layout must keep.
+    pub fn validate(&self) -> Result<(), LayoutError> {
+        if self.components.is_empty() {
+            return Err(LayoutError::Empty);
+        }
+        if self.components.len() > 64 {
+            return Err(LayoutError::TooManyComponents(self.components.len()));
+        }
+        let mut start = 0;
+        for c in &self.components {
+            if c.extent_start != start || c.extent_end <= c.extent_start {
+                return Err(LayoutError::Extents(format!(
+                    "component {} covers [{}, {}) but should start at {}",
+                    c.id, c.extent_start, c.extent_end, start
+                )));
+            }
+            check_stripe_size(c.stripe_size)?;
+            if c.osts.len() > STRIPE_COUNT_MAX as usize {
+                return Err(LayoutError::StripeCount(c.osts.len() as i64));
+            }
+            let mut seen = std::collections::HashSet::new();
+            for &o in &c.osts {
+                if !seen.insert(o) {
+                    return Err(LayoutError::DuplicateOst(o));
+                }
+            }
+            start = c.extent_end;
+        }
+        if start != EOF {
+            return Err(LayoutError::Extents(
+                "the last component must end at EOF".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Index of the component holding file offset `x`.
+    pub fn component_at(&self, x: u64) -> usize {
+        self.components
+            .iter()
+            .position(|c| x >= c.extent_start && x < c.extent_end)
+            .unwrap_or(self.components.len() - 1)
+    }
+
+    /// Splits `[offset, offset+len)` into per-object chunks, in file order.
+    pub fn chunks(&self, offset: u64, len: u64) -> Result<Vec<Chunk>, LayoutError> {
+        let end = offset
+            .checked_add(len)
+            .ok_or(LayoutError::Overflow { offset, len })?;
+        let mut out = Vec::new();
+        let mut x = offset;
+        while x < end {
+            let ci = self.component_at(x);
+            let comp = &self.components[ci];
+            if !comp.is_instantiated() {
+                return Err(LayoutError::NotInstantiated(comp.id));
+            }
+            let unit_end = (x / comp.stripe_size + 1).saturating_mul(comp.stripe_size);
+            let piece_end = end.min(unit_end).min(comp.extent_end);
+            let (stripe, object_offset) = comp.map(x);
+            out.push(Chunk {
+                component: ci,
+                stripe,
+                ost: comp.osts[stripe as usize],
+                object_offset,
+                file_offset: x,
+                len: piece_end - x,
+            });
+            x = piece_end;
+        }
+        Ok(out)
+    }
+
+    /// Groups the chunks of `[offset, offset+len)` into object-contiguous runs of at
+    /// most `max_run_bytes` each (one RPC each). Buffer offsets are relative to `offset`.
+    pub fn object_extents(
+        &self,
+        offset: u64,
+        len: u64,
+        max_run_bytes: u64,
+    ) -> Result<Vec<ObjectExtent>, LayoutError> {
+        assert!(max_run_bytes > 0, "max_run_bytes must be positive");
+        let mut runs: Vec<ObjectExtent> = Vec::new();
+        // Open run per (component, stripe): index into `runs`.
+        let mut open: std::collections::HashMap<(usize, u32), usize> = Default::default();
+        for ch in self.chunks(offset, len)? {
+            let buf_off = ch.file_offset - offset;
+            let mut remaining = ch.len;
+            let mut obj_off = ch.object_offset;
+            let mut b = buf_off;
+            while remaining > 0 {
+                let key = (ch.component, ch.stripe);
+                let extend = open.get(&key).copied().filter(|&i| {
+                    let r = &runs[i];
+                    r.object_offset + r.len == obj_off && r.len < max_run_bytes
+                });
+                let idx = match extend {
+                    Some(i) => i,
+                    None => {
+                        runs.push(ObjectExtent {
+                            component: ch.component,
+                            component_id: self.components[ch.component].id,
+                            stripe: ch.stripe,
+                            ost: ch.ost,
+                            object_offset: obj_off,
+                            len: 0,
+                            pieces: Vec::new(),
+                        });
+                        open.insert(key, runs.len() - 1);
+                        runs.len() - 1
+                    }
+                };
+                let r = &mut runs[idx];
+                let take = remaining.min(max_run_bytes - r.len);
+                match r.pieces.last_mut() {
+                    Some(last) if last.0 + last.1 == b => last.1 += take,
+                    _ => r.pieces.push((b, take)),
+                }
+                r.len += take;
+                remaining -= take;
+                obj_off += take;
+                b += take;
+            }
+        }
+        Ok(runs)
+    }
+}
+
+/// Checks a stripe size against Lustre's rules.
+pub fn check_stripe_size(size: u64) -> Result<(), LayoutError> {
+    if size == 0 || size > STRIPE_SIZE_MAX {
+        return Err(LayoutError::StripeSizeRange(size));
+    }
+    if size % STRIPE_SIZE_UNIT != 0 {
+        return Err(LayoutError::StripeSizeUnaligned(size));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn raid0(stripe_size: u64, osts: Vec<u32>) -> Layout {
+        Layout {
+            generation: 0,
+            components: vec![Component {
+                id: 1,
+                extent_start: 0,
+                extent_end: EOF,
+                pattern: Pattern::Raid0,
+                stripe_size,
+                stripe_count_wanted: osts.len() as i64,
+                osts,
+                pool: None,
+            }],
+        }
+    }
+
+    #[test]
+    fn map_matches_lustre_example() {
+        // 4 stripes of 1 MiB: byte 5 MiB + 3 is in stripe 1, second row.
+        let l = raid0(1 << 20, vec![3, 0, 1, 2]);
+        let c = &l.components[0];
+        assert_eq!(c.map((5 << 20) + 3), (1, (1 << 20) + 3));
+        let chunks = l.chunks((1 << 20) - 10, 20).unwrap();
+        assert_eq!(chunks.len(), 2);
+        assert_eq!(chunks[0].ost, 3);
+        assert_eq!(chunks[1].ost, 0);
+        assert_eq!(chunks[1].object_offset, 0);
+    }
+
+    #[test]
+    fn object_extents_merge_rows_of_one_object() {
+        // 16 MiB over 4 x 1 MiB stripes: each object gets one 4 MiB run of 4 pieces.
+        let l = raid0(1 << 20, vec![0, 1, 2, 3]);
+        let runs = l.object_extents(0, 16 << 20, 8 << 20).unwrap();
+        assert_eq!(runs.len(), 4);
+        for r in &runs {
+            assert_eq!(r.len, 4 << 20);
+            assert_eq!(r.pieces.len(), 4);
+        }
+        // The RPC size bound splits runs.
+        let runs = l.object_extents(0, 16 << 20, 2 << 20).unwrap();
+        assert_eq!(runs.len(), 8);
+    }
+
+    #[test]
+    fn uninstantiated_component_is_an_error() {
+        let mut l = raid0(1 << 20, vec![0]);
+        l.components[0].extent_end = 4 << 20;
+        l.components.push(Component {
+            id: 2,
+            extent_start: 4 << 20,
+            extent_end: EOF,
+            pattern: Pattern::Raid0,
+            stripe_size: 1 << 20,
+            osts: vec![],
+            stripe_count_wanted: 2,
+            pool: None,
+        });
+        l.validate().unwrap();
+        assert!(l.chunks(0, 4 << 20).is_ok());
+        assert_eq!(
+            l.chunks(0, (4 << 20) + 1),
+            Err(LayoutError::NotInstantiated(2))
+        );
+    }
+
+    #[test]
+    fn validate_rejects_bad_layouts() {
+        let mut l = raid0(100_000, vec![0]);
+        assert_eq!(l.validate(), Err(LayoutError::StripeSizeUnaligned(100_000)));
+        l = raid0(1 << 20, vec![1, 1]);
+        assert_eq!(l.validate(), Err(LayoutError::DuplicateOst(1)));
+        l = raid0(1 << 20, vec![0]);
+        l.components[0].extent_end = 10;
+        assert!(matches!(l.validate(), Err(LayoutError::Extents(_))));
+    }
+
+    fn arb_layout() -> impl Strategy<Value = Layout> {
+        (1u64..=16, 1usize..=8, 0u32..8).prop_map(|(units, count, start)| {
+            let osts = (0..count as u32).map(|i| (start + i) % 64).collect();
+            raid0(units * STRIPE_SIZE_UNIT, osts)
+        })
+    }
+
+    proptest! {
+        /// Every byte maps to exactly one (stripe, object offset) and back.
+        #[test]
+        fn map_is_a_bijection(l in arb_layout(), x in 0u64..(1 << 40)) {
+            let c = &l.components[0];
+            let (stripe, off) = c.map(x);
+            prop_assert!(stripe < c.stripe_count());
+            prop_assert_eq!(c.file_offset(stripe, off), x);
+        }
+
+        /// Chunks tile the range exactly, in order, each inside one stripe unit, and no
+        /// two chunks claim the same object byte.
+        #[test]
+        fn chunks_tile_the_range(l in arb_layout(), offset in 0u64..(1 << 36), len in 0u64..(8 << 20)) {
+            let chunks = l.chunks(offset, len).unwrap();
+            let mut x = offset;
+            let mut seen = std::collections::HashSet::new();
+            for ch in &chunks {
+                prop_assert_eq!(ch.file_offset, x);
+                prop_assert!(ch.len > 0);
+                let c = &l.components[ch.component];
+                prop_assert_eq!(c.map(ch.file_offset), (ch.stripe, ch.object_offset));
+                prop_assert_eq!(c.map(ch.file_offset + ch.len - 1), (ch.stripe, ch.object_offset + ch.len - 1));
+                prop_assert!(seen.insert((ch.stripe, ch.object_offset)));
+                x += ch.len;
+            }
+            prop_assert_eq!(x, offset + len);
+        }
+
+        /// Object extents cover the buffer exactly once and respect the RPC bound.
+        #[test]
+        fn object_extents_cover_buffer(l in arb_layout(), offset in 0u64..(1 << 30), len in 1u64..(8 << 20), max in 1u64..(4 << 20)) {
+            let runs = l.object_extents(offset, len, max).unwrap();
+            let mut covered = vec![];
+            for r in &runs {
+                prop_assert!(r.len <= max);
+                prop_assert_eq!(r.pieces.iter().map(|p| p.1).sum::<u64>(), r.len);
+                let c = &l.components[r.component];
+                let mut obj = r.object_offset;
+                for &(b, n) in &r.pieces {
+                    prop_assert_eq!(c.map(offset + b), (r.stripe, obj));
+                    covered.push((b, n));
+                    obj += n;
+                }
+            }
+            covered.sort();
+            let mut at = 0;
+            for (b, n) in covered {
+                prop_assert_eq!(b, at);
+                at += n;
+            }
+            prop_assert_eq!(at, len);
+        }
+
+        /// The object sizes for a file size agree with the mapping of the file's last byte.
+        #[test]
+        fn object_sizes_match_mapping(l in arb_layout(), size in 0u64..(1 << 32)) {
+            let c = &l.components[0];
+            for stripe in 0..c.stripe_count() {
+                let obj = c.object_size_for_file_size(stripe, size);
+                if obj > 0 {
+                    let last = c.file_offset(stripe, obj - 1);
+                    prop_assert!(last < size);
+                    prop_assert_eq!(c.file_size_from_object(stripe, obj), last + 1);
+                }
+                // No byte of this stripe below `size` lies at or beyond `obj`.
+                if size > 0 {
+                    let (s, o) = c.map(size - 1);
+                    if s == stripe { prop_assert_eq!(o + 1, obj); }
+                }
+            }
+        }
+    }
+}
