@@ -1,0 +1,470 @@
+//! Control messages of every service. One [`Request`] enum and one [`Response`] enum,
+//! postcard-encoded; variants are grouped by the service that answers them (MGS, MDS,
+//! OSS). Bulk data (object reads and writes) is not a field here: it travels as the
+//! raw payload of the frame.
+//!
+//! Compatibility: variants are only ever appended, so the postcard discriminants of
+//! existing variants never change within protocol version 1.
+
+use layout::{Layout, LayoutSpec};
+use serde::{Deserialize, Serialize};
+
+use crate::error::RemoteError;
+use crate::fid::{Fid, ObjectId};
+
+/// Who performs an operation: checked by the MDS for POSIX permissions.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Creds {
+    pub uid: u32,
+    pub gid: u32,
+    /// Supplementary groups (bounded by the message size limit).
+    pub groups: Vec<u32>,
+}
+
+impl Creds {
+    pub fn root() -> Creds {
+        Creds {
+            uid: 0,
+            gid: 0,
+            groups: vec![],
+        }
+    }
+
+    pub fn in_group(&self, gid: u32) -> bool {
+        self.gid == gid || self.groups.contains(&gid)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TargetKind {
+    Mdt,
+    Ost,
+}
+
+impl TargetKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            TargetKind::Mdt => "MDT",
+            TargetKind::Ost => "OST",
+        }
+    }
+}
+
+/// Space and inode usage of one target.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub total_bytes: u64,
+    pub free_bytes: u64,
+    pub avail_bytes: u64,
+    pub total_inodes: u64,
+    pub free_inodes: u64,
+}
+
+/// One target as the MGS knows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TargetInfo {
+    pub kind: TargetKind,
+    pub index: u32,
+    pub uuid: String,
+    /// Address of the server (MDS or OSS) that serves it.
+    pub address: String,
+    pub up: bool,
+    pub usage: Usage,
+}
+
+/// What a client needs to know of the cluster; fetched from the MGS only.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterConfig {
+    pub fsname: String,
+    /// Bumped whenever a target registers or changes state.
+    pub generation: u64,
+    pub mdts: Vec<TargetInfo>,
+    pub osts: Vec<TargetInfo>,
+}
+
+impl ClusterConfig {
+    pub fn target(&self, kind: TargetKind, index: u32) -> Option<&TargetInfo> {
+        let list = match kind {
+            TargetKind::Mdt => &self.mdts,
+            TargetKind::Ost => &self.osts,
+        };
+        list.iter().find(|t| t.index == index)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FileKind {
+    File,
+    Dir,
+    Symlink,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Serialize, Deserialize)]
+pub struct Timespec {
+    pub sec: i64,
+    pub nsec: u32,
+}
+
+impl Timespec {
+    pub fn now() -> Timespec {
+        let d = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        Timespec {
+            sec: d.as_secs() as i64,
+            nsec: d.subsec_nanos(),
+        }
+    }
+}
+
+/// Attributes of an inode as the MDS stores them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attr {
+    pub fid: Fid,
+    pub kind: FileKind,
+    /// Permission bits including setuid, setgid and sticky (no file type bits).
+    pub mode: u32,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub size: u64,
+    pub atime: Timespec,
+    pub mtime: Timespec,
+    pub ctime: Timespec,
+    /// Layout of a regular file; `None` for directories and symlinks.
+    pub layout: Option<Layout>,
+}
+
+/// Which attributes a setattr changes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<TimeSet>,
+    pub mtime: Option<TimeSet>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TimeSet {
+    Now,
+    At(Timespec),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirEntry {
+    pub name: String,
+    pub fid: Fid,
+    pub kind: FileKind,
+}
+
+/// How an open file will be used (checked against permissions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpenFlags {
+    pub read: bool,
+    pub write: bool,
+    pub truncate: bool,
+}
+
+/// xattr set modes (`XATTR_CREATE`, `XATTR_REPLACE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum XattrMode {
+    Any,
+    Create,
+    Replace,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RenameFlags {
+    /// `RENAME_NOREPLACE`: fail with EEXIST if the target exists.
+    pub noreplace: bool,
+}
+
+/// Every request of every service.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Request {
+    /// Liveness check, answered by every server with [`Response::Ok`].
+    Ping,
+
+    // ---- MGS ----
+    /// A target announces itself. `index` is the index it already holds, if any.
+    MgsRegister {
+        kind: TargetKind,
+        uuid: String,
+        index: Option<u32>,
+        address: String,
+        fsname: String,
+    },
+    MgsHeartbeat {
+        kind: TargetKind,
+        index: u32,
+        uuid: String,
+        usage: Usage,
+    },
+    MgsGetConfig,
+
+    // ---- MDS (the MDT is the FID's, or `mdt` where no FID is given) ----
+    /// Lookup with attributes (Lustre's lookup+getattr intent).
+    MdsLookup {
+        creds: Creds,
+        parent: Fid,
+        name: String,
+    },
+    MdsGetattr {
+        fid: Fid,
+    },
+    /// Create-and-open: attributes and layout come back in one round trip.
+    MdsCreate {
+        creds: Creds,
+        parent: Fid,
+        name: String,
+        mode: u32,
+        exclusive: bool,
+        layout: Option<LayoutSpec>,
+    },
+    MdsOpen {
+        creds: Creds,
+        fid: Fid,
+        flags: OpenFlags,
+    },
+    MdsMkdir {
+        creds: Creds,
+        parent: Fid,
+        name: String,
+        mode: u32,
+    },
+    MdsSymlink {
+        creds: Creds,
+        parent: Fid,
+        name: String,
+        target: String,
+    },
+    MdsLink {
+        creds: Creds,
+        fid: Fid,
+        parent: Fid,
+        name: String,
+    },
+    MdsUnlink {
+        creds: Creds,
+        parent: Fid,
+        name: String,
+    },
+    MdsRmdir {
+        creds: Creds,
+        parent: Fid,
+        name: String,
+    },
+    MdsRename {
+        creds: Creds,
+        parent: Fid,
+        name: String,
+        new_parent: Fid,
+        new_name: String,
+        flags: RenameFlags,
+    },
+    /// Entries after `after` (name order), at most `max`.
+    MdsReaddir {
+        creds: Creds,
+        fid: Fid,
+        after: Option<String>,
+        max: u32,
+    },
+    MdsSetattr {
+        creds: Creds,
+        fid: Fid,
+        set: SetAttr,
+    },
+    MdsReadlink {
+        fid: Fid,
+    },
+    MdsSetxattr {
+        creds: Creds,
+        fid: Fid,
+        name: String,
+        value: Vec<u8>,
+        mode: XattrMode,
+    },
+    MdsGetxattr {
+        creds: Creds,
+        fid: Fid,
+        name: String,
+    },
+    MdsListxattr {
+        creds: Creds,
+        fid: Fid,
+    },
+    MdsRemovexattr {
+        creds: Creds,
+        fid: Fid,
+        name: String,
+    },
+    MdsStatfs {
+        mdt: u32,
+    },
+    /// Set (or clear with `None`) a directory's default layout.
+    MdsSetDirLayout {
+        creds: Creds,
+        fid: Fid,
+        spec: Option<LayoutSpec>,
+    },
+    MdsGetDirLayout {
+        fid: Fid,
+    },
+    /// A writer reports growth and modification at close/fsync: size becomes
+    /// `max(size, new)` and mtime is set.
+    MdsSizeUpdate {
+        fid: Fid,
+        size: u64,
+        mtime: Timespec,
+    },
+
+    // ---- OSS (payload: data for writes) ----
+    OstWrite {
+        ost: u32,
+        object: ObjectId,
+        offset: u64,
+        sync: bool,
+    },
+    OstRead {
+        ost: u32,
+        object: ObjectId,
+        offset: u64,
+        len: u32,
+    },
+    /// Truncate the object to at most `size` bytes.
+    OstPunch {
+        ost: u32,
+        object: ObjectId,
+        size: u64,
+    },
+    OstDestroy {
+        ost: u32,
+        object: ObjectId,
+    },
+    OstGetattr {
+        ost: u32,
+        object: ObjectId,
+    },
+    OstSync {
+        ost: u32,
+        objects: Vec<ObjectId>,
+    },
+    OstStatfs {
+        ost: u32,
+    },
+}
+
+impl Request {
+    /// A short name for logs and metrics.
+    pub fn op_name(&self) -> &'static str {
+        match self {
+            Request::Ping => "ping",
+            Request::MgsRegister { .. } => "mgs_register",
+            Request::MgsHeartbeat { .. } => "mgs_heartbeat",
+            Request::MgsGetConfig => "mgs_get_config",
+            Request::MdsLookup { .. } => "lookup",
+            Request::MdsGetattr { .. } => "getattr",
+            Request::MdsCreate { .. } => "create",
+            Request::MdsOpen { .. } => "open",
+            Request::MdsMkdir { .. } => "mkdir",
+            Request::MdsSymlink { .. } => "symlink",
+            Request::MdsLink { .. } => "link",
+            Request::MdsUnlink { .. } => "unlink",
+            Request::MdsRmdir { .. } => "rmdir",
+            Request::MdsRename { .. } => "rename",
+            Request::MdsReaddir { .. } => "readdir",
+            Request::MdsSetattr { .. } => "setattr",
+            Request::MdsReadlink { .. } => "readlink",
+            Request::MdsSetxattr { .. } => "setxattr",
+            Request::MdsGetxattr { .. } => "getxattr",
+            Request::MdsListxattr { .. } => "listxattr",
+            Request::MdsRemovexattr { .. } => "removexattr",
+            Request::MdsStatfs { .. } => "statfs",
+            Request::MdsSetDirLayout { .. } => "set_dir_layout",
+            Request::MdsGetDirLayout { .. } => "get_dir_layout",
+            Request::MdsSizeUpdate { .. } => "size_update",
+            Request::OstWrite { .. } => "ost_write",
+            Request::OstRead { .. } => "ost_read",
+            Request::OstPunch { .. } => "ost_punch",
+            Request::OstDestroy { .. } => "ost_destroy",
+            Request::OstGetattr { .. } => "ost_getattr",
+            Request::OstSync { .. } => "ost_sync",
+            Request::OstStatfs { .. } => "ost_statfs",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Response {
+    Ok,
+    Error(RemoteError),
+    Registered {
+        index: u32,
+    },
+    Config(ClusterConfig),
+    Attr(Attr),
+    Created {
+        attr: Attr,
+        existed: bool,
+    },
+    Dirents {
+        entries: Vec<DirEntry>,
+        eof: bool,
+    },
+    Link(String),
+    Xattr(Vec<u8>),
+    XattrNames(Vec<String>),
+    Usage(Usage),
+    DirLayout(Option<LayoutSpec>),
+    /// Object data follows as the payload (shorter than asked at the object's end).
+    Data,
+    Written {
+        bytes: u64,
+    },
+    ObjectAttr {
+        size: u64,
+        exists: bool,
+    },
+}
+
+impl Response {
+    pub fn error(code: crate::Errno, message: impl Into<String>) -> Response {
+        Response::Error(RemoteError::new(code, message))
+    }
+}
+
+/// First message of a connection, from the client.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Hello {
+    pub protocol: u32,
+    pub client_nonce: [u8; 32],
+    /// Stable for the life of a client instance: keys the MDS reply cache.
+    pub client_id: u64,
+    /// What connects (for logs): "client", "mds", "oss".
+    pub role: String,
+}
+
+/// The server's answer to [`Hello`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Challenge {
+    pub server_nonce: [u8; 32],
+    /// False when the server runs with `--insecure`.
+    pub secured: bool,
+    /// HMAC proving the server knows the secret (empty when not secured).
+    pub server_proof: Vec<u8>,
+}
+
+/// The client's proof.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AuthProof {
+    pub client_proof: Vec<u8>,
+}
+
+/// Outcome of the handshake.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum AuthResult {
+    Welcome,
+    Denied(String),
+}

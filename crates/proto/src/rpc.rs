@@ -1,0 +1,405 @@
+//! The client side of a braid connection.
+//!
+//! One long-lived TCP connection per (client, server) pair carries many requests at
+//! once; responses are matched by request id. The number of requests in flight on a
+//! connection is bounded (callers wait for a slot). Each try has a deadline; a
+//! connection that fails or times out is dropped and the request is sent again on a
+//! new one, with backoff, until the recovery timeout passes — then the caller gets a
+//! clean [`RpcError::Unavailable`]. A retried request keeps its request id (the xid),
+//! which the MDS reply cache uses to answer a retried non-idempotent operation
+//! without applying it twice.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot, Semaphore};
+
+use crate::auth::{client_handshake, Secret, HANDSHAKE_TIMEOUT};
+use crate::error::{Errno, RpcError};
+use crate::frame::{read_frame, write_frame, Frame, FrameKind, FrameLimits};
+use crate::msg::{Request, Response};
+
+#[derive(Debug, Clone)]
+pub struct RpcOptions {
+    pub connect_timeout: Duration,
+    /// Deadline of one try of one request.
+    pub request_timeout: Duration,
+    /// How long a request keeps being retried across reconnects before it fails.
+    pub recovery_timeout: Duration,
+    /// Requests in flight per connection (Lustre keeps 8 bulk RPCs per OST; metadata
+    /// and small I/O benefit from more).
+    pub max_in_flight: usize,
+    pub limits: FrameLimits,
+}
+
+impl Default for RpcOptions {
+    fn default() -> Self {
+        RpcOptions {
+            connect_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(30),
+            recovery_timeout: Duration::from_secs(60),
+            max_in_flight: 32,
+            limits: FrameLimits::default(),
+        }
+    }
+}
+
+/// Who this process is to the servers it talks to.
+#[derive(Debug)]
+pub struct Identity {
+    pub client_id: u64,
+    pub role: String,
+    pub secret: Secret,
+    next_xid: AtomicU64,
+}
+
+impl Identity {
+    pub fn new(role: &str, secret: Secret) -> Arc<Identity> {
+        let mut b = [0u8; 8];
+        // A random id keeps two clients (or two incarnations of one) apart in the MDS
+        // reply cache. Falling back to time and pid is still unique enough per host.
+        let id = match getrandom::fill(&mut b) {
+            Ok(()) => u64::from_le_bytes(b),
+            Err(_) => {
+                let t = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .as_nanos() as u64;
+                t ^ ((std::process::id() as u64) << 32)
+            }
+        };
+        Arc::new(Identity {
+            client_id: id,
+            role: role.to_string(),
+            secret,
+            next_xid: AtomicU64::new(1),
+        })
+    }
+
+    pub fn next_xid(&self) -> u64 {
+        self.next_xid.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+/// A response and its bulk payload.
+#[derive(Debug)]
+pub struct Reply {
+    pub response: Response,
+    pub payload: Bytes,
+}
+
+struct Outgoing {
+    id: u64,
+    msg: Arc<Vec<u8>>,
+    payload: Vec<Bytes>,
+}
+
+type Waiter = oneshot::Sender<Result<Frame, RpcError>>;
+
+struct Shared {
+    addr: String,
+    alive: AtomicBool,
+    pending: Mutex<HashMap<u64, Waiter>>,
+}
+
+impl Shared {
+    fn fail_all(&self, reason: &str) {
+        self.alive.store(false, Ordering::Release);
+        let waiters: Vec<Waiter> = {
+            let mut p = self.pending.lock().expect("pending lock");
+            p.drain().map(|(_, w)| w).collect()
+        };
+        for w in waiters {
+            let _ = w.send(Err(RpcError::ConnectionLost {
+                addr: self.addr.clone(),
+                reason: reason.to_string(),
+            }));
+        }
+    }
+}
+
+struct Conn {
+    tx: mpsc::Sender<Outgoing>,
+    shared: Arc<Shared>,
+    slots: Semaphore,
+}
+
+/// A connection to one server, re-established as needed.
+pub struct RpcClient {
+    addr: String,
+    identity: Arc<Identity>,
+    opts: RpcOptions,
+    conn: tokio::sync::Mutex<Option<Arc<Conn>>>,
+}
+
+impl RpcClient {
+    pub fn new(addr: impl Into<String>, identity: Arc<Identity>, opts: RpcOptions) -> RpcClient {
+        RpcClient {
+            addr: addr.into(),
+            identity,
+            opts,
+            conn: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    pub fn options(&self) -> &RpcOptions {
+        &self.opts
+    }
+
+    /// Sends a request and waits for its answer, retrying across reconnects until the
+    /// recovery timeout. A server-side error comes back as [`RpcError::Remote`].
+    pub async fn call(&self, req: &Request, payload: Vec<Bytes>) -> Result<Reply, RpcError> {
+        self.call_with_xid(self.identity.next_xid(), req, payload)
+            .await
+    }
+
+    /// Like [`RpcClient::call`] with a caller-chosen request id.
+    pub async fn call_with_xid(
+        &self,
+        xid: u64,
+        req: &Request,
+        payload: Vec<Bytes>,
+    ) -> Result<Reply, RpcError> {
+        let msg = Arc::new(postcard::to_stdvec(req).map_err(|e| RpcError::Protocol {
+            addr: self.addr.clone(),
+            reason: format!("cannot encode {}: {e}", req.op_name()),
+        })?);
+        let started = Instant::now();
+        let mut backoff = Duration::from_millis(20);
+        loop {
+            let err = match self.try_once(xid, msg.clone(), payload.clone()).await {
+                Ok(reply) => match reply.response {
+                    Response::Error(e) if e.code == Errno::Again => RpcError::Remote(e),
+                    Response::Error(e) => return Err(RpcError::Remote(e)),
+                    _ => return Ok(reply),
+                },
+                Err(e) => e,
+            };
+            if !err.is_retryable() {
+                return Err(err);
+            }
+            if started.elapsed() + backoff > self.opts.recovery_timeout {
+                return Err(RpcError::Unavailable {
+                    addr: self.addr.clone(),
+                    timeout_ms: self.opts.recovery_timeout.as_millis() as u64,
+                    last: err.to_string(),
+                });
+            }
+            tracing::debug!(addr = %self.addr, op = req.op_name(), error = %err, "retrying");
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_millis(500));
+        }
+    }
+
+    async fn try_once(
+        &self,
+        xid: u64,
+        msg: Arc<Vec<u8>>,
+        payload: Vec<Bytes>,
+    ) -> Result<Reply, RpcError> {
+        let conn = self.connection().await?;
+        let _slot = conn
+            .slots
+            .acquire()
+            .await
+            .map_err(|_| RpcError::ConnectionLost {
+                addr: self.addr.clone(),
+                reason: "connection closed".into(),
+            })?;
+        let (tx, rx) = oneshot::channel();
+        conn.shared
+            .pending
+            .lock()
+            .expect("pending lock")
+            .insert(xid, tx);
+        if !conn.shared.alive.load(Ordering::Acquire) {
+            conn.shared
+                .pending
+                .lock()
+                .expect("pending lock")
+                .remove(&xid);
+            return Err(RpcError::ConnectionLost {
+                addr: self.addr.clone(),
+                reason: "connection closed".into(),
+            });
+        }
+        if conn
+            .tx
+            .send(Outgoing {
+                id: xid,
+                msg,
+                payload,
+            })
+            .await
+            .is_err()
+        {
+            conn.shared
+                .pending
+                .lock()
+                .expect("pending lock")
+                .remove(&xid);
+            return Err(RpcError::ConnectionLost {
+                addr: self.addr.clone(),
+                reason: "writer stopped".into(),
+            });
+        }
+        let frame = match tokio::time::timeout(self.opts.request_timeout, rx).await {
+            Ok(Ok(r)) => r?,
+            Ok(Err(_)) => {
+                return Err(RpcError::ConnectionLost {
+                    addr: self.addr.clone(),
+                    reason: "reader stopped".into(),
+                })
+            }
+            Err(_) => {
+                conn.shared
+                    .pending
+                    .lock()
+                    .expect("pending lock")
+                    .remove(&xid);
+                // A hung peer: drop the connection so the next try starts clean.
+                conn.shared.fail_all("request timed out");
+                return Err(RpcError::Timeout {
+                    addr: self.addr.clone(),
+                    timeout_ms: self.opts.request_timeout.as_millis() as u64,
+                });
+            }
+        };
+        let response: Response =
+            postcard::from_bytes(&frame.msg).map_err(|e| RpcError::Protocol {
+                addr: self.addr.clone(),
+                reason: format!("malformed response: {e}"),
+            })?;
+        Ok(Reply {
+            response,
+            payload: frame.payload,
+        })
+    }
+
+    async fn connection(&self) -> Result<Arc<Conn>, RpcError> {
+        let mut guard = self.conn.lock().await;
+        if let Some(c) = guard.as_ref() {
+            if c.shared.alive.load(Ordering::Acquire) {
+                return Ok(c.clone());
+            }
+        }
+        *guard = None;
+        let c = Arc::new(self.connect().await?);
+        *guard = Some(c.clone());
+        Ok(c)
+    }
+
+    async fn connect(&self) -> Result<Conn, RpcError> {
+        let connect_err = |reason: String| RpcError::Connect {
+            addr: self.addr.clone(),
+            reason,
+        };
+        let mut stream =
+            tokio::time::timeout(self.opts.connect_timeout, TcpStream::connect(&self.addr))
+                .await
+                .map_err(|_| connect_err("connect timed out".into()))?
+                .map_err(|e| connect_err(e.to_string()))?;
+        stream
+            .set_nodelay(true)
+            .map_err(|e| connect_err(e.to_string()))?;
+        let id = &self.identity;
+        match tokio::time::timeout(
+            HANDSHAKE_TIMEOUT,
+            client_handshake(&mut stream, &id.secret, id.client_id, &id.role),
+        )
+        .await
+        {
+            Err(_) => return Err(connect_err("handshake timed out".into())),
+            Ok(Err(e)) if e.denied => {
+                return Err(RpcError::Auth {
+                    addr: self.addr.clone(),
+                    reason: e.reason,
+                })
+            }
+            Ok(Err(e)) => return Err(connect_err(format!("handshake: {}", e.reason))),
+            Ok(Ok(())) => {}
+        }
+        let (rd, wr) = stream.into_split();
+        let shared = Arc::new(Shared {
+            addr: self.addr.clone(),
+            alive: AtomicBool::new(true),
+            pending: Mutex::new(HashMap::new()),
+        });
+        let (tx, rx) = mpsc::channel(self.opts.max_in_flight);
+        tokio::spawn(writer(wr, rx, shared.clone()));
+        tokio::spawn(reader(rd, shared.clone(), self.opts.limits));
+        Ok(Conn {
+            tx,
+            shared,
+            slots: Semaphore::new(self.opts.max_in_flight),
+        })
+    }
+}
+
+async fn writer(
+    wr: tokio::net::tcp::OwnedWriteHalf,
+    mut rx: mpsc::Receiver<Outgoing>,
+    shared: Arc<Shared>,
+) {
+    let mut w = BufWriter::with_capacity(256 * 1024, wr);
+    while let Some(out) = rx.recv().await {
+        let r = write_frame(&mut w, FrameKind::Request, out.id, &out.msg, &out.payload).await;
+        // Flush only when nothing else is queued: small frames get batched.
+        let r = match r {
+            Ok(()) if rx.is_empty() => w.flush().await,
+            other => other,
+        };
+        if let Err(e) = r {
+            shared.fail_all(&format!("write failed: {e}"));
+            return;
+        }
+        if !shared.alive.load(Ordering::Acquire) {
+            break;
+        }
+    }
+    let _ = w.shutdown().await;
+}
+
+async fn reader(rd: tokio::net::tcp::OwnedReadHalf, shared: Arc<Shared>, limits: FrameLimits) {
+    let mut r = BufReader::with_capacity(256 * 1024, rd);
+    loop {
+        match read_frame(&mut r, &limits).await {
+            Ok(Some(f)) => {
+                let waiter = shared
+                    .pending
+                    .lock()
+                    .expect("pending lock")
+                    .remove(&f.request_id);
+                match waiter {
+                    Some(w) => {
+                        let _ = w.send(Ok(f));
+                    }
+                    None => {
+                        tracing::debug!(addr = %shared.addr, id = f.request_id, "response for no waiter")
+                    }
+                }
+            }
+            Ok(None) => {
+                shared.fail_all("closed by the server");
+                return;
+            }
+            Err(e) => {
+                shared.fail_all(&format!("bad frame from server: {e}"));
+                return;
+            }
+        }
+        if !shared.alive.load(Ordering::Acquire) {
+            shared.fail_all("connection dropped");
+            return;
+        }
+    }
+}

@@ -1,0 +1,219 @@
+//! The server side of braid connections, shared by the MGS, MDS and OSS.
+//!
+//! Each accepted connection is authenticated, then its frames are read one after the
+//! other and each request is handled in its own task, at most `max_in_flight_per_conn`
+//! at once (the reader stops reading when that many are pending: backpressure on a
+//! client that floods). Answers go back through one writer task per connection.
+//!
+//! Hostile input: a frame that breaks framing (bad magic, checksum, oversize length)
+//! closes that connection after a best-effort error reply; a frame whose message does
+//! not decode (unknown operation, garbage) gets an error reply and the connection
+//! stays. A handler that panics is answered with an error; the server keeps serving.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, Semaphore};
+
+use crate::auth::{server_handshake, Secret, HANDSHAKE_TIMEOUT};
+use crate::error::Errno;
+use crate::frame::{read_frame, write_frame, FrameError, FrameKind, FrameLimits};
+use crate::msg::{Request, Response};
+
+/// Who sent a request.
+#[derive(Debug, Clone)]
+pub struct RequestCtx {
+    pub client_id: u64,
+    pub xid: u64,
+    pub peer: SocketAddr,
+}
+
+/// What a handler returns: the response and its bulk payload.
+pub type Answer = (Response, Vec<Bytes>);
+
+/// A service answers requests. Implemented by the MGS, MDS and OSS.
+pub trait Service: Send + Sync + 'static {
+    fn handle(
+        &self,
+        ctx: RequestCtx,
+        req: Request,
+        payload: Bytes,
+    ) -> impl Future<Output = Answer> + Send;
+}
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub name: String,
+    pub secret: Secret,
+    pub limits: FrameLimits,
+    pub max_in_flight_per_conn: usize,
+    /// Connections beyond this are refused at accept.
+    pub max_connections: usize,
+}
+
+impl ServerConfig {
+    pub fn new(name: &str, secret: Secret) -> ServerConfig {
+        ServerConfig {
+            name: name.to_string(),
+            secret,
+            limits: FrameLimits::default(),
+            max_in_flight_per_conn: 64,
+            max_connections: 4096,
+        }
+    }
+}
+
+/// Accepts and serves connections until the listener fails.
+pub async fn serve<S: Service>(listener: TcpListener, cfg: Arc<ServerConfig>, svc: Arc<S>) {
+    let conns = Arc::new(Semaphore::new(cfg.max_connections));
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::warn!(server = %cfg.name, error = %e, "accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = conns.clone().try_acquire_owned() else {
+            tracing::warn!(server = %cfg.name, %peer, "too many connections; refusing");
+            continue;
+        };
+        let (cfg, svc) = (cfg.clone(), svc.clone());
+        tokio::spawn(async move {
+            serve_conn(stream, peer, cfg, svc).await;
+            drop(permit);
+        });
+    }
+}
+
+async fn serve_conn<S: Service>(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    cfg: Arc<ServerConfig>,
+    svc: Arc<S>,
+) {
+    let _ = stream.set_nodelay(true);
+    let hello = match tokio::time::timeout(
+        HANDSHAKE_TIMEOUT,
+        server_handshake(&mut stream, &cfg.secret),
+    )
+    .await
+    {
+        Ok(Ok(h)) => h,
+        Ok(Err(why)) => {
+            tracing::warn!(server = %cfg.name, %peer, "authentication failed: {why}");
+            return;
+        }
+        Err(_) => {
+            tracing::warn!(server = %cfg.name, %peer, "handshake timed out");
+            return;
+        }
+    };
+    tracing::debug!(server = %cfg.name, %peer, role = %hello.role, client = hello.client_id, "connected");
+    let (rd, wr) = stream.into_split();
+    let (tx, rx) = mpsc::channel::<(u64, Answer)>(cfg.max_in_flight_per_conn);
+    let writer_task = tokio::spawn(writer(wr, rx));
+    let slots = Arc::new(Semaphore::new(cfg.max_in_flight_per_conn));
+    let mut r = BufReader::with_capacity(256 * 1024, rd);
+    loop {
+        let frame = match read_frame(&mut r, &cfg.limits).await {
+            Ok(Some(f)) => f,
+            Ok(None) => break,
+            Err(FrameError::Io(e)) => {
+                tracing::debug!(server = %cfg.name, %peer, "read: {e}");
+                break;
+            }
+            Err(e) => {
+                tracing::warn!(server = %cfg.name, %peer, "bad frame, closing connection: {e}");
+                let _ = tx
+                    .send((
+                        0,
+                        (
+                            Response::error(Errno::Proto, format!("bad frame: {e}")),
+                            vec![],
+                        ),
+                    ))
+                    .await;
+                break;
+            }
+        };
+        if frame.kind != FrameKind::Request {
+            tracing::warn!(server = %cfg.name, %peer, "unexpected frame kind {:?}, closing", frame.kind);
+            let _ = tx
+                .send((
+                    frame.request_id,
+                    (
+                        Response::error(Errno::Proto, "expected a request frame"),
+                        vec![],
+                    ),
+                ))
+                .await;
+            break;
+        }
+        let req: Request = match postcard::from_bytes(&frame.msg) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(server = %cfg.name, %peer, "undecodable request: {e}");
+                let answer =
+                    Response::error(Errno::Proto, format!("malformed or unknown request: {e}"));
+                if tx.send((frame.request_id, (answer, vec![]))).await.is_err() {
+                    break;
+                }
+                continue;
+            }
+        };
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            break;
+        };
+        let ctx = RequestCtx {
+            client_id: hello.client_id,
+            xid: frame.request_id,
+            peer,
+        };
+        let (svc, tx, name) = (svc.clone(), tx.clone(), cfg.name.clone());
+        tokio::spawn(async move {
+            let op = req.op_name();
+            let handler = tokio::spawn(async move { svc.handle(ctx, req, frame.payload).await });
+            let answer = match handler.await {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::error!(server = %name, op, "handler failed: {e}");
+                    (
+                        Response::error(Errno::Io, format!("internal server error in {op}")),
+                        vec![],
+                    )
+                }
+            };
+            let _ = tx.send((frame.request_id, answer)).await;
+            drop(slot);
+        });
+    }
+    drop(tx);
+    let _ = writer_task.await;
+}
+
+async fn writer(wr: tokio::net::tcp::OwnedWriteHalf, mut rx: mpsc::Receiver<(u64, Answer)>) {
+    let mut w = BufWriter::with_capacity(256 * 1024, wr);
+    while let Some((id, (resp, payload))) = rx.recv().await {
+        let msg = match postcard::to_stdvec(&resp) {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::error!("cannot encode response: {e}");
+                continue;
+            }
+        };
+        let mut r = write_frame(&mut w, FrameKind::Response, id, &msg, &payload).await;
+        if r.is_ok() && rx.is_empty() {
+            r = w.flush().await;
+        }
+        if r.is_err() {
+            return;
+        }
+    }
+    let _ = w.shutdown().await;
+}
