@@ -16,6 +16,7 @@ pub mod frame;
 pub mod msg;
 pub mod rpc;
 pub mod server;
+pub mod target;
 
 pub use error::{Errno, RemoteError, RpcError};
 pub use fid::{Fid, ObjectId};

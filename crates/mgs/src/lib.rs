@@ -1,0 +1,225 @@
+//! The MGS: the cluster's registry.
+//!
+//! Targets (MDTs, OSTs) register here and receive a stable index; the registry lives
+//! in a redb file so indices survive restarts. Targets heartbeat with their usage; a
+//! target silent for longer than the heartbeat timeout is reported down, and up again
+//! once it heartbeats. Clients and MDSs fetch the whole configuration from here alone
+//! (no configuration file is ever copied to a client).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use proto::msg::{ClusterConfig, Request, Response, TargetInfo, TargetKind, Usage};
+use proto::server::{Answer, RequestCtx, Service};
+use proto::Errno;
+use redb::{ReadableTable, TableDefinition};
+use serde::{Deserialize, Serialize};
+use store::{decode, encode, Store, StoreError};
+
+const TARGETS: TableDefinition<&str, &[u8]> = TableDefinition::new("targets");
+const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+
+#[derive(Debug, Clone)]
+pub struct MgsConfig {
+    pub data_dir: PathBuf,
+    pub fsname: String,
+    /// A target not heard from for this long is down.
+    pub heartbeat_timeout: Duration,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct TargetRecord {
+    kind: TargetKind,
+    index: u32,
+    uuid: String,
+    address: String,
+}
+
+struct Live {
+    last_seen: Instant,
+    usage: Usage,
+}
+
+struct State {
+    targets: BTreeMap<(u8, u32), TargetRecord>,
+    live: HashMap<(u8, u32), Live>,
+    generation: u64,
+}
+
+fn key(kind: TargetKind, index: u32) -> (u8, u32) {
+    (kind as u8, index)
+}
+
+fn record_key(kind: TargetKind, index: u32) -> String {
+    format!("{}:{index:08}", kind.name())
+}
+
+pub struct Mgs {
+    cfg: MgsConfig,
+    store: Store,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum MgsError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("MGS data directory {path}: {detail}")]
+    DataDir { path: PathBuf, detail: String },
+    #[error("this MGS holds file system '{stored}', not '{asked}'")]
+    FsName { stored: String, asked: String },
+}
+
+impl Mgs {
+    /// Opens (or formats) the MGS registry in `cfg.data_dir`.
+    pub fn open(cfg: MgsConfig) -> Result<Mgs, MgsError> {
+        std::fs::create_dir_all(&cfg.data_dir)
+            .map_err(|e| MgsError::DataDir { path: cfg.data_dir.clone(), detail: e.to_string() })?;
+        let store = Store::open(&cfg.data_dir.join("mgs.redb"))?;
+        let mut targets = BTreeMap::new();
+        {
+            let w = store.begin_write()?;
+            {
+                let mut meta = w.open_table(META).map_err(|e| StoreError::engine("open meta", e))?;
+                let stored = meta.get("fsname").map_err(|e| StoreError::engine("read meta", e))?.map(|v| v.value().to_vec());
+                match stored {
+                    Some(name) => {
+                        let name = String::from_utf8_lossy(&name).to_string();
+                        if name != cfg.fsname {
+                            return Err(MgsError::FsName { stored: name, asked: cfg.fsname.clone() });
+                        }
+                    }
+                    None => {
+                        meta.insert("fsname", cfg.fsname.as_bytes()).map_err(|e| StoreError::engine("write meta", e))?;
+                    }
+                }
+                let t = w.open_table(TARGETS).map_err(|e| StoreError::engine("open targets", e))?;
+                for row in t.iter().map_err(|e| StoreError::engine("scan targets", e))? {
+                    let (_, v) = row.map_err(|e| StoreError::engine("scan targets", e))?;
+                    let rec: TargetRecord = decode(v.value(), "target")?;
+                    targets.insert(key(rec.kind, rec.index), rec);
+                }
+            }
+            w.commit().map_err(|e| StoreError::engine("commit", e))?;
+        }
+        tracing::info!(fsname = %cfg.fsname, targets = targets.len(), "MGS registry opened");
+        Ok(Mgs { cfg, store, state: Mutex::new(State { targets, live: HashMap::new(), generation: 1 }) })
+    }
+
+    fn persist(&self, rec: &TargetRecord) -> Result<(), StoreError> {
+        let w = self.store.begin_write()?;
+        {
+            let mut t = w.open_table(TARGETS).map_err(|e| StoreError::engine("open targets", e))?;
+            t.insert(record_key(rec.kind, rec.index).as_str(), encode(rec).as_slice())
+                .map_err(|e| StoreError::engine("write target", e))?;
+        }
+        w.commit().map_err(|e| StoreError::engine("commit", e))
+    }
+
+    fn register(&self, kind: TargetKind, uuid: String, index: Option<u32>, address: String, fsname: String) -> Response {
+        if fsname != self.cfg.fsname {
+            return Response::error(
+                Errno::Inval,
+                format!("target belongs to file system '{fsname}' but this MGS serves '{}'", self.cfg.fsname),
+            );
+        }
+        if uuid.is_empty() || uuid.len() > 128 || address.len() > 256 {
+            return Response::error(Errno::Inval, "target uuid or address missing or too long");
+        }
+        let mut st = self.state.lock().expect("mgs state");
+        let existing = st.targets.values().find(|r| r.kind == kind && r.uuid == uuid).cloned();
+        let rec = match (existing, index) {
+            (Some(r), Some(i)) if r.index != i => {
+                return Response::error(
+                    Errno::Inval,
+                    format!("{} {uuid} is registered as index {} but claims index {i}", kind.name(), r.index),
+                )
+            }
+            (Some(mut r), _) => {
+                r.address = address;
+                r
+            }
+            (None, Some(i)) => {
+                if let Some(other) = st.targets.get(&key(kind, i)) {
+                    return Response::error(
+                        Errno::Exist,
+                        format!("{} index {i} is already held by target {}", kind.name(), other.uuid),
+                    );
+                }
+                TargetRecord { kind, index: i, uuid, address }
+            }
+            (None, None) => {
+                let next = (0..).find(|i| !st.targets.contains_key(&key(kind, *i))).expect("a free index");
+                TargetRecord { kind, index: next, uuid, address }
+            }
+        };
+        if let Err(e) = self.persist(&rec) {
+            return Response::error(Errno::Io, format!("cannot record registration: {e}"));
+        }
+        tracing::info!(target = %format!("{}{:04x}", rec.kind.name(), rec.index), address = %rec.address, "target registered");
+        let index = rec.index;
+        st.live.insert(key(kind, index), Live { last_seen: Instant::now(), usage: Usage::default() });
+        st.targets.insert(key(kind, index), rec);
+        st.generation += 1;
+        Response::Registered { index }
+    }
+
+    fn heartbeat(&self, kind: TargetKind, index: u32, uuid: &str, usage: Usage) -> Response {
+        let mut st = self.state.lock().expect("mgs state");
+        match st.targets.get(&key(kind, index)) {
+            Some(r) if r.uuid == uuid => {}
+            _ => return Response::error(Errno::Stale, format!("{} {index} is not registered; register first", kind.name())),
+        }
+        let was_up = st.live.get(&key(kind, index)).map(|l| l.last_seen.elapsed() < self.cfg.heartbeat_timeout);
+        if was_up != Some(true) {
+            st.generation += 1;
+            tracing::info!("{}{index:04x} is up", kind.name());
+        }
+        st.live.insert(key(kind, index), Live { last_seen: Instant::now(), usage });
+        Response::Ok
+    }
+
+    /// The configuration as clients see it now.
+    pub fn config(&self) -> ClusterConfig {
+        let st = self.state.lock().expect("mgs state");
+        let mut mdts = Vec::new();
+        let mut osts = Vec::new();
+        for (k, r) in &st.targets {
+            let live = st.live.get(k);
+            let info = TargetInfo {
+                kind: r.kind,
+                index: r.index,
+                uuid: r.uuid.clone(),
+                address: r.address.clone(),
+                up: live.is_some_and(|l| l.last_seen.elapsed() < self.cfg.heartbeat_timeout),
+                usage: live.map(|l| l.usage).unwrap_or_default(),
+            };
+            match r.kind {
+                TargetKind::Mdt => mdts.push(info),
+                TargetKind::Ost => osts.push(info),
+            }
+        }
+        ClusterConfig { fsname: self.cfg.fsname.clone(), generation: st.generation, mdts, osts }
+    }
+}
+
+impl Service for Mgs {
+    async fn handle(&self, _ctx: RequestCtx, req: Request, _payload: Bytes) -> Answer {
+        let resp = match req {
+            Request::Ping => Response::Ok,
+            Request::MgsRegister { kind, uuid, index, address, fsname } => self.register(kind, uuid, index, address, fsname),
+            Request::MgsHeartbeat { kind, index, uuid, usage } => self.heartbeat(kind, index, &uuid, usage),
+            Request::MgsGetConfig => Response::Config(self.config()),
+            other => Response::error(Errno::Proto, format!("the MGS does not serve {}", other.op_name())),
+        };
+        (resp, vec![])
+    }
+}
+
+/// Starts serving on `listener`.
+pub async fn serve(mgs: Arc<Mgs>, listener: tokio::net::TcpListener, server: proto::server::ServerConfig) {
+    proto::server::serve(listener, Arc::new(server), mgs).await
+}

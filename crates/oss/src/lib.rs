@@ -1,0 +1,208 @@
+//! The OSS: serves OSTs, each a local directory of object files.
+//!
+//! An object is named by (FID, component, stripe) and stored as one file under one of
+//! 256 fan-out directories (`objects/xx/`). It is created by its first write: no
+//! precreation round trip. Reads of absent objects or of holes return zeros (short
+//! reads at the object's end are completed with zeros by the client up to the file
+//! size). Blocking file I/O runs on tokio's blocking pool so the network loop never
+//! waits on the disk.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::ErrorKind;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use proto::msg::{Request, Response, TargetKind, Usage};
+use proto::server::{Answer, RequestCtx, Service};
+use proto::target::TargetDir;
+use proto::{Errno, ObjectId};
+
+/// One OST: its index and its directory.
+#[derive(Debug, Clone)]
+pub struct Ost {
+    pub index: u32,
+    pub dir: PathBuf,
+}
+
+impl Ost {
+    /// Prepares the directory layout of an OST (idempotent).
+    pub fn format(dir: &Path) -> std::io::Result<()> {
+        let objects = dir.join("objects");
+        for b in 0..256 {
+            std::fs::create_dir_all(objects.join(format!("{b:02x}")))?;
+        }
+        Ok(())
+    }
+
+    fn object_path(&self, o: &ObjectId) -> PathBuf {
+        self.dir.join("objects").join(o.bucket()).join(o.file_name())
+    }
+}
+
+pub struct Oss {
+    osts: Arc<HashMap<u32, Ost>>,
+}
+
+fn io_err(op: &str, o: &ObjectId, e: std::io::Error) -> Response {
+    let code = match e.kind() {
+        ErrorKind::StorageFull => Errno::NoSpc,
+        _ => Errno::Io,
+    };
+    Response::error(code, format!("{op} of object {} failed: {e}", o.file_name()))
+}
+
+impl Oss {
+    pub fn new(osts: Vec<Ost>) -> Oss {
+        Oss { osts: Arc::new(osts.into_iter().map(|o| (o.index, o)).collect()) }
+    }
+
+    pub fn targets(dirs: &[TargetDir]) -> Vec<Ost> {
+        dirs.iter()
+            .filter(|t| t.kind == TargetKind::Ost)
+            .filter_map(|t| t.index.map(|index| Ost { index, dir: t.dir.clone() }))
+            .collect()
+    }
+
+    fn ost(&self, index: u32) -> Result<Ost, Response> {
+        self.osts
+            .get(&index)
+            .cloned()
+            .ok_or_else(|| Response::error(Errno::NoEnt, format!("OST {index} is not served here")))
+    }
+
+    fn write(ost: &Ost, o: &ObjectId, offset: u64, data: &[u8], sync: bool) -> Response {
+        if offset.checked_add(data.len() as u64).is_none_or(|end| end > i64::MAX as u64) {
+            return Response::error(Errno::Inval, "write beyond the largest object offset");
+        }
+        let path = ost.object_path(o);
+        let f = match OpenOptions::new().write(true).create(true).truncate(false).open(&path) {
+            Ok(f) => f,
+            Err(e) => return io_err("open", o, e),
+        };
+        if let Err(e) = f.write_all_at(data, offset) {
+            return io_err("write", o, e);
+        }
+        if sync {
+            if let Err(e) = f.sync_data() {
+                return io_err("sync", o, e);
+            }
+        }
+        Response::Written { bytes: data.len() as u64 }
+    }
+
+    fn read(ost: &Ost, o: &ObjectId, offset: u64, len: u32) -> Answer {
+        let f = match File::open(ost.object_path(o)) {
+            Ok(f) => f,
+            Err(e) if e.kind() == ErrorKind::NotFound => return (Response::Data, vec![]),
+            Err(e) => return (io_err("open", o, e), vec![]),
+        };
+        let mut buf = BytesMut::zeroed(len as usize);
+        let mut got = 0usize;
+        while got < buf.len() {
+            match f.read_at(&mut buf[got..], offset + got as u64) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return (io_err("read", o, e), vec![]),
+            }
+        }
+        buf.truncate(got);
+        (Response::Data, vec![buf.freeze()])
+    }
+
+    fn punch(ost: &Ost, o: &ObjectId, size: u64) -> Response {
+        let f = match OpenOptions::new().write(true).open(ost.object_path(o)) {
+            Ok(f) => f,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Response::Ok,
+            Err(e) => return io_err("open", o, e),
+        };
+        let cur = match f.metadata() {
+            Ok(m) => m.len(),
+            Err(e) => return io_err("stat", o, e),
+        };
+        if cur > size {
+            if let Err(e) = f.set_len(size) {
+                return io_err("truncate", o, e);
+            }
+        }
+        Response::Ok
+    }
+
+    fn destroy(ost: &Ost, o: &ObjectId) -> Response {
+        match std::fs::remove_file(ost.object_path(o)) {
+            Ok(()) => Response::Ok,
+            Err(e) if e.kind() == ErrorKind::NotFound => Response::Ok,
+            Err(e) => io_err("destroy", o, e),
+        }
+    }
+
+    fn getattr(ost: &Ost, o: &ObjectId) -> Response {
+        match std::fs::metadata(ost.object_path(o)) {
+            Ok(m) => Response::ObjectAttr { size: m.len(), exists: true },
+            Err(e) if e.kind() == ErrorKind::NotFound => Response::ObjectAttr { size: 0, exists: false },
+            Err(e) => io_err("stat", o, e),
+        }
+    }
+
+    fn sync(ost: &Ost, objects: &[ObjectId]) -> Response {
+        for o in objects {
+            match File::open(ost.object_path(o)) {
+                Ok(f) => {
+                    if let Err(e) = f.sync_all() {
+                        return io_err("sync", o, e);
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(e) => return io_err("open", o, e),
+            }
+        }
+        Response::Ok
+    }
+
+    fn handle_blocking(&self, req: Request, payload: Bytes) -> Answer {
+        let ost_of = |i: u32| self.ost(i);
+        let simple = |r: Response| (r, vec![]);
+        match req {
+            Request::Ping => simple(Response::Ok),
+            Request::OstWrite { ost, object, offset, sync } => match ost_of(ost) {
+                Ok(t) => simple(Self::write(&t, &object, offset, &payload, sync)),
+                Err(r) => simple(r),
+            },
+            Request::OstRead { ost, object, offset, len } => match ost_of(ost) {
+                Ok(t) if len <= 16 << 20 => Self::read(&t, &object, offset, len),
+                Ok(_) => simple(Response::error(Errno::Inval, format!("read of {len} bytes exceeds 16 MiB"))),
+                Err(r) => simple(r),
+            },
+            Request::OstPunch { ost, object, size } => simple(ost_of(ost).map_or_else(|r| r, |t| Self::punch(&t, &object, size))),
+            Request::OstDestroy { ost, object } => simple(ost_of(ost).map_or_else(|r| r, |t| Self::destroy(&t, &object))),
+            Request::OstGetattr { ost, object } => simple(ost_of(ost).map_or_else(|r| r, |t| Self::getattr(&t, &object))),
+            Request::OstSync { ost, objects } => simple(ost_of(ost).map_or_else(|r| r, |t| Self::sync(&t, &objects))),
+            Request::OstStatfs { ost } => simple(ost_of(ost).map_or_else(|r| r, |t| Response::Usage(ost_usage(&t.dir)))),
+            other => simple(Response::error(Errno::Proto, format!("an OSS does not serve {}", other.op_name()))),
+        }
+    }
+}
+
+/// Usage of an OST: its file system's space, and inodes as objects.
+pub fn ost_usage(dir: &Path) -> Usage {
+    proto::target::dir_usage(dir)
+}
+
+impl Service for Oss {
+    async fn handle(self: &Oss, _ctx: RequestCtx, req: Request, payload: Bytes) -> Answer {
+        // File I/O blocks: run it on the blocking pool with a cheap handle to the OSTs.
+        let oss = Oss { osts: self.osts.clone() };
+        match tokio::task::spawn_blocking(move || oss.handle_blocking(req, payload)).await {
+            Ok(a) => a,
+            Err(e) => (Response::error(Errno::Io, format!("OSS worker failed: {e}")), vec![]),
+        }
+    }
+}
+
+/// Serves on `listener`.
+pub async fn serve(oss: Arc<Oss>, listener: tokio::net::TcpListener, server: proto::server::ServerConfig) {
+    proto::server::serve(listener, Arc::new(server), oss).await
+}
