@@ -20,7 +20,7 @@ mod parse;
 mod spec;
 
 pub use parse::{format_size, parse_ost_list, parse_size};
-pub use spec::{ComponentSpec, LayoutSpec};
+pub use spec::{choose_osts, ComponentSpec, LayoutSpec, OstState, PlacementError};
 
 use serde::{Deserialize, Serialize};
 

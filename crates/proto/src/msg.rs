@@ -221,6 +221,7 @@ pub enum Request {
         name: String,
         mode: u32,
         exclusive: bool,
+        flags: OpenFlags,
         layout: Option<LayoutSpec>,
     },
     MdsOpen {

@@ -1,0 +1,598 @@
+//! The MDS: serves one or more MDTs — the namespace, inodes, layouts and xattrs.
+//!
+//! Reads (lookup, getattr, readdir, xattr reads, open) run on redb read transactions
+//! in parallel. Mutations go to one committer thread per MDT through a bounded queue
+//! and are applied in batches with one durable commit each (see [`mdt`]); replies are
+//! sent after the commit, so an acknowledged operation survives a crash of the MDS.
+//!
+//! The MDS is never on the data path: it hands out layouts and the client talks to
+//! the OSTs. It talks to OSTs itself only to destroy the objects of deleted files,
+//! from a persistent queue drained in the background (fast unlink, no orphans).
+
+pub mod inode;
+pub mod mdt;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use layout::{LayoutSpec, OstState};
+use proto::msg::{ClusterConfig, Request, Response};
+use proto::rpc::{Identity, RpcClient, RpcOptions};
+use proto::server::{Answer, RequestCtx, Service};
+use proto::{Errno, Fid};
+use redb::ReadableTable;
+use store::{decode, encode, Store, StoreError};
+use tokio::sync::{mpsc, oneshot};
+
+use mdt::{
+    DestroyRecord, OpError, Placement, View, Writer, DENTRIES, DESTROY, INODES, REPLIES, XATTRS,
+};
+
+#[derive(Debug, Clone)]
+pub struct MdsConfig {
+    /// The file system's default layout (the root directory's default at format).
+    pub default_layout: LayoutSpec,
+    /// How often the OST list is fetched from the MGS.
+    pub config_refresh: Duration,
+    /// Most mutations applied in one transaction.
+    pub batch_max: usize,
+    /// How long a reply stays in the reply cache (well above any client's recovery
+    /// timeout, so a retry always finds it).
+    pub reply_keep: Duration,
+    /// How often the destroy queue is drained.
+    pub destroy_interval: Duration,
+}
+
+impl Default for MdsConfig {
+    fn default() -> Self {
+        MdsConfig {
+            default_layout: LayoutSpec::raid0(Some(1), Some(1 << 20)),
+            config_refresh: Duration::from_secs(1),
+            batch_max: 256,
+            reply_keep: Duration::from_secs(600),
+            destroy_interval: Duration::from_millis(500),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum MdsError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("MDT {index} in {dir}: {detail}")]
+    Format {
+        index: u32,
+        dir: PathBuf,
+        detail: String,
+    },
+}
+
+enum JobKind {
+    Client {
+        client_id: u64,
+        xid: u64,
+        req: Request,
+    },
+    DestroyDone(Vec<u64>),
+    PruneReplies {
+        before_secs: u64,
+    },
+}
+
+struct Job {
+    kind: JobKind,
+    reply: oneshot::Sender<Response>,
+}
+
+/// Bound of each MDT's mutation queue; senders wait when it is full.
+const JOB_QUEUE: usize = 4096;
+
+/// What the MDS knows of the cluster, refreshed from the MGS.
+#[derive(Default)]
+struct ClusterView {
+    osts: Vec<OstState>,
+    config: Option<ClusterConfig>,
+}
+
+pub struct Mdt {
+    pub index: u32,
+    store: Arc<Store>,
+    jobs: mpsc::Sender<Job>,
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs()
+}
+
+fn reply_key(client_id: u64, xid: u64) -> [u8; 16] {
+    let mut k = [0u8; 16];
+    k[..8].copy_from_slice(&client_id.to_be_bytes());
+    k[8..].copy_from_slice(&xid.to_be_bytes());
+    k
+}
+
+fn op_error(e: OpError) -> Response {
+    match e {
+        OpError::Errno(code, msg) => Response::error(code, msg),
+        OpError::Store(e) => Response::error(Errno::Io, format!("MDT storage error: {e}")),
+    }
+}
+
+impl Mdt {
+    fn open(
+        index: u32,
+        dir: &std::path::Path,
+        cfg: &MdsConfig,
+        cluster: Arc<RwLock<ClusterView>>,
+    ) -> Result<Arc<Mdt>, MdsError> {
+        let store = Arc::new(Store::open(&dir.join("mdt.redb"))?);
+        mdt::format(&store, index, &cfg.default_layout).map_err(|e| MdsError::Format {
+            index,
+            dir: dir.to_path_buf(),
+            detail: match e {
+                OpError::Errno(_, m) => m,
+                OpError::Store(e) => e.to_string(),
+            },
+        })?;
+        let (tx, rx) = mpsc::channel(JOB_QUEUE);
+        let (st, c) = (store.clone(), cfg.clone());
+        std::thread::Builder::new()
+            .name(format!("mdt{index}-commit"))
+            .spawn(move || committer(index, st, rx, c, cluster))
+            .map_err(|e| MdsError::Format {
+                index,
+                dir: dir.to_path_buf(),
+                detail: format!("cannot start committer: {e}"),
+            })?;
+        Ok(Arc::new(Mdt {
+            index,
+            store,
+            jobs: tx,
+        }))
+    }
+
+    async fn submit(&self, kind: JobKind) -> Response {
+        let (tx, rx) = oneshot::channel();
+        if self.jobs.send(Job { kind, reply: tx }).await.is_err() {
+            return Response::error(Errno::Io, "MDT committer stopped");
+        }
+        rx.await
+            .unwrap_or_else(|_| Response::error(Errno::Io, "MDT committer dropped the request"))
+    }
+
+    async fn read<F>(&self, f: F) -> Response
+    where
+        F: FnOnce(&View<ReadTable, ReadTable, ReadTable>) -> Result<Response, OpError>
+            + Send
+            + 'static,
+    {
+        let store = self.store.clone();
+        let r = tokio::task::spawn_blocking(move || -> Result<Response, OpError> {
+            let txn = store.begin_read()?;
+            let view = View {
+                inodes: txn.open_table(INODES)?,
+                dentries: txn.open_table(DENTRIES)?,
+                xattrs: txn.open_table(XATTRS)?,
+            };
+            f(&view)
+        })
+        .await;
+        match r {
+            Ok(Ok(resp)) => resp,
+            Ok(Err(e)) => op_error(e),
+            Err(e) => Response::error(Errno::Io, format!("MDT reader failed: {e}")),
+        }
+    }
+
+    fn pending_destroys(&self, max: usize) -> Result<Vec<(u64, DestroyRecord)>, StoreError> {
+        let txn = self.store.begin_read()?;
+        let t = txn
+            .open_table(DESTROY)
+            .map_err(|e| StoreError::engine("open destroy", e))?;
+        let mut out = Vec::new();
+        for row in t
+            .iter()
+            .map_err(|e| StoreError::engine("scan destroy", e))?
+            .take(max)
+        {
+            let (k, v) = row.map_err(|e| StoreError::engine("scan destroy", e))?;
+            out.push((k.value(), decode(v.value(), "destroy")?));
+        }
+        Ok(out)
+    }
+}
+
+type ReadTable = redb::ReadOnlyTable<&'static [u8], &'static [u8]>;
+
+/// The committer: applies batches of mutations, one durable commit per batch.
+fn committer(
+    index: u32,
+    store: Arc<Store>,
+    mut rx: mpsc::Receiver<Job>,
+    cfg: MdsConfig,
+    cluster: Arc<RwLock<ClusterView>>,
+) {
+    let mut cursor: u64 = now_secs();
+    while let Some(first) = rx.blocking_recv() {
+        let mut batch = vec![first];
+        while batch.len() < cfg.batch_max {
+            match rx.try_recv() {
+                Ok(j) => batch.push(j),
+                Err(_) => break,
+            }
+        }
+        let osts = cluster.read().expect("cluster view").osts.clone();
+        let mut replies: Vec<Response> = Vec::with_capacity(batch.len());
+        let outcome = (|| -> Result<(), OpError> {
+            let txn = store.begin_write()?;
+            {
+                let mut w = Writer::open(&txn, index)?;
+                let mut cache = txn.open_table(REPLIES)?;
+                for job in &batch {
+                    let resp = match &job.kind {
+                        JobKind::Client {
+                            client_id,
+                            xid,
+                            req,
+                        } => {
+                            let key = reply_key(*client_id, *xid);
+                            if let Some(v) = cache.get(key.as_slice())? {
+                                let (_, resp): (u64, Response) = decode(v.value(), "reply")?;
+                                replies.push(resp);
+                                continue;
+                            }
+                            let mut place = Placement {
+                                osts: &osts,
+                                cursor,
+                                default_layout: &cfg.default_layout,
+                            };
+                            let resp = match w.apply(req.clone(), &mut place) {
+                                Ok(r) => r,
+                                Err(OpError::Errno(c, m)) => Response::error(c, m),
+                                Err(e @ OpError::Store(_)) => return Err(e),
+                            };
+                            if matches!(req, Request::MdsCreate { .. }) {
+                                cursor = cursor.wrapping_add(1);
+                            }
+                            cache
+                                .insert(key.as_slice(), encode(&(now_secs(), &resp)).as_slice())?;
+                            resp
+                        }
+                        JobKind::DestroyDone(keys) => {
+                            for k in keys {
+                                w.destroy.remove(*k)?;
+                            }
+                            Response::Ok
+                        }
+                        JobKind::PruneReplies { before_secs } => {
+                            let old: Vec<Vec<u8>> = cache
+                                .iter()?
+                                .filter_map(|r| r.ok())
+                                .filter(|(_, v)| {
+                                    decode::<(u64, Response)>(v.value(), "reply")
+                                        .map_or(true, |(t, _)| t < *before_secs)
+                                })
+                                .map(|(k, _)| k.value().to_vec())
+                                .collect();
+                            for k in &old {
+                                cache.remove(k.as_slice())?;
+                            }
+                            Response::Ok
+                        }
+                    };
+                    replies.push(resp);
+                }
+            }
+            txn.commit()?;
+            Ok(())
+        })();
+        if let Err(e) = outcome {
+            let msg = match e {
+                OpError::Store(e) => e.to_string(),
+                OpError::Errno(_, m) => m,
+            };
+            tracing::error!(
+                mdt = index,
+                "batch of {} mutations aborted: {msg}",
+                batch.len()
+            );
+            for job in batch {
+                let _ = job.reply.send(Response::error(
+                    Errno::Io,
+                    format!("MDT commit failed: {msg}"),
+                ));
+            }
+            continue;
+        }
+        for (job, resp) in batch.into_iter().zip(replies) {
+            let _ = job.reply.send(resp);
+        }
+    }
+}
+
+/// The metadata service of one process.
+pub struct Mds {
+    mdts: HashMap<u32, Arc<Mdt>>,
+    dirs: HashMap<u32, PathBuf>,
+}
+
+impl Mds {
+    /// Opens every registered MDT and starts the background work (OST list refresh,
+    /// destroy queue, reply cache pruning). Must run inside a tokio runtime.
+    pub fn start(
+        targets: &[(u32, PathBuf)],
+        cfg: MdsConfig,
+        identity: Arc<Identity>,
+        mgs: Arc<RpcClient>,
+    ) -> Result<Arc<Mds>, MdsError> {
+        let cluster = Arc::new(RwLock::new(ClusterView::default()));
+        let mut mdts = HashMap::new();
+        let mut dirs = HashMap::new();
+        for (index, dir) in targets {
+            mdts.insert(*index, Mdt::open(*index, dir, &cfg, cluster.clone())?);
+            dirs.insert(*index, dir.clone());
+        }
+        let mds = Arc::new(Mds { mdts, dirs });
+        tokio::spawn(refresh_cluster(mgs, cluster.clone(), cfg.config_refresh));
+        for m in mds.mdts.values() {
+            tokio::spawn(drain_destroys(
+                m.clone(),
+                cluster.clone(),
+                identity.clone(),
+                cfg.destroy_interval,
+            ));
+            tokio::spawn(prune_replies(m.clone(), cfg.reply_keep));
+        }
+        Ok(mds)
+    }
+
+    fn mdt(&self, fid: Fid) -> Result<&Arc<Mdt>, Response> {
+        self.mdts.get(&fid.mdt()).ok_or_else(|| {
+            Response::error(
+                Errno::Stale,
+                format!("MDT {} is not served here", fid.mdt()),
+            )
+        })
+    }
+}
+
+async fn refresh_cluster(mgs: Arc<RpcClient>, cluster: Arc<RwLock<ClusterView>>, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        match mgs.call(&Request::MgsGetConfig, vec![]).await {
+            Ok(r) => {
+                if let Response::Config(c) = r.response {
+                    let osts = c
+                        .osts
+                        .iter()
+                        .map(|t| OstState {
+                            index: t.index,
+                            up: t.up,
+                            free_bytes: t.usage.avail_bytes,
+                            total_bytes: t.usage.total_bytes,
+                        })
+                        .collect();
+                    let mut v = cluster.write().expect("cluster view");
+                    v.osts = osts;
+                    v.config = Some(c);
+                }
+            }
+            Err(e) => tracing::warn!("cannot fetch configuration from the MGS: {e}"),
+        }
+    }
+}
+
+async fn drain_destroys(
+    mdt: Arc<Mdt>,
+    cluster: Arc<RwLock<ClusterView>>,
+    identity: Arc<Identity>,
+    every: Duration,
+) {
+    let opts = RpcOptions {
+        recovery_timeout: Duration::from_secs(2),
+        request_timeout: Duration::from_secs(10),
+        ..Default::default()
+    };
+    let mut clients: HashMap<String, Arc<RpcClient>> = HashMap::new();
+    loop {
+        tokio::time::sleep(every).await;
+        let m = mdt.clone();
+        let pending = match tokio::task::spawn_blocking(move || m.pending_destroys(256)).await {
+            Ok(Ok(p)) => p,
+            Ok(Err(e)) => {
+                tracing::error!(mdt = mdt.index, "cannot read destroy queue: {e}");
+                continue;
+            }
+            Err(_) => continue,
+        };
+        if pending.is_empty() {
+            continue;
+        }
+        let config = cluster.read().expect("cluster view").config.clone();
+        let Some(config) = config else { continue };
+        let mut done = Vec::new();
+        for (key, rec) in pending {
+            let mut all = true;
+            for (ost, object) in &rec.objects {
+                let Some(t) = config.target(proto::msg::TargetKind::Ost, *ost) else {
+                    // The OST was removed from the configuration: nothing to destroy.
+                    continue;
+                };
+                if !t.up {
+                    all = false;
+                    break;
+                }
+                let c = clients
+                    .entry(t.address.clone())
+                    .or_insert_with(|| {
+                        Arc::new(RpcClient::new(
+                            t.address.clone(),
+                            identity.clone(),
+                            opts.clone(),
+                        ))
+                    })
+                    .clone();
+                if let Err(e) = c
+                    .call(
+                        &Request::OstDestroy {
+                            ost: *ost,
+                            object: *object,
+                        },
+                        vec![],
+                    )
+                    .await
+                {
+                    tracing::debug!("destroy of {} on OST {ost} failed: {e}", object.file_name());
+                    all = false;
+                    break;
+                }
+            }
+            if all {
+                done.push(key);
+            }
+        }
+        if !done.is_empty() {
+            mdt.submit(JobKind::DestroyDone(done)).await;
+        }
+    }
+}
+
+async fn prune_replies(mdt: Arc<Mdt>, keep: Duration) {
+    loop {
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        let before_secs = now_secs().saturating_sub(keep.as_secs());
+        mdt.submit(JobKind::PruneReplies { before_secs }).await;
+    }
+}
+
+impl Service for Mds {
+    async fn handle(&self, ctx: RequestCtx, req: Request, _payload: Bytes) -> Answer {
+        (self.dispatch(ctx, req).await, vec![])
+    }
+}
+
+impl Mds {
+    async fn dispatch(&self, ctx: RequestCtx, req: Request) -> Response {
+        let target = match &req {
+            Request::Ping => return Response::Ok,
+            Request::MdsStatfs { mdt } => {
+                return match self.dirs.get(mdt) {
+                    Some(d) => Response::Usage(proto::target::dir_usage(d)),
+                    None => Response::error(Errno::NoEnt, format!("MDT {mdt} is not served here")),
+                }
+            }
+            Request::MdsLookup { parent, .. }
+            | Request::MdsCreate { parent, .. }
+            | Request::MdsMkdir { parent, .. }
+            | Request::MdsSymlink { parent, .. }
+            | Request::MdsUnlink { parent, .. }
+            | Request::MdsRmdir { parent, .. }
+            | Request::MdsRename { parent, .. } => *parent,
+            Request::MdsLink { fid, parent, .. } => {
+                if fid.mdt() != parent.mdt() {
+                    return Response::error(
+                        Errno::XDev,
+                        "hard link across MDTs is not supported yet",
+                    );
+                }
+                *fid
+            }
+            Request::MdsGetattr { fid }
+            | Request::MdsOpen { fid, .. }
+            | Request::MdsReaddir { fid, .. }
+            | Request::MdsSetattr { fid, .. }
+            | Request::MdsReadlink { fid }
+            | Request::MdsSetxattr { fid, .. }
+            | Request::MdsGetxattr { fid, .. }
+            | Request::MdsListxattr { fid, .. }
+            | Request::MdsRemovexattr { fid, .. }
+            | Request::MdsSetDirLayout { fid, .. }
+            | Request::MdsGetDirLayout { fid }
+            | Request::MdsSizeUpdate { fid, .. } => *fid,
+            other => {
+                return Response::error(
+                    Errno::Proto,
+                    format!("an MDS does not serve {}", other.op_name()),
+                )
+            }
+        };
+        let mdt = match self.mdt(target) {
+            Ok(m) => m,
+            Err(r) => return r,
+        };
+        match req {
+            Request::MdsLookup {
+                creds,
+                parent,
+                name,
+            } => {
+                mdt.read(move |v| Ok(Response::Attr(v.lookup(&creds, parent, &name)?)))
+                    .await
+            }
+            Request::MdsGetattr { fid } => {
+                mdt.read(move |v| Ok(Response::Attr(v.must_inode(fid)?.attr(fid))))
+                    .await
+            }
+            Request::MdsOpen { creds, fid, flags } => {
+                mdt.read(move |v| Ok(Response::Attr(v.open(&creds, fid, flags)?)))
+                    .await
+            }
+            Request::MdsReaddir {
+                creds,
+                fid,
+                after,
+                max,
+            } => {
+                mdt.read(move |v| {
+                    let (entries, eof) = v.readdir(&creds, fid, after.as_deref(), max)?;
+                    Ok(Response::Dirents { entries, eof })
+                })
+                .await
+            }
+            Request::MdsReadlink { fid } => {
+                mdt.read(move |v| match v.must_inode(fid)?.symlink {
+                    Some(t) => Ok(Response::Link(t)),
+                    None => Ok(Response::error(Errno::Inval, "not a symlink")),
+                })
+                .await
+            }
+            Request::MdsGetxattr { creds, fid, name } => {
+                mdt.read(move |v| Ok(Response::Xattr(v.getxattr(&creds, fid, &name)?)))
+                    .await
+            }
+            Request::MdsListxattr { creds, fid } => {
+                mdt.read(move |v| Ok(Response::XattrNames(v.listxattr(&creds, fid)?)))
+                    .await
+            }
+            Request::MdsGetDirLayout { fid } => {
+                mdt.read(move |v| Ok(Response::DirLayout(v.must_inode(fid)?.dir_default)))
+                    .await
+            }
+            mutation => {
+                mdt.submit(JobKind::Client {
+                    client_id: ctx.client_id,
+                    xid: ctx.xid,
+                    req: mutation,
+                })
+                .await
+            }
+        }
+    }
+}
+
+/// Serves on `listener`.
+pub async fn serve(
+    mds: Arc<Mds>,
+    listener: tokio::net::TcpListener,
+    server: proto::server::ServerConfig,
+) {
+    proto::server::serve(listener, Arc::new(server), mds).await
+}

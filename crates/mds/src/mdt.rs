@@ -1,0 +1,1098 @@
+//! One MDT: its redb database and the namespace operations on it.
+//!
+//! Keys follow the 3FS style so the common operations are point reads and range scans:
+//!
+//! | table      | key                               | value                          |
+//! |------------|-----------------------------------|--------------------------------|
+//! | `inodes`   | FID (16 bytes, big-endian)        | [`Inode`] (postcard)           |
+//! | `dentries` | parent FID + name                 | child FID + kind               |
+//! | `xattrs`   | FID + name                        | value                          |
+//! | `destroy`  | sequence number                   | objects to destroy on OSTs     |
+//! | `replies`  | client id + xid                   | time + encoded response        |
+//! | `meta`     | name                              | counters, MDT index            |
+//!
+//! Mutations are applied by one committer thread in batches: many client operations,
+//! one transaction, one fsync, then the replies (group commit). Every mutation first
+//! validates (returning an errno without writing anything) and only then writes, so an
+//! errno reply never leaves a half-applied operation in the batch's transaction. Its
+//! reply is stored in `replies` in the same transaction, so a client that retries after
+//! a lost reply or a server crash gets the original answer instead of a second
+//! application (Lustre's reply reconstruction).
+
+use std::ops::Bound;
+
+use layout::{Layout, LayoutSpec, OstState};
+use proto::msg::{
+    Attr, Creds, DirEntry, FileKind, OpenFlags, RenameFlags, Request, Response, SetAttr, TimeSet,
+    Timespec, XattrMode,
+};
+use proto::{Errno, Fid, ObjectId};
+use redb::{ReadableTable, ReadableTableMetadata, Table, TableDefinition};
+use serde::{Deserialize, Serialize};
+use store::{decode, encode, Store, StoreError};
+
+use crate::inode::{sticky_allows, Inode, MAY_EXEC, MAY_READ, MAY_WRITE, S_ISGID, S_ISUID};
+
+pub const INODES: TableDefinition<&[u8], &[u8]> = TableDefinition::new("inodes");
+pub const DENTRIES: TableDefinition<&[u8], &[u8]> = TableDefinition::new("dentries");
+pub const XATTRS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("xattrs");
+pub const DESTROY: TableDefinition<u64, &[u8]> = TableDefinition::new("destroy");
+pub const REPLIES: TableDefinition<&[u8], &[u8]> = TableDefinition::new("replies");
+pub const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+
+/// Longest name of one directory entry (as Linux).
+pub const NAME_MAX: usize = 255;
+/// Largest symlink target (as Linux's PATH_MAX).
+pub const SYMLINK_MAX: usize = 4096;
+/// Largest xattr value and name.
+pub const XATTR_VALUE_MAX: usize = 64 * 1024;
+pub const XATTR_NAME_MAX: usize = 255;
+/// Most entries one readdir answer carries.
+pub const READDIR_MAX: u32 = 4096;
+
+/// Objects of a deleted file, waiting to be destroyed on their OSTs.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DestroyRecord {
+    pub objects: Vec<(u32, ObjectId)>,
+}
+
+/// Either an errno answer (nothing written) or a storage failure (abort the batch).
+#[derive(Debug)]
+pub enum OpError {
+    Errno(Errno, String),
+    Store(StoreError),
+}
+
+impl From<StoreError> for OpError {
+    fn from(e: StoreError) -> Self {
+        OpError::Store(e)
+    }
+}
+
+macro_rules! engine_errors {
+    ($($t:ty => $op:literal),*) => {$(
+        impl From<$t> for OpError {
+            fn from(e: $t) -> Self { OpError::Store(StoreError::engine($op, e)) }
+        }
+    )*};
+}
+engine_errors!(redb::StorageError => "storage", redb::TableError => "open table",
+               redb::TransactionError => "transaction", redb::CommitError => "commit");
+
+pub type OpResult<T> = Result<T, OpError>;
+
+fn fail<T>(code: Errno, msg: impl Into<String>) -> OpResult<T> {
+    Err(OpError::Errno(code, msg.into()))
+}
+
+fn dentry_key(parent: Fid, name: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(16 + name.len());
+    k.extend_from_slice(&parent.to_key());
+    k.extend_from_slice(name.as_bytes());
+    k
+}
+
+fn dentry_value(fid: Fid, kind: FileKind) -> Vec<u8> {
+    let mut v = fid.to_key().to_vec();
+    v.push(kind as u8);
+    v
+}
+
+fn decode_dentry(v: &[u8]) -> OpResult<(Fid, FileKind)> {
+    let fid = Fid::from_key(v).ok_or_else(|| {
+        OpError::Store(StoreError::Corrupt {
+            what: "dentry",
+            detail: "short value".into(),
+        })
+    })?;
+    let kind = match v.get(16) {
+        Some(0) => FileKind::File,
+        Some(1) => FileKind::Dir,
+        Some(2) => FileKind::Symlink,
+        _ => {
+            return Err(OpError::Store(StoreError::Corrupt {
+                what: "dentry",
+                detail: "bad kind".into(),
+            }))
+        }
+    };
+    Ok((fid, kind))
+}
+
+fn check_name(name: &str) -> OpResult<()> {
+    if name.is_empty() || name == "." || name == ".." || name.contains('/') || name.contains('\0') {
+        return fail(Errno::Inval, format!("invalid name {name:?}"));
+    }
+    if name.len() > NAME_MAX {
+        return fail(
+            Errno::NameTooLong,
+            format!("name of {} bytes exceeds {NAME_MAX}", name.len()),
+        );
+    }
+    Ok(())
+}
+
+/// Reads shared by read transactions and the committer's write transaction.
+pub struct View<I, D, X> {
+    pub inodes: I,
+    pub dentries: D,
+    pub xattrs: X,
+}
+
+type Rw<'a> = Table<'a, &'static [u8], &'static [u8]>;
+
+impl<I, D, X> View<I, D, X>
+where
+    I: ReadableTable<&'static [u8], &'static [u8]>,
+    D: ReadableTable<&'static [u8], &'static [u8]>,
+    X: ReadableTable<&'static [u8], &'static [u8]>,
+{
+    pub fn inode(&self, fid: Fid) -> OpResult<Option<Inode>> {
+        match self.inodes.get(fid.to_key().as_slice())? {
+            Some(v) => Ok(Some(decode(v.value(), "inode")?)),
+            None => Ok(None),
+        }
+    }
+
+    pub fn must_inode(&self, fid: Fid) -> OpResult<Inode> {
+        self.inode(fid)?
+            .map_or_else(|| fail(Errno::NoEnt, format!("no inode {fid}")), Ok)
+    }
+
+    /// The inode of a directory the caller may search (and, with `write`, modify).
+    pub fn dir_for(&self, creds: &Creds, fid: Fid, write: bool) -> OpResult<Inode> {
+        let dir = self.must_inode(fid)?;
+        if dir.kind != FileKind::Dir {
+            return fail(Errno::NotDir, format!("{fid} is not a directory"));
+        }
+        let want = if write {
+            MAY_WRITE | MAY_EXEC
+        } else {
+            MAY_EXEC
+        };
+        if !dir.may(creds, want) {
+            return fail(
+                Errno::Access,
+                format!("permission denied on directory {fid}"),
+            );
+        }
+        Ok(dir)
+    }
+
+    pub fn entry(&self, parent: Fid, name: &str) -> OpResult<Option<(Fid, FileKind)>> {
+        match self.dentries.get(dentry_key(parent, name).as_slice())? {
+            Some(v) => Ok(Some(decode_dentry(v.value())?)),
+            None => Ok(None),
+        }
+    }
+
+    pub fn dir_is_empty(&self, fid: Fid) -> OpResult<bool> {
+        let lo = fid.to_key();
+        let mut it = self
+            .dentries
+            .range::<&[u8]>((Bound::Included(lo.as_slice()), Bound::Unbounded))?;
+        match it.next() {
+            Some(row) => Ok(!row?.0.value().starts_with(&lo)),
+            None => Ok(true),
+        }
+    }
+
+    pub fn lookup(&self, creds: &Creds, parent: Fid, name: &str) -> OpResult<Attr> {
+        check_name(name)?;
+        self.dir_for(creds, parent, false)?;
+        let Some((fid, _)) = self.entry(parent, name)? else {
+            return fail(Errno::NoEnt, format!("{name} not found"));
+        };
+        Ok(self.must_inode(fid)?.attr(fid))
+    }
+
+    pub fn readdir(
+        &self,
+        creds: &Creds,
+        fid: Fid,
+        after: Option<&str>,
+        max: u32,
+    ) -> OpResult<(Vec<DirEntry>, bool)> {
+        let dir = self.must_inode(fid)?;
+        if dir.kind != FileKind::Dir {
+            return fail(Errno::NotDir, format!("{fid} is not a directory"));
+        }
+        if !dir.may(creds, MAY_READ) {
+            return fail(
+                Errno::Access,
+                format!("permission denied reading directory {fid}"),
+            );
+        }
+        let prefix = fid.to_key();
+        let start = match after {
+            Some(a) => Bound::Excluded(dentry_key(fid, a)),
+            None => Bound::Included(prefix.to_vec()),
+        };
+        let start_ref = match &start {
+            Bound::Included(k) => Bound::Included(k.as_slice()),
+            Bound::Excluded(k) => Bound::Excluded(k.as_slice()),
+            Bound::Unbounded => Bound::Unbounded,
+        };
+        let max = max.clamp(1, READDIR_MAX) as usize;
+        let mut out = Vec::new();
+        let mut eof = true;
+        for row in self
+            .dentries
+            .range::<&[u8]>((start_ref, Bound::Unbounded))?
+        {
+            let (k, v) = row?;
+            let k = k.value();
+            if !k.starts_with(&prefix) {
+                break;
+            }
+            if out.len() == max {
+                eof = false;
+                break;
+            }
+            let name = String::from_utf8_lossy(&k[16..]).into_owned();
+            let (child, kind) = decode_dentry(v.value())?;
+            out.push(DirEntry {
+                name,
+                fid: child,
+                kind,
+            });
+        }
+        Ok((out, eof))
+    }
+
+    pub fn getxattr(&self, creds: &Creds, fid: Fid, name: &str) -> OpResult<Vec<u8>> {
+        let ino = self.must_inode(fid)?;
+        xattr_access(&ino, creds, name, false)?;
+        match self.xattrs.get(dentry_key(fid, name).as_slice())? {
+            Some(v) => Ok(v.value().to_vec()),
+            None => fail(Errno::NoData, format!("no attribute {name}")),
+        }
+    }
+
+    pub fn listxattr(&self, creds: &Creds, fid: Fid) -> OpResult<Vec<String>> {
+        self.must_inode(fid)?;
+        let prefix = fid.to_key();
+        let mut out = Vec::new();
+        for row in self
+            .xattrs
+            .range::<&[u8]>((Bound::Included(prefix.as_slice()), Bound::Unbounded))?
+        {
+            let (k, _) = row?;
+            let k = k.value();
+            if !k.starts_with(&prefix) {
+                break;
+            }
+            let name = String::from_utf8_lossy(&k[16..]).into_owned();
+            if name.starts_with("trusted.") && creds.uid != 0 {
+                continue;
+            }
+            out.push(name);
+        }
+        Ok(out)
+    }
+
+    pub fn open(&self, creds: &Creds, fid: Fid, flags: OpenFlags) -> OpResult<Attr> {
+        let ino = self.must_inode(fid)?;
+        check_open(&ino, creds, flags)?;
+        Ok(ino.attr(fid))
+    }
+}
+
+fn check_open(ino: &Inode, creds: &Creds, flags: OpenFlags) -> OpResult<()> {
+    if ino.kind == FileKind::Dir && (flags.write || flags.truncate) {
+        return fail(Errno::IsDir, "cannot open a directory for writing");
+    }
+    let mut want = 0;
+    if flags.read {
+        want |= MAY_READ;
+    }
+    if flags.write || flags.truncate {
+        want |= MAY_WRITE;
+    }
+    if !ino.may(creds, want) {
+        return fail(Errno::Access, "permission denied");
+    }
+    Ok(())
+}
+
+fn xattr_access(ino: &Inode, creds: &Creds, name: &str, write: bool) -> OpResult<()> {
+    if name.is_empty() || name.len() > XATTR_NAME_MAX {
+        return fail(Errno::Range, "xattr name empty or too long");
+    }
+    if name.starts_with("trusted.") || name.starts_with("security.") {
+        if creds.uid != 0 {
+            return if write {
+                fail(Errno::Perm, "only root may set trusted.* attributes")
+            } else {
+                fail(Errno::NoData, "no such attribute")
+            };
+        }
+        return Ok(());
+    }
+    if name.starts_with("user.") {
+        if ino.kind == FileKind::Symlink {
+            return fail(Errno::Perm, "user.* attributes are not allowed on symlinks");
+        }
+        let want = if write { MAY_WRITE } else { MAY_READ };
+        if !ino.may(creds, want) {
+            return fail(Errno::Access, "permission denied");
+        }
+        return Ok(());
+    }
+    fail(
+        Errno::Inval,
+        format!("unsupported xattr namespace in {name:?} (user., trusted., security.)"),
+    )
+}
+
+/// Context the committer passes to a mutation.
+pub struct Placement<'a> {
+    pub osts: &'a [OstState],
+    pub cursor: u64,
+    pub default_layout: &'a LayoutSpec,
+}
+
+/// The committer's write view: every table open for the batch.
+pub struct Writer<'a> {
+    pub view: View<Rw<'a>, Rw<'a>, Rw<'a>>,
+    pub destroy: Table<'a, u64, &'static [u8]>,
+    pub meta: Table<'a, &'static str, &'static [u8]>,
+    pub mdt_index: u32,
+}
+
+impl<'a> Writer<'a> {
+    pub fn open(txn: &'a redb::WriteTransaction, mdt_index: u32) -> OpResult<Writer<'a>> {
+        Ok(Writer {
+            view: View {
+                inodes: txn.open_table(INODES)?,
+                dentries: txn.open_table(DENTRIES)?,
+                xattrs: txn.open_table(XATTRS)?,
+            },
+            destroy: txn.open_table(DESTROY)?,
+            meta: txn.open_table(META)?,
+            mdt_index,
+        })
+    }
+
+    fn put_inode(&mut self, fid: Fid, ino: &Inode) -> OpResult<()> {
+        self.view
+            .inodes
+            .insert(fid.to_key().as_slice(), encode(ino).as_slice())?;
+        Ok(())
+    }
+
+    fn meta_u64(&self, key: &str) -> OpResult<Option<u64>> {
+        Ok(self
+            .meta
+            .get(key)?
+            .and_then(|v| v.value().try_into().ok().map(u64::from_le_bytes)))
+    }
+
+    fn set_meta_u64(&mut self, key: &str, v: u64) -> OpResult<()> {
+        self.meta.insert(key, v.to_le_bytes().as_slice())?;
+        Ok(())
+    }
+
+    /// Allocates a new FID on this MDT: a sequence holds 2^32 - 1 object ids.
+    fn new_fid(&mut self) -> OpResult<Fid> {
+        let mut seq = self
+            .meta_u64("seq")?
+            .unwrap_or(proto::fid::FIRST_SEQ as u64);
+        let mut oid = self.meta_u64("next_oid")?.unwrap_or(2);
+        if oid > u32::MAX as u64 {
+            seq += 1;
+            oid = 1;
+        }
+        if seq > 0xffff {
+            return fail(Errno::NoSpc, "this MDT has used all of its FID sequences");
+        }
+        self.set_meta_u64("seq", seq)?;
+        self.set_meta_u64("next_oid", oid + 1)?;
+        Ok(Fid::new(self.mdt_index, seq as u32, oid as u32))
+    }
+
+    fn touch_dir(
+        &mut self,
+        fid: Fid,
+        dir: &mut Inode,
+        now: Timespec,
+        nlink_delta: i32,
+    ) -> OpResult<()> {
+        dir.mtime = now;
+        dir.ctime = now;
+        dir.nlink = (dir.nlink as i64 + nlink_delta as i64).max(0) as u32;
+        self.put_inode(fid, dir)
+    }
+
+    /// Removes an inode whose last name is gone; queues its objects for destruction.
+    fn drop_inode(&mut self, fid: Fid, ino: &Inode) -> OpResult<()> {
+        self.view.inodes.remove(fid.to_key().as_slice())?;
+        let prefix = fid.to_key();
+        let keys: Vec<Vec<u8>> = self
+            .view
+            .xattrs
+            .range::<&[u8]>((Bound::Included(prefix.as_slice()), Bound::Unbounded))?
+            .map_while(|r| {
+                r.ok()
+                    .map(|(k, _)| k.value().to_vec())
+                    .filter(|k| k.starts_with(&prefix))
+            })
+            .collect();
+        for k in keys {
+            self.view.xattrs.remove(k.as_slice())?;
+        }
+        if let Some(layout) = &ino.layout {
+            let objects = layout_objects(fid, layout);
+            if !objects.is_empty() {
+                let seq = self.meta_u64("destroy_seq")?.unwrap_or(0) + 1;
+                self.set_meta_u64("destroy_seq", seq)?;
+                self.destroy
+                    .insert(seq, encode(&DestroyRecord { objects }).as_slice())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies one mutation. Errno errors are returned before anything is written.
+    pub fn apply(&mut self, req: Request, place: &mut Placement<'_>) -> OpResult<Response> {
+        let now = Timespec::now();
+        match req {
+            Request::MdsCreate {
+                creds,
+                parent,
+                name,
+                mode,
+                exclusive,
+                flags,
+                layout,
+            } => self.create(
+                &creds, parent, &name, mode, exclusive, flags, layout, place, now,
+            ),
+            Request::MdsMkdir {
+                creds,
+                parent,
+                name,
+                mode,
+            } => self.mkdir(&creds, parent, &name, mode, now),
+            Request::MdsSymlink {
+                creds,
+                parent,
+                name,
+                target,
+            } => self.symlink(&creds, parent, &name, &target, now),
+            Request::MdsLink {
+                creds,
+                fid,
+                parent,
+                name,
+            } => self.link(&creds, fid, parent, &name, now),
+            Request::MdsUnlink {
+                creds,
+                parent,
+                name,
+            } => self.remove(&creds, parent, &name, false, now),
+            Request::MdsRmdir {
+                creds,
+                parent,
+                name,
+            } => self.remove(&creds, parent, &name, true, now),
+            Request::MdsRename {
+                creds,
+                parent,
+                name,
+                new_parent,
+                new_name,
+                flags,
+            } => self.rename(&creds, parent, &name, new_parent, &new_name, flags, now),
+            Request::MdsSetattr { creds, fid, set } => self.setattr(&creds, fid, set, now),
+            Request::MdsSetxattr {
+                creds,
+                fid,
+                name,
+                value,
+                mode,
+            } => self.setxattr(&creds, fid, &name, value, mode, now),
+            Request::MdsRemovexattr { creds, fid, name } => {
+                self.removexattr(&creds, fid, &name, now)
+            }
+            Request::MdsSetDirLayout { creds, fid, spec } => {
+                self.set_dir_layout(&creds, fid, spec, now)
+            }
+            Request::MdsSizeUpdate { fid, size, mtime } => {
+                let mut ino = self.view.must_inode(fid)?;
+                if ino.kind != FileKind::File {
+                    return fail(Errno::IsDir, "size update of a non-file");
+                }
+                ino.size = ino.size.max(size);
+                ino.mtime = mtime;
+                ino.ctime = now.max(mtime);
+                self.put_inode(fid, &ino)?;
+                Ok(Response::Attr(ino.attr(fid)))
+            }
+            other => fail(
+                Errno::Proto,
+                format!("{} is not a mutation", other.op_name()),
+            ),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn create(
+        &mut self,
+        creds: &Creds,
+        parent: Fid,
+        name: &str,
+        mode: u32,
+        exclusive: bool,
+        flags: OpenFlags,
+        spec: Option<LayoutSpec>,
+        place: &Placement<'_>,
+        now: Timespec,
+    ) -> OpResult<Response> {
+        check_name(name)?;
+        let mut dir = self.view.dir_for(creds, parent, false)?;
+        if let Some((fid, _)) = self.view.entry(parent, name)? {
+            if exclusive {
+                return fail(Errno::Exist, format!("{name} exists"));
+            }
+            let ino = self.view.must_inode(fid)?;
+            if ino.kind == FileKind::Dir {
+                return fail(Errno::IsDir, format!("{name} is a directory"));
+            }
+            check_open(&ino, creds, flags)?;
+            return Ok(Response::Created {
+                attr: ino.attr(fid),
+                existed: true,
+            });
+        }
+        if !dir.may(creds, MAY_WRITE | MAY_EXEC) {
+            return fail(
+                Errno::Access,
+                "permission denied creating in this directory",
+            );
+        }
+        let layout = self.choose_layout(&dir, spec, place)?;
+        let fid = self.new_fid()?;
+        let gid = if dir.mode & S_ISGID != 0 {
+            dir.gid
+        } else {
+            creds.gid
+        };
+        let mut ino = Inode::new(FileKind::File, mode, creds, gid, now);
+        ino.layout = Some(layout);
+        self.put_inode(fid, &ino)?;
+        self.view.dentries.insert(
+            dentry_key(parent, name).as_slice(),
+            dentry_value(fid, FileKind::File).as_slice(),
+        )?;
+        self.touch_dir(parent, &mut dir, now, 0)?;
+        Ok(Response::Created {
+            attr: ino.attr(fid),
+            existed: false,
+        })
+    }
+
+    /// The layout of a new file: the request, filled from the parent directory's
+    /// default, then from the file system default.
+    fn choose_layout(
+        &self,
+        dir: &Inode,
+        spec: Option<LayoutSpec>,
+        place: &Placement<'_>,
+    ) -> OpResult<Layout> {
+        let root_default = if dir.dir_default.is_none() {
+            self.view.inode(Fid::ROOT)?.and_then(|r| r.dir_default)
+        } else {
+            None
+        };
+        let mut fallback = dir
+            .dir_default
+            .clone()
+            .or(root_default)
+            .unwrap_or_else(|| place.default_layout.clone());
+        fallback = fallback.inherit(place.default_layout);
+        let wanted = spec.unwrap_or_else(|| fallback.clone()).inherit(&fallback);
+        if place.osts.is_empty() {
+            return fail(
+                Errno::Again,
+                "the MDS has not learned the OST list from the MGS yet",
+            );
+        }
+        wanted.instantiate(place.osts, place.cursor).map_err(|e| {
+            let code = match e {
+                layout::PlacementError::NoOstUp => Errno::NoSpc,
+                _ => Errno::Inval,
+            };
+            OpError::Errno(code, format!("cannot place file: {e}"))
+        })
+    }
+
+    fn mkdir(
+        &mut self,
+        creds: &Creds,
+        parent: Fid,
+        name: &str,
+        mode: u32,
+        now: Timespec,
+    ) -> OpResult<Response> {
+        check_name(name)?;
+        let mut dir = self.view.dir_for(creds, parent, true)?;
+        if self.view.entry(parent, name)?.is_some() {
+            return fail(Errno::Exist, format!("{name} exists"));
+        }
+        let fid = self.new_fid()?;
+        let setgid = dir.mode & S_ISGID != 0;
+        let gid = if setgid { dir.gid } else { creds.gid };
+        let mut ino = Inode::new(
+            FileKind::Dir,
+            mode | if setgid { S_ISGID } else { 0 },
+            creds,
+            gid,
+            now,
+        );
+        ino.parent = Some(parent);
+        // Subdirectories inherit their parent's default layout (the root's default is
+        // the file system default and is not copied).
+        if parent != Fid::ROOT {
+            ino.dir_default = dir.dir_default.clone();
+        }
+        self.put_inode(fid, &ino)?;
+        self.view.dentries.insert(
+            dentry_key(parent, name).as_slice(),
+            dentry_value(fid, FileKind::Dir).as_slice(),
+        )?;
+        self.touch_dir(parent, &mut dir, now, 1)?;
+        Ok(Response::Attr(ino.attr(fid)))
+    }
+
+    fn symlink(
+        &mut self,
+        creds: &Creds,
+        parent: Fid,
+        name: &str,
+        target: &str,
+        now: Timespec,
+    ) -> OpResult<Response> {
+        check_name(name)?;
+        if target.is_empty() || target.len() > SYMLINK_MAX {
+            return fail(Errno::NameTooLong, "symlink target empty or too long");
+        }
+        let mut dir = self.view.dir_for(creds, parent, true)?;
+        if self.view.entry(parent, name)?.is_some() {
+            return fail(Errno::Exist, format!("{name} exists"));
+        }
+        let fid = self.new_fid()?;
+        let mut ino = Inode::new(FileKind::Symlink, 0o777, creds, creds.gid, now);
+        ino.size = target.len() as u64;
+        ino.symlink = Some(target.to_string());
+        self.put_inode(fid, &ino)?;
+        self.view.dentries.insert(
+            dentry_key(parent, name).as_slice(),
+            dentry_value(fid, FileKind::Symlink).as_slice(),
+        )?;
+        self.touch_dir(parent, &mut dir, now, 0)?;
+        Ok(Response::Attr(ino.attr(fid)))
+    }
+
+    fn link(
+        &mut self,
+        creds: &Creds,
+        fid: Fid,
+        parent: Fid,
+        name: &str,
+        now: Timespec,
+    ) -> OpResult<Response> {
+        check_name(name)?;
+        let mut ino = self.view.must_inode(fid)?;
+        if ino.kind == FileKind::Dir {
+            return fail(Errno::Perm, "hard links to directories are not allowed");
+        }
+        let mut dir = self.view.dir_for(creds, parent, true)?;
+        if self.view.entry(parent, name)?.is_some() {
+            return fail(Errno::Exist, format!("{name} exists"));
+        }
+        if ino.nlink >= 65000 {
+            return fail(Errno::Range, "too many links");
+        }
+        ino.nlink += 1;
+        ino.ctime = now;
+        self.put_inode(fid, &ino)?;
+        self.view.dentries.insert(
+            dentry_key(parent, name).as_slice(),
+            dentry_value(fid, ino.kind).as_slice(),
+        )?;
+        self.touch_dir(parent, &mut dir, now, 0)?;
+        Ok(Response::Attr(ino.attr(fid)))
+    }
+
+    fn remove(
+        &mut self,
+        creds: &Creds,
+        parent: Fid,
+        name: &str,
+        is_rmdir: bool,
+        now: Timespec,
+    ) -> OpResult<Response> {
+        check_name(name)?;
+        let mut dir = self.view.dir_for(creds, parent, true)?;
+        let Some((fid, kind)) = self.view.entry(parent, name)? else {
+            return fail(Errno::NoEnt, format!("{name} not found"));
+        };
+        let mut ino = self.view.must_inode(fid)?;
+        match (is_rmdir, kind == FileKind::Dir) {
+            (true, false) => return fail(Errno::NotDir, format!("{name} is not a directory")),
+            (false, true) => return fail(Errno::IsDir, format!("{name} is a directory")),
+            (true, true) if !self.view.dir_is_empty(fid)? => {
+                return fail(Errno::NotEmpty, format!("{name} is not empty"))
+            }
+            _ => {}
+        }
+        if !sticky_allows(&dir, &ino, creds) {
+            return fail(Errno::Perm, "sticky directory: not the owner");
+        }
+        self.view
+            .dentries
+            .remove(dentry_key(parent, name).as_slice())?;
+        if is_rmdir {
+            self.drop_inode(fid, &ino)?;
+            self.touch_dir(parent, &mut dir, now, -1)?;
+        } else {
+            ino.nlink = ino.nlink.saturating_sub(1);
+            if ino.nlink == 0 {
+                self.drop_inode(fid, &ino)?;
+            } else {
+                ino.ctime = now;
+                self.put_inode(fid, &ino)?;
+            }
+            self.touch_dir(parent, &mut dir, now, 0)?;
+        }
+        Ok(Response::Ok)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn rename(
+        &mut self,
+        creds: &Creds,
+        parent: Fid,
+        name: &str,
+        new_parent: Fid,
+        new_name: &str,
+        flags: RenameFlags,
+        now: Timespec,
+    ) -> OpResult<Response> {
+        check_name(name)?;
+        check_name(new_name)?;
+        let src_dir = self.view.dir_for(creds, parent, true)?;
+        let dst_dir = self.view.dir_for(creds, new_parent, true)?;
+        let Some((fid, kind)) = self.view.entry(parent, name)? else {
+            return fail(Errno::NoEnt, format!("{name} not found"));
+        };
+        let mut ino = self.view.must_inode(fid)?;
+        if !sticky_allows(&src_dir, &ino, creds) {
+            return fail(Errno::Perm, "sticky directory: not the owner");
+        }
+        let target = self.view.entry(new_parent, new_name)?;
+        if let Some((tfid, _)) = target {
+            if tfid == fid {
+                return Ok(Response::Ok); // Both names are links to the same inode: no-op.
+            }
+        }
+        let is_dir = kind == FileKind::Dir;
+        if is_dir {
+            // No moving a directory under itself: walk up from the new parent.
+            let mut at = Some(new_parent);
+            let mut steps = 0;
+            while let Some(p) = at {
+                if p == fid {
+                    return fail(Errno::Inval, "cannot move a directory into itself");
+                }
+                if p == Fid::ROOT || steps > 4096 {
+                    break;
+                }
+                at = self.view.inode(p)?.and_then(|i| i.parent);
+                steps += 1;
+            }
+        }
+        let mut victim = None;
+        if let Some((tfid, tkind)) = target {
+            if flags.noreplace {
+                return fail(Errno::Exist, format!("{new_name} exists"));
+            }
+            let t = self.view.must_inode(tfid)?;
+            match (is_dir, tkind == FileKind::Dir) {
+                (true, false) => {
+                    return fail(Errno::NotDir, format!("{new_name} is not a directory"))
+                }
+                (false, true) => return fail(Errno::IsDir, format!("{new_name} is a directory")),
+                (true, true) if !self.view.dir_is_empty(tfid)? => {
+                    return fail(Errno::NotEmpty, format!("{new_name} is not empty"))
+                }
+                _ => {}
+            }
+            if !sticky_allows(&dst_dir, &t, creds) {
+                return fail(Errno::Perm, "sticky directory: not the owner of the target");
+            }
+            victim = Some((tfid, t));
+        }
+        // All checks passed: write.
+        let mut dst_nlink = 0;
+        if let Some((tfid, mut t)) = victim {
+            if t.kind == FileKind::Dir {
+                self.drop_inode(tfid, &t)?;
+                dst_nlink -= 1;
+            } else {
+                t.nlink = t.nlink.saturating_sub(1);
+                if t.nlink == 0 {
+                    self.drop_inode(tfid, &t)?;
+                } else {
+                    t.ctime = now;
+                    self.put_inode(tfid, &t)?;
+                }
+            }
+        }
+        self.view
+            .dentries
+            .remove(dentry_key(parent, name).as_slice())?;
+        self.view.dentries.insert(
+            dentry_key(new_parent, new_name).as_slice(),
+            dentry_value(fid, kind).as_slice(),
+        )?;
+        ino.ctime = now;
+        if is_dir {
+            ino.parent = Some(new_parent);
+        }
+        self.put_inode(fid, &ino)?;
+        if parent == new_parent {
+            let mut d = self.view.must_inode(parent)?;
+            self.touch_dir(parent, &mut d, now, dst_nlink)?;
+        } else {
+            let moved = if is_dir { 1 } else { 0 };
+            let mut s = self.view.must_inode(parent)?;
+            self.touch_dir(parent, &mut s, now, -moved)?;
+            let mut d = self.view.must_inode(new_parent)?;
+            self.touch_dir(new_parent, &mut d, now, dst_nlink + moved)?;
+        }
+        Ok(Response::Ok)
+    }
+
+    fn setattr(
+        &mut self,
+        creds: &Creds,
+        fid: Fid,
+        set: SetAttr,
+        now: Timespec,
+    ) -> OpResult<Response> {
+        let mut ino = self.view.must_inode(fid)?;
+        let owner = ino.is_owner_or_root(creds);
+        if let Some(mode) = set.mode {
+            if !owner {
+                return fail(Errno::Perm, "only the owner may change the mode");
+            }
+            let mut m = mode & 0o7777;
+            if creds.uid != 0 && !creds.in_group(set.gid.unwrap_or(ino.gid)) {
+                m &= !S_ISGID;
+            }
+            ino.mode = m;
+        }
+        if set.uid.is_some() || set.gid.is_some() {
+            let uid_change = set.uid.is_some_and(|u| u != ino.uid);
+            if uid_change && creds.uid != 0 {
+                return fail(Errno::Perm, "only root may change the owner");
+            }
+            if let Some(g) = set.gid {
+                if g != ino.gid && creds.uid != 0 && !(creds.uid == ino.uid && creds.in_group(g)) {
+                    return fail(
+                        Errno::Perm,
+                        "only root or the owner (to one of their groups) may change the group",
+                    );
+                }
+            }
+            if ino.kind == FileKind::File {
+                // As Linux: a change of owner drops set-user-id and set-group-id.
+                ino.mode &= !S_ISUID;
+                if ino.mode & 0o010 != 0 {
+                    ino.mode &= !S_ISGID;
+                }
+            }
+            if let Some(u) = set.uid {
+                ino.uid = u;
+            }
+            if let Some(g) = set.gid {
+                ino.gid = g;
+            }
+        }
+        if let Some(size) = set.size {
+            match ino.kind {
+                FileKind::Dir => return fail(Errno::IsDir, "cannot truncate a directory"),
+                FileKind::Symlink => return fail(Errno::Inval, "cannot truncate a symlink"),
+                FileKind::File => {}
+            }
+            if !ino.may(creds, MAY_WRITE) {
+                return fail(Errno::Access, "permission denied");
+            }
+            if size != ino.size {
+                ino.mtime = now;
+            }
+            ino.size = size;
+        }
+        for (which, value) in [(0, set.atime), (1, set.mtime)] {
+            let Some(value) = value else { continue };
+            let t = match value {
+                TimeSet::Now => {
+                    if !owner && !ino.may(creds, MAY_WRITE) {
+                        return fail(Errno::Access, "permission denied");
+                    }
+                    now
+                }
+                TimeSet::At(t) => {
+                    if !owner {
+                        return fail(Errno::Perm, "only the owner may set times");
+                    }
+                    t
+                }
+            };
+            if which == 0 {
+                ino.atime = t;
+            } else {
+                ino.mtime = t;
+            }
+        }
+        ino.ctime = now;
+        self.put_inode(fid, &ino)?;
+        Ok(Response::Attr(ino.attr(fid)))
+    }
+
+    fn setxattr(
+        &mut self,
+        creds: &Creds,
+        fid: Fid,
+        name: &str,
+        value: Vec<u8>,
+        mode: XattrMode,
+        now: Timespec,
+    ) -> OpResult<Response> {
+        let mut ino = self.view.must_inode(fid)?;
+        xattr_access(&ino, creds, name, true)?;
+        if value.len() > XATTR_VALUE_MAX {
+            return fail(
+                Errno::Range,
+                format!(
+                    "xattr value of {} bytes exceeds {XATTR_VALUE_MAX}",
+                    value.len()
+                ),
+            );
+        }
+        let key = dentry_key(fid, name);
+        let exists = self.view.xattrs.get(key.as_slice())?.is_some();
+        match mode {
+            XattrMode::Create if exists => return fail(Errno::Exist, format!("{name} exists")),
+            XattrMode::Replace if !exists => {
+                return fail(Errno::NoData, format!("no attribute {name}"))
+            }
+            _ => {}
+        }
+        self.view.xattrs.insert(key.as_slice(), value.as_slice())?;
+        ino.ctime = now;
+        self.put_inode(fid, &ino)?;
+        Ok(Response::Ok)
+    }
+
+    fn removexattr(
+        &mut self,
+        creds: &Creds,
+        fid: Fid,
+        name: &str,
+        now: Timespec,
+    ) -> OpResult<Response> {
+        let mut ino = self.view.must_inode(fid)?;
+        xattr_access(&ino, creds, name, true)?;
+        let key = dentry_key(fid, name);
+        if self.view.xattrs.get(key.as_slice())?.is_none() {
+            return fail(Errno::NoData, format!("no attribute {name}"));
+        }
+        self.view.xattrs.remove(key.as_slice())?;
+        ino.ctime = now;
+        self.put_inode(fid, &ino)?;
+        Ok(Response::Ok)
+    }
+
+    fn set_dir_layout(
+        &mut self,
+        creds: &Creds,
+        fid: Fid,
+        spec: Option<LayoutSpec>,
+        now: Timespec,
+    ) -> OpResult<Response> {
+        let mut ino = self.view.must_inode(fid)?;
+        if ino.kind != FileKind::Dir {
+            return fail(Errno::NotDir, "a default layout belongs to a directory");
+        }
+        if !ino.is_owner_or_root(creds) {
+            return fail(
+                Errno::Perm,
+                "only the owner may set a directory's default layout",
+            );
+        }
+        if let Some(s) = &spec {
+            s.validate()
+                .map_err(|e| OpError::Errno(Errno::Inval, format!("invalid layout: {e}")))?;
+        }
+        ino.dir_default = spec;
+        ino.ctime = now;
+        self.put_inode(fid, &ino)?;
+        Ok(Response::Ok)
+    }
+}
+
+/// Every OST object a layout names.
+pub fn layout_objects(fid: Fid, layout: &Layout) -> Vec<(u32, ObjectId)> {
+    let mut out = Vec::new();
+    for c in &layout.components {
+        for (stripe, &ost) in c.osts.iter().enumerate() {
+            out.push((
+                ost,
+                ObjectId {
+                    fid,
+                    component: c.id,
+                    stripe: stripe as u32,
+                },
+            ));
+        }
+    }
+    out
+}
+
+/// Formats a new MDT database or checks an existing one.
+pub fn format(store: &Store, mdt_index: u32, default_layout: &LayoutSpec) -> OpResult<()> {
+    let txn = store.begin_write()?;
+    {
+        let mut w = Writer::open(&txn, mdt_index)?;
+        let stored = w.meta.get("mdt_index")?.map(|v| v.value().to_vec());
+        match stored {
+            Some(v) => {
+                let stored = u32::from_le_bytes(v.as_slice().try_into().unwrap_or([0xff; 4]));
+                if stored != mdt_index {
+                    return fail(
+                        Errno::Inval,
+                        format!("database belongs to MDT {stored}, not MDT {mdt_index}"),
+                    );
+                }
+            }
+            None => {
+                w.meta
+                    .insert("mdt_index", mdt_index.to_le_bytes().as_slice())?;
+            }
+        }
+        if mdt_index == 0 && w.view.inode(Fid::ROOT)?.is_none() {
+            let now = Timespec::now();
+            let mut root = Inode::new(FileKind::Dir, 0o755, &Creds::root(), 0, now);
+            root.dir_default = Some(default_layout.clone());
+            root.parent = Some(Fid::ROOT);
+            w.put_inode(Fid::ROOT, &root)?;
+        }
+        let _ = w.destroy.len()?;
+        txn.open_table(REPLIES)?;
+    }
+    txn.commit()?;
+    Ok(())
+}
