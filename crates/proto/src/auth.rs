@@ -230,7 +230,12 @@ pub async fn server_handshake<S: AsyncRead + AsyncWrite + Unpin>(
     let p: AuthProof = recv(s).await?;
     if let Secret::Key(k) = secret {
         if !verify(k, b"client", &sn, &hello.client_nonce, &p.client_proof) {
-            let why = "wrong cluster secret (the client's proof does not match)".to_string();
+            let why = if p.client_proof.is_empty() {
+                "the client has no cluster secret (it needs --secret-file or BRAID_SECRET_FILE)"
+                    .to_string()
+            } else {
+                "wrong cluster secret (the client's proof does not match)".to_string()
+            };
             let _ = send(s, &AuthResult::Denied(why.clone())).await;
             return Err(why);
         }

@@ -1,0 +1,108 @@
+//! `braid.toml`: one file per node with a section per role. Every option also has a
+//! command-line flag, which wins.
+//!
+//! ```toml
+//! fsname = "braid"
+//! secret_file = "/etc/braid/cluster.secret"
+//! heartbeat_ms = 1000
+//!
+//! [mgs]
+//! listen = "10.0.0.1:9400"
+//! data = "/srv/braid/mgs"
+//!
+//! [mds]
+//! listen = "10.0.0.2:9401"
+//! mgs = "10.0.0.1:9400"
+//! mdts = ["/srv/braid/mdt0"]
+//!
+//! [oss]
+//! listen = "10.0.0.3:9402"
+//! mgs = "10.0.0.1:9400"
+//! osts = ["/srv/braid/ost0", "/srv/braid/ost1"]
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use serde::Deserialize;
+
+use crate::serve::Common;
+use crate::ServerOpts;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub fsname: Option<String>,
+    pub secret_file: Option<PathBuf>,
+    #[serde(default)]
+    pub insecure: bool,
+    pub heartbeat_ms: Option<u64>,
+    #[serde(default)]
+    pub mgs: MgsSection,
+    #[serde(default)]
+    pub mds: MdsSection,
+    #[serde(default)]
+    pub oss: OssSection,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MgsSection {
+    pub listen: Option<String>,
+    pub data: Option<PathBuf>,
+    pub target_timeout_ms: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MdsSection {
+    pub listen: Option<String>,
+    pub advertise: Option<String>,
+    pub mgs: Option<String>,
+    #[serde(default)]
+    pub mdts: Vec<PathBuf>,
+    pub default_stripe_count: Option<i64>,
+    pub default_stripe_size: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OssSection {
+    pub listen: Option<String>,
+    pub advertise: Option<String>,
+    pub mgs: Option<String>,
+    #[serde(default)]
+    pub osts: Vec<PathBuf>,
+}
+
+/// Reads the configuration file, if one is given.
+pub fn load(path: Option<&Path>) -> Result<FileConfig> {
+    let Some(path) = path else {
+        return Ok(FileConfig::default());
+    };
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    toml::from_str(&text).with_context(|| format!("invalid configuration in {}", path.display()))
+}
+
+/// Settings shared by the roles, flags over file.
+pub fn common(opts: &ServerOpts, file: &FileConfig) -> Result<Common> {
+    let secret = crate::server_secret(
+        opts.secret_file.clone().or(file.secret_file.clone()),
+        opts.insecure || file.insecure,
+    )?;
+    let heartbeat_ms = opts.heartbeat_ms.or(file.heartbeat_ms).unwrap_or(1000);
+    if heartbeat_ms == 0 {
+        anyhow::bail!("heartbeat interval must be positive");
+    }
+    Ok(Common {
+        fsname: opts
+            .fsname
+            .clone()
+            .or(file.fsname.clone())
+            .unwrap_or_else(|| "braid".into()),
+        secret,
+        heartbeat: Duration::from_millis(heartbeat_ms),
+    })
+}

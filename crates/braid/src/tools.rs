@@ -1,0 +1,937 @@
+//! The command-line tools over the native client (`cp`, `ls`, `rm`, `mkdir`, `stat`,
+//! `setstripe`, `getstripe`, `df`) and the all-in-one `local` launcher.
+
+use std::collections::HashMap;
+use std::io::{IsTerminal, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use bytes::Bytes;
+use client::{BlockingClient, Client, ClientConfig};
+use layout::{ComponentSpec, Layout, LayoutSpec, EOF};
+use proto::msg::{Attr, Creds, FileKind, OpenFlags, TargetKind, Timespec};
+use proto::{Errno, ObjectId};
+
+use crate::serve::{self, Common};
+use crate::url::{require, BraidPath};
+use crate::ClientOpts;
+
+/// Transfer unit of `cp`: big enough to keep every OST of a wide file busy.
+const CP_CHUNK: usize = 32 << 20;
+
+fn connect(opts: &ClientOpts, mgs: &str) -> Result<BlockingClient> {
+    let mut cfg = ClientConfig::new(mgs, crate::client_secret(&opts.secret_file)?);
+    cfg.rpc.recovery_timeout = Duration::from_secs(opts.timeout_s.max(1));
+    BlockingClient::connect(cfg, 2)
+        .with_context(|| format!("cannot connect to the cluster at {mgs}"))
+}
+
+fn creds() -> Creds {
+    client::process_creds()
+}
+
+pub fn local(
+    data: &Path,
+    osts: u32,
+    mdts: u32,
+    listen: &str,
+    fsname: &str,
+    heartbeat_ms: u64,
+    target_timeout_ms: u64,
+) -> Result<()> {
+    if osts == 0 || mdts == 0 {
+        bail!("a cluster needs at least one MDT and one OST");
+    }
+    if osts > 256 || mdts > 16 {
+        bail!("braid local runs at most 16 MDTs and 256 OSTs");
+    }
+    std::fs::create_dir_all(data).with_context(|| format!("cannot create {}", data.display()))?;
+    let secret_path = data.join("cluster.secret");
+    let secret = proto::auth::Secret::create_file(&secret_path).map_err(anyhow::Error::msg)?;
+    let common = Common {
+        fsname: fsname.to_string(),
+        secret,
+        heartbeat: Duration::from_millis(heartbeat_ms.max(1)),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let r = rt.block_on(async {
+        let mgs = serve::start_mgs(
+            listen,
+            &data.join("mgs"),
+            &common,
+            Duration::from_millis(target_timeout_ms),
+        )
+        .await?;
+        let mdt_dirs: Vec<PathBuf> = (0..mdts).map(|i| data.join(format!("mdt{i}"))).collect();
+        let ost_dirs: Vec<PathBuf> = (0..osts).map(|i| data.join(format!("ost{i}"))).collect();
+        let default = LayoutSpec::raid0(Some(1), Some(1 << 20));
+        serve::start_mds("127.0.0.1:0", None, &mgs, &mdt_dirs, &common, default).await?;
+        serve::start_oss("127.0.0.1:0", None, &mgs, &ost_dirs, &common).await?;
+        let abs = std::fs::canonicalize(&secret_path).unwrap_or(secret_path.clone());
+        println!(
+            "braid local: file system '{fsname}' with {mdts} MDT(s) and {osts} OST(s), data in {}",
+            data.display()
+        );
+        println!("MGS at {mgs}");
+        println!("client: export BRAID_SECRET_FILE={}", abs.display());
+        println!("        braid ls braid://{mgs}/");
+        let _ = std::io::stdout().flush();
+        let sig = serve::until_signal().await?;
+        tracing::info!("braid local stopping on {sig}");
+        Ok(())
+    });
+    rt.shutdown_background();
+    r
+}
+
+// ---- cp ----
+
+struct Progress {
+    name: String,
+    total: u64,
+    done: u64,
+    start: Instant,
+    last: Instant,
+    enabled: bool,
+}
+
+impl Progress {
+    fn new(name: &str, total: u64) -> Progress {
+        let now = Instant::now();
+        Progress {
+            name: name.to_string(),
+            total,
+            done: 0,
+            start: now,
+            last: now,
+            enabled: std::io::stderr().is_terminal(),
+        }
+    }
+
+    fn add(&mut self, n: u64) {
+        self.done += n;
+        if self.enabled && self.last.elapsed() > Duration::from_millis(200) {
+            self.last = Instant::now();
+            self.draw();
+        }
+    }
+
+    fn draw(&self) {
+        let secs = self.start.elapsed().as_secs_f64().max(1e-3);
+        let pct = if self.total == 0 {
+            100.0
+        } else {
+            self.done as f64 * 100.0 / self.total as f64
+        };
+        let bar = (pct / 5.0) as usize;
+        eprint!(
+            "\r{:30.30} [{:<20}] {:5.1}% {:>9} {:8.1} MiB/s",
+            self.name,
+            "#".repeat(bar.min(20)),
+            pct,
+            layout::format_size(self.done),
+            self.done as f64 / secs / 1048576.0
+        );
+    }
+
+    fn finish(&self) {
+        if self.enabled {
+            self.draw();
+            eprintln!();
+        }
+    }
+}
+
+fn base_name(p: &str) -> Result<String> {
+    let name = p.trim_end_matches('/').rsplit('/').next().unwrap_or("");
+    if name.is_empty() || name == "." || name == ".." {
+        bail!("{p}: cannot tell the file name");
+    }
+    Ok(name.to_string())
+}
+
+pub fn cp(opts: &ClientOpts, paths: &[String]) -> Result<()> {
+    let (srcs, dst) = paths.split_at(paths.len() - 1);
+    let dst = &dst[0];
+    let mut clients: HashMap<String, BlockingClient> = HashMap::new();
+    let mut get = |mgs: &str| -> Result<Client> {
+        if !clients.contains_key(mgs) {
+            clients.insert(mgs.to_string(), connect(opts, mgs)?);
+        }
+        Ok(clients[mgs].client.clone())
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let c = creds();
+    let dst_b = BraidPath::parse(dst)?;
+    let many = srcs.len() > 1;
+    for src in srcs {
+        let src_b = BraidPath::parse(src)?;
+        match (src_b, &dst_b) {
+            (None, None) => bail!("neither {src} nor {dst} is a braid:// path; use cp(1)"),
+            (None, Some(d)) => {
+                let client = get(&d.mgs)?;
+                rt.block_on(upload(&client, &c, Path::new(src), d, many))?;
+            }
+            (Some(s), None) => {
+                let client = get(&s.mgs)?;
+                rt.block_on(download(&client, &c, &s, Path::new(dst), many))?;
+            }
+            (Some(s), Some(d)) => {
+                let (sc, dc) = (get(&s.mgs)?, get(&d.mgs)?);
+                rt.block_on(copy_within(&sc, &dc, &c, &s, d, many))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Where a copy lands: into the directory `dst` names, or at `dst` itself.
+async fn target_path(
+    client: &Client,
+    c: &Creds,
+    dst: &BraidPath,
+    src_name: &str,
+    many: bool,
+) -> Result<BraidPath> {
+    match client.resolve(c, &dst.path, true).await {
+        Ok(a) if a.kind == FileKind::Dir => Ok(dst.join(src_name)),
+        Ok(_) if many => bail!("{}: not a directory (copying several files)", dst.url()),
+        Ok(_) => Ok(dst.clone()),
+        Err(e) if e.errno() == Errno::NoEnt && !many => Ok(dst.clone()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn create_for_write(client: &Client, c: &Creds, p: &BraidPath) -> Result<client::OpenFile> {
+    let (parent, name) = client.resolve_parent(c, &p.path).await?;
+    let flags = OpenFlags {
+        read: false,
+        write: true,
+        truncate: true,
+    };
+    let (f, _, _) = client
+        .create(c, parent.fid, &name, 0o644, false, flags, None)
+        .await
+        .map_err(|e| e.at(&p.url()))?;
+    Ok(f)
+}
+
+async fn upload(client: &Client, c: &Creds, src: &Path, dst: &BraidPath, many: bool) -> Result<()> {
+    let meta = std::fs::metadata(src).with_context(|| format!("cannot read {}", src.display()))?;
+    if meta.is_dir() {
+        bail!(
+            "{}: is a directory (copying directories is not supported)",
+            src.display()
+        );
+    }
+    let target = target_path(client, c, dst, &base_name(&src.to_string_lossy())?, many).await?;
+    let f = create_for_write(client, c, &target).await?;
+    let mut file =
+        std::fs::File::open(src).with_context(|| format!("cannot open {}", src.display()))?;
+    // A reader thread keeps the next chunk ready while this one is on the wire.
+    let (tx, rx) = mpsc::sync_channel::<std::io::Result<Vec<u8>>>(2);
+    let reader = std::thread::spawn(move || loop {
+        let mut buf = vec![0u8; CP_CHUNK];
+        let mut n = 0;
+        while n < buf.len() {
+            match file.read(&mut buf[n..]) {
+                Ok(0) => break,
+                Ok(k) => n += k,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                    return;
+                }
+            }
+        }
+        buf.truncate(n);
+        let last = n == 0;
+        if tx.send(Ok(buf)).is_err() || last {
+            return;
+        }
+    });
+    let mut progress = Progress::new(&target.path, meta.len());
+    let mut offset = 0u64;
+    for chunk in rx {
+        let chunk = chunk.with_context(|| format!("cannot read {}", src.display()))?;
+        if chunk.is_empty() {
+            break;
+        }
+        let n = chunk.len() as u64;
+        client
+            .write(&f, offset, Bytes::from(chunk))
+            .await
+            .map_err(|e| e.at(&target.url()))?;
+        offset += n;
+        progress.add(n);
+    }
+    let _ = reader.join();
+    client.close(f).await.map_err(|e| e.at(&target.url()))?;
+    progress.finish();
+    Ok(())
+}
+
+async fn open_for_read(
+    client: &Client,
+    c: &Creds,
+    src: &BraidPath,
+) -> Result<(client::OpenFile, Attr)> {
+    let attr = client
+        .resolve(c, &src.path, true)
+        .await
+        .map_err(|e| e.at(&src.url()))?;
+    if attr.kind == FileKind::Dir {
+        bail!(
+            "{}: is a directory (copying directories is not supported)",
+            src.url()
+        );
+    }
+    let flags = OpenFlags {
+        read: true,
+        write: false,
+        truncate: false,
+    };
+    Ok(client
+        .open(c, attr.fid, flags)
+        .await
+        .map_err(|e| e.at(&src.url()))?)
+}
+
+async fn download(
+    client: &Client,
+    c: &Creds,
+    src: &BraidPath,
+    dst: &Path,
+    many: bool,
+) -> Result<()> {
+    let (f, attr) = open_for_read(client, c, src).await?;
+    let target = if dst.is_dir() {
+        dst.join(base_name(&src.path)?)
+    } else if many {
+        bail!("{}: not a directory (copying several files)", dst.display());
+    } else {
+        dst.to_path_buf()
+    };
+    let mut out = std::fs::File::create(&target)
+        .with_context(|| format!("cannot create {}", target.display()))?;
+    let (tx, rx) = mpsc::sync_channel::<Bytes>(2);
+    let path = target.clone();
+    let writer = std::thread::spawn(move || -> Result<()> {
+        for chunk in rx {
+            out.write_all(&chunk)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+        }
+        Ok(())
+    });
+    let mut progress = Progress::new(&src.path, attr.size);
+    let mut offset = 0;
+    while offset < attr.size {
+        let data = client
+            .read(&f, offset, CP_CHUNK as u64)
+            .await
+            .map_err(|e| e.at(&src.url()))?;
+        if data.is_empty() {
+            break;
+        }
+        offset += data.len() as u64;
+        progress.add(data.len() as u64);
+        if tx.send(data).is_err() {
+            break;
+        }
+    }
+    drop(tx);
+    writer
+        .join()
+        .map_err(|_| anyhow::anyhow!("writer thread failed"))??;
+    client.close(f).await?;
+    progress.finish();
+    Ok(())
+}
+
+async fn copy_within(
+    sc: &Client,
+    dc: &Client,
+    c: &Creds,
+    src: &BraidPath,
+    dst: &BraidPath,
+    many: bool,
+) -> Result<()> {
+    let (f, attr) = open_for_read(sc, c, src).await?;
+    let target = target_path(dc, c, dst, &base_name(&src.path)?, many).await?;
+    let out = create_for_write(dc, c, &target).await?;
+    let mut progress = Progress::new(&target.path, attr.size);
+    let mut offset = 0;
+    while offset < attr.size {
+        let data = sc.read(&f, offset, CP_CHUNK as u64).await?;
+        if data.is_empty() {
+            break;
+        }
+        let n = data.len() as u64;
+        dc.write(&out, offset, data).await?;
+        offset += n;
+        progress.add(n);
+    }
+    sc.close(f).await?;
+    dc.close(out).await?;
+    progress.finish();
+    Ok(())
+}
+
+// ---- namespace tools ----
+
+fn with_client<T>(
+    opts: &ClientOpts,
+    path: &str,
+    f: impl FnOnce(&BlockingClient, &BraidPath) -> Result<T>,
+) -> Result<T> {
+    let p = require(path)?;
+    let bc = connect(opts, &p.mgs)?;
+    f(&bc, &p)
+}
+
+fn mode_string(kind: FileKind, mode: u32) -> String {
+    let mut s = String::with_capacity(10);
+    s.push(match kind {
+        FileKind::Dir => 'd',
+        FileKind::Symlink => 'l',
+        FileKind::File => '-',
+    });
+    let bits = [
+        (0o400, 'r'),
+        (0o200, 'w'),
+        (0o100, 'x'),
+        (0o40, 'r'),
+        (0o20, 'w'),
+        (0o10, 'x'),
+        (0o4, 'r'),
+        (0o2, 'w'),
+        (0o1, 'x'),
+    ];
+    for (i, (bit, ch)) in bits.iter().enumerate() {
+        let special = match i {
+            2 => mode & 0o4000 != 0,
+            5 => mode & 0o2000 != 0,
+            8 => mode & 0o1000 != 0,
+            _ => false,
+        };
+        let set = mode & bit != 0;
+        s.push(match (set, special, i) {
+            (true, false, _) => *ch,
+            (false, false, _) => '-',
+            (true, true, 8) => 't',
+            (false, true, 8) => 'T',
+            (true, true, _) => 's',
+            (false, true, _) => 'S',
+        });
+    }
+    s
+}
+
+/// `YYYY-MM-DD HH:MM:SS` in UTC.
+fn format_time(t: Timespec) -> String {
+    let days = t.sec.div_euclid(86400);
+    let secs = t.sec.rem_euclid(86400);
+    // Civil-from-days (Howard Hinnant's algorithm).
+    let z = days + 719468;
+    let era = z.div_euclid(146097);
+    let doe = z.rem_euclid(146097);
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + if m <= 2 { 1 } else { 0 };
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    )
+}
+
+pub fn ls(opts: &ClientOpts, path: &str, long: bool) -> Result<()> {
+    with_client(opts, path, |bc, p| {
+        let c = creds();
+        let client = &bc.client;
+        let attr = bc
+            .run(client.resolve(&c, &p.path, true))
+            .map_err(|e| e.at(&p.url()))?;
+        let mut out = std::io::stdout().lock();
+        let entries: Vec<(String, Option<Attr>)> = if attr.kind == FileKind::Dir {
+            let mut list = bc
+                .run(client.readdir_all(&c, attr.fid))
+                .map_err(|e| e.at(&p.url()))?;
+            list.sort_by(|a, b| a.name.cmp(&b.name));
+            list.into_iter()
+                .map(|e| {
+                    let a = if long {
+                        bc.run(client.getattr(e.fid)).ok()
+                    } else {
+                        None
+                    };
+                    (e.name, a)
+                })
+                .collect()
+        } else {
+            vec![(p.path.clone(), Some(attr))]
+        };
+        for (name, a) in entries {
+            match (long, a) {
+                (true, Some(a)) => writeln!(
+                    out,
+                    "{} {:>3} {:>5} {:>5} {:>12} {} {name}",
+                    mode_string(a.kind, a.mode),
+                    a.nlink,
+                    a.uid,
+                    a.gid,
+                    a.size,
+                    &format_time(a.mtime)[..16]
+                )?,
+                _ => writeln!(out, "{name}")?,
+            }
+        }
+        Ok(())
+    })
+}
+
+async fn remove_tree(
+    client: &Client,
+    c: &Creds,
+    parent: proto::Fid,
+    name: &str,
+    depth: usize,
+) -> client::Result<()> {
+    let attr = client.lookup(c, parent, name).await?;
+    if attr.kind == FileKind::Dir {
+        if depth > 256 {
+            return Err(client::ClientError::Errno(
+                Errno::Loop,
+                "directory tree too deep".into(),
+            ));
+        }
+        for e in client.readdir_all(c, attr.fid).await? {
+            Box::pin(remove_tree(client, c, attr.fid, &e.name, depth + 1)).await?;
+        }
+        client.rmdir(c, parent, name).await
+    } else {
+        client.unlink(c, parent, name).await
+    }
+}
+
+pub fn rm(opts: &ClientOpts, paths: &[String], recursive: bool) -> Result<()> {
+    for path in paths {
+        with_client(opts, path, |bc, p| {
+            let c = creds();
+            let client = &bc.client;
+            let (parent, name) = bc.run(client.resolve_parent(&c, &p.path))?;
+            let attr = bc
+                .run(client.lookup(&c, parent.fid, &name))
+                .map_err(|e| e.at(&p.url()))?;
+            if attr.kind == FileKind::Dir && !recursive {
+                bail!("{}: is a directory (use -r)", p.url());
+            }
+            bc.run(remove_tree(client, &c, parent.fid, &name, 0))
+                .map_err(|e| e.at(&p.url()))?;
+            Ok(())
+        })?;
+    }
+    Ok(())
+}
+
+pub fn mkdir(opts: &ClientOpts, paths: &[String], parents: bool) -> Result<()> {
+    for path in paths {
+        with_client(opts, path, |bc, p| {
+            let c = creds();
+            let client = &bc.client;
+            if !parents {
+                let (parent, name) = bc.run(client.resolve_parent(&c, &p.path))?;
+                bc.run(client.mkdir(&c, parent.fid, &name, 0o755))
+                    .map_err(|e| e.at(&p.url()))?;
+                return Ok(());
+            }
+            let mut at = bc.run(client.getattr(proto::Fid::ROOT))?;
+            for comp in client::path::components(&p.path) {
+                at = match bc.run(client.lookup(&c, at.fid, &comp)) {
+                    Ok(a) if a.kind == FileKind::Dir => a,
+                    Ok(_) => bail!("{}: {comp} exists and is not a directory", p.url()),
+                    Err(e) if e.errno() == Errno::NoEnt => {
+                        match bc.run(client.mkdir(&c, at.fid, &comp, 0o755)) {
+                            Ok(a) => a,
+                            Err(e) if e.errno() == Errno::Exist => {
+                                bc.run(client.lookup(&c, at.fid, &comp))?
+                            }
+                            Err(e) => return Err(e.at(&p.url()).into()),
+                        }
+                    }
+                    Err(e) => return Err(e.at(&p.url()).into()),
+                };
+            }
+            Ok(())
+        })?;
+    }
+    Ok(())
+}
+
+pub fn stat(opts: &ClientOpts, path: &str) -> Result<()> {
+    with_client(opts, path, |bc, p| {
+        let a = bc
+            .run(bc.client.resolve(&creds(), &p.path, false))
+            .map_err(|e| e.at(&p.url()))?;
+        let kind = match a.kind {
+            FileKind::File => "regular file",
+            FileKind::Dir => "directory",
+            FileKind::Symlink => "symbolic link",
+        };
+        println!("  File: {}", p.path);
+        println!("  Size: {:<12} Type: {kind}", a.size);
+        println!(
+            "   FID: {:<24} Inode: {:<20} Links: {}",
+            a.fid.to_string(),
+            a.fid.ino(),
+            a.nlink
+        );
+        println!(
+            "Access: ({:04o}/{})  Uid: {:>5}  Gid: {:>5}",
+            a.mode,
+            mode_string(a.kind, a.mode),
+            a.uid,
+            a.gid
+        );
+        println!("Access: {}.{:09} UTC", format_time(a.atime), a.atime.nsec);
+        println!("Modify: {}.{:09} UTC", format_time(a.mtime), a.mtime.nsec);
+        println!("Change: {}.{:09} UTC", format_time(a.ctime), a.ctime.nsec);
+        if let Some(l) = &a.layout {
+            let c = &l.components[0];
+            println!(
+                "Layout: {} component(s), stripe_count {} stripe_size {}",
+                l.components.len(),
+                c.stripe_count(),
+                c.stripe_size
+            );
+        }
+        Ok(())
+    })
+}
+
+pub fn build_spec(
+    count: Option<i64>,
+    size: Option<&str>,
+    index: Option<i64>,
+    osts: Option<&str>,
+) -> Result<LayoutSpec> {
+    let stripe_size = size.map(layout::parse_size).transpose()?;
+    let stripe_offset = match index {
+        None | Some(-1) => None,
+        Some(i) if i >= 0 && i <= u32::MAX as i64 => Some(i as u32),
+        Some(i) => bail!("invalid stripe index {i} (use -1 for any, or an OST index)"),
+    };
+    let ost_list = osts.map(layout::parse_ost_list).transpose()?;
+    let stripe_count = match (count, &ost_list) {
+        (Some(0), _) => None,
+        (c, _) => c,
+    };
+    let spec = LayoutSpec {
+        components: vec![ComponentSpec {
+            extent_end: EOF,
+            stripe_count,
+            stripe_size,
+            stripe_offset,
+            ost_list,
+            pool: None,
+        }],
+    };
+    spec.validate()?;
+    Ok(spec)
+}
+
+pub fn setstripe(
+    opts: &ClientOpts,
+    path: &str,
+    count: Option<i64>,
+    size: Option<&str>,
+    index: Option<i64>,
+    osts: Option<&str>,
+    delete: bool,
+) -> Result<()> {
+    let spec = if delete {
+        None
+    } else {
+        Some(build_spec(count, size, index, osts)?)
+    };
+    with_client(opts, path, |bc, p| {
+        let c = creds();
+        let client = &bc.client;
+        match bc.run(client.resolve(&c, &p.path, true)) {
+            Ok(a) if a.kind == FileKind::Dir => {
+                bc.run(client.set_dir_layout(&c, a.fid, spec))
+                    .map_err(|e| e.at(&p.url()))?;
+                Ok(())
+            }
+            Ok(_) => bail!(
+                "{}: file exists; a file's layout is set when it is created",
+                p.url()
+            ),
+            Err(e) if e.errno() == Errno::NoEnt => {
+                let Some(spec) = spec else {
+                    bail!("{}: no such directory", p.url())
+                };
+                let (parent, name) = bc.run(client.resolve_parent(&c, &p.path))?;
+                let flags = OpenFlags {
+                    read: false,
+                    write: true,
+                    truncate: false,
+                };
+                let (f, _, _) = bc
+                    .run(client.create(&c, parent.fid, &name, 0o644, true, flags, Some(spec)))
+                    .map_err(|e| e.at(&p.url()))?;
+                bc.run(client.close(f))?;
+                Ok(())
+            }
+            Err(e) => Err(e.at(&p.url()).into()),
+        }
+    })
+}
+
+fn print_raid0(
+    out: &mut impl Write,
+    fid: proto::Fid,
+    layout_gen: u32,
+    comp: &layout::Component,
+    indent: &str,
+) -> Result<()> {
+    writeln!(out, "{indent}lmm_stripe_count:  {}", comp.stripe_count())?;
+    writeln!(out, "{indent}lmm_stripe_size:   {}", comp.stripe_size)?;
+    writeln!(out, "{indent}lmm_pattern:       {}", comp.pattern.name())?;
+    writeln!(out, "{indent}lmm_layout_gen:    {layout_gen}")?;
+    match comp.osts.first() {
+        Some(first) => writeln!(out, "{indent}lmm_stripe_offset: {first}")?,
+        None => {
+            writeln!(out, "{indent}lmm_stripe_offset: -1")?;
+            return Ok(());
+        }
+    }
+    writeln!(out, "{indent}\tobdidx\t\t objid\t\t objid\t\t group")?;
+    for (stripe, ost) in comp.osts.iter().enumerate() {
+        let o = ObjectId {
+            fid,
+            component: comp.id,
+            stripe: stripe as u32,
+        };
+        writeln!(
+            out,
+            "{indent}\t{ost:>6}\t{:>14}\t{:>#14x}\t{:>#14x}",
+            o.objid(),
+            o.objid(),
+            fid.seq
+        )?;
+    }
+    Ok(())
+}
+
+fn print_layout(out: &mut impl Write, name: &str, fid: proto::Fid, l: &Layout) -> Result<()> {
+    writeln!(out, "{name}")?;
+    if l.components.len() == 1 {
+        return print_raid0(out, fid, l.generation, &l.components[0], "");
+    }
+    writeln!(out, "  lcm_layout_gen:    {}", l.generation)?;
+    writeln!(out, "  lcm_mirror_count:  1")?;
+    writeln!(out, "  lcm_entry_count:   {}", l.components.len())?;
+    for c in &l.components {
+        writeln!(out, "    lcme_id:             {}", c.id)?;
+        writeln!(out, "    lcme_mirror_id:      0")?;
+        writeln!(
+            out,
+            "    lcme_flags:          {}",
+            if c.is_instantiated() { "init" } else { "0" }
+        )?;
+        writeln!(out, "    lcme_extent.e_start: {}", c.extent_start)?;
+        let end = if c.extent_end == EOF {
+            "EOF".to_string()
+        } else {
+            c.extent_end.to_string()
+        };
+        writeln!(out, "    lcme_extent.e_end:   {end}")?;
+        print_raid0(out, fid, l.generation, c, "      ")?;
+        writeln!(out)?;
+    }
+    Ok(())
+}
+
+fn print_default(out: &mut impl Write, name: &str, spec: &Option<LayoutSpec>) -> Result<()> {
+    writeln!(out, "{name}")?;
+    match spec {
+        None => writeln!(out, "stripe_count:  (inherited) stripe_size:   (inherited) pattern:       raid0 stripe_offset: -1")?,
+        Some(s) => {
+            for c in &s.components {
+                let count = c.stripe_count.map_or("0".to_string(), |n| n.to_string());
+                let size = c.stripe_size.map_or("0".to_string(), |n| n.to_string());
+                let offset = c.stripe_offset.map_or("-1".to_string(), |n| n.to_string());
+                write!(out, "stripe_count:  {count} stripe_size:   {size} pattern:       raid0 stripe_offset: {offset}")?;
+                if let Some(list) = &c.ost_list {
+                    write!(out, " ost_list: {}", list.iter().map(u32::to_string).collect::<Vec<_>>().join(","))?;
+                }
+                writeln!(out)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+pub fn getstripe(opts: &ClientOpts, path: &str, directory_only: bool) -> Result<()> {
+    with_client(opts, path, |bc, p| {
+        let c = creds();
+        let client = &bc.client;
+        let a = bc
+            .run(client.resolve(&c, &p.path, true))
+            .map_err(|e| e.at(&p.url()))?;
+        let mut out = std::io::stdout().lock();
+        if a.kind != FileKind::Dir {
+            let l = a.layout.as_ref().context("not a regular file")?;
+            return print_layout(&mut out, &p.path, a.fid, l);
+        }
+        let spec = bc.run(client.get_dir_layout(a.fid))?;
+        print_default(&mut out, &p.path, &spec)?;
+        if directory_only {
+            return Ok(());
+        }
+        let mut entries = bc.run(client.readdir_all(&c, a.fid))?;
+        entries.sort_by(|x, y| x.name.cmp(&y.name));
+        for e in entries.into_iter().filter(|e| e.kind == FileKind::File) {
+            let fa = bc.run(client.getattr(e.fid))?;
+            if let Some(l) = &fa.layout {
+                writeln!(out)?;
+                print_layout(&mut out, &p.join(&e.name).path, fa.fid, l)?;
+            }
+        }
+        Ok(())
+    })
+}
+
+fn human(kib: u64) -> String {
+    layout::format_size(kib * 1024)
+}
+
+pub fn df(opts: &ClientOpts, path: &str, inodes: bool, human_units: bool) -> Result<()> {
+    with_client(opts, path, |bc, p| {
+        let usage = bc.run(bc.client.target_usage())?;
+        let fsname = bc.client.config().fsname;
+        let mount = p.url();
+        let mut out = std::io::stdout().lock();
+        let cols = if inodes {
+            ("Inodes", "IUsed", "IFree", "IUse%")
+        } else {
+            ("1K-blocks", "Used", "Available", "Use%")
+        };
+        writeln!(
+            out,
+            "{:<24} {:>12} {:>12} {:>12} {:>5} Mounted on",
+            "UUID", cols.0, cols.1, cols.2, cols.3
+        )?;
+        let fmt = |n: u64| {
+            if human_units && !inodes {
+                human(n)
+            } else {
+                n.to_string()
+            }
+        };
+        let (mut sum_total, mut sum_used, mut sum_avail) = (0u64, 0u64, 0u64);
+        for (t, u) in &usage {
+            let uuid = format!("{fsname}-{}{:04x}_UUID", t.kind.name(), t.index);
+            let tag = format!("{mount}[{}:{}]", t.kind.name(), t.index);
+            match u {
+                Ok(u) => {
+                    let (total, used, avail) = if inodes {
+                        (
+                            u.total_inodes,
+                            u.total_inodes - u.free_inodes,
+                            u.free_inodes,
+                        )
+                    } else {
+                        (
+                            u.total_bytes / 1024,
+                            (u.total_bytes - u.free_bytes) / 1024,
+                            u.avail_bytes / 1024,
+                        )
+                    };
+                    let pct = if used + avail == 0 {
+                        0
+                    } else {
+                        (used * 100).div_ceil(used + avail)
+                    };
+                    writeln!(
+                        out,
+                        "{uuid:<24} {:>12} {:>12} {:>12} {:>4}% {tag}",
+                        fmt(total),
+                        fmt(used),
+                        fmt(avail),
+                        pct
+                    )?;
+                    let counts = if inodes {
+                        t.kind == TargetKind::Mdt
+                    } else {
+                        t.kind == TargetKind::Ost
+                    };
+                    if counts {
+                        sum_total += total;
+                        sum_used += used;
+                        sum_avail += avail;
+                    }
+                }
+                Err(e) => writeln!(out, "{uuid:<24} : {e} {tag}")?,
+            }
+        }
+        let pct = if sum_used + sum_avail == 0 {
+            0
+        } else {
+            (sum_used * 100).div_ceil(sum_used + sum_avail)
+        };
+        writeln!(out)?;
+        writeln!(
+            out,
+            "{:<24} {:>12} {:>12} {:>12} {:>4}% {mount}",
+            "filesystem_summary:",
+            fmt(sum_total),
+            fmt(sum_used),
+            fmt(sum_avail),
+            pct
+        )?;
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats() {
+        assert_eq!(mode_string(FileKind::Dir, 0o1777), "drwxrwxrwt");
+        assert_eq!(mode_string(FileKind::File, 0o4644), "-rwSr--r--");
+        assert_eq!(
+            format_time(Timespec { sec: 0, nsec: 0 }),
+            "1970-01-01 00:00:00"
+        );
+        assert_eq!(
+            format_time(Timespec {
+                sec: 1_795_000_000,
+                nsec: 0
+            }),
+            "2026-11-18 08:26:40"
+        );
+    }
+
+    #[test]
+    fn spec_from_flags() {
+        let s = build_spec(Some(4), Some("1M"), Some(-1), None).unwrap();
+        assert_eq!(s.components[0].stripe_count, Some(4));
+        assert!(build_spec(Some(2), Some("100K"), None, None).is_err());
+        assert!(build_spec(Some(3), None, None, Some("0,1")).is_err());
+        assert!(build_spec(None, None, Some(-5), None).is_err());
+    }
+}

@@ -1,0 +1,216 @@
+//! The data path: striped reads and writes straight to the OSTs.
+//!
+//! A request is cut by the layout into object-contiguous runs of at most
+//! `max_rpc_bytes` (one RPC each) and every run is sent at once; the per-connection
+//! in-flight bound of the RPC layer keeps the pressure on each OST bounded. Writes send
+//! exactly the caller's bytes (no read-modify-write of pages), so clients writing
+//! disjoint ranges of one file never clobber each other. A read cache would wrap
+//! [`read_extents`].
+
+use bytes::{Bytes, BytesMut};
+use layout::Layout;
+use proto::msg::{Request, Response};
+use proto::{Errno, Fid, ObjectId};
+use tokio::task::JoinSet;
+
+use crate::{Client, ClientError, OpenFile, Result};
+
+fn join_err(e: tokio::task::JoinError) -> ClientError {
+    ClientError::Errno(Errno::Io, format!("I/O task failed: {e}"))
+}
+
+pub(crate) async fn write(c: &Client, f: &OpenFile, offset: u64, data: Bytes) -> Result<()> {
+    if data.is_empty() {
+        return Ok(());
+    }
+    let len = data.len() as u64;
+    let end = offset
+        .checked_add(len)
+        .filter(|&e| e <= i64::MAX as u64)
+        .ok_or_else(|| {
+            ClientError::Errno(
+                Errno::Inval,
+                format!("write at {offset}+{len} exceeds the largest file size"),
+            )
+        })?;
+    let runs = f
+        .layout
+        .object_extents(offset, len, c.inner.cfg.max_rpc_bytes)?;
+    let mut set = JoinSet::new();
+    for run in runs {
+        let object = ObjectId {
+            fid: f.fid,
+            component: run.component_id,
+            stripe: run.stripe,
+        };
+        let payload: Vec<Bytes> = run
+            .pieces
+            .iter()
+            .map(|&(b, n)| data.slice(b as usize..(b + n) as usize))
+            .collect();
+        let rpc = c.ost(run.ost).await?;
+        f.dirty
+            .lock()
+            .expect("dirty")
+            .entry(run.ost)
+            .or_default()
+            .push(object);
+        let req = Request::OstWrite {
+            ost: run.ost,
+            object,
+            offset: run.object_offset,
+            sync: false,
+        };
+        set.spawn(async move {
+            match rpc.call(&req, payload).await?.response {
+                Response::Written { bytes } if bytes == run.len => Ok(()),
+                r => Err(ClientError::Errno(
+                    Errno::Io,
+                    format!("short or odd write answer from OST {}: {r:?}", run.ost),
+                )),
+            }
+        });
+    }
+    while let Some(r) = set.join_next().await {
+        r.map_err(join_err)??;
+    }
+    {
+        // Keep each OST's object list short: many writes hit the same objects.
+        let mut d = f.dirty.lock().expect("dirty");
+        for v in d.values_mut() {
+            v.sort_by_key(|o| (o.component, o.stripe));
+            v.dedup();
+        }
+    }
+    f.written.store(true, std::sync::atomic::Ordering::Release);
+    f.grow(end);
+    Ok(())
+}
+
+pub(crate) async fn read(c: &Client, f: &OpenFile, offset: u64, len: u64) -> Result<Bytes> {
+    let size = f.size();
+    if offset >= size || len == 0 {
+        return Ok(Bytes::new());
+    }
+    let len = len.min(size - offset);
+    read_extents(c, f.fid, &f.layout, offset, len).await
+}
+
+/// Reads `[offset, offset+len)` of a file; holes and bytes past an object's end read
+/// as zeros.
+pub async fn read_extents(
+    c: &Client,
+    fid: Fid,
+    layout: &Layout,
+    offset: u64,
+    len: u64,
+) -> Result<Bytes> {
+    let runs = layout.object_extents(offset, len, c.inner.cfg.max_rpc_bytes)?;
+    let mut set = JoinSet::new();
+    for (i, run) in runs.iter().enumerate() {
+        let object = ObjectId {
+            fid,
+            component: run.component_id,
+            stripe: run.stripe,
+        };
+        let rpc = c.ost(run.ost).await?;
+        let req = Request::OstRead {
+            ost: run.ost,
+            object,
+            offset: run.object_offset,
+            len: run.len as u32,
+        };
+        set.spawn(async move {
+            let reply = rpc.call(&req, vec![]).await?;
+            match reply.response {
+                Response::Data => Ok((i, reply.payload)),
+                r => Err(ClientError::Errno(
+                    Errno::Io,
+                    format!("odd read answer: {r:?}"),
+                )),
+            }
+        });
+    }
+    let mut buf = BytesMut::zeroed(len as usize);
+    while let Some(r) = set.join_next().await {
+        let (i, data) = r.map_err(join_err)??;
+        // Scatter the object bytes back to their places in the caller's range.
+        let mut at = 0usize;
+        for &(b, n) in &runs[i].pieces {
+            if at >= data.len() {
+                break;
+            }
+            let take = (n as usize).min(data.len() - at);
+            buf[b as usize..b as usize + take].copy_from_slice(&data[at..at + take]);
+            at += take;
+        }
+    }
+    Ok(buf.freeze())
+}
+
+/// Cuts every object of a file to what a file of `size` bytes needs.
+pub(crate) async fn punch(c: &Client, fid: Fid, layout: &Layout, size: u64) -> Result<()> {
+    let mut set = JoinSet::new();
+    for comp in &layout.components {
+        for (stripe, &ost) in comp.osts.iter().enumerate() {
+            let object = ObjectId {
+                fid,
+                component: comp.id,
+                stripe: stripe as u32,
+            };
+            let object_size = comp.object_size_for_file_size(stripe as u32, size);
+            let rpc = c.ost(ost).await?;
+            set.spawn(async move {
+                rpc.call(
+                    &Request::OstPunch {
+                        ost,
+                        object,
+                        size: object_size,
+                    },
+                    vec![],
+                )
+                .await
+            });
+        }
+    }
+    while let Some(r) = set.join_next().await {
+        r.map_err(join_err)??;
+    }
+    Ok(())
+}
+
+/// The file size implied by the objects' sizes.
+pub(crate) async fn glimpse(c: &Client, fid: Fid, layout: &Layout) -> Result<u64> {
+    let mut set = JoinSet::new();
+    for comp in layout.components.iter().cloned() {
+        for (stripe, &ost) in comp.osts.iter().enumerate() {
+            let object = ObjectId {
+                fid,
+                component: comp.id,
+                stripe: stripe as u32,
+            };
+            let rpc = c.ost(ost).await?;
+            let comp = comp.clone();
+            set.spawn(async move {
+                match rpc
+                    .call(&Request::OstGetattr { ost, object }, vec![])
+                    .await?
+                    .response
+                {
+                    Response::ObjectAttr { size, .. } => {
+                        Ok(comp.file_size_from_object(stripe as u32, size))
+                    }
+                    r => Err(ClientError::Errno(
+                        Errno::Io,
+                        format!("odd getattr answer: {r:?}"),
+                    )),
+                }
+            });
+        }
+    }
+    let mut max = 0;
+    while let Some(r) = set.join_next().await {
+        max = max.max(r.map_err(join_err)??);
+    }
+    Ok(max)
+}

@@ -1,0 +1,950 @@
+//! The braid native client.
+//!
+//! A client knows only the MGS address; everything else (MDTs, OSTs, their addresses
+//! and state) comes from the MGS configuration. Metadata operations go to the MDT
+//! that owns the FID; file data goes straight to the OSTs named by the file's layout,
+//! all stripes of a request in parallel. The MDS is never on the data path.
+//!
+//! Structure:
+//! - [`Client`]: connections, configuration, and every operation. Each public
+//!   operation passes through [`Client::observe`] — the one place a tracer hooks in.
+//! - [`io`]: the data path (striped reads and writes), the layer a read cache wraps.
+//! - [`path`]: path resolution over lookups, symlinks included.
+//! - [`OpenFile`]: an open file's layout and the size it knows.
+
+pub mod io;
+pub mod path;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::Bytes;
+use layout::{Layout, LayoutError, LayoutSpec};
+use proto::msg::{
+    Attr, ClusterConfig, Creds, DirEntry, OpenFlags, RenameFlags, Request, Response, SetAttr,
+    TargetInfo, TargetKind, Timespec, Usage, XattrMode,
+};
+use proto::rpc::{Identity, RpcClient, RpcOptions};
+use proto::{Errno, Fid, ObjectId, RpcError};
+
+pub use proto::auth::Secret;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error(transparent)]
+    Rpc(#[from] RpcError),
+    #[error("{1}")]
+    Errno(Errno, String),
+    #[error(transparent)]
+    Layout(#[from] LayoutError),
+    #[error("{path}: {source}")]
+    Path {
+        path: String,
+        source: Box<ClientError>,
+    },
+}
+
+impl ClientError {
+    pub fn errno(&self) -> Errno {
+        match self {
+            ClientError::Rpc(e) => e.errno(),
+            ClientError::Errno(e, _) => *e,
+            ClientError::Layout(_) => Errno::Inval,
+            ClientError::Path { source, .. } => source.errno(),
+        }
+    }
+
+    pub fn at(self, path: &str) -> ClientError {
+        ClientError::Path {
+            path: path.to_string(),
+            source: Box::new(self),
+        }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, ClientError>;
+
+fn unexpected(op: &str, r: &Response) -> ClientError {
+    ClientError::Errno(Errno::Proto, format!("unexpected answer to {op}: {r:?}"))
+}
+
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// `HOST:PORT` of the MGS.
+    pub mgs: String,
+    pub secret: Secret,
+    pub rpc: RpcOptions,
+    /// Largest bulk RPC to an OST (Lustre's 4 MiB BRW).
+    pub max_rpc_bytes: u64,
+}
+
+impl ClientConfig {
+    pub fn new(mgs: impl Into<String>, secret: Secret) -> ClientConfig {
+        ClientConfig {
+            mgs: mgs.into(),
+            secret,
+            rpc: RpcOptions::default(),
+            max_rpc_bytes: 4 << 20,
+        }
+    }
+}
+
+/// One completed operation, as the tracer sees it.
+#[derive(Debug, Clone)]
+pub struct OpRecord {
+    pub op: &'static str,
+    pub fid: Option<Fid>,
+    pub offset: u64,
+    pub len: u64,
+    pub start: SystemTime,
+    pub duration: Duration,
+    pub result: std::result::Result<(), Errno>,
+}
+
+/// Receives every operation of a client (the I/O tracer implements it). Must be cheap:
+/// it runs on the I/O path.
+pub trait OpObserver: Send + Sync {
+    fn record(&self, r: &OpRecord);
+}
+
+struct Inner {
+    cfg: ClientConfig,
+    identity: Arc<Identity>,
+    mgs: RpcClient,
+    config: RwLock<ClusterConfig>,
+    servers: Mutex<HashMap<String, Arc<RpcClient>>>,
+    observer: RwLock<Option<Arc<dyn OpObserver>>>,
+    last_refresh: Mutex<Instant>,
+}
+
+/// A connected client. Cheap to clone.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+/// An open file: what the client needs to do I/O without asking the MDS again.
+pub struct OpenFile {
+    pub fid: Fid,
+    pub layout: Layout,
+    size: AtomicU64,
+    written: AtomicBool,
+    /// OSTs and objects this handle wrote to (fsync syncs only those).
+    dirty: Mutex<HashMap<u32, Vec<ObjectId>>>,
+    pub flags: OpenFlags,
+}
+
+impl OpenFile {
+    fn new(attr: &Attr, flags: OpenFlags) -> Result<OpenFile> {
+        let layout = attr.layout.clone().ok_or_else(|| {
+            ClientError::Errno(
+                Errno::IsDir,
+                format!("{} has no layout (not a regular file)", attr.fid),
+            )
+        })?;
+        Ok(OpenFile {
+            fid: attr.fid,
+            layout,
+            size: AtomicU64::new(attr.size),
+            written: AtomicBool::new(false),
+            dirty: Mutex::new(HashMap::new()),
+            flags,
+        })
+    }
+
+    /// The file size as this handle knows it: the size at open, grown by its writes.
+    pub fn size(&self) -> u64 {
+        self.size.load(Ordering::Acquire)
+    }
+
+    fn grow(&self, end: u64) {
+        self.size.fetch_max(end, Ordering::AcqRel);
+    }
+
+    pub fn was_written(&self) -> bool {
+        self.written.load(Ordering::Acquire)
+    }
+}
+
+/// The credentials of this process (uid, gid, supplementary groups).
+pub fn process_creds() -> Creds {
+    // SAFETY: getuid/getgid cannot fail; getgroups writes at most `n` entries.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let mut groups = vec![0 as libc::gid_t; 256];
+    let n = unsafe { libc::getgroups(groups.len() as i32, groups.as_mut_ptr()) };
+    groups.truncate(n.max(0) as usize);
+    Creds { uid, gid, groups }
+}
+
+impl Client {
+    /// Connects: fetches the configuration from the MGS.
+    pub async fn connect(cfg: ClientConfig) -> Result<Client> {
+        let identity = Identity::new("client", cfg.secret.clone());
+        let mgs = RpcClient::new(cfg.mgs.clone(), identity.clone(), cfg.rpc.clone());
+        let config = fetch_config(&mgs).await?;
+        Ok(Client {
+            inner: Arc::new(Inner {
+                cfg,
+                identity,
+                mgs,
+                config: RwLock::new(config),
+                servers: Mutex::new(HashMap::new()),
+                observer: RwLock::new(None),
+                last_refresh: Mutex::new(Instant::now()),
+            }),
+        })
+    }
+
+    pub fn config(&self) -> ClusterConfig {
+        self.inner.config.read().expect("config").clone()
+    }
+
+    pub fn client_config(&self) -> &ClientConfig {
+        &self.inner.cfg
+    }
+
+    pub fn set_observer(&self, o: Option<Arc<dyn OpObserver>>) {
+        *self.inner.observer.write().expect("observer") = o;
+    }
+
+    /// Fetches the configuration from the MGS again.
+    pub async fn refresh_config(&self) -> Result<ClusterConfig> {
+        let c = fetch_config(&self.inner.mgs).await?;
+        *self.inner.config.write().expect("config") = c.clone();
+        *self.inner.last_refresh.lock().expect("refresh") = Instant::now();
+        Ok(c)
+    }
+
+    /// Runs `f` as operation `op`, reporting it to the observer if one is set. Every
+    /// public operation goes through here.
+    pub async fn observe<T, F>(
+        &self,
+        op: &'static str,
+        fid: Option<Fid>,
+        offset: u64,
+        len: u64,
+        f: F,
+    ) -> Result<T>
+    where
+        F: std::future::Future<Output = Result<T>>,
+    {
+        let observer = self.inner.observer.read().expect("observer").clone();
+        let Some(obs) = observer else { return f.await };
+        let start = SystemTime::now();
+        let t0 = Instant::now();
+        let r = f.await;
+        obs.record(&OpRecord {
+            op,
+            fid,
+            offset,
+            len,
+            start,
+            duration: t0.elapsed(),
+            result: r.as_ref().map(|_| ()).map_err(|e| e.errno()),
+        });
+        r
+    }
+
+    fn server(&self, address: &str) -> Arc<RpcClient> {
+        let mut s = self.inner.servers.lock().expect("servers");
+        s.entry(address.to_string())
+            .or_insert_with(|| {
+                Arc::new(RpcClient::new(
+                    address.to_string(),
+                    self.inner.identity.clone(),
+                    self.inner.cfg.rpc.clone(),
+                ))
+            })
+            .clone()
+    }
+
+    /// The connection serving target `index` of `kind`; refreshes the configuration
+    /// when the target is not known yet (e.g. an OST added since we connected).
+    async fn target(&self, kind: TargetKind, index: u32) -> Result<Arc<RpcClient>> {
+        let known = self
+            .inner
+            .config
+            .read()
+            .expect("config")
+            .target(kind, index)
+            .map(|t| t.address.clone());
+        let address = match known {
+            Some(a) => a,
+            None => self
+                .refresh_config()
+                .await?
+                .target(kind, index)
+                .map(|t| t.address.clone())
+                .ok_or_else(|| {
+                    ClientError::Errno(
+                        Errno::NoEnt,
+                        format!("{}{index:04x} is not in the configuration", kind.name()),
+                    )
+                })?,
+        };
+        Ok(self.server(&address))
+    }
+
+    pub(crate) async fn ost(&self, index: u32) -> Result<Arc<RpcClient>> {
+        self.target(TargetKind::Ost, index).await
+    }
+
+    async fn mdt(&self, fid: Fid) -> Result<Arc<RpcClient>> {
+        self.target(TargetKind::Mdt, fid.mdt()).await
+    }
+
+    /// Sends a metadata request to the MDT of `fid`.
+    async fn md(&self, fid: Fid, req: Request) -> Result<Response> {
+        let c = self.mdt(fid).await?;
+        Ok(c.call(&req, vec![]).await?.response)
+    }
+
+    // ---- namespace ----
+
+    pub async fn lookup(&self, creds: &Creds, parent: Fid, name: &str) -> Result<Attr> {
+        self.observe("lookup", Some(parent), 0, 0, async {
+            match self
+                .md(
+                    parent,
+                    Request::MdsLookup {
+                        creds: creds.clone(),
+                        parent,
+                        name: name.to_string(),
+                    },
+                )
+                .await?
+            {
+                Response::Attr(a) => Ok(a),
+                r => Err(unexpected("lookup", &r)),
+            }
+        })
+        .await
+    }
+
+    pub async fn getattr(&self, fid: Fid) -> Result<Attr> {
+        self.observe("getattr", Some(fid), 0, 0, async {
+            match self.md(fid, Request::MdsGetattr { fid }).await? {
+                Response::Attr(a) => Ok(a),
+                r => Err(unexpected("getattr", &r)),
+            }
+        })
+        .await
+    }
+
+    /// Creates (or, without `exclusive`, opens an existing) file: one MDS round trip
+    /// returning attributes and layout. Returns the handle and whether it existed.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn create(
+        &self,
+        creds: &Creds,
+        parent: Fid,
+        name: &str,
+        mode: u32,
+        exclusive: bool,
+        flags: OpenFlags,
+        layout: Option<LayoutSpec>,
+    ) -> Result<(OpenFile, Attr, bool)> {
+        self.observe("create", Some(parent), 0, 0, async {
+            if let Some(l) = &layout {
+                l.validate()?;
+            }
+            let req = Request::MdsCreate {
+                creds: creds.clone(),
+                parent,
+                name: name.to_string(),
+                mode,
+                exclusive,
+                flags,
+                layout,
+            };
+            match self.md(parent, req).await? {
+                Response::Created { attr, existed } => {
+                    let f = OpenFile::new(&attr, flags)?;
+                    if existed && flags.truncate {
+                        self.truncate_open(creds, &f, 0).await?;
+                    }
+                    Ok((f, attr, existed))
+                }
+                r => Err(unexpected("create", &r)),
+            }
+        })
+        .await
+    }
+
+    /// Opens an existing file (permissions checked by the MDS). With `truncate`, the
+    /// file is emptied.
+    pub async fn open(
+        &self,
+        creds: &Creds,
+        fid: Fid,
+        flags: OpenFlags,
+    ) -> Result<(OpenFile, Attr)> {
+        self.observe("open", Some(fid), 0, 0, async {
+            match self
+                .md(
+                    fid,
+                    Request::MdsOpen {
+                        creds: creds.clone(),
+                        fid,
+                        flags,
+                    },
+                )
+                .await?
+            {
+                Response::Attr(attr) => {
+                    let f = OpenFile::new(&attr, flags)?;
+                    if flags.truncate && attr.size > 0 {
+                        self.truncate_open(creds, &f, 0).await?;
+                    }
+                    Ok((f, attr))
+                }
+                r => Err(unexpected("open", &r)),
+            }
+        })
+        .await
+    }
+
+    pub async fn mkdir(&self, creds: &Creds, parent: Fid, name: &str, mode: u32) -> Result<Attr> {
+        self.observe("mkdir", Some(parent), 0, 0, async {
+            match self
+                .md(
+                    parent,
+                    Request::MdsMkdir {
+                        creds: creds.clone(),
+                        parent,
+                        name: name.to_string(),
+                        mode,
+                    },
+                )
+                .await?
+            {
+                Response::Attr(a) => Ok(a),
+                r => Err(unexpected("mkdir", &r)),
+            }
+        })
+        .await
+    }
+
+    pub async fn symlink(
+        &self,
+        creds: &Creds,
+        parent: Fid,
+        name: &str,
+        target: &str,
+    ) -> Result<Attr> {
+        self.observe("symlink", Some(parent), 0, 0, async {
+            let req = Request::MdsSymlink {
+                creds: creds.clone(),
+                parent,
+                name: name.to_string(),
+                target: target.to_string(),
+            };
+            match self.md(parent, req).await? {
+                Response::Attr(a) => Ok(a),
+                r => Err(unexpected("symlink", &r)),
+            }
+        })
+        .await
+    }
+
+    pub async fn readlink(&self, fid: Fid) -> Result<String> {
+        self.observe("readlink", Some(fid), 0, 0, async {
+            match self.md(fid, Request::MdsReadlink { fid }).await? {
+                Response::Link(t) => Ok(t),
+                r => Err(unexpected("readlink", &r)),
+            }
+        })
+        .await
+    }
+
+    pub async fn link(&self, creds: &Creds, fid: Fid, parent: Fid, name: &str) -> Result<Attr> {
+        self.observe("link", Some(fid), 0, 0, async {
+            match self
+                .md(
+                    parent,
+                    Request::MdsLink {
+                        creds: creds.clone(),
+                        fid,
+                        parent,
+                        name: name.to_string(),
+                    },
+                )
+                .await?
+            {
+                Response::Attr(a) => Ok(a),
+                r => Err(unexpected("link", &r)),
+            }
+        })
+        .await
+    }
+
+    pub async fn unlink(&self, creds: &Creds, parent: Fid, name: &str) -> Result<()> {
+        self.observe("unlink", Some(parent), 0, 0, async {
+            match self
+                .md(
+                    parent,
+                    Request::MdsUnlink {
+                        creds: creds.clone(),
+                        parent,
+                        name: name.to_string(),
+                    },
+                )
+                .await?
+            {
+                Response::Ok => Ok(()),
+                r => Err(unexpected("unlink", &r)),
+            }
+        })
+        .await
+    }
+
+    pub async fn rmdir(&self, creds: &Creds, parent: Fid, name: &str) -> Result<()> {
+        self.observe("rmdir", Some(parent), 0, 0, async {
+            match self
+                .md(
+                    parent,
+                    Request::MdsRmdir {
+                        creds: creds.clone(),
+                        parent,
+                        name: name.to_string(),
+                    },
+                )
+                .await?
+            {
+                Response::Ok => Ok(()),
+                r => Err(unexpected("rmdir", &r)),
+            }
+        })
+        .await
+    }
+
+    pub async fn rename(
+        &self,
+        creds: &Creds,
+        parent: Fid,
+        name: &str,
+        new_parent: Fid,
+        new_name: &str,
+        flags: RenameFlags,
+    ) -> Result<()> {
+        self.observe("rename", Some(parent), 0, 0, async {
+            if parent.mdt() != new_parent.mdt() {
+                return Err(ClientError::Errno(
+                    Errno::XDev,
+                    "rename across MDTs is not supported yet".into(),
+                ));
+            }
+            let req = Request::MdsRename {
+                creds: creds.clone(),
+                parent,
+                name: name.to_string(),
+                new_parent,
+                new_name: new_name.to_string(),
+                flags,
+            };
+            match self.md(parent, req).await? {
+                Response::Ok => Ok(()),
+                r => Err(unexpected("rename", &r)),
+            }
+        })
+        .await
+    }
+
+    /// One batch of directory entries after `after` (name order).
+    pub async fn readdir(
+        &self,
+        creds: &Creds,
+        fid: Fid,
+        after: Option<&str>,
+        max: u32,
+    ) -> Result<(Vec<DirEntry>, bool)> {
+        self.observe("readdir", Some(fid), 0, 0, async {
+            let req = Request::MdsReaddir {
+                creds: creds.clone(),
+                fid,
+                after: after.map(str::to_string),
+                max,
+            };
+            match self.md(fid, req).await? {
+                Response::Dirents { entries, eof } => Ok((entries, eof)),
+                r => Err(unexpected("readdir", &r)),
+            }
+        })
+        .await
+    }
+
+    /// Every entry of a directory.
+    pub async fn readdir_all(&self, creds: &Creds, fid: Fid) -> Result<Vec<DirEntry>> {
+        let mut all = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let (batch, eof) = self.readdir(creds, fid, after.as_deref(), 1024).await?;
+            after = batch.last().map(|e| e.name.clone());
+            all.extend(batch);
+            if eof || after.is_none() {
+                return Ok(all);
+            }
+        }
+    }
+
+    /// Changes attributes. A size change punches the OST objects first, so a crash in
+    /// between leaves zeros (never stale bytes) past the new size.
+    pub async fn setattr(&self, creds: &Creds, fid: Fid, set: SetAttr) -> Result<Attr> {
+        self.observe("setattr", Some(fid), set.size.unwrap_or(0), 0, async {
+            if let Some(size) = set.size {
+                let attr = self.getattr(fid).await?;
+                if let Some(layout) = &attr.layout {
+                    if size < attr.size {
+                        io::punch(self, fid, layout, size).await?;
+                    }
+                }
+            }
+            match self
+                .md(
+                    fid,
+                    Request::MdsSetattr {
+                        creds: creds.clone(),
+                        fid,
+                        set,
+                    },
+                )
+                .await?
+            {
+                Response::Attr(a) => Ok(a),
+                r => Err(unexpected("setattr", &r)),
+            }
+        })
+        .await
+    }
+
+    async fn truncate_open(&self, creds: &Creds, f: &OpenFile, size: u64) -> Result<()> {
+        io::punch(self, f.fid, &f.layout, size).await?;
+        let set = SetAttr {
+            size: Some(size),
+            ..Default::default()
+        };
+        match self
+            .md(
+                f.fid,
+                Request::MdsSetattr {
+                    creds: creds.clone(),
+                    fid: f.fid,
+                    set,
+                },
+            )
+            .await?
+        {
+            Response::Attr(_) => {
+                f.size.store(size, Ordering::Release);
+                Ok(())
+            }
+            r => Err(unexpected("truncate", &r)),
+        }
+    }
+
+    /// Truncates an open file (ftruncate).
+    pub async fn ftruncate(&self, creds: &Creds, f: &OpenFile, size: u64) -> Result<()> {
+        self.observe(
+            "truncate",
+            Some(f.fid),
+            size,
+            0,
+            self.truncate_open(creds, f, size),
+        )
+        .await
+    }
+
+    pub async fn setxattr(
+        &self,
+        creds: &Creds,
+        fid: Fid,
+        name: &str,
+        value: &[u8],
+        mode: XattrMode,
+    ) -> Result<()> {
+        self.observe("setxattr", Some(fid), 0, value.len() as u64, async {
+            let req = Request::MdsSetxattr {
+                creds: creds.clone(),
+                fid,
+                name: name.to_string(),
+                value: value.to_vec(),
+                mode,
+            };
+            match self.md(fid, req).await? {
+                Response::Ok => Ok(()),
+                r => Err(unexpected("setxattr", &r)),
+            }
+        })
+        .await
+    }
+
+    pub async fn getxattr(&self, creds: &Creds, fid: Fid, name: &str) -> Result<Vec<u8>> {
+        self.observe("getxattr", Some(fid), 0, 0, async {
+            match self
+                .md(
+                    fid,
+                    Request::MdsGetxattr {
+                        creds: creds.clone(),
+                        fid,
+                        name: name.to_string(),
+                    },
+                )
+                .await?
+            {
+                Response::Xattr(v) => Ok(v),
+                r => Err(unexpected("getxattr", &r)),
+            }
+        })
+        .await
+    }
+
+    pub async fn listxattr(&self, creds: &Creds, fid: Fid) -> Result<Vec<String>> {
+        self.observe("listxattr", Some(fid), 0, 0, async {
+            match self
+                .md(
+                    fid,
+                    Request::MdsListxattr {
+                        creds: creds.clone(),
+                        fid,
+                    },
+                )
+                .await?
+            {
+                Response::XattrNames(v) => Ok(v),
+                r => Err(unexpected("listxattr", &r)),
+            }
+        })
+        .await
+    }
+
+    pub async fn removexattr(&self, creds: &Creds, fid: Fid, name: &str) -> Result<()> {
+        self.observe("removexattr", Some(fid), 0, 0, async {
+            match self
+                .md(
+                    fid,
+                    Request::MdsRemovexattr {
+                        creds: creds.clone(),
+                        fid,
+                        name: name.to_string(),
+                    },
+                )
+                .await?
+            {
+                Response::Ok => Ok(()),
+                r => Err(unexpected("removexattr", &r)),
+            }
+        })
+        .await
+    }
+
+    pub async fn set_dir_layout(
+        &self,
+        creds: &Creds,
+        fid: Fid,
+        spec: Option<LayoutSpec>,
+    ) -> Result<()> {
+        self.observe("setstripe", Some(fid), 0, 0, async {
+            if let Some(s) = &spec {
+                s.validate()?;
+            }
+            match self
+                .md(
+                    fid,
+                    Request::MdsSetDirLayout {
+                        creds: creds.clone(),
+                        fid,
+                        spec,
+                    },
+                )
+                .await?
+            {
+                Response::Ok => Ok(()),
+                r => Err(unexpected("setstripe", &r)),
+            }
+        })
+        .await
+    }
+
+    pub async fn get_dir_layout(&self, fid: Fid) -> Result<Option<LayoutSpec>> {
+        self.observe("getstripe", Some(fid), 0, 0, async {
+            match self.md(fid, Request::MdsGetDirLayout { fid }).await? {
+                Response::DirLayout(s) => Ok(s),
+                r => Err(unexpected("getstripe", &r)),
+            }
+        })
+        .await
+    }
+
+    // ---- data ----
+
+    /// Reads up to `len` bytes at `offset`, clamped to the size the handle knows.
+    pub async fn read(&self, f: &OpenFile, offset: u64, len: u64) -> Result<Bytes> {
+        self.observe(
+            "read",
+            Some(f.fid),
+            offset,
+            len,
+            io::read(self, f, offset, len),
+        )
+        .await
+    }
+
+    /// Writes `data` at `offset`, all stripes in parallel.
+    pub async fn write(&self, f: &OpenFile, offset: u64, data: Bytes) -> Result<u64> {
+        let len = data.len() as u64;
+        self.observe("write", Some(f.fid), offset, len, async {
+            io::write(self, f, offset, data).await?;
+            Ok(len)
+        })
+        .await
+    }
+
+    /// Makes the handle's writes durable on the OSTs and its size on the MDT.
+    pub async fn fsync(&self, f: &OpenFile) -> Result<()> {
+        self.observe("fsync", Some(f.fid), 0, 0, async {
+            let dirty: Vec<(u32, Vec<ObjectId>)> = f.dirty.lock().expect("dirty").drain().collect();
+            let mut set = tokio::task::JoinSet::new();
+            for (ost, objects) in dirty {
+                let c = self.ost(ost).await?;
+                set.spawn(async move { c.call(&Request::OstSync { ost, objects }, vec![]).await });
+            }
+            while let Some(r) = set.join_next().await {
+                r.map_err(|e| ClientError::Errno(Errno::Io, format!("sync task failed: {e}")))??;
+            }
+            self.report_size(f).await
+        })
+        .await
+    }
+
+    async fn report_size(&self, f: &OpenFile) -> Result<()> {
+        if !f.was_written() {
+            return Ok(());
+        }
+        let req = Request::MdsSizeUpdate {
+            fid: f.fid,
+            size: f.size(),
+            mtime: Timespec::now(),
+        };
+        match self.md(f.fid, req).await? {
+            Response::Attr(_) => Ok(()),
+            r => Err(unexpected("size update", &r)),
+        }
+    }
+
+    /// Closes a handle: a writer reports the file's new size and mtime to the MDS
+    /// (what makes close-to-open consistency hold).
+    pub async fn close(&self, f: OpenFile) -> Result<()> {
+        self.observe("close", Some(f.fid), 0, 0, self.report_size(&f))
+            .await
+    }
+
+    /// The size of a file as its objects show it (Lustre's glimpse): needed while
+    /// another client writes it and has not closed yet.
+    pub async fn glimpse_size(&self, attr: &Attr) -> Result<u64> {
+        let Some(layout) = &attr.layout else {
+            return Ok(attr.size);
+        };
+        Ok(attr.size.max(io::glimpse(self, attr.fid, layout).await?))
+    }
+
+    // ---- cluster ----
+
+    /// Usage of every target, asked of the target itself; `Err` for one that does not
+    /// answer.
+    pub async fn target_usage(
+        &self,
+    ) -> Result<Vec<(TargetInfo, std::result::Result<Usage, String>)>> {
+        let config = self.refresh_config().await?;
+        let mut out = Vec::new();
+        let quick = RpcOptions {
+            recovery_timeout: Duration::from_secs(2),
+            ..self.inner.cfg.rpc.clone()
+        };
+        for t in config.mdts.iter().chain(config.osts.iter()) {
+            let c = RpcClient::new(
+                t.address.clone(),
+                self.inner.identity.clone(),
+                quick.clone(),
+            );
+            let req = match t.kind {
+                TargetKind::Mdt => Request::MdsStatfs { mdt: t.index },
+                TargetKind::Ost => Request::OstStatfs { ost: t.index },
+            };
+            let u = if !t.up {
+                Err("inactive device".to_string())
+            } else {
+                match c.call(&req, vec![]).await {
+                    Ok(r) => match r.response {
+                        Response::Usage(u) => Ok(u),
+                        other => Err(format!("unexpected answer {other:?}")),
+                    },
+                    Err(e) => Err(e.to_string()),
+                }
+            };
+            out.push((t.clone(), u));
+        }
+        Ok(out)
+    }
+
+    /// File system totals (statfs): space from the OSTs, inodes from the MDTs.
+    pub async fn statfs(&self) -> Result<Usage> {
+        self.observe("statfs", None, 0, 0, async {
+            let mut total = Usage::default();
+            for (t, u) in self.target_usage().await? {
+                let Ok(u) = u else { continue };
+                match t.kind {
+                    TargetKind::Ost => {
+                        total.total_bytes += u.total_bytes;
+                        total.free_bytes += u.free_bytes;
+                        total.avail_bytes += u.avail_bytes;
+                    }
+                    TargetKind::Mdt => {
+                        total.total_inodes += u.total_inodes;
+                        total.free_inodes += u.free_inodes;
+                    }
+                }
+            }
+            Ok(total)
+        })
+        .await
+    }
+}
+
+async fn fetch_config(mgs: &RpcClient) -> Result<ClusterConfig> {
+    match mgs.call(&Request::MgsGetConfig, vec![]).await?.response {
+        Response::Config(c) => Ok(c),
+        r => Err(unexpected("get config", &r)),
+    }
+}
+
+/// Runs a client on its own runtime for synchronous callers (CLI, FUSE threads).
+pub struct BlockingClient {
+    rt: tokio::runtime::Runtime,
+    pub client: Client,
+}
+
+impl BlockingClient {
+    pub fn connect(cfg: ClientConfig, worker_threads: usize) -> Result<BlockingClient> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(worker_threads.max(1))
+            .enable_all()
+            .thread_name("braid-client")
+            .build()
+            .map_err(|e| {
+                ClientError::Errno(Errno::Io, format!("cannot start the client runtime: {e}"))
+            })?;
+        let client = rt.block_on(Client::connect(cfg))?;
+        Ok(BlockingClient { rt, client })
+    }
+
+    /// Runs one future to completion.
+    pub fn run<T>(&self, f: impl std::future::Future<Output = T>) -> T {
+        self.rt.block_on(f)
+    }
+
+    pub fn handle(&self) -> tokio::runtime::Handle {
+        self.rt.handle().clone()
+    }
+}

@@ -1,0 +1,356 @@
+//! Test harness for integration tests: starts real `braid mgs`, `braid mds` and
+//! `braid oss` processes on 127.0.0.x addresses with temporary directories, kills and
+//! restarts them, and runs the CLI against them.
+//!
+//! Everything is cleaned up in `Drop` — processes are killed by PID and the directory
+//! removed — also when a test panics; a failing test prints the tail of each server's
+//! log first.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// A directory removed on drop.
+pub struct TempDir(PathBuf);
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        let base = std::env::var_os("BRAID_TEST_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(std::env::temp_dir);
+        let p = base.join(format!(
+            "braid-{tag}-{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).expect("create test directory");
+        TempDir(p)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A free TCP port on `ip` (bound then released).
+pub fn free_port(ip: &str) -> u16 {
+    TcpListener::bind((ip, 0))
+        .expect("bind a free port")
+        .local_addr()
+        .expect("local addr")
+        .port()
+}
+
+/// One server process.
+pub struct Server {
+    pub name: String,
+    pub args: Vec<String>,
+    pub log: PathBuf,
+    child: Option<Child>,
+}
+
+impl Server {
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    fn kill(&mut self, signal: i32) {
+        if let Some(mut c) = self.child.take() {
+            // SAFETY: plain kill(2) of a child we started and have not reaped.
+            unsafe { libc::kill(c.id() as i32, signal) };
+            let _ = c.wait();
+        }
+    }
+}
+
+/// How to shape a test cluster.
+#[derive(Debug, Clone)]
+pub struct ClusterSpec {
+    pub mdts: usize,
+    /// OSTs per OSS process.
+    pub osts_per_oss: Vec<usize>,
+    pub heartbeat_ms: u64,
+    pub target_timeout_ms: u64,
+}
+
+impl Default for ClusterSpec {
+    fn default() -> Self {
+        ClusterSpec {
+            mdts: 1,
+            osts_per_oss: vec![4],
+            heartbeat_ms: 200,
+            target_timeout_ms: 1500,
+        }
+    }
+}
+
+/// A cluster of real processes.
+pub struct Cluster {
+    pub bin: PathBuf,
+    pub dir: TempDir,
+    pub mgs_addr: String,
+    pub secret: PathBuf,
+    pub spec: ClusterSpec,
+    pub servers: BTreeMap<String, Server>,
+    next_ip: u8,
+}
+
+impl Cluster {
+    /// Starts an MGS, one MDS and the OSSs of `spec`, and waits until every OST is up.
+    pub fn start(bin: &Path, spec: ClusterSpec) -> Cluster {
+        let dir = TempDir::new("cluster");
+        let secret = dir.path().join("cluster.secret");
+        let out = Command::new(bin)
+            .arg("gen-secret")
+            .arg(&secret)
+            .output()
+            .expect("run braid gen-secret");
+        assert!(
+            out.status.success(),
+            "gen-secret failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mgs_addr = format!("127.0.0.2:{}", free_port("127.0.0.2"));
+        let mut c = Cluster {
+            bin: bin.to_path_buf(),
+            dir,
+            mgs_addr,
+            secret,
+            spec: spec.clone(),
+            servers: BTreeMap::new(),
+            next_ip: 3,
+        };
+        let mgs_data = c.dir.path().join("mgs");
+        let mut args = vec![
+            "mgs".to_string(),
+            "--listen".into(),
+            c.mgs_addr.clone(),
+            "--data".into(),
+            path(&mgs_data),
+        ];
+        args.extend([
+            "--target-timeout-ms".into(),
+            spec.target_timeout_ms.to_string(),
+        ]);
+        c.add_server("mgs", args);
+        let mut args = c.role_args("mds");
+        for i in 0..spec.mdts {
+            args.extend(["--mdt".into(), path(&c.dir.path().join(format!("mdt{i}")))]);
+        }
+        c.add_server("mds", args);
+        let mut ost = 0;
+        for (i, n) in spec.osts_per_oss.iter().enumerate() {
+            let dirs: Vec<PathBuf> = (ost..ost + n)
+                .map(|k| c.dir.path().join(format!("ost{k}")))
+                .collect();
+            ost += n;
+            c.add_oss(&format!("oss{i}"), &dirs);
+        }
+        c.wait_osts_up(ost, Duration::from_secs(30));
+        c
+    }
+
+    fn role_args(&mut self, role: &str) -> Vec<String> {
+        let ip = format!("127.0.0.{}", self.next_ip);
+        self.next_ip += 1;
+        let listen = format!("{ip}:{}", free_port(&ip));
+        vec![
+            role.to_string(),
+            "--listen".into(),
+            listen,
+            "--mgs".into(),
+            self.mgs_addr.clone(),
+            "--secret-file".into(),
+            path(&self.secret),
+            "--heartbeat-ms".into(),
+            self.spec.heartbeat_ms.to_string(),
+        ]
+    }
+
+    /// Starts an OSS process named `name` serving `dirs`.
+    pub fn add_oss(&mut self, name: &str, dirs: &[PathBuf]) {
+        let mut args = self.role_args("oss");
+        for d in dirs {
+            args.extend(["--ost".into(), path(d)]);
+        }
+        self.add_server(name, args);
+    }
+
+    fn add_server(&mut self, name: &str, mut args: Vec<String>) {
+        if name == "mgs" {
+            args.extend(["--secret-file".into(), path(&self.secret)]);
+        }
+        let log = self.dir.path().join(format!("{name}.log"));
+        let mut s = Server {
+            name: name.to_string(),
+            args,
+            log,
+            child: None,
+        };
+        self.spawn(&mut s);
+        self.servers.insert(name.to_string(), s);
+    }
+
+    fn spawn(&self, s: &mut Server) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&s.log)
+            .expect("open log");
+        let mut child = Command::new(&self.bin)
+            .args(&s.args)
+            .env("BRAID_LOG", "debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .expect("start braid server");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if line.contains("listening on") {
+                    let _ = tx.send(line);
+                }
+            }
+        });
+        s.child = Some(child);
+        if rx.recv_timeout(Duration::from_secs(30)).is_err() {
+            panic!("{} did not start; log:\n{}", s.name, tail(&s.log));
+        }
+    }
+
+    /// Kills a server with SIGKILL.
+    pub fn kill(&mut self, name: &str) {
+        self.servers
+            .get_mut(name)
+            .unwrap_or_else(|| panic!("no server {name}"))
+            .kill(libc::SIGKILL);
+    }
+
+    /// Stops a server with SIGTERM.
+    pub fn stop(&mut self, name: &str) {
+        self.servers
+            .get_mut(name)
+            .unwrap_or_else(|| panic!("no server {name}"))
+            .kill(libc::SIGTERM);
+    }
+
+    /// Starts a killed server again with the same arguments (same address and data).
+    pub fn restart(&mut self, name: &str) {
+        let mut s = self
+            .servers
+            .remove(name)
+            .unwrap_or_else(|| panic!("no server {name}"));
+        s.kill(libc::SIGKILL);
+        self.spawn(&mut s);
+        self.servers.insert(name.to_string(), s);
+    }
+
+    /// Runs the CLI with the cluster's secret.
+    pub fn braid(&self, args: &[&str]) -> Output {
+        Command::new(&self.bin)
+            .args(args)
+            .env("BRAID_SECRET_FILE", &self.secret)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run braid")
+    }
+
+    /// Runs the CLI and returns stdout, panicking with stderr on failure.
+    pub fn braid_ok(&self, args: &[&str]) -> String {
+        let out = self.braid(args);
+        assert!(
+            out.status.success(),
+            "braid {args:?} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `braid://MGS/path`.
+    pub fn url(&self, p: &str) -> String {
+        format!("braid://{}{}", self.mgs_addr, p)
+    }
+
+    /// Waits until `braid df` shows `n` OSTs without an error.
+    pub fn wait_osts_up(&self, n: usize, timeout: Duration) {
+        let start = Instant::now();
+        loop {
+            let out = self.braid(&["df", &self.url("/"), "--timeout-s", "5"]);
+            let text = String::from_utf8_lossy(&out.stdout);
+            let up = text
+                .lines()
+                .filter(|l| l.contains("[OST:") && !l.contains(" : "))
+                .count();
+            if out.status.success() && up >= n {
+                return;
+            }
+            if start.elapsed() > timeout {
+                panic!(
+                    "only {up} of {n} OSTs up after {timeout:?}:\n{text}{}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The directory of OST `i` (as started by [`Cluster::start`]).
+    pub fn ost_dir(&self, i: usize) -> PathBuf {
+        self.dir.path().join(format!("ost{i}"))
+    }
+
+    /// Every object file under OST `i`.
+    pub fn ost_objects(&self, i: usize) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        let Ok(buckets) = std::fs::read_dir(self.ost_dir(i).join("objects")) else {
+            return out;
+        };
+        for b in buckets.flatten() {
+            if let Ok(files) = std::fs::read_dir(b.path()) {
+                out.extend(files.flatten().map(|f| f.path()));
+            }
+        }
+        out.sort();
+        out
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let failing = std::thread::panicking();
+        for s in self.servers.values_mut() {
+            s.kill(libc::SIGKILL);
+            if failing {
+                eprintln!("---- {} log (tail) ----\n{}", s.name, tail(&s.log));
+            }
+        }
+    }
+}
+
+fn path(p: &Path) -> String {
+    p.to_string_lossy().into_owned()
+}
+
+fn tail(p: &Path) -> String {
+    let text = std::fs::read_to_string(p).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
