@@ -81,27 +81,20 @@ pub fn load(path: Option<&Path>) -> Result<FileConfig> {
     let Some(path) = path else {
         return Ok(FileConfig::default());
     };
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     toml::from_str(&text).with_context(|| format!("invalid configuration in {}", path.display()))
 }
 
 /// Settings shared by the roles, flags over file.
 pub fn common(opts: &ServerOpts, file: &FileConfig) -> Result<Common> {
-    let secret = crate::server_secret(
-        opts.secret_file.clone().or(file.secret_file.clone()),
-        opts.insecure || file.insecure,
-    )?;
+    let secret =
+        crate::server_secret(opts.secret_file.clone().or(file.secret_file.clone()), opts.insecure || file.insecure)?;
     let heartbeat_ms = opts.heartbeat_ms.or(file.heartbeat_ms).unwrap_or(1000);
     if heartbeat_ms == 0 {
         anyhow::bail!("heartbeat interval must be positive");
     }
     Ok(Common {
-        fsname: opts
-            .fsname
-            .clone()
-            .or(file.fsname.clone())
-            .unwrap_or_else(|| "braid".into()),
+        fsname: opts.fsname.clone().or(file.fsname.clone()).unwrap_or_else(|| "braid".into()),
         secret,
         heartbeat: Duration::from_millis(heartbeat_ms),
     })

@@ -14,12 +14,7 @@ use clap::{Args, Parser, Subcommand};
 use proto::auth::Secret;
 
 #[derive(Parser)]
-#[command(
-    name = "braid",
-    version,
-    about = "braid: a parallel distributed file system",
-    propagate_version = true
-)]
+#[command(name = "braid", version, about = "braid: a parallel distributed file system", propagate_version = true)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -225,10 +220,7 @@ fn init_logging(default_level: &str) {
         "error" => tracing::Level::ERROR,
         _ => tracing::Level::INFO,
     };
-    let _ = tracing_subscriber::fmt()
-        .with_max_level(level)
-        .with_writer(std::io::stderr)
-        .try_init();
+    let _ = tracing_subscriber::fmt().with_max_level(level).with_writer(std::io::stderr).try_init();
 }
 
 /// The secret a server runs with: a file, or an explicit `--insecure`.
@@ -248,20 +240,14 @@ fn server_secret(file: Option<PathBuf>, insecure: bool) -> Result<Secret> {
 
 /// The secret a client tool uses: a file if given, else none (an insecure cluster).
 pub fn client_secret(file: &Option<PathBuf>) -> Result<Secret> {
-    match file
-        .clone()
-        .or_else(|| std::env::var_os("BRAID_SECRET_FILE").map(PathBuf::from))
-    {
+    match file.clone().or_else(|| std::env::var_os("BRAID_SECRET_FILE").map(PathBuf::from)) {
         Some(f) => Secret::load(&f).map_err(anyhow::Error::msg),
         None => Ok(Secret::Insecure),
     }
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")
 }
 
 fn run_server<F>(what: &str, start: F) -> Result<()>
@@ -283,10 +269,8 @@ where
 
 fn main() {
     let cli = Cli::parse();
-    let server = matches!(
-        cli.command,
-        Command::Mgs { .. } | Command::Mds { .. } | Command::Oss { .. } | Command::Local { .. }
-    );
+    let server =
+        matches!(cli.command, Command::Mgs { .. } | Command::Mds { .. } | Command::Oss { .. } | Command::Local { .. });
     init_logging(if server { "info" } else { "warn" });
     if let Err(e) = run(cli.command) {
         eprintln!("braid: {e:#}");
@@ -296,107 +280,47 @@ fn main() {
 
 fn run(command: Command) -> Result<()> {
     match command {
-        Command::Mgs {
-            server,
-            listen,
-            data,
-            target_timeout_ms,
-        } => {
+        Command::Mgs { server, listen, data, target_timeout_ms } => {
             let file = config::load(server.config.as_deref())?;
             let common = config::common(&server, &file)?;
-            let listen = listen
-                .or(file.mgs.listen.clone())
-                .unwrap_or_else(|| "127.0.0.1:9400".into());
-            let data = data
-                .or(file.mgs.data.clone())
-                .context("the MGS needs --data DIR")?;
-            let timeout = Duration::from_millis(
-                target_timeout_ms
-                    .or(file.mgs.target_timeout_ms)
-                    .unwrap_or(5000),
-            );
-            run_server("MGS", async move {
-                serve::start_mgs(&listen, &data, &common, timeout).await
-            })
+            let listen = listen.or(file.mgs.listen.clone()).unwrap_or_else(|| "127.0.0.1:9400".into());
+            let data = data.or(file.mgs.data.clone()).context("the MGS needs --data DIR")?;
+            let timeout = Duration::from_millis(target_timeout_ms.or(file.mgs.target_timeout_ms).unwrap_or(5000));
+            run_server("MGS", async move { serve::start_mgs(&listen, &data, &common, timeout).await })
         }
-        Command::Mds {
-            server,
-            listen,
-            advertise,
-            mgs,
-            mdts,
-            default_stripe_count,
-            default_stripe_size,
-        } => {
+        Command::Mds { server, listen, advertise, mgs, mdts, default_stripe_count, default_stripe_size } => {
             let file = config::load(server.config.as_deref())?;
             let common = config::common(&server, &file)?;
-            let listen = listen
-                .or(file.mds.listen.clone())
-                .unwrap_or_else(|| "127.0.0.1:0".into());
+            let listen = listen.or(file.mds.listen.clone()).unwrap_or_else(|| "127.0.0.1:0".into());
             let advertise = advertise.or(file.mds.advertise.clone());
-            let mgs = mgs
-                .or(file.mds.mgs.clone())
-                .context("the MDS needs --mgs HOST:PORT")?;
-            let mdts = if mdts.is_empty() {
-                file.mds.mdts.clone()
-            } else {
-                mdts
-            };
+            let mgs = mgs.or(file.mds.mgs.clone()).context("the MDS needs --mgs HOST:PORT")?;
+            let mdts = if mdts.is_empty() { file.mds.mdts.clone() } else { mdts };
             let size = match default_stripe_size.or(file.mds.default_stripe_size.clone()) {
                 Some(s) => Some(layout::parse_size(&s)?),
                 None => None,
             };
-            let count = default_stripe_count
-                .or(file.mds.default_stripe_count)
-                .unwrap_or(1);
+            let count = default_stripe_count.or(file.mds.default_stripe_count).unwrap_or(1);
             let default = layout::LayoutSpec::raid0(Some(count), Some(size.unwrap_or(1 << 20)));
             default.validate().context("invalid default layout")?;
             run_server("MDS", async move {
                 serve::start_mds(&listen, advertise.as_deref(), &mgs, &mdts, &common, default).await
             })
         }
-        Command::Oss {
-            server,
-            listen,
-            advertise,
-            mgs,
-            osts,
-        } => {
+        Command::Oss { server, listen, advertise, mgs, osts } => {
             let file = config::load(server.config.as_deref())?;
             let common = config::common(&server, &file)?;
-            let listen = listen
-                .or(file.oss.listen.clone())
-                .unwrap_or_else(|| "127.0.0.1:0".into());
+            let listen = listen.or(file.oss.listen.clone()).unwrap_or_else(|| "127.0.0.1:0".into());
             let advertise = advertise.or(file.oss.advertise.clone());
-            let mgs = mgs
-                .or(file.oss.mgs.clone())
-                .context("the OSS needs --mgs HOST:PORT")?;
-            let osts = if osts.is_empty() {
-                file.oss.osts.clone()
-            } else {
-                osts
-            };
-            run_server("OSS", async move {
-                serve::start_oss(&listen, advertise.as_deref(), &mgs, &osts, &common).await
-            })
+            let mgs = mgs.or(file.oss.mgs.clone()).context("the OSS needs --mgs HOST:PORT")?;
+            let osts = if osts.is_empty() { file.oss.osts.clone() } else { osts };
+            run_server(
+                "OSS",
+                async move { serve::start_oss(&listen, advertise.as_deref(), &mgs, &osts, &common).await },
+            )
         }
-        Command::Local {
-            data,
-            osts,
-            mdts,
-            listen,
-            fsname,
-            heartbeat_ms,
-            target_timeout_ms,
-        } => tools::local(
-            &data,
-            osts,
-            mdts,
-            &listen,
-            &fsname,
-            heartbeat_ms,
-            target_timeout_ms,
-        ),
+        Command::Local { data, osts, mdts, listen, fsname, heartbeat_ms, target_timeout_ms } => {
+            tools::local(&data, osts, mdts, &listen, &fsname, heartbeat_ms, target_timeout_ms)
+        }
         Command::GenSecret { path } => {
             if path.exists() {
                 bail!("{} exists; refusing to overwrite a secret", path.display());
@@ -407,45 +331,13 @@ fn run(command: Command) -> Result<()> {
         }
         Command::Cp { client, paths } => tools::cp(&client, &paths),
         Command::Ls { client, long, path } => tools::ls(&client, &path, long),
-        Command::Rm {
-            client,
-            recursive,
-            paths,
-        } => tools::rm(&client, &paths, recursive),
-        Command::Mkdir {
-            client,
-            parents,
-            paths,
-        } => tools::mkdir(&client, &paths, parents),
+        Command::Rm { client, recursive, paths } => tools::rm(&client, &paths, recursive),
+        Command::Mkdir { client, parents, paths } => tools::mkdir(&client, &paths, parents),
         Command::Stat { client, path } => tools::stat(&client, &path),
-        Command::Setstripe {
-            client,
-            count,
-            size,
-            index,
-            osts,
-            delete,
-            path,
-        } => tools::setstripe(
-            &client,
-            &path,
-            count,
-            size.as_deref(),
-            index,
-            osts.as_deref(),
-            delete,
-        ),
-        Command::Getstripe {
-            client,
-            directory,
-            path,
-        } => tools::getstripe(&client, &path, directory),
-        Command::Df {
-            client,
-            inodes,
-            human,
-            path,
-            ..
-        } => tools::df(&client, &path, inodes, human),
+        Command::Setstripe { client, count, size, index, osts, delete, path } => {
+            tools::setstripe(&client, &path, count, size.as_deref(), index, osts.as_deref(), delete)
+        }
+        Command::Getstripe { client, directory, path } => tools::getstripe(&client, &path, directory),
+        Command::Df { client, inodes, human, path, .. } => tools::df(&client, &path, inodes, human),
     }
 }

@@ -28,9 +28,7 @@ pub struct Common {
 
 /// Binds `listen` and returns the listener and the address to advertise.
 async fn bind(listen: &str, advertise: Option<&str>) -> Result<(tokio::net::TcpListener, String)> {
-    let l = tokio::net::TcpListener::bind(listen)
-        .await
-        .with_context(|| format!("cannot listen on {listen}"))?;
+    let l = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
     let local: SocketAddr = l.local_addr()?;
     let adv = match advertise {
         Some(a) => a.to_string(),
@@ -44,31 +42,19 @@ async fn bind(listen: &str, advertise: Option<&str>) -> Result<(tokio::net::TcpL
 
 fn mgs_client(mgs: &str, common: &Common, role: &str) -> Arc<RpcClient> {
     let identity = Identity::new(role, common.secret.clone());
-    let opts = RpcOptions {
-        recovery_timeout: Duration::from_secs(30),
-        ..Default::default()
-    };
+    let opts = RpcOptions { recovery_timeout: Duration::from_secs(30), ..Default::default() };
     Arc::new(RpcClient::new(mgs.to_string(), identity, opts))
 }
 
 /// Starts the MGS; returns its address.
-pub async fn start_mgs(
-    listen: &str,
-    data: &Path,
-    common: &Common,
-    target_timeout: Duration,
-) -> Result<String> {
+pub async fn start_mgs(listen: &str, data: &Path, common: &Common, target_timeout: Duration) -> Result<String> {
     let (listener, addr) = bind(listen, None).await?;
     let mgs = mgs::Mgs::open(mgs::MgsConfig {
         data_dir: data.to_path_buf(),
         fsname: common.fsname.clone(),
         heartbeat_timeout: target_timeout,
     })?;
-    tokio::spawn(mgs::serve(
-        Arc::new(mgs),
-        listener,
-        ServerConfig::new("mgs", common.secret.clone()),
-    ));
+    tokio::spawn(mgs::serve(Arc::new(mgs), listener, ServerConfig::new("mgs", common.secret.clone())));
     tracing::info!("MGS serving {} at {addr}", common.fsname);
     Ok(addr)
 }
@@ -85,12 +71,7 @@ async fn register_all(
         let mut t = TargetDir::open(kind, d)
             .with_context(|| format!("cannot open {} directory {}", kind.name(), d.display()))?;
         let index = t.register(mgs, addr, fsname).await.with_context(|| {
-            format!(
-                "cannot register {} {} with the MGS at {}",
-                kind.name(),
-                d.display(),
-                mgs.addr()
-            )
+            format!("cannot register {} {} with the MGS at {}", kind.name(), d.display(), mgs.addr())
         })?;
         tracing::info!("{}{index:04x} registered from {}", kind.name(), d.display());
         out.push(t);
@@ -113,36 +94,13 @@ pub async fn start_mds(
     let (listener, addr) = bind(listen, advertise).await?;
     let mgs = mgs_client(mgs_addr, common, "mds");
     let targets = register_all(TargetKind::Mdt, dirs, &mgs, &addr, &common.fsname).await?;
-    let list: Vec<(u32, PathBuf)> = targets
-        .iter()
-        .map(|t| (t.index.expect("registered"), t.dir.clone()))
-        .collect();
-    let cfg = mds::MdsConfig {
-        default_layout,
-        config_refresh: common.heartbeat,
-        ..Default::default()
-    };
-    let mds = mds::Mds::start(
-        &list,
-        cfg,
-        Identity::new("mds", common.secret.clone()),
-        mgs.clone(),
-    )?;
+    let list: Vec<(u32, PathBuf)> = targets.iter().map(|t| (t.index.expect("registered"), t.dir.clone())).collect();
+    let cfg = mds::MdsConfig { default_layout, config_refresh: common.heartbeat, ..Default::default() };
+    let mds = mds::Mds::start(&list, cfg, Identity::new("mds", common.secret.clone()), mgs.clone())?;
     let usage: Arc<dyn Fn(&TargetDir) -> proto::msg::Usage + Send + Sync> =
         Arc::new(|t| proto::target::dir_usage(&t.dir));
-    spawn_heartbeat(
-        mgs,
-        targets,
-        addr.clone(),
-        common.fsname.clone(),
-        common.heartbeat,
-        usage,
-    );
-    tokio::spawn(mds::serve(
-        mds,
-        listener,
-        ServerConfig::new("mds", common.secret.clone()),
-    ));
+    spawn_heartbeat(mgs, targets, addr.clone(), common.fsname.clone(), common.heartbeat, usage);
+    tokio::spawn(mds::serve(mds, listener, ServerConfig::new("mds", common.secret.clone())));
     tracing::info!("MDS serving {} MDT(s) at {addr}", list.len());
     Ok(addr)
 }
@@ -159,29 +117,16 @@ pub async fn start_oss(
         bail!("an OSS needs at least one OST directory (--ost DIR)");
     }
     for d in dirs {
-        oss::Ost::format(d)
-            .with_context(|| format!("cannot prepare OST directory {}", d.display()))?;
+        oss::Ost::format(d).with_context(|| format!("cannot prepare OST directory {}", d.display()))?;
     }
     let (listener, addr) = bind(listen, advertise).await?;
     let mgs = mgs_client(mgs_addr, common, "oss");
     let targets = register_all(TargetKind::Ost, dirs, &mgs, &addr, &common.fsname).await?;
     let service = Arc::new(oss::Oss::new(oss::Oss::targets(&targets)));
-    let usage: Arc<dyn Fn(&TargetDir) -> proto::msg::Usage + Send + Sync> =
-        Arc::new(|t| oss::ost_usage(&t.dir));
+    let usage: Arc<dyn Fn(&TargetDir) -> proto::msg::Usage + Send + Sync> = Arc::new(|t| oss::ost_usage(&t.dir));
     let n = targets.len();
-    spawn_heartbeat(
-        mgs,
-        targets,
-        addr.clone(),
-        common.fsname.clone(),
-        common.heartbeat,
-        usage,
-    );
-    tokio::spawn(oss::serve(
-        service,
-        listener,
-        ServerConfig::new("oss", common.secret.clone()),
-    ));
+    spawn_heartbeat(mgs, targets, addr.clone(), common.fsname.clone(), common.heartbeat, usage);
+    tokio::spawn(oss::serve(service, listener, ServerConfig::new("oss", common.secret.clone())));
     tracing::info!("OSS serving {n} OST(s) at {addr}");
     Ok(addr)
 }

@@ -24,8 +24,7 @@ const CP_CHUNK: usize = 32 << 20;
 fn connect(opts: &ClientOpts, mgs: &str) -> Result<BlockingClient> {
     let mut cfg = ClientConfig::new(mgs, crate::client_secret(&opts.secret_file)?);
     cfg.rpc.recovery_timeout = Duration::from_secs(opts.timeout_s.max(1));
-    BlockingClient::connect(cfg, 2)
-        .with_context(|| format!("cannot connect to the cluster at {mgs}"))
+    BlockingClient::connect(cfg, 2).with_context(|| format!("cannot connect to the cluster at {mgs}"))
 }
 
 fn creds() -> Creds {
@@ -50,22 +49,11 @@ pub fn local(
     std::fs::create_dir_all(data).with_context(|| format!("cannot create {}", data.display()))?;
     let secret_path = data.join("cluster.secret");
     let secret = proto::auth::Secret::create_file(&secret_path).map_err(anyhow::Error::msg)?;
-    let common = Common {
-        fsname: fsname.to_string(),
-        secret,
-        heartbeat: Duration::from_millis(heartbeat_ms.max(1)),
-    };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let common = Common { fsname: fsname.to_string(), secret, heartbeat: Duration::from_millis(heartbeat_ms.max(1)) };
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let r = rt.block_on(async {
-        let mgs = serve::start_mgs(
-            listen,
-            &data.join("mgs"),
-            &common,
-            Duration::from_millis(target_timeout_ms),
-        )
-        .await?;
+        let mgs =
+            serve::start_mgs(listen, &data.join("mgs"), &common, Duration::from_millis(target_timeout_ms)).await?;
         let mdt_dirs: Vec<PathBuf> = (0..mdts).map(|i| data.join(format!("mdt{i}"))).collect();
         let ost_dirs: Vec<PathBuf> = (0..osts).map(|i| data.join(format!("ost{i}"))).collect();
         let default = LayoutSpec::raid0(Some(1), Some(1 << 20));
@@ -122,11 +110,7 @@ impl Progress {
 
     fn draw(&self) {
         let secs = self.start.elapsed().as_secs_f64().max(1e-3);
-        let pct = if self.total == 0 {
-            100.0
-        } else {
-            self.done as f64 * 100.0 / self.total as f64
-        };
+        let pct = if self.total == 0 { 100.0 } else { self.done as f64 * 100.0 / self.total as f64 };
         let bar = (pct / 5.0) as usize;
         eprint!(
             "\r{:30.30} [{:<20}] {:5.1}% {:>9} {:8.1} MiB/s",
@@ -164,9 +148,7 @@ pub fn cp(opts: &ClientOpts, paths: &[String]) -> Result<()> {
         }
         Ok(clients[mgs].client.clone())
     };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let c = creds();
     let dst_b = BraidPath::parse(dst)?;
     let many = srcs.len() > 1;
@@ -192,13 +174,7 @@ pub fn cp(opts: &ClientOpts, paths: &[String]) -> Result<()> {
 }
 
 /// Where a copy lands: into the directory `dst` names, or at `dst` itself.
-async fn target_path(
-    client: &Client,
-    c: &Creds,
-    dst: &BraidPath,
-    src_name: &str,
-    many: bool,
-) -> Result<BraidPath> {
+async fn target_path(client: &Client, c: &Creds, dst: &BraidPath, src_name: &str, many: bool) -> Result<BraidPath> {
     match client.resolve(c, &dst.path, true).await {
         Ok(a) if a.kind == FileKind::Dir => Ok(dst.join(src_name)),
         Ok(_) if many => bail!("{}: not a directory (copying several files)", dst.url()),
@@ -210,30 +186,19 @@ async fn target_path(
 
 async fn create_for_write(client: &Client, c: &Creds, p: &BraidPath) -> Result<client::OpenFile> {
     let (parent, name) = client.resolve_parent(c, &p.path).await?;
-    let flags = OpenFlags {
-        read: false,
-        write: true,
-        truncate: true,
-    };
-    let (f, _, _) = client
-        .create(c, parent.fid, &name, 0o644, false, flags, None)
-        .await
-        .map_err(|e| e.at(&p.url()))?;
+    let flags = OpenFlags { read: false, write: true, truncate: true };
+    let (f, _, _) = client.create(c, parent.fid, &name, 0o644, false, flags, None).await.map_err(|e| e.at(&p.url()))?;
     Ok(f)
 }
 
 async fn upload(client: &Client, c: &Creds, src: &Path, dst: &BraidPath, many: bool) -> Result<()> {
     let meta = std::fs::metadata(src).with_context(|| format!("cannot read {}", src.display()))?;
     if meta.is_dir() {
-        bail!(
-            "{}: is a directory (copying directories is not supported)",
-            src.display()
-        );
+        bail!("{}: is a directory (copying directories is not supported)", src.display());
     }
     let target = target_path(client, c, dst, &base_name(&src.to_string_lossy())?, many).await?;
     let f = create_for_write(client, c, &target).await?;
-    let mut file =
-        std::fs::File::open(src).with_context(|| format!("cannot open {}", src.display()))?;
+    let mut file = std::fs::File::open(src).with_context(|| format!("cannot open {}", src.display()))?;
     // A reader thread keeps the next chunk ready while this one is on the wire.
     let (tx, rx) = mpsc::sync_channel::<std::io::Result<Vec<u8>>>(2);
     let reader = std::thread::spawn(move || loop {
@@ -264,10 +229,7 @@ async fn upload(client: &Client, c: &Creds, src: &Path, dst: &BraidPath, many: b
             break;
         }
         let n = chunk.len() as u64;
-        client
-            .write(&f, offset, Bytes::from(chunk))
-            .await
-            .map_err(|e| e.at(&target.url()))?;
+        client.write(&f, offset, Bytes::from(chunk)).await.map_err(|e| e.at(&target.url()))?;
         offset += n;
         progress.add(n);
     }
@@ -277,39 +239,16 @@ async fn upload(client: &Client, c: &Creds, src: &Path, dst: &BraidPath, many: b
     Ok(())
 }
 
-async fn open_for_read(
-    client: &Client,
-    c: &Creds,
-    src: &BraidPath,
-) -> Result<(client::OpenFile, Attr)> {
-    let attr = client
-        .resolve(c, &src.path, true)
-        .await
-        .map_err(|e| e.at(&src.url()))?;
+async fn open_for_read(client: &Client, c: &Creds, src: &BraidPath) -> Result<(client::OpenFile, Attr)> {
+    let attr = client.resolve(c, &src.path, true).await.map_err(|e| e.at(&src.url()))?;
     if attr.kind == FileKind::Dir {
-        bail!(
-            "{}: is a directory (copying directories is not supported)",
-            src.url()
-        );
+        bail!("{}: is a directory (copying directories is not supported)", src.url());
     }
-    let flags = OpenFlags {
-        read: true,
-        write: false,
-        truncate: false,
-    };
-    Ok(client
-        .open(c, attr.fid, flags)
-        .await
-        .map_err(|e| e.at(&src.url()))?)
+    let flags = OpenFlags { read: true, write: false, truncate: false };
+    Ok(client.open(c, attr.fid, flags).await.map_err(|e| e.at(&src.url()))?)
 }
 
-async fn download(
-    client: &Client,
-    c: &Creds,
-    src: &BraidPath,
-    dst: &Path,
-    many: bool,
-) -> Result<()> {
+async fn download(client: &Client, c: &Creds, src: &BraidPath, dst: &Path, many: bool) -> Result<()> {
     let (f, attr) = open_for_read(client, c, src).await?;
     let target = if dst.is_dir() {
         dst.join(base_name(&src.path)?)
@@ -318,24 +257,19 @@ async fn download(
     } else {
         dst.to_path_buf()
     };
-    let mut out = std::fs::File::create(&target)
-        .with_context(|| format!("cannot create {}", target.display()))?;
+    let mut out = std::fs::File::create(&target).with_context(|| format!("cannot create {}", target.display()))?;
     let (tx, rx) = mpsc::sync_channel::<Bytes>(2);
     let path = target.clone();
     let writer = std::thread::spawn(move || -> Result<()> {
         for chunk in rx {
-            out.write_all(&chunk)
-                .with_context(|| format!("cannot write {}", path.display()))?;
+            out.write_all(&chunk).with_context(|| format!("cannot write {}", path.display()))?;
         }
         Ok(())
     });
     let mut progress = Progress::new(&src.path, attr.size);
     let mut offset = 0;
     while offset < attr.size {
-        let data = client
-            .read(&f, offset, CP_CHUNK as u64)
-            .await
-            .map_err(|e| e.at(&src.url()))?;
+        let data = client.read(&f, offset, CP_CHUNK as u64).await.map_err(|e| e.at(&src.url()))?;
         if data.is_empty() {
             break;
         }
@@ -346,22 +280,13 @@ async fn download(
         }
     }
     drop(tx);
-    writer
-        .join()
-        .map_err(|_| anyhow::anyhow!("writer thread failed"))??;
+    writer.join().map_err(|_| anyhow::anyhow!("writer thread failed"))??;
     client.close(f).await?;
     progress.finish();
     Ok(())
 }
 
-async fn copy_within(
-    sc: &Client,
-    dc: &Client,
-    c: &Creds,
-    src: &BraidPath,
-    dst: &BraidPath,
-    many: bool,
-) -> Result<()> {
+async fn copy_within(sc: &Client, dc: &Client, c: &Creds, src: &BraidPath, dst: &BraidPath, many: bool) -> Result<()> {
     let (f, attr) = open_for_read(sc, c, src).await?;
     let target = target_path(dc, c, dst, &base_name(&src.path)?, many).await?;
     let out = create_for_write(dc, c, &target).await?;
@@ -447,34 +372,21 @@ fn format_time(t: Timespec) -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + if m <= 2 { 1 } else { 0 };
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
-        secs / 3600,
-        secs / 60 % 60,
-        secs % 60
-    )
+    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60)
 }
 
 pub fn ls(opts: &ClientOpts, path: &str, long: bool) -> Result<()> {
     with_client(opts, path, |bc, p| {
         let c = creds();
         let client = &bc.client;
-        let attr = bc
-            .run(client.resolve(&c, &p.path, true))
-            .map_err(|e| e.at(&p.url()))?;
+        let attr = bc.run(client.resolve(&c, &p.path, true)).map_err(|e| e.at(&p.url()))?;
         let mut out = std::io::stdout().lock();
         let entries: Vec<(String, Option<Attr>)> = if attr.kind == FileKind::Dir {
-            let mut list = bc
-                .run(client.readdir_all(&c, attr.fid))
-                .map_err(|e| e.at(&p.url()))?;
+            let mut list = bc.run(client.readdir_all(&c, attr.fid)).map_err(|e| e.at(&p.url()))?;
             list.sort_by(|a, b| a.name.cmp(&b.name));
             list.into_iter()
                 .map(|e| {
-                    let a = if long {
-                        bc.run(client.getattr(e.fid)).ok()
-                    } else {
-                        None
-                    };
+                    let a = if long { bc.run(client.getattr(e.fid)).ok() } else { None };
                     (e.name, a)
                 })
                 .collect()
@@ -500,20 +412,11 @@ pub fn ls(opts: &ClientOpts, path: &str, long: bool) -> Result<()> {
     })
 }
 
-async fn remove_tree(
-    client: &Client,
-    c: &Creds,
-    parent: proto::Fid,
-    name: &str,
-    depth: usize,
-) -> client::Result<()> {
+async fn remove_tree(client: &Client, c: &Creds, parent: proto::Fid, name: &str, depth: usize) -> client::Result<()> {
     let attr = client.lookup(c, parent, name).await?;
     if attr.kind == FileKind::Dir {
         if depth > 256 {
-            return Err(client::ClientError::Errno(
-                Errno::Loop,
-                "directory tree too deep".into(),
-            ));
+            return Err(client::ClientError::Errno(Errno::Loop, "directory tree too deep".into()));
         }
         for e in client.readdir_all(c, attr.fid).await? {
             Box::pin(remove_tree(client, c, attr.fid, &e.name, depth + 1)).await?;
@@ -530,14 +433,11 @@ pub fn rm(opts: &ClientOpts, paths: &[String], recursive: bool) -> Result<()> {
             let c = creds();
             let client = &bc.client;
             let (parent, name) = bc.run(client.resolve_parent(&c, &p.path))?;
-            let attr = bc
-                .run(client.lookup(&c, parent.fid, &name))
-                .map_err(|e| e.at(&p.url()))?;
+            let attr = bc.run(client.lookup(&c, parent.fid, &name)).map_err(|e| e.at(&p.url()))?;
             if attr.kind == FileKind::Dir && !recursive {
                 bail!("{}: is a directory (use -r)", p.url());
             }
-            bc.run(remove_tree(client, &c, parent.fid, &name, 0))
-                .map_err(|e| e.at(&p.url()))?;
+            bc.run(remove_tree(client, &c, parent.fid, &name, 0)).map_err(|e| e.at(&p.url()))?;
             Ok(())
         })?;
     }
@@ -551,8 +451,7 @@ pub fn mkdir(opts: &ClientOpts, paths: &[String], parents: bool) -> Result<()> {
             let client = &bc.client;
             if !parents {
                 let (parent, name) = bc.run(client.resolve_parent(&c, &p.path))?;
-                bc.run(client.mkdir(&c, parent.fid, &name, 0o755))
-                    .map_err(|e| e.at(&p.url()))?;
+                bc.run(client.mkdir(&c, parent.fid, &name, 0o755)).map_err(|e| e.at(&p.url()))?;
                 return Ok(());
             }
             let mut at = bc.run(client.getattr(proto::Fid::ROOT))?;
@@ -560,15 +459,11 @@ pub fn mkdir(opts: &ClientOpts, paths: &[String], parents: bool) -> Result<()> {
                 at = match bc.run(client.lookup(&c, at.fid, &comp)) {
                     Ok(a) if a.kind == FileKind::Dir => a,
                     Ok(_) => bail!("{}: {comp} exists and is not a directory", p.url()),
-                    Err(e) if e.errno() == Errno::NoEnt => {
-                        match bc.run(client.mkdir(&c, at.fid, &comp, 0o755)) {
-                            Ok(a) => a,
-                            Err(e) if e.errno() == Errno::Exist => {
-                                bc.run(client.lookup(&c, at.fid, &comp))?
-                            }
-                            Err(e) => return Err(e.at(&p.url()).into()),
-                        }
-                    }
+                    Err(e) if e.errno() == Errno::NoEnt => match bc.run(client.mkdir(&c, at.fid, &comp, 0o755)) {
+                        Ok(a) => a,
+                        Err(e) if e.errno() == Errno::Exist => bc.run(client.lookup(&c, at.fid, &comp))?,
+                        Err(e) => return Err(e.at(&p.url()).into()),
+                    },
                     Err(e) => return Err(e.at(&p.url()).into()),
                 };
             }
@@ -580,9 +475,7 @@ pub fn mkdir(opts: &ClientOpts, paths: &[String], parents: bool) -> Result<()> {
 
 pub fn stat(opts: &ClientOpts, path: &str) -> Result<()> {
     with_client(opts, path, |bc, p| {
-        let a = bc
-            .run(bc.client.resolve(&creds(), &p.path, false))
-            .map_err(|e| e.at(&p.url()))?;
+        let a = bc.run(bc.client.resolve(&creds(), &p.path, false)).map_err(|e| e.at(&p.url()))?;
         let kind = match a.kind {
             FileKind::File => "regular file",
             FileKind::Dir => "directory",
@@ -590,19 +483,8 @@ pub fn stat(opts: &ClientOpts, path: &str) -> Result<()> {
         };
         println!("  File: {}", p.path);
         println!("  Size: {:<12} Type: {kind}", a.size);
-        println!(
-            "   FID: {:<24} Inode: {:<20} Links: {}",
-            a.fid.to_string(),
-            a.fid.ino(),
-            a.nlink
-        );
-        println!(
-            "Access: ({:04o}/{})  Uid: {:>5}  Gid: {:>5}",
-            a.mode,
-            mode_string(a.kind, a.mode),
-            a.uid,
-            a.gid
-        );
+        println!("   FID: {:<24} Inode: {:<20} Links: {}", a.fid.to_string(), a.fid.ino(), a.nlink);
+        println!("Access: ({:04o}/{})  Uid: {:>5}  Gid: {:>5}", a.mode, mode_string(a.kind, a.mode), a.uid, a.gid);
         println!("Access: {}.{:09} UTC", format_time(a.atime), a.atime.nsec);
         println!("Modify: {}.{:09} UTC", format_time(a.mtime), a.mtime.nsec);
         println!("Change: {}.{:09} UTC", format_time(a.ctime), a.ctime.nsec);
@@ -659,34 +541,20 @@ pub fn setstripe(
     osts: Option<&str>,
     delete: bool,
 ) -> Result<()> {
-    let spec = if delete {
-        None
-    } else {
-        Some(build_spec(count, size, index, osts)?)
-    };
+    let spec = if delete { None } else { Some(build_spec(count, size, index, osts)?) };
     with_client(opts, path, |bc, p| {
         let c = creds();
         let client = &bc.client;
         match bc.run(client.resolve(&c, &p.path, true)) {
             Ok(a) if a.kind == FileKind::Dir => {
-                bc.run(client.set_dir_layout(&c, a.fid, spec))
-                    .map_err(|e| e.at(&p.url()))?;
+                bc.run(client.set_dir_layout(&c, a.fid, spec)).map_err(|e| e.at(&p.url()))?;
                 Ok(())
             }
-            Ok(_) => bail!(
-                "{}: file exists; a file's layout is set when it is created",
-                p.url()
-            ),
+            Ok(_) => bail!("{}: file exists; a file's layout is set when it is created", p.url()),
             Err(e) if e.errno() == Errno::NoEnt => {
-                let Some(spec) = spec else {
-                    bail!("{}: no such directory", p.url())
-                };
+                let Some(spec) = spec else { bail!("{}: no such directory", p.url()) };
                 let (parent, name) = bc.run(client.resolve_parent(&c, &p.path))?;
-                let flags = OpenFlags {
-                    read: false,
-                    write: true,
-                    truncate: false,
-                };
+                let flags = OpenFlags { read: false, write: true, truncate: false };
                 let (f, _, _) = bc
                     .run(client.create(&c, parent.fid, &name, 0o644, true, flags, Some(spec)))
                     .map_err(|e| e.at(&p.url()))?;
@@ -718,18 +586,8 @@ fn print_raid0(
     }
     writeln!(out, "{indent}\tobdidx\t\t objid\t\t objid\t\t group")?;
     for (stripe, ost) in comp.osts.iter().enumerate() {
-        let o = ObjectId {
-            fid,
-            component: comp.id,
-            stripe: stripe as u32,
-        };
-        writeln!(
-            out,
-            "{indent}\t{ost:>6}\t{:>14}\t{:>#14x}\t{:>#14x}",
-            o.objid(),
-            o.objid(),
-            fid.seq
-        )?;
+        let o = ObjectId { fid, component: comp.id, stripe: stripe as u32 };
+        writeln!(out, "{indent}\t{ost:>6}\t{:>14}\t{:>#14x}\t{:>#14x}", o.objid(), o.objid(), fid.seq)?;
     }
     Ok(())
 }
@@ -745,17 +603,9 @@ fn print_layout(out: &mut impl Write, name: &str, fid: proto::Fid, l: &Layout) -
     for c in &l.components {
         writeln!(out, "    lcme_id:             {}", c.id)?;
         writeln!(out, "    lcme_mirror_id:      0")?;
-        writeln!(
-            out,
-            "    lcme_flags:          {}",
-            if c.is_instantiated() { "init" } else { "0" }
-        )?;
+        writeln!(out, "    lcme_flags:          {}", if c.is_instantiated() { "init" } else { "0" })?;
         writeln!(out, "    lcme_extent.e_start: {}", c.extent_start)?;
-        let end = if c.extent_end == EOF {
-            "EOF".to_string()
-        } else {
-            c.extent_end.to_string()
-        };
+        let end = if c.extent_end == EOF { "EOF".to_string() } else { c.extent_end.to_string() };
         writeln!(out, "    lcme_extent.e_end:   {end}")?;
         print_raid0(out, fid, l.generation, c, "      ")?;
         writeln!(out)?;
@@ -766,13 +616,19 @@ fn print_layout(out: &mut impl Write, name: &str, fid: proto::Fid, l: &Layout) -
 fn print_default(out: &mut impl Write, name: &str, spec: &Option<LayoutSpec>) -> Result<()> {
     writeln!(out, "{name}")?;
     match spec {
-        None => writeln!(out, "stripe_count:  (inherited) stripe_size:   (inherited) pattern:       raid0 stripe_offset: -1")?,
+        None => writeln!(
+            out,
+            "stripe_count:  (inherited) stripe_size:   (inherited) pattern:       raid0 stripe_offset: -1"
+        )?,
         Some(s) => {
             for c in &s.components {
                 let count = c.stripe_count.map_or("0".to_string(), |n| n.to_string());
                 let size = c.stripe_size.map_or("0".to_string(), |n| n.to_string());
                 let offset = c.stripe_offset.map_or("-1".to_string(), |n| n.to_string());
-                write!(out, "stripe_count:  {count} stripe_size:   {size} pattern:       raid0 stripe_offset: {offset}")?;
+                write!(
+                    out,
+                    "stripe_count:  {count} stripe_size:   {size} pattern:       raid0 stripe_offset: {offset}"
+                )?;
                 if let Some(list) = &c.ost_list {
                     write!(out, " ost_list: {}", list.iter().map(u32::to_string).collect::<Vec<_>>().join(","))?;
                 }
@@ -787,9 +643,7 @@ pub fn getstripe(opts: &ClientOpts, path: &str, directory_only: bool) -> Result<
     with_client(opts, path, |bc, p| {
         let c = creds();
         let client = &bc.client;
-        let a = bc
-            .run(client.resolve(&c, &p.path, true))
-            .map_err(|e| e.at(&p.url()))?;
+        let a = bc.run(client.resolve(&c, &p.path, true)).map_err(|e| e.at(&p.url()))?;
         let mut out = std::io::stdout().lock();
         if a.kind != FileKind::Dir {
             let l = a.layout.as_ref().context("not a regular file")?;
@@ -823,16 +677,9 @@ pub fn df(opts: &ClientOpts, path: &str, inodes: bool, human_units: bool) -> Res
         let fsname = bc.client.config().fsname;
         let mount = p.url();
         let mut out = std::io::stdout().lock();
-        let cols = if inodes {
-            ("Inodes", "IUsed", "IFree", "IUse%")
-        } else {
-            ("1K-blocks", "Used", "Available", "Use%")
-        };
-        writeln!(
-            out,
-            "{:<24} {:>12} {:>12} {:>12} {:>5} Mounted on",
-            "UUID", cols.0, cols.1, cols.2, cols.3
-        )?;
+        let cols =
+            if inodes { ("Inodes", "IUsed", "IFree", "IUse%") } else { ("1K-blocks", "Used", "Available", "Use%") };
+        writeln!(out, "{:<24} {:>12} {:>12} {:>12} {:>5} Mounted on", "UUID", cols.0, cols.1, cols.2, cols.3)?;
         let fmt = |n: u64| {
             if human_units && !inodes {
                 human(n)
@@ -847,23 +694,11 @@ pub fn df(opts: &ClientOpts, path: &str, inodes: bool, human_units: bool) -> Res
             match u {
                 Ok(u) => {
                     let (total, used, avail) = if inodes {
-                        (
-                            u.total_inodes,
-                            u.total_inodes - u.free_inodes,
-                            u.free_inodes,
-                        )
+                        (u.total_inodes, u.total_inodes - u.free_inodes, u.free_inodes)
                     } else {
-                        (
-                            u.total_bytes / 1024,
-                            (u.total_bytes - u.free_bytes) / 1024,
-                            u.avail_bytes / 1024,
-                        )
+                        (u.total_bytes / 1024, (u.total_bytes - u.free_bytes) / 1024, u.avail_bytes / 1024)
                     };
-                    let pct = if used + avail == 0 {
-                        0
-                    } else {
-                        (used * 100).div_ceil(used + avail)
-                    };
+                    let pct = if used + avail == 0 { 0 } else { (used * 100).div_ceil(used + avail) };
                     writeln!(
                         out,
                         "{uuid:<24} {:>12} {:>12} {:>12} {:>4}% {tag}",
@@ -872,11 +707,7 @@ pub fn df(opts: &ClientOpts, path: &str, inodes: bool, human_units: bool) -> Res
                         fmt(avail),
                         pct
                     )?;
-                    let counts = if inodes {
-                        t.kind == TargetKind::Mdt
-                    } else {
-                        t.kind == TargetKind::Ost
-                    };
+                    let counts = if inodes { t.kind == TargetKind::Mdt } else { t.kind == TargetKind::Ost };
                     if counts {
                         sum_total += total;
                         sum_used += used;
@@ -886,11 +717,7 @@ pub fn df(opts: &ClientOpts, path: &str, inodes: bool, human_units: bool) -> Res
                 Err(e) => writeln!(out, "{uuid:<24} : {e} {tag}")?,
             }
         }
-        let pct = if sum_used + sum_avail == 0 {
-            0
-        } else {
-            (sum_used * 100).div_ceil(sum_used + sum_avail)
-        };
+        let pct = if sum_used + sum_avail == 0 { 0 } else { (sum_used * 100).div_ceil(sum_used + sum_avail) };
         writeln!(out)?;
         writeln!(
             out,
@@ -913,17 +740,8 @@ mod tests {
     fn formats() {
         assert_eq!(mode_string(FileKind::Dir, 0o1777), "drwxrwxrwt");
         assert_eq!(mode_string(FileKind::File, 0o4644), "-rwSr--r--");
-        assert_eq!(
-            format_time(Timespec { sec: 0, nsec: 0 }),
-            "1970-01-01 00:00:00"
-        );
-        assert_eq!(
-            format_time(Timespec {
-                sec: 1_795_000_000,
-                nsec: 0
-            }),
-            "2026-11-18 08:26:40"
-        );
+        assert_eq!(format_time(Timespec { sec: 0, nsec: 0 }), "1970-01-01 00:00:00");
+        assert_eq!(format_time(Timespec { sec: 1_795_000_000, nsec: 0 }), "2026-11-18 08:26:40");
     }
 
     #[test]

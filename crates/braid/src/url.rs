@@ -22,10 +22,7 @@ impl BraidPath {
         if host.is_empty() || !host.contains(':') {
             bail!("{s}: expected braid://HOST:PORT/path");
         }
-        Ok(Some(BraidPath {
-            mgs: host.to_string(),
-            path: path.to_string(),
-        }))
+        Ok(Some(BraidPath { mgs: host.to_string(), path: path.to_string() }))
     }
 
     pub fn url(&self) -> String {
@@ -37,10 +34,7 @@ impl BraidPath {
         let mut p = self.path.trim_end_matches('/').to_string();
         p.push('/');
         p.push_str(name);
-        BraidPath {
-            mgs: self.mgs.clone(),
-            path: p,
-        }
+        BraidPath { mgs: self.mgs.clone(), path: p }
     }
 }
 
@@ -58,9 +52,7 @@ mod tests {
 
     #[test]
     fn parses() {
-        let p = BraidPath::parse("braid://127.0.0.1:9400/a/b")
-            .unwrap()
-            .unwrap();
+        let p = BraidPath::parse("braid://127.0.0.1:9400/a/b").unwrap().unwrap();
         assert_eq!(p.mgs, "127.0.0.1:9400");
         assert_eq!(p.path, "/a/b");
         assert_eq!(BraidPath::parse("braid://h:1").unwrap().unwrap().path, "/");

@@ -24,50 +24,23 @@ pub(crate) async fn write(c: &Client, f: &OpenFile, offset: u64, data: Bytes) ->
         return Ok(());
     }
     let len = data.len() as u64;
-    let end = offset
-        .checked_add(len)
-        .filter(|&e| e <= i64::MAX as u64)
-        .ok_or_else(|| {
-            ClientError::Errno(
-                Errno::Inval,
-                format!("write at {offset}+{len} exceeds the largest file size"),
-            )
-        })?;
-    let runs = f
-        .layout
-        .object_extents(offset, len, c.inner.cfg.max_rpc_bytes)?;
+    let end = offset.checked_add(len).filter(|&e| e <= i64::MAX as u64).ok_or_else(|| {
+        ClientError::Errno(Errno::Inval, format!("write at {offset}+{len} exceeds the largest file size"))
+    })?;
+    let runs = f.layout.object_extents(offset, len, c.inner.cfg.max_rpc_bytes)?;
     let mut set = JoinSet::new();
     for run in runs {
-        let object = ObjectId {
-            fid: f.fid,
-            component: run.component_id,
-            stripe: run.stripe,
-        };
-        let payload: Vec<Bytes> = run
-            .pieces
-            .iter()
-            .map(|&(b, n)| data.slice(b as usize..(b + n) as usize))
-            .collect();
+        let object = ObjectId { fid: f.fid, component: run.component_id, stripe: run.stripe };
+        let payload: Vec<Bytes> = run.pieces.iter().map(|&(b, n)| data.slice(b as usize..(b + n) as usize)).collect();
         let rpc = c.ost(run.ost).await?;
-        f.dirty
-            .lock()
-            .expect("dirty")
-            .entry(run.ost)
-            .or_default()
-            .push(object);
-        let req = Request::OstWrite {
-            ost: run.ost,
-            object,
-            offset: run.object_offset,
-            sync: false,
-        };
+        f.dirty.lock().expect("dirty").entry(run.ost).or_default().push(object);
+        let req = Request::OstWrite { ost: run.ost, object, offset: run.object_offset, sync: false };
         set.spawn(async move {
             match rpc.call(&req, payload).await?.response {
                 Response::Written { bytes } if bytes == run.len => Ok(()),
-                r => Err(ClientError::Errno(
-                    Errno::Io,
-                    format!("short or odd write answer from OST {}: {r:?}", run.ost),
-                )),
+                r => {
+                    Err(ClientError::Errno(Errno::Io, format!("short or odd write answer from OST {}: {r:?}", run.ost)))
+                }
             }
         });
     }
@@ -98,36 +71,18 @@ pub(crate) async fn read(c: &Client, f: &OpenFile, offset: u64, len: u64) -> Res
 
 /// Reads `[offset, offset+len)` of a file; holes and bytes past an object's end read
 /// as zeros.
-pub async fn read_extents(
-    c: &Client,
-    fid: Fid,
-    layout: &Layout,
-    offset: u64,
-    len: u64,
-) -> Result<Bytes> {
+pub async fn read_extents(c: &Client, fid: Fid, layout: &Layout, offset: u64, len: u64) -> Result<Bytes> {
     let runs = layout.object_extents(offset, len, c.inner.cfg.max_rpc_bytes)?;
     let mut set = JoinSet::new();
     for (i, run) in runs.iter().enumerate() {
-        let object = ObjectId {
-            fid,
-            component: run.component_id,
-            stripe: run.stripe,
-        };
+        let object = ObjectId { fid, component: run.component_id, stripe: run.stripe };
         let rpc = c.ost(run.ost).await?;
-        let req = Request::OstRead {
-            ost: run.ost,
-            object,
-            offset: run.object_offset,
-            len: run.len as u32,
-        };
+        let req = Request::OstRead { ost: run.ost, object, offset: run.object_offset, len: run.len as u32 };
         set.spawn(async move {
             let reply = rpc.call(&req, vec![]).await?;
             match reply.response {
                 Response::Data => Ok((i, reply.payload)),
-                r => Err(ClientError::Errno(
-                    Errno::Io,
-                    format!("odd read answer: {r:?}"),
-                )),
+                r => Err(ClientError::Errno(Errno::Io, format!("odd read answer: {r:?}"))),
             }
         });
     }
@@ -153,24 +108,10 @@ pub(crate) async fn punch(c: &Client, fid: Fid, layout: &Layout, size: u64) -> R
     let mut set = JoinSet::new();
     for comp in &layout.components {
         for (stripe, &ost) in comp.osts.iter().enumerate() {
-            let object = ObjectId {
-                fid,
-                component: comp.id,
-                stripe: stripe as u32,
-            };
+            let object = ObjectId { fid, component: comp.id, stripe: stripe as u32 };
             let object_size = comp.object_size_for_file_size(stripe as u32, size);
             let rpc = c.ost(ost).await?;
-            set.spawn(async move {
-                rpc.call(
-                    &Request::OstPunch {
-                        ost,
-                        object,
-                        size: object_size,
-                    },
-                    vec![],
-                )
-                .await
-            });
+            set.spawn(async move { rpc.call(&Request::OstPunch { ost, object, size: object_size }, vec![]).await });
         }
     }
     while let Some(r) = set.join_next().await {
@@ -184,26 +125,13 @@ pub(crate) async fn glimpse(c: &Client, fid: Fid, layout: &Layout) -> Result<u64
     let mut set = JoinSet::new();
     for comp in layout.components.iter().cloned() {
         for (stripe, &ost) in comp.osts.iter().enumerate() {
-            let object = ObjectId {
-                fid,
-                component: comp.id,
-                stripe: stripe as u32,
-            };
+            let object = ObjectId { fid, component: comp.id, stripe: stripe as u32 };
             let rpc = c.ost(ost).await?;
             let comp = comp.clone();
             set.spawn(async move {
-                match rpc
-                    .call(&Request::OstGetattr { ost, object }, vec![])
-                    .await?
-                    .response
-                {
-                    Response::ObjectAttr { size, .. } => {
-                        Ok(comp.file_size_from_object(stripe as u32, size))
-                    }
-                    r => Err(ClientError::Errno(
-                        Errno::Io,
-                        format!("odd getattr answer: {r:?}"),
-                    )),
+                match rpc.call(&Request::OstGetattr { ost, object }, vec![]).await?.response {
+                    Response::ObjectAttr { size, .. } => Ok(comp.file_size_from_object(stripe as u32, size)),
+                    r => Err(ClientError::Errno(Errno::Io, format!("odd getattr answer: {r:?}"))),
                 }
             });
         }

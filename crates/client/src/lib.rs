@@ -23,7 +23,7 @@ use std::time::{Duration, Instant, SystemTime};
 use bytes::Bytes;
 use layout::{Layout, LayoutError, LayoutSpec};
 use proto::msg::{
-    Attr, ClusterConfig, Creds, DirEntry, OpenFlags, RenameFlags, Request, Response, SetAttr,
+    Attr, ClusterConfig, Creds, DirEntry, LockInfo, LockType, OpenFlags, RenameFlags, Request, Response, SetAttr,
     TargetInfo, TargetKind, Timespec, Usage, XattrMode,
 };
 use proto::rpc::{Identity, RpcClient, RpcOptions};
@@ -40,10 +40,7 @@ pub enum ClientError {
     #[error(transparent)]
     Layout(#[from] LayoutError),
     #[error("{path}: {source}")]
-    Path {
-        path: String,
-        source: Box<ClientError>,
-    },
+    Path { path: String, source: Box<ClientError> },
 }
 
 impl ClientError {
@@ -57,10 +54,7 @@ impl ClientError {
     }
 
     pub fn at(self, path: &str) -> ClientError {
-        ClientError::Path {
-            path: path.to_string(),
-            source: Box::new(self),
-        }
+        ClientError::Path { path: path.to_string(), source: Box::new(self) }
     }
 }
 
@@ -82,12 +76,7 @@ pub struct ClientConfig {
 
 impl ClientConfig {
     pub fn new(mgs: impl Into<String>, secret: Secret) -> ClientConfig {
-        ClientConfig {
-            mgs: mgs.into(),
-            secret,
-            rpc: RpcOptions::default(),
-            max_rpc_bytes: 4 << 20,
-        }
+        ClientConfig { mgs: mgs.into(), secret, rpc: RpcOptions::default(), max_rpc_bytes: 4 << 20 }
     }
 }
 
@@ -129,7 +118,7 @@ pub struct Client {
 pub struct OpenFile {
     pub fid: Fid,
     pub layout: Layout,
-    size: AtomicU64,
+    size: Arc<AtomicU64>,
     written: AtomicBool,
     /// OSTs and objects this handle wrote to (fsync syncs only those).
     dirty: Mutex<HashMap<u32, Vec<ObjectId>>>,
@@ -139,15 +128,12 @@ pub struct OpenFile {
 impl OpenFile {
     fn new(attr: &Attr, flags: OpenFlags) -> Result<OpenFile> {
         let layout = attr.layout.clone().ok_or_else(|| {
-            ClientError::Errno(
-                Errno::IsDir,
-                format!("{} has no layout (not a regular file)", attr.fid),
-            )
+            ClientError::Errno(Errno::IsDir, format!("{} has no layout (not a regular file)", attr.fid))
         })?;
         Ok(OpenFile {
             fid: attr.fid,
             layout,
-            size: AtomicU64::new(attr.size),
+            size: Arc::new(AtomicU64::new(attr.size)),
             written: AtomicBool::new(false),
             dirty: Mutex::new(HashMap::new()),
             flags,
@@ -165,6 +151,23 @@ impl OpenFile {
 
     pub fn was_written(&self) -> bool {
         self.written.load(Ordering::Acquire)
+    }
+
+    /// The cell holding this handle's idea of the size, to share between handles of
+    /// one file in one client (so a size change through one is seen by all).
+    pub fn size_cell(&self) -> Arc<AtomicU64> {
+        self.size.clone()
+    }
+
+    /// Makes this handle use a shared size cell (which grows to at least our size).
+    pub fn share_size(&mut self, cell: Arc<AtomicU64>) {
+        cell.fetch_max(self.size(), Ordering::AcqRel);
+        self.size = cell;
+    }
+
+    /// Sets the size after a truncate done elsewhere in this client.
+    pub fn set_size(&self, size: u64) {
+        self.size.store(size, Ordering::Release);
     }
 }
 
@@ -219,14 +222,7 @@ impl Client {
 
     /// Runs `f` as operation `op`, reporting it to the observer if one is set. Every
     /// public operation goes through here.
-    pub async fn observe<T, F>(
-        &self,
-        op: &'static str,
-        fid: Option<Fid>,
-        offset: u64,
-        len: u64,
-        f: F,
-    ) -> Result<T>
+    pub async fn observe<T, F>(&self, op: &'static str, fid: Option<Fid>, offset: u64, len: u64, f: F) -> Result<T>
     where
         F: std::future::Future<Output = Result<T>>,
     {
@@ -251,11 +247,7 @@ impl Client {
         let mut s = self.inner.servers.lock().expect("servers");
         s.entry(address.to_string())
             .or_insert_with(|| {
-                Arc::new(RpcClient::new(
-                    address.to_string(),
-                    self.inner.identity.clone(),
-                    self.inner.cfg.rpc.clone(),
-                ))
+                Arc::new(RpcClient::new(address.to_string(), self.inner.identity.clone(), self.inner.cfg.rpc.clone()))
             })
             .clone()
     }
@@ -263,26 +255,12 @@ impl Client {
     /// The connection serving target `index` of `kind`; refreshes the configuration
     /// when the target is not known yet (e.g. an OST added since we connected).
     async fn target(&self, kind: TargetKind, index: u32) -> Result<Arc<RpcClient>> {
-        let known = self
-            .inner
-            .config
-            .read()
-            .expect("config")
-            .target(kind, index)
-            .map(|t| t.address.clone());
+        let known = self.inner.config.read().expect("config").target(kind, index).map(|t| t.address.clone());
         let address = match known {
             Some(a) => a,
-            None => self
-                .refresh_config()
-                .await?
-                .target(kind, index)
-                .map(|t| t.address.clone())
-                .ok_or_else(|| {
-                    ClientError::Errno(
-                        Errno::NoEnt,
-                        format!("{}{index:04x} is not in the configuration", kind.name()),
-                    )
-                })?,
+            None => self.refresh_config().await?.target(kind, index).map(|t| t.address.clone()).ok_or_else(|| {
+                ClientError::Errno(Errno::NoEnt, format!("{}{index:04x} is not in the configuration", kind.name()))
+            })?,
         };
         Ok(self.server(&address))
     }
@@ -305,17 +283,7 @@ impl Client {
 
     pub async fn lookup(&self, creds: &Creds, parent: Fid, name: &str) -> Result<Attr> {
         self.observe("lookup", Some(parent), 0, 0, async {
-            match self
-                .md(
-                    parent,
-                    Request::MdsLookup {
-                        creds: creds.clone(),
-                        parent,
-                        name: name.to_string(),
-                    },
-                )
-                .await?
-            {
+            match self.md(parent, Request::MdsLookup { creds: creds.clone(), parent, name: name.to_string() }).await? {
                 Response::Attr(a) => Ok(a),
                 r => Err(unexpected("lookup", &r)),
             }
@@ -375,24 +343,9 @@ impl Client {
 
     /// Opens an existing file (permissions checked by the MDS). With `truncate`, the
     /// file is emptied.
-    pub async fn open(
-        &self,
-        creds: &Creds,
-        fid: Fid,
-        flags: OpenFlags,
-    ) -> Result<(OpenFile, Attr)> {
+    pub async fn open(&self, creds: &Creds, fid: Fid, flags: OpenFlags) -> Result<(OpenFile, Attr)> {
         self.observe("open", Some(fid), 0, 0, async {
-            match self
-                .md(
-                    fid,
-                    Request::MdsOpen {
-                        creds: creds.clone(),
-                        fid,
-                        flags,
-                    },
-                )
-                .await?
-            {
+            match self.md(fid, Request::MdsOpen { creds: creds.clone(), fid, flags }).await? {
                 Response::Attr(attr) => {
                     let f = OpenFile::new(&attr, flags)?;
                     if flags.truncate && attr.size > 0 {
@@ -409,15 +362,7 @@ impl Client {
     pub async fn mkdir(&self, creds: &Creds, parent: Fid, name: &str, mode: u32) -> Result<Attr> {
         self.observe("mkdir", Some(parent), 0, 0, async {
             match self
-                .md(
-                    parent,
-                    Request::MdsMkdir {
-                        creds: creds.clone(),
-                        parent,
-                        name: name.to_string(),
-                        mode,
-                    },
-                )
+                .md(parent, Request::MdsMkdir { creds: creds.clone(), parent, name: name.to_string(), mode })
                 .await?
             {
                 Response::Attr(a) => Ok(a),
@@ -427,13 +372,7 @@ impl Client {
         .await
     }
 
-    pub async fn symlink(
-        &self,
-        creds: &Creds,
-        parent: Fid,
-        name: &str,
-        target: &str,
-    ) -> Result<Attr> {
+    pub async fn symlink(&self, creds: &Creds, parent: Fid, name: &str, target: &str) -> Result<Attr> {
         self.observe("symlink", Some(parent), 0, 0, async {
             let req = Request::MdsSymlink {
                 creds: creds.clone(),
@@ -462,15 +401,7 @@ impl Client {
     pub async fn link(&self, creds: &Creds, fid: Fid, parent: Fid, name: &str) -> Result<Attr> {
         self.observe("link", Some(fid), 0, 0, async {
             match self
-                .md(
-                    parent,
-                    Request::MdsLink {
-                        creds: creds.clone(),
-                        fid,
-                        parent,
-                        name: name.to_string(),
-                    },
-                )
+                .md(parent, Request::MdsLink { creds: creds.clone(), fid, parent, name: name.to_string() })
                 .await?
             {
                 Response::Attr(a) => Ok(a),
@@ -482,17 +413,7 @@ impl Client {
 
     pub async fn unlink(&self, creds: &Creds, parent: Fid, name: &str) -> Result<()> {
         self.observe("unlink", Some(parent), 0, 0, async {
-            match self
-                .md(
-                    parent,
-                    Request::MdsUnlink {
-                        creds: creds.clone(),
-                        parent,
-                        name: name.to_string(),
-                    },
-                )
-                .await?
-            {
+            match self.md(parent, Request::MdsUnlink { creds: creds.clone(), parent, name: name.to_string() }).await? {
                 Response::Ok => Ok(()),
                 r => Err(unexpected("unlink", &r)),
             }
@@ -502,17 +423,7 @@ impl Client {
 
     pub async fn rmdir(&self, creds: &Creds, parent: Fid, name: &str) -> Result<()> {
         self.observe("rmdir", Some(parent), 0, 0, async {
-            match self
-                .md(
-                    parent,
-                    Request::MdsRmdir {
-                        creds: creds.clone(),
-                        parent,
-                        name: name.to_string(),
-                    },
-                )
-                .await?
-            {
+            match self.md(parent, Request::MdsRmdir { creds: creds.clone(), parent, name: name.to_string() }).await? {
                 Response::Ok => Ok(()),
                 r => Err(unexpected("rmdir", &r)),
             }
@@ -531,10 +442,7 @@ impl Client {
     ) -> Result<()> {
         self.observe("rename", Some(parent), 0, 0, async {
             if parent.mdt() != new_parent.mdt() {
-                return Err(ClientError::Errno(
-                    Errno::XDev,
-                    "rename across MDTs is not supported yet".into(),
-                ));
+                return Err(ClientError::Errno(Errno::XDev, "rename across MDTs is not supported yet".into()));
             }
             let req = Request::MdsRename {
                 creds: creds.clone(),
@@ -561,12 +469,7 @@ impl Client {
         max: u32,
     ) -> Result<(Vec<DirEntry>, bool)> {
         self.observe("readdir", Some(fid), 0, 0, async {
-            let req = Request::MdsReaddir {
-                creds: creds.clone(),
-                fid,
-                after: after.map(str::to_string),
-                max,
-            };
+            let req = Request::MdsReaddir { creds: creds.clone(), fid, after: after.map(str::to_string), max };
             match self.md(fid, req).await? {
                 Response::Dirents { entries, eof } => Ok((entries, eof)),
                 r => Err(unexpected("readdir", &r)),
@@ -601,17 +504,7 @@ impl Client {
                     }
                 }
             }
-            match self
-                .md(
-                    fid,
-                    Request::MdsSetattr {
-                        creds: creds.clone(),
-                        fid,
-                        set,
-                    },
-                )
-                .await?
-            {
+            match self.md(fid, Request::MdsSetattr { creds: creds.clone(), fid, set }).await? {
                 Response::Attr(a) => Ok(a),
                 r => Err(unexpected("setattr", &r)),
             }
@@ -621,21 +514,8 @@ impl Client {
 
     async fn truncate_open(&self, creds: &Creds, f: &OpenFile, size: u64) -> Result<()> {
         io::punch(self, f.fid, &f.layout, size).await?;
-        let set = SetAttr {
-            size: Some(size),
-            ..Default::default()
-        };
-        match self
-            .md(
-                f.fid,
-                Request::MdsSetattr {
-                    creds: creds.clone(),
-                    fid: f.fid,
-                    set,
-                },
-            )
-            .await?
-        {
+        let set = SetAttr { size: Some(size), ..Default::default() };
+        match self.md(f.fid, Request::MdsSetattr { creds: creds.clone(), fid: f.fid, set }).await? {
             Response::Attr(_) => {
                 f.size.store(size, Ordering::Release);
                 Ok(())
@@ -646,32 +526,13 @@ impl Client {
 
     /// Truncates an open file (ftruncate).
     pub async fn ftruncate(&self, creds: &Creds, f: &OpenFile, size: u64) -> Result<()> {
-        self.observe(
-            "truncate",
-            Some(f.fid),
-            size,
-            0,
-            self.truncate_open(creds, f, size),
-        )
-        .await
+        self.observe("truncate", Some(f.fid), size, 0, self.truncate_open(creds, f, size)).await
     }
 
-    pub async fn setxattr(
-        &self,
-        creds: &Creds,
-        fid: Fid,
-        name: &str,
-        value: &[u8],
-        mode: XattrMode,
-    ) -> Result<()> {
+    pub async fn setxattr(&self, creds: &Creds, fid: Fid, name: &str, value: &[u8], mode: XattrMode) -> Result<()> {
         self.observe("setxattr", Some(fid), 0, value.len() as u64, async {
-            let req = Request::MdsSetxattr {
-                creds: creds.clone(),
-                fid,
-                name: name.to_string(),
-                value: value.to_vec(),
-                mode,
-            };
+            let req =
+                Request::MdsSetxattr { creds: creds.clone(), fid, name: name.to_string(), value: value.to_vec(), mode };
             match self.md(fid, req).await? {
                 Response::Ok => Ok(()),
                 r => Err(unexpected("setxattr", &r)),
@@ -682,17 +543,7 @@ impl Client {
 
     pub async fn getxattr(&self, creds: &Creds, fid: Fid, name: &str) -> Result<Vec<u8>> {
         self.observe("getxattr", Some(fid), 0, 0, async {
-            match self
-                .md(
-                    fid,
-                    Request::MdsGetxattr {
-                        creds: creds.clone(),
-                        fid,
-                        name: name.to_string(),
-                    },
-                )
-                .await?
-            {
+            match self.md(fid, Request::MdsGetxattr { creds: creds.clone(), fid, name: name.to_string() }).await? {
                 Response::Xattr(v) => Ok(v),
                 r => Err(unexpected("getxattr", &r)),
             }
@@ -702,16 +553,7 @@ impl Client {
 
     pub async fn listxattr(&self, creds: &Creds, fid: Fid) -> Result<Vec<String>> {
         self.observe("listxattr", Some(fid), 0, 0, async {
-            match self
-                .md(
-                    fid,
-                    Request::MdsListxattr {
-                        creds: creds.clone(),
-                        fid,
-                    },
-                )
-                .await?
-            {
+            match self.md(fid, Request::MdsListxattr { creds: creds.clone(), fid }).await? {
                 Response::XattrNames(v) => Ok(v),
                 r => Err(unexpected("listxattr", &r)),
             }
@@ -721,17 +563,7 @@ impl Client {
 
     pub async fn removexattr(&self, creds: &Creds, fid: Fid, name: &str) -> Result<()> {
         self.observe("removexattr", Some(fid), 0, 0, async {
-            match self
-                .md(
-                    fid,
-                    Request::MdsRemovexattr {
-                        creds: creds.clone(),
-                        fid,
-                        name: name.to_string(),
-                    },
-                )
-                .await?
-            {
+            match self.md(fid, Request::MdsRemovexattr { creds: creds.clone(), fid, name: name.to_string() }).await? {
                 Response::Ok => Ok(()),
                 r => Err(unexpected("removexattr", &r)),
             }
@@ -739,27 +571,12 @@ impl Client {
         .await
     }
 
-    pub async fn set_dir_layout(
-        &self,
-        creds: &Creds,
-        fid: Fid,
-        spec: Option<LayoutSpec>,
-    ) -> Result<()> {
+    pub async fn set_dir_layout(&self, creds: &Creds, fid: Fid, spec: Option<LayoutSpec>) -> Result<()> {
         self.observe("setstripe", Some(fid), 0, 0, async {
             if let Some(s) = &spec {
                 s.validate()?;
             }
-            match self
-                .md(
-                    fid,
-                    Request::MdsSetDirLayout {
-                        creds: creds.clone(),
-                        fid,
-                        spec,
-                    },
-                )
-                .await?
-            {
+            match self.md(fid, Request::MdsSetDirLayout { creds: creds.clone(), fid, spec }).await? {
                 Response::Ok => Ok(()),
                 r => Err(unexpected("setstripe", &r)),
             }
@@ -781,14 +598,7 @@ impl Client {
 
     /// Reads up to `len` bytes at `offset`, clamped to the size the handle knows.
     pub async fn read(&self, f: &OpenFile, offset: u64, len: u64) -> Result<Bytes> {
-        self.observe(
-            "read",
-            Some(f.fid),
-            offset,
-            len,
-            io::read(self, f, offset, len),
-        )
-        .await
+        self.observe("read", Some(f.fid), offset, len, io::read(self, f, offset, len)).await
     }
 
     /// Writes `data` at `offset`, all stripes in parallel.
@@ -822,11 +632,7 @@ impl Client {
         if !f.was_written() {
             return Ok(());
         }
-        let req = Request::MdsSizeUpdate {
-            fid: f.fid,
-            size: f.size(),
-            mtime: Timespec::now(),
-        };
+        let req = Request::MdsSizeUpdate { fid: f.fid, size: f.size(), mtime: Timespec::now() };
         match self.md(f.fid, req).await? {
             Response::Attr(_) => Ok(()),
             r => Err(unexpected("size update", &r)),
@@ -834,10 +640,62 @@ impl Client {
     }
 
     /// Closes a handle: a writer reports the file's new size and mtime to the MDS
-    /// (what makes close-to-open consistency hold).
+    /// (what makes close-to-open consistency hold), and the MDS drops its open count
+    /// (the last close of an unlinked file destroys it).
     pub async fn close(&self, f: OpenFile) -> Result<()> {
-        self.observe("close", Some(f.fid), 0, 0, self.report_size(&f))
-            .await
+        self.observe("close", Some(f.fid), 0, 0, async {
+            let (size, mtime) = if f.was_written() { (Some(f.size()), Some(Timespec::now())) } else { (None, None) };
+            match self.md(f.fid, Request::MdsClose { fid: f.fid, size, mtime }).await? {
+                Response::Ok => Ok(()),
+                r => Err(unexpected("close", &r)),
+            }
+        })
+        .await
+    }
+
+    /// Takes, changes or releases a byte-range lock (`end` inclusive). Returns the
+    /// conflicting lock when it cannot be granted; with `wait`, keeps asking until it is.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn set_lock(
+        &self,
+        fid: Fid,
+        owner: u64,
+        pid: u32,
+        lock: LockType,
+        start: u64,
+        end: u64,
+        wait: bool,
+    ) -> Result<Option<LockInfo>> {
+        self.observe("setlk", Some(fid), start, end.saturating_sub(start).saturating_add(1), async {
+            loop {
+                let req = Request::MdsSetLock { fid, owner, pid, lock, start, end, wait };
+                match self.md(fid, req).await? {
+                    Response::Ok => return Ok(None),
+                    Response::Lock(Some(c)) if !wait => return Ok(Some(c)),
+                    Response::Lock(_) => continue,
+                    r => return Err(unexpected("setlk", &r)),
+                }
+            }
+        })
+        .await
+    }
+
+    /// The first lock that would conflict with the described one (`F_GETLK`).
+    pub async fn get_lock(
+        &self,
+        fid: Fid,
+        owner: u64,
+        lock: LockType,
+        start: u64,
+        end: u64,
+    ) -> Result<Option<LockInfo>> {
+        self.observe("getlk", Some(fid), start, 0, async {
+            match self.md(fid, Request::MdsGetLock { fid, owner, lock, start, end }).await? {
+                Response::Lock(c) => Ok(c),
+                r => Err(unexpected("getlk", &r)),
+            }
+        })
+        .await
     }
 
     /// The size of a file as its objects show it (Lustre's glimpse): needed while
@@ -853,21 +711,12 @@ impl Client {
 
     /// Usage of every target, asked of the target itself; `Err` for one that does not
     /// answer.
-    pub async fn target_usage(
-        &self,
-    ) -> Result<Vec<(TargetInfo, std::result::Result<Usage, String>)>> {
+    pub async fn target_usage(&self) -> Result<Vec<(TargetInfo, std::result::Result<Usage, String>)>> {
         let config = self.refresh_config().await?;
         let mut out = Vec::new();
-        let quick = RpcOptions {
-            recovery_timeout: Duration::from_secs(2),
-            ..self.inner.cfg.rpc.clone()
-        };
+        let quick = RpcOptions { recovery_timeout: Duration::from_secs(2), ..self.inner.cfg.rpc.clone() };
         for t in config.mdts.iter().chain(config.osts.iter()) {
-            let c = RpcClient::new(
-                t.address.clone(),
-                self.inner.identity.clone(),
-                quick.clone(),
-            );
+            let c = RpcClient::new(t.address.clone(), self.inner.identity.clone(), quick.clone());
             let req = match t.kind {
                 TargetKind::Mdt => Request::MdsStatfs { mdt: t.index },
                 TargetKind::Ost => Request::OstStatfs { ost: t.index },
@@ -932,9 +781,7 @@ impl BlockingClient {
             .enable_all()
             .thread_name("braid-client")
             .build()
-            .map_err(|e| {
-                ClientError::Errno(Errno::Io, format!("cannot start the client runtime: {e}"))
-            })?;
+            .map_err(|e| ClientError::Errno(Errno::Io, format!("cannot start the client runtime: {e}")))?;
         let client = rt.block_on(Client::connect(cfg))?;
         Ok(BlockingClient { rt, client })
     }

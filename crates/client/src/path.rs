@@ -23,23 +23,14 @@ impl Client {
             }
             let here = stack.last().expect("root stays").clone();
             if here.kind != FileKind::Dir {
-                return Err(ClientError::Errno(
-                    Errno::NotDir,
-                    format!("{path}: not a directory"),
-                ));
+                return Err(ClientError::Errno(Errno::NotDir, format!("{path}: not a directory")));
             }
-            let attr = self
-                .lookup(creds, here.fid, &name)
-                .await
-                .map_err(|e| e.at(path))?;
+            let attr = self.lookup(creds, here.fid, &name).await.map_err(|e| e.at(path))?;
             let last = todo.is_empty();
             if attr.kind == FileKind::Symlink && (!last || follow_last) {
                 links += 1;
                 if links > MAX_SYMLINKS {
-                    return Err(ClientError::Errno(
-                        Errno::Loop,
-                        format!("{path}: too many levels of symbolic links"),
-                    ));
+                    return Err(ClientError::Errno(Errno::Loop, format!("{path}: too many levels of symbolic links")));
                 }
                 let target = self.readlink(attr.fid).await?;
                 if target.starts_with('/') {
@@ -57,25 +48,14 @@ impl Client {
     pub async fn resolve_parent(&self, creds: &Creds, path: &str) -> Result<(Attr, String)> {
         let mut parts = components(path);
         let Some(name) = parts.pop() else {
-            return Err(ClientError::Errno(
-                Errno::Inval,
-                format!("{path}: the root has no parent"),
-            ));
+            return Err(ClientError::Errno(Errno::Inval, format!("{path}: the root has no parent")));
         };
         if name == ".." {
-            return Err(ClientError::Errno(
-                Errno::Inval,
-                format!("{path}: ends in '..'"),
-            ));
+            return Err(ClientError::Errno(Errno::Inval, format!("{path}: ends in '..'")));
         }
-        let parent = self
-            .resolve(creds, &format!("/{}", parts.join("/")), true)
-            .await?;
+        let parent = self.resolve(creds, &format!("/{}", parts.join("/")), true).await?;
         if parent.kind != FileKind::Dir {
-            return Err(ClientError::Errno(
-                Errno::NotDir,
-                format!("{path}: parent is not a directory"),
-            ));
+            return Err(ClientError::Errno(Errno::NotDir, format!("{path}: parent is not a directory")));
         }
         Ok((parent, name))
     }
@@ -83,8 +63,5 @@ impl Client {
 
 /// Path components without empty ones and `.`.
 pub fn components(path: &str) -> Vec<String> {
-    path.split('/')
-        .filter(|c| !c.is_empty() && *c != ".")
-        .map(str::to_string)
-        .collect()
+    path.split('/').filter(|c| !c.is_empty() && *c != ".").map(str::to_string).collect()
 }

@@ -216,9 +216,7 @@ impl Layout {
             start = c.extent_end;
         }
         if start != EOF {
-            return Err(LayoutError::Extents(
-                "the last component must end at EOF".into(),
-            ));
+            return Err(LayoutError::Extents("the last component must end at EOF".into()));
         }
         Ok(())
     }
@@ -233,9 +231,7 @@ impl Layout {
 
     /// Splits `[offset, offset+len)` into per-object chunks, in file order.
     pub fn chunks(&self, offset: u64, len: u64) -> Result<Vec<Chunk>, LayoutError> {
-        let end = offset
-            .checked_add(len)
-            .ok_or(LayoutError::Overflow { offset, len })?;
+        let end = offset.checked_add(len).ok_or(LayoutError::Overflow { offset, len })?;
         let mut out = Vec::new();
         let mut x = offset;
         while x < end {
@@ -262,12 +258,7 @@ impl Layout {
 
     /// Groups the chunks of `[offset, offset+len)` into object-contiguous runs of at
     /// most `max_run_bytes` each (one RPC each). Buffer offsets are relative to `offset`.
-    pub fn object_extents(
-        &self,
-        offset: u64,
-        len: u64,
-        max_run_bytes: u64,
-    ) -> Result<Vec<ObjectExtent>, LayoutError> {
+    pub fn object_extents(&self, offset: u64, len: u64, max_run_bytes: u64) -> Result<Vec<ObjectExtent>, LayoutError> {
         assert!(max_run_bytes > 0, "max_run_bytes must be positive");
         let mut runs: Vec<ObjectExtent> = Vec::new();
         // Open run per (component, stripe): index into `runs`.
@@ -391,10 +382,7 @@ mod tests {
         });
         l.validate().unwrap();
         assert!(l.chunks(0, 4 << 20).is_ok());
-        assert_eq!(
-            l.chunks(0, (4 << 20) + 1),
-            Err(LayoutError::NotInstantiated(2))
-        );
+        assert_eq!(l.chunks(0, (4 << 20) + 1), Err(LayoutError::NotInstantiated(2)));
     }
 
     #[test]

@@ -7,10 +7,7 @@ use crate::LayoutError;
 pub fn parse_size(s: &str) -> Result<u64, LayoutError> {
     let bad = || LayoutError::BadSize(s.to_string());
     let t = s.trim();
-    let t = t
-        .strip_suffix("iB")
-        .or_else(|| t.strip_suffix('B'))
-        .unwrap_or(t);
+    let t = t.strip_suffix("iB").or_else(|| t.strip_suffix('B')).unwrap_or(t);
     let (digits, shift) = match t.chars().last() {
         Some(c) if c.is_ascii_digit() => (t, 0),
         Some('k' | 'K') => (&t[..t.len() - 1], 10),
@@ -26,20 +23,11 @@ pub fn parse_size(s: &str) -> Result<u64, LayoutError> {
 /// Prints a size the way `lfs` does in human mode: the largest binary unit that keeps
 /// one decimal (`1.5G`, `64K`, `512`).
 pub fn format_size(n: u64) -> String {
-    const UNITS: [(&str, u64); 4] = [
-        ("T", 1 << 40),
-        ("G", 1 << 30),
-        ("M", 1 << 20),
-        ("K", 1 << 10),
-    ];
+    const UNITS: [(&str, u64); 4] = [("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)];
     for (unit, scale) in UNITS {
         if n >= scale {
             let v = n as f64 / scale as f64;
-            return if n % scale == 0 {
-                format!("{}{unit}", n / scale)
-            } else {
-                format!("{v:.1}{unit}")
-            };
+            return if n % scale == 0 { format!("{}{unit}", n / scale) } else { format!("{v:.1}{unit}") };
         }
     }
     n.to_string()

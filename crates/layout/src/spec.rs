@@ -40,12 +40,7 @@ impl LayoutSpec {
     /// A one-component RAID-0 request.
     pub fn raid0(stripe_count: Option<i64>, stripe_size: Option<u64>) -> Self {
         LayoutSpec {
-            components: vec![ComponentSpec {
-                extent_end: EOF,
-                stripe_count,
-                stripe_size,
-                ..Default::default()
-            }],
+            components: vec![ComponentSpec { extent_end: EOF, stripe_count, stripe_size, ..Default::default() }],
         }
     }
 
@@ -83,18 +78,13 @@ impl LayoutSpec {
                 }
                 if let Some(n) = c.stripe_count {
                     if n > list.len() as i64 {
-                        return Err(LayoutError::CountExceedsList {
-                            count: n,
-                            list: list.len(),
-                        });
+                        return Err(LayoutError::CountExceedsList { count: n, list: list.len() });
                     }
                 }
             }
         }
         if start != EOF {
-            return Err(LayoutError::Extents(
-                "the last component must extend to EOF (-E -1)".into(),
-            ));
+            return Err(LayoutError::Extents("the last component must extend to EOF (-E -1)".into()));
         }
         Ok(())
     }
@@ -107,25 +97,12 @@ impl LayoutSpec {
             .iter()
             .enumerate()
             .map(|(i, c)| {
-                let f = fallback
-                    .components
-                    .get(i)
-                    .or_else(|| fallback.components.last())
-                    .cloned()
-                    .unwrap_or_default();
+                let f = fallback.components.get(i).or_else(|| fallback.components.last()).cloned().unwrap_or_default();
                 ComponentSpec {
                     extent_end: c.extent_end,
-                    stripe_count: c.stripe_count.or(if c.ost_list.is_some() {
-                        None
-                    } else {
-                        f.stripe_count
-                    }),
+                    stripe_count: c.stripe_count.or(if c.ost_list.is_some() { None } else { f.stripe_count }),
                     stripe_size: c.stripe_size.or(f.stripe_size),
-                    stripe_offset: c.stripe_offset.or(if c.ost_list.is_some() {
-                        None
-                    } else {
-                        f.stripe_offset
-                    }),
+                    stripe_offset: c.stripe_offset.or(if c.ost_list.is_some() { None } else { f.stripe_offset }),
                     ost_list: c.ost_list.clone().or(f.ost_list),
                     pool: c.pool.clone().or(f.pool),
                 }
@@ -156,10 +133,7 @@ impl LayoutSpec {
             });
             start = c.extent_end;
         }
-        let layout = Layout {
-            generation: 1,
-            components,
-        };
+        let layout = Layout { generation: 1, components };
         layout.validate()?;
         Ok(layout)
     }
@@ -190,11 +164,7 @@ const QOS_THRESHOLD_PERCENT: u64 = 17;
 ///   and the OSTs with most free space first when it is not (Lustre's QoS allocator).
 ///
 /// A stripe count above the number of up OSTs is reduced to it, as Lustre does.
-pub fn choose_osts(
-    spec: &ComponentSpec,
-    osts: &[OstState],
-    cursor: u64,
-) -> Result<Vec<u32>, PlacementError> {
+pub fn choose_osts(spec: &ComponentSpec, osts: &[OstState], cursor: u64) -> Result<Vec<u32>, PlacementError> {
     let find = |idx: u32| osts.iter().find(|o| o.index == idx);
     if let Some(list) = &spec.ost_list {
         for &idx in list {
@@ -204,10 +174,7 @@ pub fn choose_osts(
                 Some(_) => {}
             }
         }
-        let n = spec
-            .stripe_count
-            .filter(|&n| n > 0)
-            .map_or(list.len(), |n| n as usize);
+        let n = spec.stripe_count.filter(|&n| n > 0).map_or(list.len(), |n| n as usize);
         return Ok(list[..n.min(list.len())].to_vec());
     }
     let mut up: Vec<&OstState> = osts.iter().filter(|o| o.up).collect();
@@ -224,9 +191,7 @@ pub fn choose_osts(
             return Err(PlacementError::NoSuchOst(start));
         }
         let first = up.iter().position(|o| o.index >= start).unwrap_or(0);
-        return Ok((0..want)
-            .map(|k| up[(first + k) % up.len()].index)
-            .collect());
+        return Ok((0..want).map(|k| up[(first + k) % up.len()].index).collect());
     }
     let max_free = up.iter().map(|o| o.free_bytes).max().unwrap_or(0);
     let min_free = up.iter().map(|o| o.free_bytes).min().unwrap_or(0);
@@ -238,9 +203,7 @@ pub fn choose_osts(
         return Ok(by_free.iter().take(want).map(|o| o.index).collect());
     }
     let first = (cursor % up.len() as u64) as usize;
-    Ok((0..want)
-        .map(|k| up[(first + k) % up.len()].index)
-        .collect())
+    Ok((0..want).map(|k| up[(first + k) % up.len()].index).collect())
 }
 
 #[cfg(test)]
@@ -248,32 +211,18 @@ mod tests {
     use super::*;
 
     fn osts(n: u32) -> Vec<OstState> {
-        (0..n)
-            .map(|index| OstState {
-                index,
-                up: true,
-                free_bytes: 100 << 30,
-                total_bytes: 200 << 30,
-            })
-            .collect()
+        (0..n).map(|index| OstState { index, up: true, free_bytes: 100 << 30, total_bytes: 200 << 30 }).collect()
     }
 
     #[test]
     fn round_robin_rotates_and_skips_down_osts() {
         let mut t = osts(4);
-        let spec = ComponentSpec {
-            extent_end: EOF,
-            stripe_count: Some(2),
-            ..Default::default()
-        };
+        let spec = ComponentSpec { extent_end: EOF, stripe_count: Some(2), ..Default::default() };
         assert_eq!(choose_osts(&spec, &t, 0).unwrap(), vec![0, 1]);
         assert_eq!(choose_osts(&spec, &t, 3).unwrap(), vec![3, 0]);
         t[1].up = false;
         assert_eq!(choose_osts(&spec, &t, 0).unwrap(), vec![0, 2]);
-        let all = ComponentSpec {
-            stripe_count: Some(-1),
-            ..spec.clone()
-        };
+        let all = ComponentSpec { stripe_count: Some(-1), ..spec.clone() };
         assert_eq!(choose_osts(&all, &t, 1).unwrap(), vec![2, 3, 0]);
     }
 
@@ -281,39 +230,21 @@ mod tests {
     fn imbalance_prefers_free_space() {
         let mut t = osts(4);
         t[2].free_bytes = 190 << 30;
-        let spec = ComponentSpec {
-            extent_end: EOF,
-            stripe_count: Some(1),
-            ..Default::default()
-        };
+        let spec = ComponentSpec { extent_end: EOF, stripe_count: Some(1), ..Default::default() };
         assert_eq!(choose_osts(&spec, &t, 0).unwrap(), vec![2]);
     }
 
     #[test]
     fn explicit_list_and_start_index() {
         let t = osts(4);
-        let spec = ComponentSpec {
-            extent_end: EOF,
-            ost_list: Some(vec![3, 1]),
-            ..Default::default()
-        };
+        let spec = ComponentSpec { extent_end: EOF, ost_list: Some(vec![3, 1]), ..Default::default() };
         assert_eq!(choose_osts(&spec, &t, 0).unwrap(), vec![3, 1]);
-        let bad = ComponentSpec {
-            ost_list: Some(vec![9]),
-            ..spec.clone()
-        };
+        let bad = ComponentSpec { ost_list: Some(vec![9]), ..spec.clone() };
         assert_eq!(choose_osts(&bad, &t, 0), Err(PlacementError::NoSuchOst(9)));
-        let start = ComponentSpec {
-            extent_end: EOF,
-            stripe_count: Some(3),
-            stripe_offset: Some(2),
-            ..Default::default()
-        };
+        let start =
+            ComponentSpec { extent_end: EOF, stripe_count: Some(3), stripe_offset: Some(2), ..Default::default() };
         assert_eq!(choose_osts(&start, &t, 7).unwrap(), vec![2, 3, 0]);
-        let bad = ComponentSpec {
-            stripe_offset: Some(7),
-            ..start
-        };
+        let bad = ComponentSpec { stripe_offset: Some(7), ..start };
         assert_eq!(choose_osts(&bad, &t, 0), Err(PlacementError::NoSuchOst(7)));
     }
 
@@ -325,10 +256,7 @@ mod tests {
         assert_eq!(s.validate(), Err(LayoutError::StripeCount(0)));
         s = LayoutSpec::raid0(Some(3), None);
         s.components[0].ost_list = Some(vec![0, 1]);
-        assert_eq!(
-            s.validate(),
-            Err(LayoutError::CountExceedsList { count: 3, list: 2 })
-        );
+        assert_eq!(s.validate(), Err(LayoutError::CountExceedsList { count: 3, list: 2 }));
         s.components[0].extent_end = 4 << 20;
         s.components[0].stripe_count = None;
         assert!(matches!(s.validate(), Err(LayoutError::Extents(_))));

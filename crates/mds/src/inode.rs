@@ -100,17 +100,7 @@ mod tests {
     use super::*;
 
     fn file(mode: u32, uid: u32, gid: u32) -> Inode {
-        let mut i = Inode::new(
-            FileKind::File,
-            mode,
-            &Creds {
-                uid,
-                gid,
-                groups: vec![],
-            },
-            gid,
-            Timespec::default(),
-        );
+        let mut i = Inode::new(FileKind::File, mode, &Creds { uid, gid, groups: vec![] }, gid, Timespec::default());
         i.uid = uid;
         i
     }
@@ -118,21 +108,9 @@ mod tests {
     #[test]
     fn owner_group_other_bits() {
         let f = file(0o640, 10, 20);
-        let owner = Creds {
-            uid: 10,
-            gid: 99,
-            groups: vec![],
-        };
-        let member = Creds {
-            uid: 11,
-            gid: 5,
-            groups: vec![20],
-        };
-        let other = Creds {
-            uid: 12,
-            gid: 5,
-            groups: vec![],
-        };
+        let owner = Creds { uid: 10, gid: 99, groups: vec![] };
+        let member = Creds { uid: 11, gid: 5, groups: vec![20] };
+        let other = Creds { uid: 12, gid: 5, groups: vec![] };
         assert!(f.may(&owner, MAY_READ | MAY_WRITE));
         assert!(f.may(&member, MAY_READ) && !f.may(&member, MAY_WRITE));
         assert!(!f.may(&other, MAY_READ));
@@ -145,23 +123,7 @@ mod tests {
         let mut dir = file(0o1777, 0, 0);
         dir.kind = FileKind::Dir;
         let victim = file(0o644, 10, 10);
-        assert!(sticky_allows(
-            &dir,
-            &victim,
-            &Creds {
-                uid: 10,
-                gid: 10,
-                groups: vec![]
-            }
-        ));
-        assert!(!sticky_allows(
-            &dir,
-            &victim,
-            &Creds {
-                uid: 11,
-                gid: 10,
-                groups: vec![]
-            }
-        ));
+        assert!(sticky_allows(&dir, &victim, &Creds { uid: 10, gid: 10, groups: vec![] }));
+        assert!(!sticky_allows(&dir, &victim, &Creds { uid: 11, gid: 10, groups: vec![] }));
     }
 }

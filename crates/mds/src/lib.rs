@@ -10,11 +10,12 @@
 //! from a persistent queue drained in the background (fast unlink, no orphans).
 
 pub mod inode;
+pub mod locks;
 pub mod mdt;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -27,9 +28,8 @@ use redb::ReadableTable;
 use store::{decode, encode, Store, StoreError};
 use tokio::sync::{mpsc, oneshot};
 
-use mdt::{
-    DestroyRecord, OpError, Placement, View, Writer, DENTRIES, DESTROY, INODES, REPLIES, XATTRS,
-};
+use mdt::{DestroyRecord, OpError, Placement, View, Writer, DENTRIES, DESTROY, INODES, REPLIES, XATTRS};
+use proto::msg::LockType;
 
 #[derive(Debug, Clone)]
 pub struct MdsConfig {
@@ -44,6 +44,9 @@ pub struct MdsConfig {
     pub reply_keep: Duration,
     /// How often the destroy queue is drained.
     pub destroy_interval: Duration,
+    /// After a restart, orphans (unlinked files open at the time) are destroyed after
+    /// this long.
+    pub orphan_grace: Duration,
 }
 
 impl Default for MdsConfig {
@@ -54,6 +57,7 @@ impl Default for MdsConfig {
             batch_max: 256,
             reply_keep: Duration::from_secs(600),
             destroy_interval: Duration::from_millis(500),
+            orphan_grace: Duration::from_secs(60),
         }
     }
 }
@@ -63,11 +67,7 @@ pub enum MdsError {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("MDT {index} in {dir}: {detail}")]
-    Format {
-        index: u32,
-        dir: PathBuf,
-        detail: String,
-    },
+    Format { index: u32, dir: PathBuf, detail: String },
 }
 
 enum JobKind {
@@ -80,7 +80,12 @@ enum JobKind {
     PruneReplies {
         before_secs: u64,
     },
+    /// Destroy these orphans if nobody holds them open any more (`None`: all).
+    ReapOrphans(Option<Vec<Fid>>),
 }
+
+/// Who holds each FID open: FID → client id → handles.
+type Opens = Arc<Mutex<HashMap<Fid, HashMap<u64, u32>>>>;
 
 struct Job {
     kind: JobKind,
@@ -101,13 +106,13 @@ pub struct Mdt {
     pub index: u32,
     store: Arc<Store>,
     jobs: mpsc::Sender<Job>,
+    opens: Opens,
+    locks: Mutex<locks::LockTable>,
+    lock_released: tokio::sync::Notify,
 }
 
 fn now_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_secs()
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs()
 }
 
 fn reply_key(client_id: u64, xid: u64) -> [u8; 16] {
@@ -141,10 +146,11 @@ impl Mdt {
             },
         })?;
         let (tx, rx) = mpsc::channel(JOB_QUEUE);
-        let (st, c) = (store.clone(), cfg.clone());
+        let opens: Opens = Default::default();
+        let (st, c, o) = (store.clone(), cfg.clone(), opens.clone());
         std::thread::Builder::new()
             .name(format!("mdt{index}-commit"))
-            .spawn(move || committer(index, st, rx, c, cluster))
+            .spawn(move || committer(index, st, rx, c, cluster, o))
             .map_err(|e| MdsError::Format {
                 index,
                 dir: dir.to_path_buf(),
@@ -154,6 +160,9 @@ impl Mdt {
             index,
             store,
             jobs: tx,
+            opens,
+            locks: Mutex::new(locks::LockTable::default()),
+            lock_released: tokio::sync::Notify::new(),
         }))
     }
 
@@ -162,15 +171,12 @@ impl Mdt {
         if self.jobs.send(Job { kind, reply: tx }).await.is_err() {
             return Response::error(Errno::Io, "MDT committer stopped");
         }
-        rx.await
-            .unwrap_or_else(|_| Response::error(Errno::Io, "MDT committer dropped the request"))
+        rx.await.unwrap_or_else(|_| Response::error(Errno::Io, "MDT committer dropped the request"))
     }
 
     async fn read<F>(&self, f: F) -> Response
     where
-        F: FnOnce(&View<ReadTable, ReadTable, ReadTable>) -> Result<Response, OpError>
-            + Send
-            + 'static,
+        F: FnOnce(&View<ReadTable, ReadTable, ReadTable>) -> Result<Response, OpError> + Send + 'static,
     {
         let store = self.store.clone();
         let r = tokio::task::spawn_blocking(move || -> Result<Response, OpError> {
@@ -192,15 +198,9 @@ impl Mdt {
 
     fn pending_destroys(&self, max: usize) -> Result<Vec<(u64, DestroyRecord)>, StoreError> {
         let txn = self.store.begin_read()?;
-        let t = txn
-            .open_table(DESTROY)
-            .map_err(|e| StoreError::engine("open destroy", e))?;
+        let t = txn.open_table(DESTROY).map_err(|e| StoreError::engine("open destroy", e))?;
         let mut out = Vec::new();
-        for row in t
-            .iter()
-            .map_err(|e| StoreError::engine("scan destroy", e))?
-            .take(max)
-        {
+        for row in t.iter().map_err(|e| StoreError::engine("scan destroy", e))?.take(max) {
             let (k, v) = row.map_err(|e| StoreError::engine("scan destroy", e))?;
             out.push((k.value(), decode(v.value(), "destroy")?));
         }
@@ -217,8 +217,10 @@ fn committer(
     mut rx: mpsc::Receiver<Job>,
     cfg: MdsConfig,
     cluster: Arc<RwLock<ClusterView>>,
+    opens: Opens,
 ) {
     let mut cursor: u64 = now_secs();
+    let is_open = move |fid: Fid| opens.lock().expect("opens").contains_key(&fid);
     while let Some(first) = rx.blocking_recv() {
         let mut batch = vec![first];
         while batch.len() < cfg.batch_max {
@@ -236,11 +238,7 @@ fn committer(
                 let mut cache = txn.open_table(REPLIES)?;
                 for job in &batch {
                     let resp = match &job.kind {
-                        JobKind::Client {
-                            client_id,
-                            xid,
-                            req,
-                        } => {
+                        JobKind::Client { client_id, xid, req } => {
                             let key = reply_key(*client_id, *xid);
                             if let Some(v) = cache.get(key.as_slice())? {
                                 let (_, resp): (u64, Response) = decode(v.value(), "reply")?;
@@ -251,6 +249,7 @@ fn committer(
                                 osts: &osts,
                                 cursor,
                                 default_layout: &cfg.default_layout,
+                                is_open: &is_open,
                             };
                             let resp = match w.apply(req.clone(), &mut place) {
                                 Ok(r) => r,
@@ -260,13 +259,32 @@ fn committer(
                             if matches!(req, Request::MdsCreate { .. }) {
                                 cursor = cursor.wrapping_add(1);
                             }
-                            cache
-                                .insert(key.as_slice(), encode(&(now_secs(), &resp)).as_slice())?;
+                            cache.insert(key.as_slice(), encode(&(now_secs(), &resp)).as_slice())?;
                             resp
                         }
                         JobKind::DestroyDone(keys) => {
                             for k in keys {
                                 w.destroy.remove(*k)?;
+                            }
+                            Response::Ok
+                        }
+                        JobKind::ReapOrphans(which) => {
+                            let place = Placement {
+                                osts: &osts,
+                                cursor,
+                                default_layout: &cfg.default_layout,
+                                is_open: &is_open,
+                            };
+                            let fids: Vec<Fid> = match which {
+                                Some(list) => list.clone(),
+                                None => w
+                                    .orphans
+                                    .iter()?
+                                    .filter_map(|r| r.ok().and_then(|(k, _)| Fid::from_key(k.value())))
+                                    .collect(),
+                            };
+                            for fid in fids {
+                                w.reap_orphan(fid, &place)?;
                             }
                             Response::Ok
                         }
@@ -297,16 +315,9 @@ fn committer(
                 OpError::Store(e) => e.to_string(),
                 OpError::Errno(_, m) => m,
             };
-            tracing::error!(
-                mdt = index,
-                "batch of {} mutations aborted: {msg}",
-                batch.len()
-            );
+            tracing::error!(mdt = index, "batch of {} mutations aborted: {msg}", batch.len());
             for job in batch {
-                let _ = job.reply.send(Response::error(
-                    Errno::Io,
-                    format!("MDT commit failed: {msg}"),
-                ));
+                let _ = job.reply.send(Response::error(Errno::Io, format!("MDT commit failed: {msg}")));
             }
             continue;
         }
@@ -341,24 +352,23 @@ impl Mds {
         let mds = Arc::new(Mds { mdts, dirs });
         tokio::spawn(refresh_cluster(mgs, cluster.clone(), cfg.config_refresh));
         for m in mds.mdts.values() {
-            tokio::spawn(drain_destroys(
-                m.clone(),
-                cluster.clone(),
-                identity.clone(),
-                cfg.destroy_interval,
-            ));
+            // Open counts do not survive a restart: orphans left by the previous run
+            // are destroyed once clients had a grace period to come back.
+            let (mdt, grace) = (m.clone(), cfg.orphan_grace);
+            tokio::spawn(async move {
+                tokio::time::sleep(grace).await;
+                mdt.submit(JobKind::ReapOrphans(None)).await;
+            });
+            tokio::spawn(drain_destroys(m.clone(), cluster.clone(), identity.clone(), cfg.destroy_interval));
             tokio::spawn(prune_replies(m.clone(), cfg.reply_keep));
         }
         Ok(mds)
     }
 
     fn mdt(&self, fid: Fid) -> Result<&Arc<Mdt>, Response> {
-        self.mdts.get(&fid.mdt()).ok_or_else(|| {
-            Response::error(
-                Errno::Stale,
-                format!("MDT {} is not served here", fid.mdt()),
-            )
-        })
+        self.mdts
+            .get(&fid.mdt())
+            .ok_or_else(|| Response::error(Errno::Stale, format!("MDT {} is not served here", fid.mdt())))
     }
 }
 
@@ -390,12 +400,7 @@ async fn refresh_cluster(mgs: Arc<RpcClient>, cluster: Arc<RwLock<ClusterView>>,
     }
 }
 
-async fn drain_destroys(
-    mdt: Arc<Mdt>,
-    cluster: Arc<RwLock<ClusterView>>,
-    identity: Arc<Identity>,
-    every: Duration,
-) {
+async fn drain_destroys(mdt: Arc<Mdt>, cluster: Arc<RwLock<ClusterView>>, identity: Arc<Identity>, every: Duration) {
     let opts = RpcOptions {
         recovery_timeout: Duration::from_secs(2),
         request_timeout: Duration::from_secs(10),
@@ -432,24 +437,9 @@ async fn drain_destroys(
                 }
                 let c = clients
                     .entry(t.address.clone())
-                    .or_insert_with(|| {
-                        Arc::new(RpcClient::new(
-                            t.address.clone(),
-                            identity.clone(),
-                            opts.clone(),
-                        ))
-                    })
+                    .or_insert_with(|| Arc::new(RpcClient::new(t.address.clone(), identity.clone(), opts.clone())))
                     .clone();
-                if let Err(e) = c
-                    .call(
-                        &Request::OstDestroy {
-                            ost: *ost,
-                            object: *object,
-                        },
-                        vec![],
-                    )
-                    .await
-                {
+                if let Err(e) = c.call(&Request::OstDestroy { ost: *ost, object: *object }, vec![]).await {
                     tracing::debug!("destroy of {} on OST {ost} failed: {e}", object.file_name());
                     all = false;
                     break;
@@ -477,6 +467,97 @@ impl Service for Mds {
     async fn handle(&self, ctx: RequestCtx, req: Request, _payload: Bytes) -> Answer {
         (self.dispatch(ctx, req).await, vec![])
     }
+
+    fn client_gone(&self, client_id: u64) {
+        for m in self.mdts.values() {
+            let dropped = m.locks.lock().expect("locks").release_client(client_id);
+            if dropped > 0 {
+                tracing::info!(mdt = m.index, client = client_id, "released {dropped} lock(s) of a departed client");
+                m.lock_released.notify_waiters();
+            }
+            let closed: Vec<Fid> = {
+                let mut opens = m.opens.lock().expect("opens");
+                let mut gone = Vec::new();
+                opens.retain(|fid, holders| {
+                    if holders.remove(&client_id).is_some() && holders.is_empty() {
+                        gone.push(*fid);
+                        return false;
+                    }
+                    !holders.is_empty()
+                });
+                gone
+            };
+            if !closed.is_empty() {
+                let m = m.clone();
+                tokio::spawn(async move { m.submit(JobKind::ReapOrphans(Some(closed))).await });
+            }
+        }
+    }
+}
+
+/// How long an `F_SETLKW` request waits on the MDS before the client asks again.
+const LOCK_WAIT_SLICE: Duration = Duration::from_secs(10);
+
+impl Mdt {
+    fn opened(&self, fid: Fid, client: u64) {
+        *self.opens.lock().expect("opens").entry(fid).or_default().entry(client).or_default() += 1;
+    }
+
+    /// Drops one handle of `client`; true when nobody holds the FID open any more.
+    fn closed(&self, fid: Fid, client: u64) -> bool {
+        let mut opens = self.opens.lock().expect("opens");
+        let Some(holders) = opens.get_mut(&fid) else { return true };
+        if let Some(n) = holders.get_mut(&client) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                holders.remove(&client);
+            }
+        }
+        if holders.is_empty() {
+            opens.remove(&fid);
+            return true;
+        }
+        false
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn set_lock(
+        &self,
+        fid: Fid,
+        client: u64,
+        owner: u64,
+        pid: u32,
+        lock: LockType,
+        start: u64,
+        end: u64,
+        wait: bool,
+    ) -> Response {
+        if end < start {
+            return Response::error(Errno::Inval, "lock range ends before it starts");
+        }
+        let deadline = tokio::time::Instant::now() + LOCK_WAIT_SLICE;
+        loop {
+            let notified = self.lock_released.notified();
+            {
+                let mut t = self.locks.lock().expect("locks");
+                match t.conflict(fid, client, owner, lock, start, end) {
+                    None => {
+                        if !t.set(fid, client, owner, pid, lock, start, end) {
+                            return Response::error(Errno::NoSpc, "too many locks held on this MDT");
+                        }
+                        drop(t);
+                        if matches!(lock, LockType::Unlock | LockType::Read) {
+                            self.lock_released.notify_waiters();
+                        }
+                        return Response::Ok;
+                    }
+                    Some(c) if !wait || tokio::time::Instant::now() >= deadline => return Response::Lock(Some(c)),
+                    Some(_) => {}
+                }
+            }
+            let _ = tokio::time::timeout_at(deadline, notified).await;
+        }
+    }
 }
 
 impl Mds {
@@ -498,10 +579,7 @@ impl Mds {
             | Request::MdsRename { parent, .. } => *parent,
             Request::MdsLink { fid, parent, .. } => {
                 if fid.mdt() != parent.mdt() {
-                    return Response::error(
-                        Errno::XDev,
-                        "hard link across MDTs is not supported yet",
-                    );
+                    return Response::error(Errno::XDev, "hard link across MDTs is not supported yet");
                 }
                 *fid
             }
@@ -516,41 +594,53 @@ impl Mds {
             | Request::MdsRemovexattr { fid, .. }
             | Request::MdsSetDirLayout { fid, .. }
             | Request::MdsGetDirLayout { fid }
-            | Request::MdsSizeUpdate { fid, .. } => *fid,
-            other => {
-                return Response::error(
-                    Errno::Proto,
-                    format!("an MDS does not serve {}", other.op_name()),
-                )
-            }
+            | Request::MdsSizeUpdate { fid, .. }
+            | Request::MdsClose { fid, .. }
+            | Request::MdsSetLock { fid, .. }
+            | Request::MdsGetLock { fid, .. } => *fid,
+            other => return Response::error(Errno::Proto, format!("an MDS does not serve {}", other.op_name())),
         };
         let mdt = match self.mdt(target) {
             Ok(m) => m,
             Err(r) => return r,
         };
         match req {
-            Request::MdsLookup {
-                creds,
-                parent,
-                name,
-            } => {
-                mdt.read(move |v| Ok(Response::Attr(v.lookup(&creds, parent, &name)?)))
-                    .await
+            Request::MdsLookup { creds, parent, name } => {
+                mdt.read(move |v| Ok(Response::Attr(v.lookup(&creds, parent, &name)?))).await
             }
-            Request::MdsGetattr { fid } => {
-                mdt.read(move |v| Ok(Response::Attr(v.must_inode(fid)?.attr(fid))))
-                    .await
-            }
+            Request::MdsGetattr { fid } => mdt.read(move |v| Ok(Response::Attr(v.must_inode(fid)?.attr(fid)))).await,
             Request::MdsOpen { creds, fid, flags } => {
-                mdt.read(move |v| Ok(Response::Attr(v.open(&creds, fid, flags)?)))
-                    .await
+                let r = mdt.read(move |v| Ok(Response::Attr(v.open(&creds, fid, flags)?))).await;
+                if matches!(r, Response::Attr(_)) {
+                    mdt.opened(fid, ctx.client_id);
+                }
+                r
             }
-            Request::MdsReaddir {
-                creds,
-                fid,
-                after,
-                max,
-            } => {
+            Request::MdsClose { fid, size, mtime } => {
+                let last = mdt.closed(fid, ctx.client_id);
+                if size.is_some() {
+                    let req = Request::MdsClose { fid, size, mtime };
+                    return mdt.submit(JobKind::Client { client_id: ctx.client_id, xid: ctx.xid, req }).await;
+                }
+                // A plain close costs no commit unless it was the last handle of an
+                // unlinked file.
+                if last {
+                    let orphan = mdt.read(move |v| Ok(Response::Attr(v.must_inode(fid)?.attr(fid)))).await;
+                    if let Response::Attr(a) = orphan {
+                        if a.nlink == 0 {
+                            return mdt.submit(JobKind::ReapOrphans(Some(vec![fid]))).await;
+                        }
+                    }
+                }
+                Response::Ok
+            }
+            Request::MdsSetLock { fid, owner, pid, lock, start, end, wait } => {
+                mdt.set_lock(fid, ctx.client_id, owner, pid, lock, start, end, wait).await
+            }
+            Request::MdsGetLock { fid, owner, lock, start, end } => {
+                Response::Lock(mdt.locks.lock().expect("locks").conflict(fid, ctx.client_id, owner, lock, start, end))
+            }
+            Request::MdsReaddir { creds, fid, after, max } => {
                 mdt.read(move |v| {
                     let (entries, eof) = v.readdir(&creds, fid, after.as_deref(), max)?;
                     Ok(Response::Dirents { entries, eof })
@@ -565,34 +655,27 @@ impl Mds {
                 .await
             }
             Request::MdsGetxattr { creds, fid, name } => {
-                mdt.read(move |v| Ok(Response::Xattr(v.getxattr(&creds, fid, &name)?)))
-                    .await
+                mdt.read(move |v| Ok(Response::Xattr(v.getxattr(&creds, fid, &name)?))).await
             }
             Request::MdsListxattr { creds, fid } => {
-                mdt.read(move |v| Ok(Response::XattrNames(v.listxattr(&creds, fid)?)))
-                    .await
+                mdt.read(move |v| Ok(Response::XattrNames(v.listxattr(&creds, fid)?))).await
             }
             Request::MdsGetDirLayout { fid } => {
-                mdt.read(move |v| Ok(Response::DirLayout(v.must_inode(fid)?.dir_default)))
-                    .await
+                mdt.read(move |v| Ok(Response::DirLayout(v.must_inode(fid)?.dir_default))).await
             }
             mutation => {
-                mdt.submit(JobKind::Client {
-                    client_id: ctx.client_id,
-                    xid: ctx.xid,
-                    req: mutation,
-                })
-                .await
+                let create = matches!(mutation, Request::MdsCreate { .. });
+                let r = mdt.submit(JobKind::Client { client_id: ctx.client_id, xid: ctx.xid, req: mutation }).await;
+                if let (true, Response::Created { attr, .. }) = (create, &r) {
+                    mdt.opened(attr.fid, ctx.client_id);
+                }
+                r
             }
         }
     }
 }
 
 /// Serves on `listener`.
-pub async fn serve(
-    mds: Arc<Mds>,
-    listener: tokio::net::TcpListener,
-    server: proto::server::ServerConfig,
-) {
+pub async fn serve(mds: Arc<Mds>, listener: tokio::net::TcpListener, server: proto::server::ServerConfig) {
     proto::server::serve(listener, Arc::new(server), mds).await
 }

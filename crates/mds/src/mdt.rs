@@ -10,6 +10,7 @@
 //! | `destroy`  | sequence number                   | objects to destroy on OSTs     |
 //! | `replies`  | client id + xid                   | time + encoded response        |
 //! | `meta`     | name                              | counters, MDT index            |
+//! | `orphans`  | FID                               | time of unlink                 |
 //!
 //! Mutations are applied by one committer thread in batches: many client operations,
 //! one transaction, one fsync, then the replies (group commit). Every mutation first
@@ -23,8 +24,7 @@ use std::ops::Bound;
 
 use layout::{Layout, LayoutSpec, OstState};
 use proto::msg::{
-    Attr, Creds, DirEntry, FileKind, OpenFlags, RenameFlags, Request, Response, SetAttr, TimeSet,
-    Timespec, XattrMode,
+    Attr, Creds, DirEntry, FileKind, OpenFlags, RenameFlags, Request, Response, SetAttr, TimeSet, Timespec, XattrMode,
 };
 use proto::{Errno, Fid, ObjectId};
 use redb::{ReadableTable, ReadableTableMetadata, Table, TableDefinition};
@@ -39,6 +39,8 @@ pub const XATTRS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("xattrs")
 pub const DESTROY: TableDefinition<u64, &[u8]> = TableDefinition::new("destroy");
 pub const REPLIES: TableDefinition<&[u8], &[u8]> = TableDefinition::new("replies");
 pub const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+/// Unlinked inodes still open somewhere: FID → time of unlink (seconds).
+pub const ORPHANS: TableDefinition<&[u8], u64> = TableDefinition::new("orphans");
 
 /// Longest name of one directory entry (as Linux).
 pub const NAME_MAX: usize = 255;
@@ -99,22 +101,13 @@ fn dentry_value(fid: Fid, kind: FileKind) -> Vec<u8> {
 }
 
 fn decode_dentry(v: &[u8]) -> OpResult<(Fid, FileKind)> {
-    let fid = Fid::from_key(v).ok_or_else(|| {
-        OpError::Store(StoreError::Corrupt {
-            what: "dentry",
-            detail: "short value".into(),
-        })
-    })?;
+    let fid = Fid::from_key(v)
+        .ok_or_else(|| OpError::Store(StoreError::Corrupt { what: "dentry", detail: "short value".into() }))?;
     let kind = match v.get(16) {
         Some(0) => FileKind::File,
         Some(1) => FileKind::Dir,
         Some(2) => FileKind::Symlink,
-        _ => {
-            return Err(OpError::Store(StoreError::Corrupt {
-                what: "dentry",
-                detail: "bad kind".into(),
-            }))
-        }
+        _ => return Err(OpError::Store(StoreError::Corrupt { what: "dentry", detail: "bad kind".into() })),
     };
     Ok((fid, kind))
 }
@@ -124,10 +117,7 @@ fn check_name(name: &str) -> OpResult<()> {
         return fail(Errno::Inval, format!("invalid name {name:?}"));
     }
     if name.len() > NAME_MAX {
-        return fail(
-            Errno::NameTooLong,
-            format!("name of {} bytes exceeds {NAME_MAX}", name.len()),
-        );
+        return fail(Errno::NameTooLong, format!("name of {} bytes exceeds {NAME_MAX}", name.len()));
     }
     Ok(())
 }
@@ -155,8 +145,7 @@ where
     }
 
     pub fn must_inode(&self, fid: Fid) -> OpResult<Inode> {
-        self.inode(fid)?
-            .map_or_else(|| fail(Errno::NoEnt, format!("no inode {fid}")), Ok)
+        self.inode(fid)?.map_or_else(|| fail(Errno::NoEnt, format!("no inode {fid}")), Ok)
     }
 
     /// The inode of a directory the caller may search (and, with `write`, modify).
@@ -165,16 +154,9 @@ where
         if dir.kind != FileKind::Dir {
             return fail(Errno::NotDir, format!("{fid} is not a directory"));
         }
-        let want = if write {
-            MAY_WRITE | MAY_EXEC
-        } else {
-            MAY_EXEC
-        };
+        let want = if write { MAY_WRITE | MAY_EXEC } else { MAY_EXEC };
         if !dir.may(creds, want) {
-            return fail(
-                Errno::Access,
-                format!("permission denied on directory {fid}"),
-            );
+            return fail(Errno::Access, format!("permission denied on directory {fid}"));
         }
         Ok(dir)
     }
@@ -188,9 +170,7 @@ where
 
     pub fn dir_is_empty(&self, fid: Fid) -> OpResult<bool> {
         let lo = fid.to_key();
-        let mut it = self
-            .dentries
-            .range::<&[u8]>((Bound::Included(lo.as_slice()), Bound::Unbounded))?;
+        let mut it = self.dentries.range::<&[u8]>((Bound::Included(lo.as_slice()), Bound::Unbounded))?;
         match it.next() {
             Some(row) => Ok(!row?.0.value().starts_with(&lo)),
             None => Ok(true),
@@ -206,22 +186,13 @@ where
         Ok(self.must_inode(fid)?.attr(fid))
     }
 
-    pub fn readdir(
-        &self,
-        creds: &Creds,
-        fid: Fid,
-        after: Option<&str>,
-        max: u32,
-    ) -> OpResult<(Vec<DirEntry>, bool)> {
+    pub fn readdir(&self, creds: &Creds, fid: Fid, after: Option<&str>, max: u32) -> OpResult<(Vec<DirEntry>, bool)> {
         let dir = self.must_inode(fid)?;
         if dir.kind != FileKind::Dir {
             return fail(Errno::NotDir, format!("{fid} is not a directory"));
         }
         if !dir.may(creds, MAY_READ) {
-            return fail(
-                Errno::Access,
-                format!("permission denied reading directory {fid}"),
-            );
+            return fail(Errno::Access, format!("permission denied reading directory {fid}"));
         }
         let prefix = fid.to_key();
         let start = match after {
@@ -236,10 +207,7 @@ where
         let max = max.clamp(1, READDIR_MAX) as usize;
         let mut out = Vec::new();
         let mut eof = true;
-        for row in self
-            .dentries
-            .range::<&[u8]>((start_ref, Bound::Unbounded))?
-        {
+        for row in self.dentries.range::<&[u8]>((start_ref, Bound::Unbounded))? {
             let (k, v) = row?;
             let k = k.value();
             if !k.starts_with(&prefix) {
@@ -251,11 +219,7 @@ where
             }
             let name = String::from_utf8_lossy(&k[16..]).into_owned();
             let (child, kind) = decode_dentry(v.value())?;
-            out.push(DirEntry {
-                name,
-                fid: child,
-                kind,
-            });
+            out.push(DirEntry { name, fid: child, kind });
         }
         Ok((out, eof))
     }
@@ -273,10 +237,7 @@ where
         self.must_inode(fid)?;
         let prefix = fid.to_key();
         let mut out = Vec::new();
-        for row in self
-            .xattrs
-            .range::<&[u8]>((Bound::Included(prefix.as_slice()), Bound::Unbounded))?
-        {
+        for row in self.xattrs.range::<&[u8]>((Bound::Included(prefix.as_slice()), Bound::Unbounded))? {
             let (k, _) = row?;
             let k = k.value();
             if !k.starts_with(&prefix) {
@@ -339,10 +300,7 @@ fn xattr_access(ino: &Inode, creds: &Creds, name: &str, write: bool) -> OpResult
         }
         return Ok(());
     }
-    fail(
-        Errno::Inval,
-        format!("unsupported xattr namespace in {name:?} (user., trusted., security.)"),
-    )
+    fail(Errno::Inval, format!("unsupported xattr namespace in {name:?} (user., trusted., security.)"))
 }
 
 /// Context the committer passes to a mutation.
@@ -350,6 +308,9 @@ pub struct Placement<'a> {
     pub osts: &'a [OstState],
     pub cursor: u64,
     pub default_layout: &'a LayoutSpec,
+    /// Whether any client holds the FID open (an unlinked open file becomes an orphan
+    /// instead of being destroyed).
+    pub is_open: &'a dyn Fn(Fid) -> bool,
 }
 
 /// The committer's write view: every table open for the batch.
@@ -357,6 +318,7 @@ pub struct Writer<'a> {
     pub view: View<Rw<'a>, Rw<'a>, Rw<'a>>,
     pub destroy: Table<'a, u64, &'static [u8]>,
     pub meta: Table<'a, &'static str, &'static [u8]>,
+    pub orphans: Table<'a, &'static [u8], u64>,
     pub mdt_index: u32,
 }
 
@@ -370,22 +332,18 @@ impl<'a> Writer<'a> {
             },
             destroy: txn.open_table(DESTROY)?,
             meta: txn.open_table(META)?,
+            orphans: txn.open_table(ORPHANS)?,
             mdt_index,
         })
     }
 
     fn put_inode(&mut self, fid: Fid, ino: &Inode) -> OpResult<()> {
-        self.view
-            .inodes
-            .insert(fid.to_key().as_slice(), encode(ino).as_slice())?;
+        self.view.inodes.insert(fid.to_key().as_slice(), encode(ino).as_slice())?;
         Ok(())
     }
 
     fn meta_u64(&self, key: &str) -> OpResult<Option<u64>> {
-        Ok(self
-            .meta
-            .get(key)?
-            .and_then(|v| v.value().try_into().ok().map(u64::from_le_bytes)))
+        Ok(self.meta.get(key)?.and_then(|v| v.value().try_into().ok().map(u64::from_le_bytes)))
     }
 
     fn set_meta_u64(&mut self, key: &str, v: u64) -> OpResult<()> {
@@ -395,9 +353,7 @@ impl<'a> Writer<'a> {
 
     /// Allocates a new FID on this MDT: a sequence holds 2^32 - 1 object ids.
     fn new_fid(&mut self) -> OpResult<Fid> {
-        let mut seq = self
-            .meta_u64("seq")?
-            .unwrap_or(proto::fid::FIRST_SEQ as u64);
+        let mut seq = self.meta_u64("seq")?.unwrap_or(proto::fid::FIRST_SEQ as u64);
         let mut oid = self.meta_u64("next_oid")?.unwrap_or(2);
         if oid > u32::MAX as u64 {
             seq += 1;
@@ -411,17 +367,38 @@ impl<'a> Writer<'a> {
         Ok(Fid::new(self.mdt_index, seq as u32, oid as u32))
     }
 
-    fn touch_dir(
-        &mut self,
-        fid: Fid,
-        dir: &mut Inode,
-        now: Timespec,
-        nlink_delta: i32,
-    ) -> OpResult<()> {
+    fn touch_dir(&mut self, fid: Fid, dir: &mut Inode, now: Timespec, nlink_delta: i32) -> OpResult<()> {
         dir.mtime = now;
         dir.ctime = now;
         dir.nlink = (dir.nlink as i64 + nlink_delta as i64).max(0) as u32;
         self.put_inode(fid, dir)
+    }
+
+    /// A file lost its last name: destroy it, or keep it as an orphan while open.
+    fn release_last_link(&mut self, fid: Fid, ino: &mut Inode, place: &Placement<'_>, now: Timespec) -> OpResult<()> {
+        if (place.is_open)(fid) {
+            ino.nlink = 0;
+            ino.ctime = now;
+            self.put_inode(fid, ino)?;
+            self.orphans.insert(fid.to_key().as_slice(), now.sec.max(0) as u64)?;
+            Ok(())
+        } else {
+            self.drop_inode(fid, ino)
+        }
+    }
+
+    /// Destroys an orphan nobody holds open any more; a no-op for a linked inode.
+    pub fn reap_orphan(&mut self, fid: Fid, place: &Placement<'_>) -> OpResult<()> {
+        if (place.is_open)(fid) {
+            return Ok(());
+        }
+        if let Some(ino) = self.view.inode(fid)? {
+            if ino.nlink == 0 {
+                self.drop_inode(fid, &ino)?;
+            }
+        }
+        self.orphans.remove(fid.to_key().as_slice())?;
+        Ok(())
     }
 
     /// Removes an inode whose last name is gone; queues its objects for destruction.
@@ -432,11 +409,7 @@ impl<'a> Writer<'a> {
             .view
             .xattrs
             .range::<&[u8]>((Bound::Included(prefix.as_slice()), Bound::Unbounded))?
-            .map_while(|r| {
-                r.ok()
-                    .map(|(k, _)| k.value().to_vec())
-                    .filter(|k| k.starts_with(&prefix))
-            })
+            .map_while(|r| r.ok().map(|(k, _)| k.value().to_vec()).filter(|k| k.starts_with(&prefix)))
             .collect();
         for k in keys {
             self.view.xattrs.remove(k.as_slice())?;
@@ -446,8 +419,7 @@ impl<'a> Writer<'a> {
             if !objects.is_empty() {
                 let seq = self.meta_u64("destroy_seq")?.unwrap_or(0) + 1;
                 self.set_meta_u64("destroy_seq", seq)?;
-                self.destroy
-                    .insert(seq, encode(&DestroyRecord { objects }).as_slice())?;
+                self.destroy.insert(seq, encode(&DestroyRecord { objects }).as_slice())?;
             }
         }
         Ok(())
@@ -457,67 +429,37 @@ impl<'a> Writer<'a> {
     pub fn apply(&mut self, req: Request, place: &mut Placement<'_>) -> OpResult<Response> {
         let now = Timespec::now();
         match req {
-            Request::MdsCreate {
-                creds,
-                parent,
-                name,
-                mode,
-                exclusive,
-                flags,
-                layout,
-            } => self.create(
-                &creds, parent, &name, mode, exclusive, flags, layout, place, now,
-            ),
-            Request::MdsMkdir {
-                creds,
-                parent,
-                name,
-                mode,
-            } => self.mkdir(&creds, parent, &name, mode, now),
-            Request::MdsSymlink {
-                creds,
-                parent,
-                name,
-                target,
-            } => self.symlink(&creds, parent, &name, &target, now),
-            Request::MdsLink {
-                creds,
-                fid,
-                parent,
-                name,
-            } => self.link(&creds, fid, parent, &name, now),
-            Request::MdsUnlink {
-                creds,
-                parent,
-                name,
-            } => self.remove(&creds, parent, &name, false, now),
-            Request::MdsRmdir {
-                creds,
-                parent,
-                name,
-            } => self.remove(&creds, parent, &name, true, now),
-            Request::MdsRename {
-                creds,
-                parent,
-                name,
-                new_parent,
-                new_name,
-                flags,
-            } => self.rename(&creds, parent, &name, new_parent, &new_name, flags, now),
+            Request::MdsCreate { creds, parent, name, mode, exclusive, flags, layout } => {
+                self.create(&creds, parent, &name, mode, exclusive, flags, layout, place, now)
+            }
+            Request::MdsMkdir { creds, parent, name, mode } => self.mkdir(&creds, parent, &name, mode, now),
+            Request::MdsSymlink { creds, parent, name, target } => self.symlink(&creds, parent, &name, &target, now),
+            Request::MdsLink { creds, fid, parent, name } => self.link(&creds, fid, parent, &name, now),
+            Request::MdsUnlink { creds, parent, name } => self.remove(&creds, parent, &name, false, place, now),
+            Request::MdsRmdir { creds, parent, name } => self.remove(&creds, parent, &name, true, place, now),
+            Request::MdsRename { creds, parent, name, new_parent, new_name, flags } => {
+                self.rename(&creds, parent, &name, new_parent, &new_name, flags, place, now)
+            }
+            Request::MdsClose { fid, size, mtime } => {
+                let Some(mut ino) = self.view.inode(fid)? else { return Ok(Response::Ok) };
+                if let Some(size) = size {
+                    ino.size = ino.size.max(size);
+                    let m = mtime.unwrap_or(now);
+                    ino.mtime = m;
+                    ino.ctime = now.max(m);
+                    self.put_inode(fid, &ino)?;
+                }
+                if ino.nlink == 0 {
+                    self.reap_orphan(fid, place)?;
+                }
+                Ok(Response::Ok)
+            }
             Request::MdsSetattr { creds, fid, set } => self.setattr(&creds, fid, set, now),
-            Request::MdsSetxattr {
-                creds,
-                fid,
-                name,
-                value,
-                mode,
-            } => self.setxattr(&creds, fid, &name, value, mode, now),
-            Request::MdsRemovexattr { creds, fid, name } => {
-                self.removexattr(&creds, fid, &name, now)
+            Request::MdsSetxattr { creds, fid, name, value, mode } => {
+                self.setxattr(&creds, fid, &name, value, mode, now)
             }
-            Request::MdsSetDirLayout { creds, fid, spec } => {
-                self.set_dir_layout(&creds, fid, spec, now)
-            }
+            Request::MdsRemovexattr { creds, fid, name } => self.removexattr(&creds, fid, &name, now),
+            Request::MdsSetDirLayout { creds, fid, spec } => self.set_dir_layout(&creds, fid, spec, now),
             Request::MdsSizeUpdate { fid, size, mtime } => {
                 let mut ino = self.view.must_inode(fid)?;
                 if ino.kind != FileKind::File {
@@ -529,10 +471,7 @@ impl<'a> Writer<'a> {
                 self.put_inode(fid, &ino)?;
                 Ok(Response::Attr(ino.attr(fid)))
             }
-            other => fail(
-                Errno::Proto,
-                format!("{} is not a mutation", other.op_name()),
-            ),
+            other => fail(Errno::Proto, format!("{} is not a mutation", other.op_name())),
         }
     }
 
@@ -560,63 +499,32 @@ impl<'a> Writer<'a> {
                 return fail(Errno::IsDir, format!("{name} is a directory"));
             }
             check_open(&ino, creds, flags)?;
-            return Ok(Response::Created {
-                attr: ino.attr(fid),
-                existed: true,
-            });
+            return Ok(Response::Created { attr: ino.attr(fid), existed: true });
         }
         if !dir.may(creds, MAY_WRITE | MAY_EXEC) {
-            return fail(
-                Errno::Access,
-                "permission denied creating in this directory",
-            );
+            return fail(Errno::Access, "permission denied creating in this directory");
         }
         let layout = self.choose_layout(&dir, spec, place)?;
         let fid = self.new_fid()?;
-        let gid = if dir.mode & S_ISGID != 0 {
-            dir.gid
-        } else {
-            creds.gid
-        };
+        let gid = if dir.mode & S_ISGID != 0 { dir.gid } else { creds.gid };
         let mut ino = Inode::new(FileKind::File, mode, creds, gid, now);
         ino.layout = Some(layout);
         self.put_inode(fid, &ino)?;
-        self.view.dentries.insert(
-            dentry_key(parent, name).as_slice(),
-            dentry_value(fid, FileKind::File).as_slice(),
-        )?;
+        self.view.dentries.insert(dentry_key(parent, name).as_slice(), dentry_value(fid, FileKind::File).as_slice())?;
         self.touch_dir(parent, &mut dir, now, 0)?;
-        Ok(Response::Created {
-            attr: ino.attr(fid),
-            existed: false,
-        })
+        Ok(Response::Created { attr: ino.attr(fid), existed: false })
     }
 
     /// The layout of a new file: the request, filled from the parent directory's
     /// default, then from the file system default.
-    fn choose_layout(
-        &self,
-        dir: &Inode,
-        spec: Option<LayoutSpec>,
-        place: &Placement<'_>,
-    ) -> OpResult<Layout> {
-        let root_default = if dir.dir_default.is_none() {
-            self.view.inode(Fid::ROOT)?.and_then(|r| r.dir_default)
-        } else {
-            None
-        };
-        let mut fallback = dir
-            .dir_default
-            .clone()
-            .or(root_default)
-            .unwrap_or_else(|| place.default_layout.clone());
+    fn choose_layout(&self, dir: &Inode, spec: Option<LayoutSpec>, place: &Placement<'_>) -> OpResult<Layout> {
+        let root_default =
+            if dir.dir_default.is_none() { self.view.inode(Fid::ROOT)?.and_then(|r| r.dir_default) } else { None };
+        let mut fallback = dir.dir_default.clone().or(root_default).unwrap_or_else(|| place.default_layout.clone());
         fallback = fallback.inherit(place.default_layout);
         let wanted = spec.unwrap_or_else(|| fallback.clone()).inherit(&fallback);
         if place.osts.is_empty() {
-            return fail(
-                Errno::Again,
-                "the MDS has not learned the OST list from the MGS yet",
-            );
+            return fail(Errno::Again, "the MDS has not learned the OST list from the MGS yet");
         }
         wanted.instantiate(place.osts, place.cursor).map_err(|e| {
             let code = match e {
@@ -627,14 +535,7 @@ impl<'a> Writer<'a> {
         })
     }
 
-    fn mkdir(
-        &mut self,
-        creds: &Creds,
-        parent: Fid,
-        name: &str,
-        mode: u32,
-        now: Timespec,
-    ) -> OpResult<Response> {
+    fn mkdir(&mut self, creds: &Creds, parent: Fid, name: &str, mode: u32, now: Timespec) -> OpResult<Response> {
         check_name(name)?;
         let mut dir = self.view.dir_for(creds, parent, true)?;
         if self.view.entry(parent, name)?.is_some() {
@@ -643,13 +544,7 @@ impl<'a> Writer<'a> {
         let fid = self.new_fid()?;
         let setgid = dir.mode & S_ISGID != 0;
         let gid = if setgid { dir.gid } else { creds.gid };
-        let mut ino = Inode::new(
-            FileKind::Dir,
-            mode | if setgid { S_ISGID } else { 0 },
-            creds,
-            gid,
-            now,
-        );
+        let mut ino = Inode::new(FileKind::Dir, mode | if setgid { S_ISGID } else { 0 }, creds, gid, now);
         ino.parent = Some(parent);
         // Subdirectories inherit their parent's default layout (the root's default is
         // the file system default and is not copied).
@@ -657,22 +552,12 @@ impl<'a> Writer<'a> {
             ino.dir_default = dir.dir_default.clone();
         }
         self.put_inode(fid, &ino)?;
-        self.view.dentries.insert(
-            dentry_key(parent, name).as_slice(),
-            dentry_value(fid, FileKind::Dir).as_slice(),
-        )?;
+        self.view.dentries.insert(dentry_key(parent, name).as_slice(), dentry_value(fid, FileKind::Dir).as_slice())?;
         self.touch_dir(parent, &mut dir, now, 1)?;
         Ok(Response::Attr(ino.attr(fid)))
     }
 
-    fn symlink(
-        &mut self,
-        creds: &Creds,
-        parent: Fid,
-        name: &str,
-        target: &str,
-        now: Timespec,
-    ) -> OpResult<Response> {
+    fn symlink(&mut self, creds: &Creds, parent: Fid, name: &str, target: &str, now: Timespec) -> OpResult<Response> {
         check_name(name)?;
         if target.is_empty() || target.len() > SYMLINK_MAX {
             return fail(Errno::NameTooLong, "symlink target empty or too long");
@@ -686,22 +571,14 @@ impl<'a> Writer<'a> {
         ino.size = target.len() as u64;
         ino.symlink = Some(target.to_string());
         self.put_inode(fid, &ino)?;
-        self.view.dentries.insert(
-            dentry_key(parent, name).as_slice(),
-            dentry_value(fid, FileKind::Symlink).as_slice(),
-        )?;
+        self.view
+            .dentries
+            .insert(dentry_key(parent, name).as_slice(), dentry_value(fid, FileKind::Symlink).as_slice())?;
         self.touch_dir(parent, &mut dir, now, 0)?;
         Ok(Response::Attr(ino.attr(fid)))
     }
 
-    fn link(
-        &mut self,
-        creds: &Creds,
-        fid: Fid,
-        parent: Fid,
-        name: &str,
-        now: Timespec,
-    ) -> OpResult<Response> {
+    fn link(&mut self, creds: &Creds, fid: Fid, parent: Fid, name: &str, now: Timespec) -> OpResult<Response> {
         check_name(name)?;
         let mut ino = self.view.must_inode(fid)?;
         if ino.kind == FileKind::Dir {
@@ -717,20 +594,19 @@ impl<'a> Writer<'a> {
         ino.nlink += 1;
         ino.ctime = now;
         self.put_inode(fid, &ino)?;
-        self.view.dentries.insert(
-            dentry_key(parent, name).as_slice(),
-            dentry_value(fid, ino.kind).as_slice(),
-        )?;
+        self.view.dentries.insert(dentry_key(parent, name).as_slice(), dentry_value(fid, ino.kind).as_slice())?;
         self.touch_dir(parent, &mut dir, now, 0)?;
         Ok(Response::Attr(ino.attr(fid)))
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn remove(
         &mut self,
         creds: &Creds,
         parent: Fid,
         name: &str,
         is_rmdir: bool,
+        place: &Placement<'_>,
         now: Timespec,
     ) -> OpResult<Response> {
         check_name(name)?;
@@ -750,16 +626,14 @@ impl<'a> Writer<'a> {
         if !sticky_allows(&dir, &ino, creds) {
             return fail(Errno::Perm, "sticky directory: not the owner");
         }
-        self.view
-            .dentries
-            .remove(dentry_key(parent, name).as_slice())?;
+        self.view.dentries.remove(dentry_key(parent, name).as_slice())?;
         if is_rmdir {
             self.drop_inode(fid, &ino)?;
             self.touch_dir(parent, &mut dir, now, -1)?;
         } else {
             ino.nlink = ino.nlink.saturating_sub(1);
             if ino.nlink == 0 {
-                self.drop_inode(fid, &ino)?;
+                self.release_last_link(fid, &mut ino, place, now)?;
             } else {
                 ino.ctime = now;
                 self.put_inode(fid, &ino)?;
@@ -778,6 +652,7 @@ impl<'a> Writer<'a> {
         new_parent: Fid,
         new_name: &str,
         flags: RenameFlags,
+        place: &Placement<'_>,
         now: Timespec,
     ) -> OpResult<Response> {
         check_name(name)?;
@@ -820,9 +695,7 @@ impl<'a> Writer<'a> {
             }
             let t = self.view.must_inode(tfid)?;
             match (is_dir, tkind == FileKind::Dir) {
-                (true, false) => {
-                    return fail(Errno::NotDir, format!("{new_name} is not a directory"))
-                }
+                (true, false) => return fail(Errno::NotDir, format!("{new_name} is not a directory")),
                 (false, true) => return fail(Errno::IsDir, format!("{new_name} is a directory")),
                 (true, true) if !self.view.dir_is_empty(tfid)? => {
                     return fail(Errno::NotEmpty, format!("{new_name} is not empty"))
@@ -843,20 +716,15 @@ impl<'a> Writer<'a> {
             } else {
                 t.nlink = t.nlink.saturating_sub(1);
                 if t.nlink == 0 {
-                    self.drop_inode(tfid, &t)?;
+                    self.release_last_link(tfid, &mut t, place, now)?;
                 } else {
                     t.ctime = now;
                     self.put_inode(tfid, &t)?;
                 }
             }
         }
-        self.view
-            .dentries
-            .remove(dentry_key(parent, name).as_slice())?;
-        self.view.dentries.insert(
-            dentry_key(new_parent, new_name).as_slice(),
-            dentry_value(fid, kind).as_slice(),
-        )?;
+        self.view.dentries.remove(dentry_key(parent, name).as_slice())?;
+        self.view.dentries.insert(dentry_key(new_parent, new_name).as_slice(), dentry_value(fid, kind).as_slice())?;
         ino.ctime = now;
         if is_dir {
             ino.parent = Some(new_parent);
@@ -875,13 +743,7 @@ impl<'a> Writer<'a> {
         Ok(Response::Ok)
     }
 
-    fn setattr(
-        &mut self,
-        creds: &Creds,
-        fid: Fid,
-        set: SetAttr,
-        now: Timespec,
-    ) -> OpResult<Response> {
+    fn setattr(&mut self, creds: &Creds, fid: Fid, set: SetAttr, now: Timespec) -> OpResult<Response> {
         let mut ino = self.view.must_inode(fid)?;
         let owner = ino.is_owner_or_root(creds);
         if let Some(mode) = set.mode {
@@ -901,10 +763,7 @@ impl<'a> Writer<'a> {
             }
             if let Some(g) = set.gid {
                 if g != ino.gid && creds.uid != 0 && !(creds.uid == ino.uid && creds.in_group(g)) {
-                    return fail(
-                        Errno::Perm,
-                        "only root or the owner (to one of their groups) may change the group",
-                    );
+                    return fail(Errno::Perm, "only root or the owner (to one of their groups) may change the group");
                 }
             }
             if ino.kind == FileKind::File {
@@ -974,21 +833,13 @@ impl<'a> Writer<'a> {
         let mut ino = self.view.must_inode(fid)?;
         xattr_access(&ino, creds, name, true)?;
         if value.len() > XATTR_VALUE_MAX {
-            return fail(
-                Errno::Range,
-                format!(
-                    "xattr value of {} bytes exceeds {XATTR_VALUE_MAX}",
-                    value.len()
-                ),
-            );
+            return fail(Errno::Range, format!("xattr value of {} bytes exceeds {XATTR_VALUE_MAX}", value.len()));
         }
         let key = dentry_key(fid, name);
         let exists = self.view.xattrs.get(key.as_slice())?.is_some();
         match mode {
             XattrMode::Create if exists => return fail(Errno::Exist, format!("{name} exists")),
-            XattrMode::Replace if !exists => {
-                return fail(Errno::NoData, format!("no attribute {name}"))
-            }
+            XattrMode::Replace if !exists => return fail(Errno::NoData, format!("no attribute {name}")),
             _ => {}
         }
         self.view.xattrs.insert(key.as_slice(), value.as_slice())?;
@@ -997,13 +848,7 @@ impl<'a> Writer<'a> {
         Ok(Response::Ok)
     }
 
-    fn removexattr(
-        &mut self,
-        creds: &Creds,
-        fid: Fid,
-        name: &str,
-        now: Timespec,
-    ) -> OpResult<Response> {
+    fn removexattr(&mut self, creds: &Creds, fid: Fid, name: &str, now: Timespec) -> OpResult<Response> {
         let mut ino = self.view.must_inode(fid)?;
         xattr_access(&ino, creds, name, true)?;
         let key = dentry_key(fid, name);
@@ -1028,14 +873,10 @@ impl<'a> Writer<'a> {
             return fail(Errno::NotDir, "a default layout belongs to a directory");
         }
         if !ino.is_owner_or_root(creds) {
-            return fail(
-                Errno::Perm,
-                "only the owner may set a directory's default layout",
-            );
+            return fail(Errno::Perm, "only the owner may set a directory's default layout");
         }
         if let Some(s) = &spec {
-            s.validate()
-                .map_err(|e| OpError::Errno(Errno::Inval, format!("invalid layout: {e}")))?;
+            s.validate().map_err(|e| OpError::Errno(Errno::Inval, format!("invalid layout: {e}")))?;
         }
         ino.dir_default = spec;
         ino.ctime = now;
@@ -1049,14 +890,7 @@ pub fn layout_objects(fid: Fid, layout: &Layout) -> Vec<(u32, ObjectId)> {
     let mut out = Vec::new();
     for c in &layout.components {
         for (stripe, &ost) in c.osts.iter().enumerate() {
-            out.push((
-                ost,
-                ObjectId {
-                    fid,
-                    component: c.id,
-                    stripe: stripe as u32,
-                },
-            ));
+            out.push((ost, ObjectId { fid, component: c.id, stripe: stripe as u32 }));
         }
     }
     out
@@ -1072,15 +906,11 @@ pub fn format(store: &Store, mdt_index: u32, default_layout: &LayoutSpec) -> OpR
             Some(v) => {
                 let stored = u32::from_le_bytes(v.as_slice().try_into().unwrap_or([0xff; 4]));
                 if stored != mdt_index {
-                    return fail(
-                        Errno::Inval,
-                        format!("database belongs to MDT {stored}, not MDT {mdt_index}"),
-                    );
+                    return fail(Errno::Inval, format!("database belongs to MDT {stored}, not MDT {mdt_index}"));
                 }
             }
             None => {
-                w.meta
-                    .insert("mdt_index", mdt_index.to_le_bytes().as_slice())?;
+                w.meta.insert("mdt_index", mdt_index.to_le_bytes().as_slice())?;
             }
         }
         if mdt_index == 0 && w.view.inode(Fid::ROOT)?.is_none() {
@@ -1091,6 +921,7 @@ pub fn format(store: &Store, mdt_index: u32, default_layout: &LayoutSpec) -> OpR
             w.put_inode(Fid::ROOT, &root)?;
         }
         let _ = w.destroy.len()?;
+        let _ = w.orphans.len()?;
         txn.open_table(REPLIES)?;
     }
     txn.commit()?;

@@ -76,30 +76,21 @@ pub enum MgsError {
 impl Mgs {
     /// Opens (or formats) the MGS registry in `cfg.data_dir`.
     pub fn open(cfg: MgsConfig) -> Result<Mgs, MgsError> {
-        std::fs::create_dir_all(&cfg.data_dir).map_err(|e| MgsError::DataDir {
-            path: cfg.data_dir.clone(),
-            detail: e.to_string(),
-        })?;
+        std::fs::create_dir_all(&cfg.data_dir)
+            .map_err(|e| MgsError::DataDir { path: cfg.data_dir.clone(), detail: e.to_string() })?;
         let store = Store::open(&cfg.data_dir.join("mgs.redb"))?;
         let mut targets = BTreeMap::new();
         {
             let w = store.begin_write()?;
             {
-                let mut meta = w
-                    .open_table(META)
-                    .map_err(|e| StoreError::engine("open meta", e))?;
-                let stored = meta
-                    .get("fsname")
-                    .map_err(|e| StoreError::engine("read meta", e))?
-                    .map(|v| v.value().to_vec());
+                let mut meta = w.open_table(META).map_err(|e| StoreError::engine("open meta", e))?;
+                let stored =
+                    meta.get("fsname").map_err(|e| StoreError::engine("read meta", e))?.map(|v| v.value().to_vec());
                 match stored {
                     Some(name) => {
                         let name = String::from_utf8_lossy(&name).to_string();
                         if name != cfg.fsname {
-                            return Err(MgsError::FsName {
-                                stored: name,
-                                asked: cfg.fsname.clone(),
-                            });
+                            return Err(MgsError::FsName { stored: name, asked: cfg.fsname.clone() });
                         }
                     }
                     None => {
@@ -107,13 +98,8 @@ impl Mgs {
                             .map_err(|e| StoreError::engine("write meta", e))?;
                     }
                 }
-                let t = w
-                    .open_table(TARGETS)
-                    .map_err(|e| StoreError::engine("open targets", e))?;
-                for row in t
-                    .iter()
-                    .map_err(|e| StoreError::engine("scan targets", e))?
-                {
+                let t = w.open_table(TARGETS).map_err(|e| StoreError::engine("open targets", e))?;
+                for row in t.iter().map_err(|e| StoreError::engine("scan targets", e))? {
                     let (_, v) = row.map_err(|e| StoreError::engine("scan targets", e))?;
                     let rec: TargetRecord = decode(v.value(), "target")?;
                     targets.insert(key(rec.kind, rec.index), rec);
@@ -122,28 +108,15 @@ impl Mgs {
             w.commit().map_err(|e| StoreError::engine("commit", e))?;
         }
         tracing::info!(fsname = %cfg.fsname, targets = targets.len(), "MGS registry opened");
-        Ok(Mgs {
-            cfg,
-            store,
-            state: Mutex::new(State {
-                targets,
-                live: HashMap::new(),
-                generation: 1,
-            }),
-        })
+        Ok(Mgs { cfg, store, state: Mutex::new(State { targets, live: HashMap::new(), generation: 1 }) })
     }
 
     fn persist(&self, rec: &TargetRecord) -> Result<(), StoreError> {
         let w = self.store.begin_write()?;
         {
-            let mut t = w
-                .open_table(TARGETS)
-                .map_err(|e| StoreError::engine("open targets", e))?;
-            t.insert(
-                record_key(rec.kind, rec.index).as_str(),
-                encode(rec).as_slice(),
-            )
-            .map_err(|e| StoreError::engine("write target", e))?;
+            let mut t = w.open_table(TARGETS).map_err(|e| StoreError::engine("open targets", e))?;
+            t.insert(record_key(rec.kind, rec.index).as_str(), encode(rec).as_slice())
+                .map_err(|e| StoreError::engine("write target", e))?;
         }
         w.commit().map_err(|e| StoreError::engine("commit", e))
     }
@@ -159,30 +132,19 @@ impl Mgs {
         if fsname != self.cfg.fsname {
             return Response::error(
                 Errno::Inval,
-                format!(
-                    "target belongs to file system '{fsname}' but this MGS serves '{}'",
-                    self.cfg.fsname
-                ),
+                format!("target belongs to file system '{fsname}' but this MGS serves '{}'", self.cfg.fsname),
             );
         }
         if uuid.is_empty() || uuid.len() > 128 || address.len() > 256 {
             return Response::error(Errno::Inval, "target uuid or address missing or too long");
         }
         let mut st = self.state.lock().expect("mgs state");
-        let existing = st
-            .targets
-            .values()
-            .find(|r| r.kind == kind && r.uuid == uuid)
-            .cloned();
+        let existing = st.targets.values().find(|r| r.kind == kind && r.uuid == uuid).cloned();
         let rec = match (existing, index) {
             (Some(r), Some(i)) if r.index != i => {
                 return Response::error(
                     Errno::Inval,
-                    format!(
-                        "{} {uuid} is registered as index {} but claims index {i}",
-                        kind.name(),
-                        r.index
-                    ),
+                    format!("{} {uuid} is registered as index {} but claims index {i}", kind.name(), r.index),
                 )
             }
             (Some(mut r), _) => {
@@ -193,30 +155,14 @@ impl Mgs {
                 if let Some(other) = st.targets.get(&key(kind, i)) {
                     return Response::error(
                         Errno::Exist,
-                        format!(
-                            "{} index {i} is already held by target {}",
-                            kind.name(),
-                            other.uuid
-                        ),
+                        format!("{} index {i} is already held by target {}", kind.name(), other.uuid),
                     );
                 }
-                TargetRecord {
-                    kind,
-                    index: i,
-                    uuid,
-                    address,
-                }
+                TargetRecord { kind, index: i, uuid, address }
             }
             (None, None) => {
-                let next = (0..)
-                    .find(|i| !st.targets.contains_key(&key(kind, *i)))
-                    .expect("a free index");
-                TargetRecord {
-                    kind,
-                    index: next,
-                    uuid,
-                    address,
-                }
+                let next = (0..).find(|i| !st.targets.contains_key(&key(kind, *i))).expect("a free index");
+                TargetRecord { kind, index: next, uuid, address }
             }
         };
         if let Err(e) = self.persist(&rec) {
@@ -224,13 +170,7 @@ impl Mgs {
         }
         tracing::info!(target = %format!("{}{:04x}", rec.kind.name(), rec.index), address = %rec.address, "target registered");
         let index = rec.index;
-        st.live.insert(
-            key(kind, index),
-            Live {
-                last_seen: Instant::now(),
-                usage: Usage::default(),
-            },
-        );
+        st.live.insert(key(kind, index), Live { last_seen: Instant::now(), usage: Usage::default() });
         st.targets.insert(key(kind, index), rec);
         st.generation += 1;
         Response::Registered { index }
@@ -247,21 +187,12 @@ impl Mgs {
                 )
             }
         }
-        let was_up = st
-            .live
-            .get(&key(kind, index))
-            .map(|l| l.last_seen.elapsed() < self.cfg.heartbeat_timeout);
+        let was_up = st.live.get(&key(kind, index)).map(|l| l.last_seen.elapsed() < self.cfg.heartbeat_timeout);
         if was_up != Some(true) {
             st.generation += 1;
             tracing::info!("{}{index:04x} is up", kind.name());
         }
-        st.live.insert(
-            key(kind, index),
-            Live {
-                last_seen: Instant::now(),
-                usage,
-            },
-        );
+        st.live.insert(key(kind, index), Live { last_seen: Instant::now(), usage });
         Response::Ok
     }
 
@@ -285,12 +216,7 @@ impl Mgs {
                 TargetKind::Ost => osts.push(info),
             }
         }
-        ClusterConfig {
-            fsname: self.cfg.fsname.clone(),
-            generation: st.generation,
-            mdts,
-            osts,
-        }
+        ClusterConfig { fsname: self.cfg.fsname.clone(), generation: st.generation, mdts, osts }
     }
 }
 
@@ -298,34 +224,18 @@ impl Service for Mgs {
     async fn handle(&self, _ctx: RequestCtx, req: Request, _payload: Bytes) -> Answer {
         let resp = match req {
             Request::Ping => Response::Ok,
-            Request::MgsRegister {
-                kind,
-                uuid,
-                index,
-                address,
-                fsname,
-            } => self.register(kind, uuid, index, address, fsname),
-            Request::MgsHeartbeat {
-                kind,
-                index,
-                uuid,
-                usage,
-            } => self.heartbeat(kind, index, &uuid, usage),
+            Request::MgsRegister { kind, uuid, index, address, fsname } => {
+                self.register(kind, uuid, index, address, fsname)
+            }
+            Request::MgsHeartbeat { kind, index, uuid, usage } => self.heartbeat(kind, index, &uuid, usage),
             Request::MgsGetConfig => Response::Config(self.config()),
-            other => Response::error(
-                Errno::Proto,
-                format!("the MGS does not serve {}", other.op_name()),
-            ),
+            other => Response::error(Errno::Proto, format!("the MGS does not serve {}", other.op_name())),
         };
         (resp, vec![])
     }
 }
 
 /// Starts serving on `listener`.
-pub async fn serve(
-    mgs: Arc<Mgs>,
-    listener: tokio::net::TcpListener,
-    server: proto::server::ServerConfig,
-) {
+pub async fn serve(mgs: Arc<Mgs>, listener: tokio::net::TcpListener, server: proto::server::ServerConfig) {
     proto::server::serve(listener, Arc::new(server), mgs).await
 }

@@ -38,10 +38,7 @@ impl Ost {
     }
 
     fn object_path(&self, o: &ObjectId) -> PathBuf {
-        self.dir
-            .join("objects")
-            .join(o.bucket())
-            .join(o.file_name())
+        self.dir.join("objects").join(o.bucket()).join(o.file_name())
     }
 }
 
@@ -54,28 +51,18 @@ fn io_err(op: &str, o: &ObjectId, e: std::io::Error) -> Response {
         ErrorKind::StorageFull => Errno::NoSpc,
         _ => Errno::Io,
     };
-    Response::error(
-        code,
-        format!("{op} of object {} failed: {e}", o.file_name()),
-    )
+    Response::error(code, format!("{op} of object {} failed: {e}", o.file_name()))
 }
 
 impl Oss {
     pub fn new(osts: Vec<Ost>) -> Oss {
-        Oss {
-            osts: Arc::new(osts.into_iter().map(|o| (o.index, o)).collect()),
-        }
+        Oss { osts: Arc::new(osts.into_iter().map(|o| (o.index, o)).collect()) }
     }
 
     pub fn targets(dirs: &[TargetDir]) -> Vec<Ost> {
         dirs.iter()
             .filter(|t| t.kind == TargetKind::Ost)
-            .filter_map(|t| {
-                t.index.map(|index| Ost {
-                    index,
-                    dir: t.dir.clone(),
-                })
-            })
+            .filter_map(|t| t.index.map(|index| Ost { index, dir: t.dir.clone() }))
             .collect()
     }
 
@@ -87,19 +74,11 @@ impl Oss {
     }
 
     fn write(ost: &Ost, o: &ObjectId, offset: u64, data: &[u8], sync: bool) -> Response {
-        if offset
-            .checked_add(data.len() as u64)
-            .is_none_or(|end| end > i64::MAX as u64)
-        {
+        if offset.checked_add(data.len() as u64).is_none_or(|end| end > i64::MAX as u64) {
             return Response::error(Errno::Inval, "write beyond the largest object offset");
         }
         let path = ost.object_path(o);
-        let f = match OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-        {
+        let f = match OpenOptions::new().write(true).create(true).truncate(false).open(&path) {
             Ok(f) => f,
             Err(e) => return io_err("open", o, e),
         };
@@ -111,9 +90,7 @@ impl Oss {
                 return io_err("sync", o, e);
             }
         }
-        Response::Written {
-            bytes: data.len() as u64,
-        }
+        Response::Written { bytes: data.len() as u64 }
     }
 
     fn read(ost: &Ost, o: &ObjectId, offset: u64, len: u32) -> Answer {
@@ -164,14 +141,8 @@ impl Oss {
 
     fn getattr(ost: &Ost, o: &ObjectId) -> Response {
         match std::fs::metadata(ost.object_path(o)) {
-            Ok(m) => Response::ObjectAttr {
-                size: m.len(),
-                exists: true,
-            },
-            Err(e) if e.kind() == ErrorKind::NotFound => Response::ObjectAttr {
-                size: 0,
-                exists: false,
-            },
+            Ok(m) => Response::ObjectAttr { size: m.len(), exists: true },
+            Err(e) if e.kind() == ErrorKind::NotFound => Response::ObjectAttr { size: 0, exists: false },
             Err(e) => io_err("stat", o, e),
         }
     }
@@ -196,26 +167,13 @@ impl Oss {
         let simple = |r: Response| (r, vec![]);
         match req {
             Request::Ping => simple(Response::Ok),
-            Request::OstWrite {
-                ost,
-                object,
-                offset,
-                sync,
-            } => match ost_of(ost) {
+            Request::OstWrite { ost, object, offset, sync } => match ost_of(ost) {
                 Ok(t) => simple(Self::write(&t, &object, offset, &payload, sync)),
                 Err(r) => simple(r),
             },
-            Request::OstRead {
-                ost,
-                object,
-                offset,
-                len,
-            } => match ost_of(ost) {
+            Request::OstRead { ost, object, offset, len } => match ost_of(ost) {
                 Ok(t) if len <= 16 << 20 => Self::read(&t, &object, offset, len),
-                Ok(_) => simple(Response::error(
-                    Errno::Inval,
-                    format!("read of {len} bytes exceeds 16 MiB"),
-                )),
+                Ok(_) => simple(Response::error(Errno::Inval, format!("read of {len} bytes exceeds 16 MiB"))),
                 Err(r) => simple(r),
             },
             Request::OstPunch { ost, object, size } => {
@@ -227,16 +185,11 @@ impl Oss {
             Request::OstGetattr { ost, object } => {
                 simple(ost_of(ost).map_or_else(|r| r, |t| Self::getattr(&t, &object)))
             }
-            Request::OstSync { ost, objects } => {
-                simple(ost_of(ost).map_or_else(|r| r, |t| Self::sync(&t, &objects)))
-            }
+            Request::OstSync { ost, objects } => simple(ost_of(ost).map_or_else(|r| r, |t| Self::sync(&t, &objects))),
             Request::OstStatfs { ost } => {
                 simple(ost_of(ost).map_or_else(|r| r, |t| Response::Usage(ost_usage(&t.dir))))
             }
-            other => simple(Response::error(
-                Errno::Proto,
-                format!("an OSS does not serve {}", other.op_name()),
-            )),
+            other => simple(Response::error(Errno::Proto, format!("an OSS does not serve {}", other.op_name()))),
         }
     }
 }
@@ -249,24 +202,15 @@ pub fn ost_usage(dir: &Path) -> Usage {
 impl Service for Oss {
     async fn handle(self: &Oss, _ctx: RequestCtx, req: Request, payload: Bytes) -> Answer {
         // File I/O blocks: run it on the blocking pool with a cheap handle to the OSTs.
-        let oss = Oss {
-            osts: self.osts.clone(),
-        };
+        let oss = Oss { osts: self.osts.clone() };
         match tokio::task::spawn_blocking(move || oss.handle_blocking(req, payload)).await {
             Ok(a) => a,
-            Err(e) => (
-                Response::error(Errno::Io, format!("OSS worker failed: {e}")),
-                vec![],
-            ),
+            Err(e) => (Response::error(Errno::Io, format!("OSS worker failed: {e}")), vec![]),
         }
     }
 }
 
 /// Serves on `listener`.
-pub async fn serve(
-    oss: Arc<Oss>,
-    listener: tokio::net::TcpListener,
-    server: proto::server::ServerConfig,
-) {
+pub async fn serve(oss: Arc<Oss>, listener: tokio::net::TcpListener, server: proto::server::ServerConfig) {
     proto::server::serve(listener, Arc::new(server), oss).await
 }

@@ -46,8 +46,7 @@ impl std::fmt::Debug for Secret {
 impl Secret {
     /// Reads a secret file (surrounding whitespace ignored).
     pub fn load(path: &Path) -> Result<Secret, String> {
-        let raw = std::fs::read(path)
-            .map_err(|e| format!("cannot read secret file {}: {e}", path.display()))?;
+        let raw = std::fs::read(path).map_err(|e| format!("cannot read secret file {}: {e}", path.display()))?;
         let text = String::from_utf8_lossy(&raw);
         let key = text.trim().as_bytes().to_vec();
         if key.len() < SECRET_MIN_BYTES {
@@ -76,17 +75,14 @@ impl Secret {
             .mode(0o600)
             .open(path)
             .map_err(|e| format!("cannot create secret file {}: {e}", path.display()))?;
-        writeln!(f, "{hex}")
-            .map_err(|e| format!("cannot write secret file {}: {e}", path.display()))?;
-        f.sync_all()
-            .map_err(|e| format!("cannot sync secret file {}: {e}", path.display()))?;
+        writeln!(f, "{hex}").map_err(|e| format!("cannot write secret file {}: {e}", path.display()))?;
+        f.sync_all().map_err(|e| format!("cannot sync secret file {}: {e}", path.display()))?;
         Ok(Secret::Key(hex.into_bytes()))
     }
 }
 
 fn proof(key: &[u8], label: &[u8], a: &[u8; 32], b: &[u8; 32]) -> Vec<u8> {
-    let mut mac =
-        <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes keys of any length");
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes keys of any length");
     mac.update(b"braid-auth-v1/");
     mac.update(label);
     mac.update(a);
@@ -95,8 +91,7 @@ fn proof(key: &[u8], label: &[u8], a: &[u8; 32], b: &[u8; 32]) -> Vec<u8> {
 }
 
 fn verify(key: &[u8], label: &[u8], a: &[u8; 32], b: &[u8; 32], got: &[u8]) -> bool {
-    let mut mac =
-        <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes keys of any length");
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes keys of any length");
     mac.update(b"braid-auth-v1/");
     mac.update(label);
     mac.update(a);
@@ -112,20 +107,13 @@ fn nonce() -> Result<[u8; 32], String> {
 
 async fn send<W: AsyncWrite + Unpin, T: serde::Serialize>(w: &mut W, v: &T) -> Result<(), String> {
     let msg = postcard::to_stdvec(v).map_err(|e| format!("encode: {e}"))?;
-    write_frame(w, FrameKind::Handshake, 0, &msg, &[])
-        .await
-        .map_err(|e| format!("send: {e}"))?;
+    write_frame(w, FrameKind::Handshake, 0, &msg, &[]).await.map_err(|e| format!("send: {e}"))?;
     use tokio::io::AsyncWriteExt;
     w.flush().await.map_err(|e| format!("send: {e}"))
 }
 
-async fn recv<R: AsyncRead + Unpin, T: serde::de::DeserializeOwned>(
-    r: &mut R,
-) -> Result<T, String> {
-    let limits = FrameLimits {
-        max_msg_bytes: 4096,
-        max_payload_bytes: 0,
-    };
+async fn recv<R: AsyncRead + Unpin, T: serde::de::DeserializeOwned>(r: &mut R) -> Result<T, String> {
+    let limits = FrameLimits { max_msg_bytes: 4096, max_payload_bytes: 0 };
     let f = read_frame(r, &limits)
         .await
         .map_err(|e| format!("bad handshake frame: {e}"))?
@@ -150,17 +138,9 @@ pub async fn client_handshake<S: AsyncRead + AsyncWrite + Unpin>(
     client_id: u64,
     role: &str,
 ) -> Result<(), HandshakeError> {
-    let io = |reason: String| HandshakeError {
-        denied: false,
-        reason,
-    };
+    let io = |reason: String| HandshakeError { denied: false, reason };
     let cn = nonce().map_err(io)?;
-    let hello = Hello {
-        protocol: PROTOCOL_VERSION,
-        client_nonce: cn,
-        client_id,
-        role: role.to_string(),
-    };
+    let hello = Hello { protocol: PROTOCOL_VERSION, client_nonce: cn, client_id, role: role.to_string() };
     send(s, &hello).await.map_err(io)?;
     let ch: Challenge = recv(s).await.map_err(io)?;
     let mut server_proof_ok = true;
@@ -192,24 +172,15 @@ pub async fn client_handshake<S: AsyncRead + AsyncWrite + Unpin>(
             denied: true,
             reason: "the server could not prove it knows the cluster secret".into(),
         }),
-        AuthResult::Denied(why) => Err(HandshakeError {
-            denied: true,
-            reason: why,
-        }),
+        AuthResult::Denied(why) => Err(HandshakeError { denied: true, reason: why }),
     }
 }
 
 /// Runs the server side; returns the client's hello on success.
-pub async fn server_handshake<S: AsyncRead + AsyncWrite + Unpin>(
-    s: &mut S,
-    secret: &Secret,
-) -> Result<Hello, String> {
+pub async fn server_handshake<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, secret: &Secret) -> Result<Hello, String> {
     let hello: Hello = recv(s).await?;
     if hello.protocol != PROTOCOL_VERSION {
-        let why = format!(
-            "protocol version {} is not supported (server speaks {PROTOCOL_VERSION})",
-            hello.protocol
-        );
+        let why = format!("protocol version {} is not supported (server speaks {PROTOCOL_VERSION})", hello.protocol);
         let _ = send(s, &AuthResult::Denied(why.clone())).await;
         return Err(why);
     }
@@ -218,21 +189,12 @@ pub async fn server_handshake<S: AsyncRead + AsyncWrite + Unpin>(
         Secret::Key(k) => (true, proof(k, b"server", &hello.client_nonce, &sn)),
         Secret::Insecure => (false, Vec::new()),
     };
-    send(
-        s,
-        &Challenge {
-            server_nonce: sn,
-            secured,
-            server_proof,
-        },
-    )
-    .await?;
+    send(s, &Challenge { server_nonce: sn, secured, server_proof }).await?;
     let p: AuthProof = recv(s).await?;
     if let Secret::Key(k) = secret {
         if !verify(k, b"client", &sn, &hello.client_nonce, &p.client_proof) {
             let why = if p.client_proof.is_empty() {
-                "the client has no cluster secret (it needs --secret-file or BRAID_SECRET_FILE)"
-                    .to_string()
+                "the client has no cluster secret (it needs --secret-file or BRAID_SECRET_FILE)".to_string()
             } else {
                 "wrong cluster secret (the client's proof does not match)".to_string()
             };
@@ -248,10 +210,7 @@ pub async fn server_handshake<S: AsyncRead + AsyncWrite + Unpin>(
 mod tests {
     use super::*;
 
-    async fn pair(
-        server: Secret,
-        client: Secret,
-    ) -> (Result<Hello, String>, Result<(), HandshakeError>) {
+    async fn pair(server: Secret, client: Secret) -> (Result<Hello, String>, Result<(), HandshakeError>) {
         let (mut a, mut b) = tokio::io::duplex(8192);
         let s = tokio::spawn(async move { server_handshake(&mut a, &server).await });
         let c = client_handshake(&mut b, &client, 42, "client").await;
@@ -268,11 +227,8 @@ mod tests {
 
     #[tokio::test]
     async fn wrong_secret_is_denied_on_both_sides() {
-        let (s, c) = pair(
-            Secret::Key(b"0123456789abcdef0123".to_vec()),
-            Secret::Key(b"another-secret-000000".to_vec()),
-        )
-        .await;
+        let (s, c) =
+            pair(Secret::Key(b"0123456789abcdef0123".to_vec()), Secret::Key(b"another-secret-000000".to_vec())).await;
         assert!(s.unwrap_err().contains("wrong cluster secret"));
         let c = c.unwrap_err();
         assert!(c.denied);
@@ -280,21 +236,13 @@ mod tests {
 
     #[tokio::test]
     async fn missing_secret_is_explained() {
-        let (_s, c) = pair(
-            Secret::Key(b"0123456789abcdef0123".to_vec()),
-            Secret::Insecure,
-        )
-        .await;
+        let (_s, c) = pair(Secret::Key(b"0123456789abcdef0123".to_vec()), Secret::Insecure).await;
         assert!(c.unwrap_err().reason.contains("--secret-file"));
     }
 
     #[tokio::test]
     async fn insecure_server_accepts_anyone() {
-        let (s, c) = pair(
-            Secret::Insecure,
-            Secret::Key(b"0123456789abcdef0123".to_vec()),
-        )
-        .await;
+        let (s, c) = pair(Secret::Insecure, Secret::Key(b"0123456789abcdef0123".to_vec())).await;
         assert!(s.is_ok() && c.is_ok());
     }
 }

@@ -68,10 +68,7 @@ pub struct RemoteError {
 
 impl RemoteError {
     pub fn new(code: Errno, message: impl Into<String>) -> Self {
-        RemoteError {
-            code,
-            message: message.into(),
-        }
+        RemoteError { code, message: message.into() }
     }
 }
 
@@ -89,23 +86,15 @@ pub enum RpcError {
     Auth { addr: String, reason: String },
     #[error("protocol error with {addr}: {reason}")]
     Protocol { addr: String, reason: String },
-    #[error(
-        "{addr} gave no answer within the recovery timeout of {timeout_ms} ms (last error: {last})"
-    )]
-    Unavailable {
-        addr: String,
-        timeout_ms: u64,
-        last: String,
-    },
+    #[error("{addr} gave no answer within the recovery timeout of {timeout_ms} ms (last error: {last})")]
+    Unavailable { addr: String, timeout_ms: u64, last: String },
 }
 
 impl RpcError {
     /// Whether another try on a new connection may succeed.
     pub fn is_retryable(&self) -> bool {
         match self {
-            RpcError::Connect { .. }
-            | RpcError::ConnectionLost { .. }
-            | RpcError::Timeout { .. } => true,
+            RpcError::Connect { .. } | RpcError::ConnectionLost { .. } | RpcError::Timeout { .. } => true,
             RpcError::Remote(e) => e.code == Errno::Again,
             _ => false,
         }

@@ -21,11 +21,7 @@ pub const FIRST_SEQ: u32 = 1;
 
 impl Fid {
     pub const fn new(mdt: u32, seq_in_mdt: u32, oid: u32) -> Fid {
-        Fid {
-            seq: ((mdt as u64) << 32) | seq_in_mdt as u64,
-            oid,
-            ver: 0,
-        }
+        Fid { seq: ((mdt as u64) << 32) | seq_in_mdt as u64, oid, ver: 0 }
     }
 
     /// The root directory of the file system, on MDT 0.
@@ -39,6 +35,12 @@ impl Fid {
     /// Unique while an MDT allocates fewer than 65,536 sequences of 2^32 objects each.
     pub fn ino(&self) -> u64 {
         ((self.mdt() as u64 & 0xffff) << 48) | ((self.seq & 0xffff) << 32) | self.oid as u64
+    }
+
+    /// Inverse of [`Fid::ino`] (version 0).
+    pub fn from_ino(ino: u64) -> Fid {
+        let mdt = (ino >> 48) as u32;
+        Fid::new(mdt, ((ino >> 32) & 0xffff) as u32, ino as u32)
     }
 
     /// Fixed-width big-endian key: FIDs sort by MDT, then sequence, then object id.
@@ -88,10 +90,7 @@ impl ObjectId {
 
     /// The object's file name on its OST.
     pub fn file_name(&self) -> String {
-        format!(
-            "{:x}-{:x}-{:x}-{:x}-{:x}",
-            self.fid.seq, self.fid.oid, self.fid.ver, self.component, self.stripe
-        )
+        format!("{:x}-{:x}-{:x}-{:x}-{:x}", self.fid.seq, self.fid.oid, self.fid.ver, self.component, self.stripe)
     }
 
     /// Fan-out directory (256 of them) so no directory of an OST grows huge.
@@ -113,5 +112,8 @@ mod tests {
         assert_ne!(Fid::new(0, 1, 2).ino(), Fid::new(1, 1, 2).ino());
         assert_ne!(Fid::new(0, 1, 2).ino(), Fid::new(0, 2, 2).ino());
         assert!(Fid::from_key(&[1, 2, 3]).is_none());
+        for f in [Fid::ROOT, Fid::new(3, 0xffff, u32::MAX), Fid::new(0xffff, 1, 0)] {
+            assert_eq!(Fid::from_ino(f.ino()), f);
+        }
     }
 }

@@ -43,10 +43,7 @@ impl Default for FrameLimits {
         // Control messages are small; a readdir batch or a large xattr stays well
         // under 1 MiB. Bulk RPCs carry at most 4 MiB (Lustre's largest BRW), so 16 MiB
         // leaves headroom for configuration without inviting abuse.
-        FrameLimits {
-            max_msg_bytes: 1 << 20,
-            max_payload_bytes: 16 << 20,
-        }
+        FrameLimits { max_msg_bytes: 1 << 20, max_payload_bytes: 16 << 20 }
     }
 }
 
@@ -107,32 +104,15 @@ pub fn decode_header(buf: &[u8; HEADER_LEN], limits: &FrameLimits) -> Result<Hea
     let msg_len = u32_at(16);
     let payload_len = u32_at(20);
     if msg_len > limits.max_msg_bytes {
-        return Err(FrameError::MsgTooLarge {
-            len: msg_len,
-            max: limits.max_msg_bytes,
-        });
+        return Err(FrameError::MsgTooLarge { len: msg_len, max: limits.max_msg_bytes });
     }
     if payload_len > limits.max_payload_bytes {
-        return Err(FrameError::PayloadTooLarge {
-            len: payload_len,
-            max: limits.max_payload_bytes,
-        });
+        return Err(FrameError::PayloadTooLarge { len: payload_len, max: limits.max_payload_bytes });
     }
-    Ok(Header {
-        kind,
-        request_id,
-        msg_len,
-        payload_len,
-        crc: u32_at(24),
-    })
+    Ok(Header { kind, request_id, msg_len, payload_len, crc: u32_at(24) })
 }
 
-fn encode_header(
-    kind: FrameKind,
-    request_id: u64,
-    msg: &[u8],
-    payload: &[Bytes],
-) -> [u8; HEADER_LEN] {
+fn encode_header(kind: FrameKind, request_id: u64, msg: &[u8], payload: &[Bytes]) -> [u8; HEADER_LEN] {
     let payload_len: usize = payload.iter().map(|p| p.len()).sum();
     let mut h = [0u8; HEADER_LEN];
     h[0..4].copy_from_slice(&MAGIC);
@@ -150,20 +130,12 @@ fn encode_header(
     h
 }
 
-fn check_crc(
-    header_bytes: &[u8; HEADER_LEN],
-    h: &Header,
-    msg: &[u8],
-    payload: &[u8],
-) -> Result<(), FrameError> {
+fn check_crc(header_bytes: &[u8; HEADER_LEN], h: &Header, msg: &[u8], payload: &[u8]) -> Result<(), FrameError> {
     let mut crc = crc32c::crc32c(&header_bytes[..24]);
     crc = crc32c::crc32c_append(crc, msg);
     crc = crc32c::crc32c_append(crc, payload);
     if crc != h.crc {
-        return Err(FrameError::Checksum {
-            got: h.crc,
-            want: crc,
-        });
+        return Err(FrameError::Checksum { got: h.crc, want: crc });
     }
     Ok(())
 }
@@ -172,19 +144,13 @@ fn check_crc(
 /// This is the function the fuzzer drives.
 pub fn decode_frame(buf: &[u8], limits: &FrameLimits) -> Result<(Frame, usize), FrameError> {
     if buf.len() < HEADER_LEN {
-        return Err(FrameError::Truncated {
-            need: HEADER_LEN,
-            have: buf.len(),
-        });
+        return Err(FrameError::Truncated { need: HEADER_LEN, have: buf.len() });
     }
     let hb: &[u8; HEADER_LEN] = buf[..HEADER_LEN].try_into().expect("header length");
     let h = decode_header(hb, limits)?;
     let total = HEADER_LEN + h.msg_len as usize + h.payload_len as usize;
     if buf.len() < total {
-        return Err(FrameError::Truncated {
-            need: total,
-            have: buf.len(),
-        });
+        return Err(FrameError::Truncated { need: total, have: buf.len() });
     }
     let msg = &buf[HEADER_LEN..HEADER_LEN + h.msg_len as usize];
     let payload = &buf[HEADER_LEN + h.msg_len as usize..total];
@@ -212,10 +178,7 @@ pub fn encode_frame(kind: FrameKind, request_id: u64, msg: &[u8], payload: &[u8]
 }
 
 /// Reads one frame. `Ok(None)` on a clean end of stream before a header.
-pub async fn read_frame<R: AsyncRead + Unpin>(
-    r: &mut R,
-    limits: &FrameLimits,
-) -> Result<Option<Frame>, FrameError> {
+pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R, limits: &FrameLimits) -> Result<Option<Frame>, FrameError> {
     let mut hb = [0u8; HEADER_LEN];
     match r.read_exact(&mut hb).await {
         Ok(_) => {}
@@ -226,18 +189,10 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
     let msg = read_exact_bytes(r, h.msg_len as usize).await?;
     let payload = read_exact_bytes(r, h.payload_len as usize).await?;
     check_crc(&hb, &h, &msg, &payload)?;
-    Ok(Some(Frame {
-        kind: h.kind,
-        request_id: h.request_id,
-        msg,
-        payload,
-    }))
+    Ok(Some(Frame { kind: h.kind, request_id: h.request_id, msg, payload }))
 }
 
-async fn read_exact_bytes<R: AsyncRead + Unpin>(
-    r: &mut R,
-    len: usize,
-) -> Result<Bytes, FrameError> {
+async fn read_exact_bytes<R: AsyncRead + Unpin>(r: &mut R, len: usize) -> Result<Bytes, FrameError> {
     if len == 0 {
         return Ok(Bytes::new());
     }
@@ -245,16 +200,9 @@ async fn read_exact_bytes<R: AsyncRead + Unpin>(
     let mut buf = BytesMut::with_capacity(len);
     while buf.len() < len {
         let want = (len - buf.len()) as u64;
-        let n = r
-            .take(want)
-            .read_buf(&mut buf)
-            .await
-            .map_err(|e| FrameError::Io(e.to_string()))?;
+        let n = r.take(want).read_buf(&mut buf).await.map_err(|e| FrameError::Io(e.to_string()))?;
         if n == 0 {
-            return Err(FrameError::Truncated {
-                need: len,
-                have: buf.len(),
-            });
+            return Err(FrameError::Truncated { need: len, have: buf.len() });
         }
     }
     Ok(buf.freeze())
@@ -300,42 +248,24 @@ mod tests {
         let mut buf = encode_frame(FrameKind::Request, 1, b"m", b"data");
         let last = buf.len() - 1;
         buf[last] ^= 1;
-        assert!(matches!(
-            decode_frame(&buf, &limits),
-            Err(FrameError::Checksum { .. })
-        ));
+        assert!(matches!(decode_frame(&buf, &limits), Err(FrameError::Checksum { .. })));
         let mut buf = encode_frame(FrameKind::Request, 1, b"m", b"");
         buf[0] = b'X';
-        assert!(matches!(
-            decode_frame(&buf, &limits),
-            Err(FrameError::BadMagic(_))
-        ));
+        assert!(matches!(decode_frame(&buf, &limits), Err(FrameError::BadMagic(_))));
         let mut buf = encode_frame(FrameKind::Request, 1, b"m", b"");
         buf[20..24].copy_from_slice(&u32::MAX.to_le_bytes());
-        assert!(matches!(
-            decode_frame(&buf, &limits),
-            Err(FrameError::PayloadTooLarge { .. })
-        ));
+        assert!(matches!(decode_frame(&buf, &limits), Err(FrameError::PayloadTooLarge { .. })));
         let buf = encode_frame(FrameKind::Request, 1, b"message", b"");
-        assert!(matches!(
-            decode_frame(&buf[..buf.len() - 1], &limits),
-            Err(FrameError::Truncated { .. })
-        ));
+        assert!(matches!(decode_frame(&buf[..buf.len() - 1], &limits), Err(FrameError::Truncated { .. })));
     }
 
     #[tokio::test]
     async fn async_read_matches_sync_decode() {
         let buf = encode_frame(FrameKind::Response, 9, b"abc", &[5u8; 100_000]);
         let mut r = &buf[..];
-        let f = read_frame(&mut r, &FrameLimits::default())
-            .await
-            .unwrap()
-            .unwrap();
+        let f = read_frame(&mut r, &FrameLimits::default()).await.unwrap().unwrap();
         assert_eq!(f, decode_frame(&buf, &FrameLimits::default()).unwrap().0);
-        assert!(read_frame(&mut r, &FrameLimits::default())
-            .await
-            .unwrap()
-            .is_none());
+        assert!(read_frame(&mut r, &FrameLimits::default()).await.unwrap().is_none());
     }
 
     proptest! {

@@ -23,11 +23,7 @@ pub struct Creds {
 
 impl Creds {
     pub fn root() -> Creds {
-        Creds {
-            uid: 0,
-            gid: 0,
-            groups: vec![],
-        }
+        Creds { uid: 0, gid: 0, groups: vec![] }
     }
 
     pub fn in_group(&self, gid: u32) -> bool {
@@ -107,13 +103,8 @@ pub struct Timespec {
 
 impl Timespec {
     pub fn now() -> Timespec {
-        let d = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
-        Timespec {
-            sec: d.as_secs() as i64,
-            nsec: d.subsec_nanos(),
-        }
+        let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        Timespec { sec: d.as_secs() as i64, nsec: d.subsec_nanos() }
     }
 }
 
@@ -321,6 +312,34 @@ pub enum Request {
         mtime: Timespec,
     },
 
+    /// A handle is closed: the open count drops, a writer's size and mtime are
+    /// recorded, and an unlinked file whose last handle this was is destroyed.
+    MdsClose {
+        fid: Fid,
+        size: Option<u64>,
+        mtime: Option<Timespec>,
+    },
+    /// Take, change or release a byte-range lock (`F_SETLK`/`F_SETLKW`, `flock`).
+    /// `end` is inclusive. With `wait`, the MDS holds the request until the lock is
+    /// granted or a while passes (then answers `Again` and the client asks again).
+    MdsSetLock {
+        fid: Fid,
+        owner: u64,
+        pid: u32,
+        lock: LockType,
+        start: u64,
+        end: u64,
+        wait: bool,
+    },
+    /// `F_GETLK`: the first lock that would conflict, if any.
+    MdsGetLock {
+        fid: Fid,
+        owner: u64,
+        lock: LockType,
+        start: u64,
+        end: u64,
+    },
+
     // ---- OSS (payload: data for writes) ----
     OstWrite {
         ost: u32,
@@ -386,6 +405,9 @@ impl Request {
             Request::MdsSetDirLayout { .. } => "set_dir_layout",
             Request::MdsGetDirLayout { .. } => "get_dir_layout",
             Request::MdsSizeUpdate { .. } => "size_update",
+            Request::MdsClose { .. } => "close",
+            Request::MdsSetLock { .. } => "setlk",
+            Request::MdsGetLock { .. } => "getlk",
             Request::OstWrite { .. } => "ost_write",
             Request::OstRead { .. } => "ost_read",
             Request::OstPunch { .. } => "ost_punch",
@@ -428,6 +450,23 @@ pub enum Response {
         size: u64,
         exists: bool,
     },
+    /// Answer to [`Request::MdsGetLock`]: the conflicting lock, if any.
+    Lock(Option<LockInfo>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LockType {
+    Read,
+    Write,
+    Unlock,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockInfo {
+    pub lock: LockType,
+    pub start: u64,
+    pub end: u64,
+    pub pid: u32,
 }
 
 impl Response {

@@ -66,19 +66,13 @@ impl Identity {
         let id = match getrandom::fill(&mut b) {
             Ok(()) => u64::from_le_bytes(b),
             Err(_) => {
-                let t = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .unwrap_or_default()
-                    .as_nanos() as u64;
+                let t =
+                    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos()
+                        as u64;
                 t ^ ((std::process::id() as u64) << 32)
             }
         };
-        Arc::new(Identity {
-            client_id: id,
-            role: role.to_string(),
-            secret,
-            next_xid: AtomicU64::new(1),
-        })
+        Arc::new(Identity { client_id: id, role: role.to_string(), secret, next_xid: AtomicU64::new(1) })
     }
 
     pub fn next_xid(&self) -> u64 {
@@ -115,10 +109,7 @@ impl Shared {
             p.drain().map(|(_, w)| w).collect()
         };
         for w in waiters {
-            let _ = w.send(Err(RpcError::ConnectionLost {
-                addr: self.addr.clone(),
-                reason: reason.to_string(),
-            }));
+            let _ = w.send(Err(RpcError::ConnectionLost { addr: self.addr.clone(), reason: reason.to_string() }));
         }
     }
 }
@@ -139,12 +130,7 @@ pub struct RpcClient {
 
 impl RpcClient {
     pub fn new(addr: impl Into<String>, identity: Arc<Identity>, opts: RpcOptions) -> RpcClient {
-        RpcClient {
-            addr: addr.into(),
-            identity,
-            opts,
-            conn: tokio::sync::Mutex::new(None),
-        }
+        RpcClient { addr: addr.into(), identity, opts, conn: tokio::sync::Mutex::new(None) }
     }
 
     pub fn addr(&self) -> &str {
@@ -158,17 +144,11 @@ impl RpcClient {
     /// Sends a request and waits for its answer, retrying across reconnects until the
     /// recovery timeout. A server-side error comes back as [`RpcError::Remote`].
     pub async fn call(&self, req: &Request, payload: Vec<Bytes>) -> Result<Reply, RpcError> {
-        self.call_with_xid(self.identity.next_xid(), req, payload)
-            .await
+        self.call_with_xid(self.identity.next_xid(), req, payload).await
     }
 
     /// Like [`RpcClient::call`] with a caller-chosen request id.
-    pub async fn call_with_xid(
-        &self,
-        xid: u64,
-        req: &Request,
-        payload: Vec<Bytes>,
-    ) -> Result<Reply, RpcError> {
+    pub async fn call_with_xid(&self, xid: u64, req: &Request, payload: Vec<Bytes>) -> Result<Reply, RpcError> {
         let msg = Arc::new(postcard::to_stdvec(req).map_err(|e| RpcError::Protocol {
             addr: self.addr.clone(),
             reason: format!("cannot encode {}: {e}", req.op_name()),
@@ -200,72 +180,30 @@ impl RpcClient {
         }
     }
 
-    async fn try_once(
-        &self,
-        xid: u64,
-        msg: Arc<Vec<u8>>,
-        payload: Vec<Bytes>,
-    ) -> Result<Reply, RpcError> {
+    async fn try_once(&self, xid: u64, msg: Arc<Vec<u8>>, payload: Vec<Bytes>) -> Result<Reply, RpcError> {
         let conn = self.connection().await?;
         let _slot = conn
             .slots
             .acquire()
             .await
-            .map_err(|_| RpcError::ConnectionLost {
-                addr: self.addr.clone(),
-                reason: "connection closed".into(),
-            })?;
+            .map_err(|_| RpcError::ConnectionLost { addr: self.addr.clone(), reason: "connection closed".into() })?;
         let (tx, rx) = oneshot::channel();
-        conn.shared
-            .pending
-            .lock()
-            .expect("pending lock")
-            .insert(xid, tx);
+        conn.shared.pending.lock().expect("pending lock").insert(xid, tx);
         if !conn.shared.alive.load(Ordering::Acquire) {
-            conn.shared
-                .pending
-                .lock()
-                .expect("pending lock")
-                .remove(&xid);
-            return Err(RpcError::ConnectionLost {
-                addr: self.addr.clone(),
-                reason: "connection closed".into(),
-            });
+            conn.shared.pending.lock().expect("pending lock").remove(&xid);
+            return Err(RpcError::ConnectionLost { addr: self.addr.clone(), reason: "connection closed".into() });
         }
-        if conn
-            .tx
-            .send(Outgoing {
-                id: xid,
-                msg,
-                payload,
-            })
-            .await
-            .is_err()
-        {
-            conn.shared
-                .pending
-                .lock()
-                .expect("pending lock")
-                .remove(&xid);
-            return Err(RpcError::ConnectionLost {
-                addr: self.addr.clone(),
-                reason: "writer stopped".into(),
-            });
+        if conn.tx.send(Outgoing { id: xid, msg, payload }).await.is_err() {
+            conn.shared.pending.lock().expect("pending lock").remove(&xid);
+            return Err(RpcError::ConnectionLost { addr: self.addr.clone(), reason: "writer stopped".into() });
         }
         let frame = match tokio::time::timeout(self.opts.request_timeout, rx).await {
             Ok(Ok(r)) => r?,
             Ok(Err(_)) => {
-                return Err(RpcError::ConnectionLost {
-                    addr: self.addr.clone(),
-                    reason: "reader stopped".into(),
-                })
+                return Err(RpcError::ConnectionLost { addr: self.addr.clone(), reason: "reader stopped".into() })
             }
             Err(_) => {
-                conn.shared
-                    .pending
-                    .lock()
-                    .expect("pending lock")
-                    .remove(&xid);
+                conn.shared.pending.lock().expect("pending lock").remove(&xid);
                 // A hung peer: drop the connection so the next try starts clean.
                 conn.shared.fail_all("request timed out");
                 return Err(RpcError::Timeout {
@@ -274,15 +212,9 @@ impl RpcClient {
                 });
             }
         };
-        let response: Response =
-            postcard::from_bytes(&frame.msg).map_err(|e| RpcError::Protocol {
-                addr: self.addr.clone(),
-                reason: format!("malformed response: {e}"),
-            })?;
-        Ok(Reply {
-            response,
-            payload: frame.payload,
-        })
+        let response: Response = postcard::from_bytes(&frame.msg)
+            .map_err(|e| RpcError::Protocol { addr: self.addr.clone(), reason: format!("malformed response: {e}") })?;
+        Ok(Reply { response, payload: frame.payload })
     }
 
     async fn connection(&self) -> Result<Arc<Conn>, RpcError> {
@@ -299,32 +231,18 @@ impl RpcClient {
     }
 
     async fn connect(&self) -> Result<Conn, RpcError> {
-        let connect_err = |reason: String| RpcError::Connect {
-            addr: self.addr.clone(),
-            reason,
-        };
-        let mut stream =
-            tokio::time::timeout(self.opts.connect_timeout, TcpStream::connect(&self.addr))
-                .await
-                .map_err(|_| connect_err("connect timed out".into()))?
-                .map_err(|e| connect_err(e.to_string()))?;
-        stream
-            .set_nodelay(true)
+        let connect_err = |reason: String| RpcError::Connect { addr: self.addr.clone(), reason };
+        let mut stream = tokio::time::timeout(self.opts.connect_timeout, TcpStream::connect(&self.addr))
+            .await
+            .map_err(|_| connect_err("connect timed out".into()))?
             .map_err(|e| connect_err(e.to_string()))?;
+        stream.set_nodelay(true).map_err(|e| connect_err(e.to_string()))?;
         let id = &self.identity;
-        match tokio::time::timeout(
-            HANDSHAKE_TIMEOUT,
-            client_handshake(&mut stream, &id.secret, id.client_id, &id.role),
-        )
-        .await
+        match tokio::time::timeout(HANDSHAKE_TIMEOUT, client_handshake(&mut stream, &id.secret, id.client_id, &id.role))
+            .await
         {
             Err(_) => return Err(connect_err("handshake timed out".into())),
-            Ok(Err(e)) if e.denied => {
-                return Err(RpcError::Auth {
-                    addr: self.addr.clone(),
-                    reason: e.reason,
-                })
-            }
+            Ok(Err(e)) if e.denied => return Err(RpcError::Auth { addr: self.addr.clone(), reason: e.reason }),
             Ok(Err(e)) => return Err(connect_err(format!("handshake: {}", e.reason))),
             Ok(Ok(())) => {}
         }
@@ -337,19 +255,11 @@ impl RpcClient {
         let (tx, rx) = mpsc::channel(self.opts.max_in_flight);
         tokio::spawn(writer(wr, rx, shared.clone()));
         tokio::spawn(reader(rd, shared.clone(), self.opts.limits));
-        Ok(Conn {
-            tx,
-            shared,
-            slots: Semaphore::new(self.opts.max_in_flight),
-        })
+        Ok(Conn { tx, shared, slots: Semaphore::new(self.opts.max_in_flight) })
     }
 }
 
-async fn writer(
-    wr: tokio::net::tcp::OwnedWriteHalf,
-    mut rx: mpsc::Receiver<Outgoing>,
-    shared: Arc<Shared>,
-) {
+async fn writer(wr: tokio::net::tcp::OwnedWriteHalf, mut rx: mpsc::Receiver<Outgoing>, shared: Arc<Shared>) {
     let mut w = BufWriter::with_capacity(256 * 1024, wr);
     while let Some(out) = rx.recv().await {
         let r = write_frame(&mut w, FrameKind::Request, out.id, &out.msg, &out.payload).await;
@@ -374,11 +284,7 @@ async fn reader(rd: tokio::net::tcp::OwnedReadHalf, shared: Arc<Shared>, limits:
     loop {
         match read_frame(&mut r, &limits).await {
             Ok(Some(f)) => {
-                let waiter = shared
-                    .pending
-                    .lock()
-                    .expect("pending lock")
-                    .remove(&f.request_id);
+                let waiter = shared.pending.lock().expect("pending lock").remove(&f.request_id);
                 match waiter {
                     Some(w) => {
                         let _ = w.send(Ok(f));

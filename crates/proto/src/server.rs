@@ -37,12 +37,11 @@ pub type Answer = (Response, Vec<Bytes>);
 
 /// A service answers requests. Implemented by the MGS, MDS and OSS.
 pub trait Service: Send + Sync + 'static {
-    fn handle(
-        &self,
-        ctx: RequestCtx,
-        req: Request,
-        payload: Bytes,
-    ) -> impl Future<Output = Answer> + Send;
+    fn handle(&self, ctx: RequestCtx, req: Request, payload: Bytes) -> impl Future<Output = Answer> + Send;
+
+    /// The last connection of client `client_id` closed (the client died or went
+    /// away): state held for it, such as locks, can be released.
+    fn client_gone(&self, _client_id: u64) {}
 }
 
 #[derive(Debug, Clone)]
@@ -70,6 +69,7 @@ impl ServerConfig {
 /// Accepts and serves connections until the listener fails.
 pub async fn serve<S: Service>(listener: TcpListener, cfg: Arc<ServerConfig>, svc: Arc<S>) {
     let conns = Arc::new(Semaphore::new(cfg.max_connections));
+    let per_client: Arc<std::sync::Mutex<std::collections::HashMap<u64, usize>>> = Default::default();
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(x) => x,
@@ -83,27 +83,25 @@ pub async fn serve<S: Service>(listener: TcpListener, cfg: Arc<ServerConfig>, sv
             tracing::warn!(server = %cfg.name, %peer, "too many connections; refusing");
             continue;
         };
-        let (cfg, svc) = (cfg.clone(), svc.clone());
+        let (cfg, svc, per_client) = (cfg.clone(), svc.clone(), per_client.clone());
         tokio::spawn(async move {
-            serve_conn(stream, peer, cfg, svc).await;
+            serve_conn(stream, peer, cfg, svc, per_client).await;
             drop(permit);
         });
     }
 }
+
+type ClientCounts = Arc<std::sync::Mutex<std::collections::HashMap<u64, usize>>>;
 
 async fn serve_conn<S: Service>(
     mut stream: TcpStream,
     peer: SocketAddr,
     cfg: Arc<ServerConfig>,
     svc: Arc<S>,
+    per_client: ClientCounts,
 ) {
     let _ = stream.set_nodelay(true);
-    let hello = match tokio::time::timeout(
-        HANDSHAKE_TIMEOUT,
-        server_handshake(&mut stream, &cfg.secret),
-    )
-    .await
-    {
+    let hello = match tokio::time::timeout(HANDSHAKE_TIMEOUT, server_handshake(&mut stream, &cfg.secret)).await {
         Ok(Ok(h)) => h,
         Ok(Err(why)) => {
             tracing::warn!(server = %cfg.name, %peer, "authentication failed: {why}");
@@ -115,6 +113,7 @@ async fn serve_conn<S: Service>(
         }
     };
     tracing::debug!(server = %cfg.name, %peer, role = %hello.role, client = hello.client_id, "connected");
+    *per_client.lock().expect("client counts").entry(hello.client_id).or_default() += 1;
     let (rd, wr) = stream.into_split();
     let (tx, rx) = mpsc::channel::<(u64, Answer)>(cfg.max_in_flight_per_conn);
     let writer_task = tokio::spawn(writer(wr, rx));
@@ -130,37 +129,21 @@ async fn serve_conn<S: Service>(
             }
             Err(e) => {
                 tracing::warn!(server = %cfg.name, %peer, "bad frame, closing connection: {e}");
-                let _ = tx
-                    .send((
-                        0,
-                        (
-                            Response::error(Errno::Proto, format!("bad frame: {e}")),
-                            vec![],
-                        ),
-                    ))
-                    .await;
+                let _ = tx.send((0, (Response::error(Errno::Proto, format!("bad frame: {e}")), vec![]))).await;
                 break;
             }
         };
         if frame.kind != FrameKind::Request {
             tracing::warn!(server = %cfg.name, %peer, "unexpected frame kind {:?}, closing", frame.kind);
-            let _ = tx
-                .send((
-                    frame.request_id,
-                    (
-                        Response::error(Errno::Proto, "expected a request frame"),
-                        vec![],
-                    ),
-                ))
-                .await;
+            let _ =
+                tx.send((frame.request_id, (Response::error(Errno::Proto, "expected a request frame"), vec![]))).await;
             break;
         }
         let req: Request = match postcard::from_bytes(&frame.msg) {
             Ok(r) => r,
             Err(e) => {
                 tracing::warn!(server = %cfg.name, %peer, "undecodable request: {e}");
-                let answer =
-                    Response::error(Errno::Proto, format!("malformed or unknown request: {e}"));
+                let answer = Response::error(Errno::Proto, format!("malformed or unknown request: {e}"));
                 if tx.send((frame.request_id, (answer, vec![]))).await.is_err() {
                     break;
                 }
@@ -170,11 +153,7 @@ async fn serve_conn<S: Service>(
         let Ok(slot) = slots.clone().acquire_owned().await else {
             break;
         };
-        let ctx = RequestCtx {
-            client_id: hello.client_id,
-            xid: frame.request_id,
-            peer,
-        };
+        let ctx = RequestCtx { client_id: hello.client_id, xid: frame.request_id, peer };
         let (svc, tx, name) = (svc.clone(), tx.clone(), cfg.name.clone());
         tokio::spawn(async move {
             let op = req.op_name();
@@ -183,10 +162,7 @@ async fn serve_conn<S: Service>(
                 Ok(a) => a,
                 Err(e) => {
                     tracing::error!(server = %name, op, "handler failed: {e}");
-                    (
-                        Response::error(Errno::Io, format!("internal server error in {op}")),
-                        vec![],
-                    )
+                    (Response::error(Errno::Io, format!("internal server error in {op}")), vec![])
                 }
             };
             let _ = tx.send((frame.request_id, answer)).await;
@@ -195,6 +171,21 @@ async fn serve_conn<S: Service>(
     }
     drop(tx);
     let _ = writer_task.await;
+    let gone = {
+        let mut m = per_client.lock().expect("client counts");
+        let n = m.entry(hello.client_id).or_default();
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            m.remove(&hello.client_id);
+            true
+        } else {
+            false
+        }
+    };
+    if gone {
+        tracing::debug!(server = %cfg.name, client = hello.client_id, "client gone");
+        svc.client_gone(hello.client_id);
+    }
 }
 
 async fn writer(wr: tokio::net::tcp::OwnedWriteHalf, mut rx: mpsc::Receiver<(u64, Answer)>) {

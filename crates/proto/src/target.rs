@@ -37,36 +37,20 @@ impl TargetDir {
             Err(e) => return Err(e),
         };
         if uuid.is_empty() {
-            return Err(std::io::Error::other(format!(
-                "{} is empty",
-                uuid_path.display()
-            )));
+            return Err(std::io::Error::other(format!("{} is empty", uuid_path.display())));
         }
         let index = match std::fs::read_to_string(dir.join("target.index")) {
             Ok(s) => Some(s.trim().parse().map_err(|_| {
-                std::io::Error::other(format!(
-                    "{} does not hold a number",
-                    dir.join("target.index").display()
-                ))
+                std::io::Error::other(format!("{} does not hold a number", dir.join("target.index").display()))
             })?),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(e),
         };
-        Ok(TargetDir {
-            kind,
-            dir: dir.to_path_buf(),
-            uuid,
-            index,
-        })
+        Ok(TargetDir { kind, dir: dir.to_path_buf(), uuid, index })
     }
 
     /// Registers with the MGS (retrying while it is unreachable) and records the index.
-    pub async fn register(
-        &mut self,
-        mgs: &RpcClient,
-        address: &str,
-        fsname: &str,
-    ) -> Result<u32, RpcError> {
+    pub async fn register(&mut self, mgs: &RpcClient, address: &str, fsname: &str) -> Result<u32, RpcError> {
         let reply = mgs
             .call(
                 &Request::MgsRegister {
@@ -86,11 +70,9 @@ impl TargetDir {
             });
         };
         if self.index != Some(index) {
-            write_durably(&self.dir.join("target.index"), &index.to_string()).map_err(|e| {
-                RpcError::Protocol {
-                    addr: mgs.addr().to_string(),
-                    reason: format!("cannot record index in {}: {e}", self.dir.display()),
-                }
+            write_durably(&self.dir.join("target.index"), &index.to_string()).map_err(|e| RpcError::Protocol {
+                addr: mgs.addr().to_string(),
+                reason: format!("cannot record index in {}: {e}", self.dir.display()),
             })?;
             self.index = Some(index);
         }
@@ -147,19 +129,11 @@ pub fn spawn_heartbeat(
             tick.tick().await;
             for t in targets.iter_mut() {
                 let Some(index) = t.index else { continue };
-                let req = Request::MgsHeartbeat {
-                    kind: t.kind,
-                    index,
-                    uuid: t.uuid.clone(),
-                    usage: usage(t),
-                };
+                let req = Request::MgsHeartbeat { kind: t.kind, index, uuid: t.uuid.clone(), usage: usage(t) };
                 match mgs.call(&req, vec![]).await {
                     Ok(_) => {}
                     Err(RpcError::Remote(e)) if e.code == Errno::Stale => {
-                        tracing::warn!(
-                            "MGS forgot {}{index:04x}; registering again",
-                            t.kind.name()
-                        );
+                        tracing::warn!("MGS forgot {}{index:04x}; registering again", t.kind.name());
                         if let Err(e) = t.register(&mgs, &address, &fsname).await {
                             tracing::warn!("re-registration failed: {e}");
                         }

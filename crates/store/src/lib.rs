@@ -22,10 +22,7 @@ pub enum StoreError {
 
 impl StoreError {
     pub fn engine(op: &'static str, e: impl std::fmt::Display) -> StoreError {
-        StoreError::Engine {
-            op,
-            detail: e.to_string(),
-        }
+        StoreError::Engine { op, detail: e.to_string() }
     }
 }
 
@@ -39,14 +36,9 @@ impl Store {
     /// Opens (creating if absent) the database at `path`. redb recovers to the last
     /// durable commit if the previous process died mid-transaction.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
-        let db = redb::Database::create(path).map_err(|e| StoreError::Open {
-            path: path.to_path_buf(),
-            detail: e.to_string(),
-        })?;
-        Ok(Store {
-            db,
-            path: path.to_path_buf(),
-        })
+        let db = redb::Database::create(path)
+            .map_err(|e| StoreError::Open { path: path.to_path_buf(), detail: e.to_string() })?;
+        Ok(Store { db, path: path.to_path_buf() })
     }
 
     pub fn db(&self) -> &redb::Database {
@@ -58,15 +50,11 @@ impl Store {
     }
 
     pub fn begin_write(&self) -> Result<redb::WriteTransaction, StoreError> {
-        self.db
-            .begin_write()
-            .map_err(|e| StoreError::engine("begin write", e))
+        self.db.begin_write().map_err(|e| StoreError::engine("begin write", e))
     }
 
     pub fn begin_read(&self) -> Result<redb::ReadTransaction, StoreError> {
-        self.db
-            .begin_read()
-            .map_err(|e| StoreError::engine("begin read", e))
+        self.db.begin_read().map_err(|e| StoreError::engine("begin read", e))
     }
 }
 
@@ -77,10 +65,7 @@ pub fn encode<T: Serialize>(v: &T) -> Vec<u8> {
 
 /// Decodes a record, naming `what` in the error.
 pub fn decode<T: DeserializeOwned>(bytes: &[u8], what: &'static str) -> Result<T, StoreError> {
-    postcard::from_bytes(bytes).map_err(|e| StoreError::Corrupt {
-        what,
-        detail: e.to_string(),
-    })
+    postcard::from_bytes(bytes).map_err(|e| StoreError::Corrupt { what, detail: e.to_string() })
 }
 
 #[cfg(test)]
@@ -98,10 +83,7 @@ mod tests {
         {
             let s = Store::open(&path).unwrap();
             let w = s.begin_write().unwrap();
-            w.open_table(T)
-                .unwrap()
-                .insert("k", encode(&(1u32, "x".to_string())).as_slice())
-                .unwrap();
+            w.open_table(T).unwrap().insert("k", encode(&(1u32, "x".to_string())).as_slice()).unwrap();
             w.commit().unwrap();
         }
         let s = Store::open(&path).unwrap();
@@ -109,10 +91,7 @@ mod tests {
         let t = r.open_table(T).unwrap();
         let v: (u32, String) = decode(t.get("k").unwrap().unwrap().value(), "test").unwrap();
         assert_eq!(v, (1, "x".into()));
-        assert!(matches!(
-            decode::<(u32, String)>(&[0xff, 0xff], "test"),
-            Err(StoreError::Corrupt { .. })
-        ));
+        assert!(matches!(decode::<(u32, String)>(&[0xff, 0xff], "test"), Err(StoreError::Corrupt { .. })));
         drop(t);
         drop(r);
         drop(s);
