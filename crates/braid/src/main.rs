@@ -2,6 +2,7 @@
 //! It parses the command line and configuration, then wires the crates together.
 
 mod config;
+mod mount;
 mod serve;
 mod tools;
 mod url;
@@ -121,7 +122,32 @@ enum Command {
         heartbeat_ms: u64,
         #[arg(long, default_value_t = 5000)]
         target_timeout_ms: u64,
+        /// Also mount the file system here (FUSE).
+        #[arg(long)]
+        mount: Option<PathBuf>,
+        /// Mount options (see `braid mount`).
+        #[arg(short = 'o')]
+        options: Vec<String>,
     },
+    /// Mount a file system with FUSE.
+    Mount {
+        /// braid://HOST:PORT/ of the MGS.
+        url: String,
+        mountpoint: PathBuf,
+        /// Stay in the foreground (otherwise return once the mount is ready).
+        #[arg(short = 'f')]
+        foreground: bool,
+        /// Options: attr_timeout=S, entry_timeout=S, allow_other, ro, threads=N, timeout=S, max_write=BYTES.
+        #[arg(short = 'o')]
+        options: Vec<String>,
+        #[arg(long)]
+        secret_file: Option<PathBuf>,
+        /// Log file of a background mount.
+        #[arg(long)]
+        log: Option<PathBuf>,
+    },
+    /// Unmount a braid mount.
+    Umount { mountpoint: PathBuf },
     /// Create a new cluster secret file.
     GenSecret { path: PathBuf },
     /// Copy files into, out of, or within braid (paths as braid://HOST:PORT/path).
@@ -318,9 +344,20 @@ fn run(command: Command) -> Result<()> {
                 async move { serve::start_oss(&listen, advertise.as_deref(), &mgs, &osts, &common).await },
             )
         }
-        Command::Local { data, osts, mdts, listen, fsname, heartbeat_ms, target_timeout_ms } => {
-            tools::local(&data, osts, mdts, &listen, &fsname, heartbeat_ms, target_timeout_ms)
+        Command::Local { data, osts, mdts, listen, fsname, heartbeat_ms, target_timeout_ms, mount, options } => {
+            let settings = mount::parse_options(&options)?;
+            let local = tools::Local { osts, mdts, listen, fsname, heartbeat_ms, target_timeout_ms };
+            tools::local(&data, &local, mount.map(|m| (m, settings)))
         }
+        Command::Mount { url, mountpoint, foreground, options, secret_file, log } => {
+            let settings = mount::parse_options(&options)?;
+            if foreground {
+                mount::mount_foreground(&url, &mountpoint, settings, secret_file)
+            } else {
+                mount::mount_background(&url, &mountpoint, &options, secret_file, log)
+            }
+        }
+        Command::Umount { mountpoint } => mount::umount(&mountpoint),
         Command::GenSecret { path } => {
             if path.exists() {
                 bail!("{} exists; refusing to overwrite a secret", path.display());

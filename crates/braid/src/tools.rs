@@ -15,14 +15,21 @@ use proto::msg::{Attr, Creds, FileKind, OpenFlags, TargetKind, Timespec};
 use proto::{Errno, ObjectId};
 
 use crate::serve::{self, Common};
-use crate::url::{require, BraidPath};
+use crate::url::BraidPath;
 use crate::ClientOpts;
 
 /// Transfer unit of `cp`: big enough to keep every OST of a wide file busy.
 const CP_CHUNK: usize = 32 << 20;
 
 fn connect(opts: &ClientOpts, mgs: &str) -> Result<BlockingClient> {
-    let mut cfg = ClientConfig::new(mgs, crate::client_secret(&opts.secret_file)?);
+    let file = opts.secret_file.clone().or_else(|| {
+        if std::env::var_os("BRAID_SECRET_FILE").is_some() {
+            None
+        } else {
+            crate::mount::recorded_secret(mgs)
+        }
+    });
+    let mut cfg = ClientConfig::new(mgs, crate::client_secret(&file)?);
     cfg.rpc.recovery_timeout = Duration::from_secs(opts.timeout_s.max(1));
     BlockingClient::connect(cfg, 2).with_context(|| format!("cannot connect to the cluster at {mgs}"))
 }
@@ -31,15 +38,19 @@ fn creds() -> Creds {
     client::process_creds()
 }
 
-pub fn local(
-    data: &Path,
-    osts: u32,
-    mdts: u32,
-    listen: &str,
-    fsname: &str,
-    heartbeat_ms: u64,
-    target_timeout_ms: u64,
-) -> Result<()> {
+/// Shape of a `braid local` cluster.
+pub struct Local {
+    pub osts: u32,
+    pub mdts: u32,
+    pub listen: String,
+    pub fsname: String,
+    pub heartbeat_ms: u64,
+    pub target_timeout_ms: u64,
+}
+
+pub fn local(data: &Path, l: &Local, mount: Option<(PathBuf, crate::mount::MountSettings)>) -> Result<()> {
+    let (osts, mdts, listen, fsname) = (l.osts, l.mdts, l.listen.as_str(), l.fsname.as_str());
+    let (heartbeat_ms, target_timeout_ms) = (l.heartbeat_ms, l.target_timeout_ms);
     if osts == 0 || mdts == 0 {
         bail!("a cluster needs at least one MDT and one OST");
     }
@@ -67,9 +78,35 @@ pub fn local(
         println!("MGS at {mgs}");
         println!("client: export BRAID_SECRET_FILE={}", abs.display());
         println!("        braid ls braid://{mgs}/");
+        let mut mounted = None;
+        if let Some((mp, settings)) = &mount {
+            let mut cfg = ClientConfig::new(&mgs, common.secret.clone());
+            cfg.rpc.recovery_timeout = Duration::from_secs(settings.timeout_s);
+            let client = Client::connect(cfg).await.context("cannot connect the mount's client")?;
+            let mut opts = settings.fuse.clone();
+            opts.fsname = format!("braid@{mgs}");
+            let handle = tokio::runtime::Handle::current();
+            let mp2 = mp.clone();
+            let session =
+                tokio::task::spawn_blocking(move || fuse::session(client, handle, &mp2, opts)).await?.with_context(
+                    || format!("cannot mount on {} (is fuse3 installed and the directory empty?)", mp.display()),
+                )?;
+            crate::mount::record_secret_file(&mgs, &abs);
+            let mut session = session;
+            let unmounter = session.unmount_callable();
+            let thread = std::thread::spawn(move || session.run());
+            println!("mounted on {}", mp.display());
+            mounted = Some((unmounter, thread));
+        }
         let _ = std::io::stdout().flush();
         let sig = serve::until_signal().await?;
         tracing::info!("braid local stopping on {sig}");
+        if let Some((mut unmounter, thread)) = mounted {
+            if let Err(e) = unmounter.unmount() {
+                tracing::warn!("unmount failed: {e}");
+            }
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
         Ok(())
     });
     rt.shutdown_background();
@@ -310,12 +347,23 @@ async fn copy_within(sc: &Client, dc: &Client, c: &Creds, src: &BraidPath, dst: 
 
 // ---- namespace tools ----
 
+/// A braid:// path, or a path inside a braid mount.
+pub fn cluster_path(path: &str) -> Result<BraidPath> {
+    if let Some(p) = BraidPath::parse(path)? {
+        return Ok(p);
+    }
+    match crate::mount::resolve_mounted(path)? {
+        Some(p) => Ok(p),
+        None => bail!("{path}: neither a braid://HOST:PORT/path nor a path inside a braid mount"),
+    }
+}
+
 fn with_client<T>(
     opts: &ClientOpts,
     path: &str,
     f: impl FnOnce(&BlockingClient, &BraidPath) -> Result<T>,
 ) -> Result<T> {
-    let p = require(path)?;
+    let p = cluster_path(path)?;
     let bc = connect(opts, &p.mgs)?;
     f(&bc, &p)
 }

@@ -142,3 +142,19 @@ pub(crate) async fn glimpse(c: &Client, fid: Fid, layout: &Layout) -> Result<u64
     }
     Ok(max)
 }
+
+/// Deallocates `[offset, offset+len)` of a file on its OSTs (reads back as zeros).
+pub(crate) async fn punch_hole(c: &Client, f: &OpenFile, offset: u64, len: u64) -> Result<()> {
+    let runs = f.layout.object_extents(offset, len, u64::MAX)?;
+    let mut set = JoinSet::new();
+    for run in runs {
+        let object = ObjectId { fid: f.fid, component: run.component_id, stripe: run.stripe };
+        let rpc = c.ost(run.ost).await?;
+        let req = Request::OstTrim { ost: run.ost, object, offset: run.object_offset, len: run.len };
+        set.spawn(async move { rpc.call(&req, vec![]).await });
+    }
+    while let Some(r) = set.join_next().await {
+        r.map_err(join_err)??;
+    }
+    Ok(())
+}

@@ -611,6 +611,12 @@ impl Client {
         .await
     }
 
+    /// Deallocates a byte range of an open file; it reads back as zeros and the file
+    /// size does not change (`fallocate(PUNCH_HOLE|KEEP_SIZE)`).
+    pub async fn punch_hole(&self, f: &OpenFile, offset: u64, len: u64) -> Result<()> {
+        self.observe("punch", Some(f.fid), offset, len, io::punch_hole(self, f, offset, len)).await
+    }
+
     /// Makes the handle's writes durable on the OSTs and its size on the MDT.
     pub async fn fsync(&self, f: &OpenFile) -> Result<()> {
         self.observe("fsync", Some(f.fid), 0, 0, async {

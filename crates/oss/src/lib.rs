@@ -131,6 +131,25 @@ impl Oss {
         Response::Ok
     }
 
+    fn trim(ost: &Ost, o: &ObjectId, offset: u64, len: u64) -> Response {
+        let (Ok(off), Ok(n)) = (i64::try_from(offset), i64::try_from(len)) else {
+            return Response::error(Errno::Inval, "trim range beyond the largest object offset");
+        };
+        let f = match OpenOptions::new().write(true).open(ost.object_path(o)) {
+            Ok(f) => f,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Response::Ok,
+            Err(e) => return io_err("open", o, e),
+        };
+        use std::os::fd::AsRawFd;
+        // SAFETY: fallocate on a file descriptor we own, with plain integer arguments.
+        let rc =
+            unsafe { libc::fallocate(f.as_raw_fd(), libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, off, n) };
+        if rc != 0 {
+            return io_err("trim", o, std::io::Error::last_os_error());
+        }
+        Response::Ok
+    }
+
     fn destroy(ost: &Ost, o: &ObjectId) -> Response {
         match std::fs::remove_file(ost.object_path(o)) {
             Ok(()) => Response::Ok,
@@ -186,6 +205,9 @@ impl Oss {
                 simple(ost_of(ost).map_or_else(|r| r, |t| Self::getattr(&t, &object)))
             }
             Request::OstSync { ost, objects } => simple(ost_of(ost).map_or_else(|r| r, |t| Self::sync(&t, &objects))),
+            Request::OstTrim { ost, object, offset, len } => {
+                simple(ost_of(ost).map_or_else(|r| r, |t| Self::trim(&t, &object, offset, len)))
+            }
             Request::OstStatfs { ost } => {
                 simple(ost_of(ost).map_or_else(|r| r, |t| Response::Usage(ost_usage(&t.dir))))
             }

@@ -374,6 +374,14 @@ pub enum Request {
     OstStatfs {
         ost: u32,
     },
+    /// Deallocate `[offset, offset+len)` of an object; it reads back as zeros and the
+    /// object's size is kept (`fallocate(PUNCH_HOLE)`).
+    OstTrim {
+        ost: u32,
+        object: ObjectId,
+        offset: u64,
+        len: u64,
+    },
 }
 
 impl Request {
@@ -415,6 +423,7 @@ impl Request {
             Request::OstGetattr { .. } => "ost_getattr",
             Request::OstSync { .. } => "ost_sync",
             Request::OstStatfs { .. } => "ost_statfs",
+            Request::OstTrim { .. } => "ost_trim",
         }
     }
 }

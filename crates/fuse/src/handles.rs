@@ -1,0 +1,175 @@
+//! What the mount remembers between kernel requests: open file and directory
+//! handles, and per open inode the shared size cell and lock owners.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use client::OpenFile;
+use proto::msg::{Attr, Creds, DirEntry, FileKind};
+use proto::Fid;
+
+use crate::SizeCell;
+
+/// An open file.
+pub struct FileState {
+    pub file: OpenFile,
+}
+
+/// An open directory: entries fetched so far, in name order. Listing resumes after the
+/// last name fetched, so entries created or removed during a listing never make it
+/// skip or repeat the others.
+pub struct DirHandle {
+    pub fid: Fid,
+    pub creds: Creds,
+    state: Mutex<DirState>,
+}
+
+struct DirState {
+    entries: Vec<DirEntry>,
+    eof: bool,
+}
+
+impl DirHandle {
+    pub fn new(fid: Fid, creds: Creds) -> DirHandle {
+        DirHandle { fid, creds, state: Mutex::new(DirState { entries: Vec::new(), eof: false }) }
+    }
+
+    /// Entry `i` of the listing, fetching batches with `fetch(after_name)` as needed.
+    pub fn entry<E>(
+        &self,
+        i: usize,
+        fetch: impl Fn(Option<&str>) -> Result<(Vec<DirEntry>, bool), E>,
+    ) -> Result<Option<DirEntry>, E> {
+        let mut st = self.state.lock().expect("dir state");
+        while i >= st.entries.len() && !st.eof {
+            let after = st.entries.last().map(|e| e.name.clone());
+            let (batch, eof) = fetch(after.as_deref())?;
+            st.eof = eof || batch.is_empty();
+            st.entries.extend(batch);
+        }
+        Ok(st.entries.get(i).cloned())
+    }
+}
+
+/// Per-inode state while the inode has open handles in this mount.
+pub struct InodeState {
+    pub size: SizeCell,
+    handles: u32,
+    /// Written through this mount since it was opened: its size may be ahead of the MDS.
+    pub dirty: AtomicBool,
+    lock_owners: HashSet<u64>,
+}
+
+#[derive(Default)]
+pub struct Handles {
+    next: AtomicU64,
+    files: Mutex<HashMap<u64, Arc<FileState>>>,
+    dirs: Mutex<HashMap<u64, Arc<DirHandle>>>,
+    inodes: Mutex<HashMap<Fid, InodeState>>,
+}
+
+impl Handles {
+    fn next_fh(&self) -> u64 {
+        self.next.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    pub fn insert_file(&self, file: OpenFile) -> u64 {
+        let fh = self.next_fh();
+        self.files.lock().expect("files").insert(fh, Arc::new(FileState::new(file)));
+        fh
+    }
+
+    pub fn file(&self, fh: u64) -> Option<Arc<FileState>> {
+        self.files.lock().expect("files").get(&fh).cloned()
+    }
+
+    pub fn remove_file(&self, fh: u64) -> Option<Arc<FileState>> {
+        self.files.lock().expect("files").remove(&fh)
+    }
+
+    pub fn insert_dir(&self, d: DirHandle) -> u64 {
+        let fh = self.next_fh();
+        self.dirs.lock().expect("dirs").insert(fh, Arc::new(d));
+        fh
+    }
+
+    pub fn dir(&self, fh: u64) -> Option<Arc<DirHandle>> {
+        self.dirs.lock().expect("dirs").get(&fh).cloned()
+    }
+
+    pub fn remove_dir(&self, fh: u64) {
+        self.dirs.lock().expect("dirs").remove(&fh);
+    }
+
+    /// A handle of `fid` opened; returns the size cell all its handles share.
+    pub fn inode_opened(&self, fid: Fid, cell: SizeCell) -> SizeCell {
+        let mut m = self.inodes.lock().expect("inodes");
+        let st = m.entry(fid).or_insert_with(|| InodeState {
+            size: cell.clone(),
+            handles: 0,
+            dirty: AtomicBool::new(false),
+            lock_owners: HashSet::new(),
+        });
+        st.handles += 1;
+        if !st.dirty.load(Ordering::Acquire) {
+            // Nothing written here: the size the MDS just gave is the truth.
+            st.size.store(cell.load(Ordering::Acquire), Ordering::Release);
+        }
+        st.size.clone()
+    }
+
+    pub fn inode_closed(&self, fid: Fid) {
+        let mut m = self.inodes.lock().expect("inodes");
+        if let Some(st) = m.get_mut(&fid) {
+            st.handles = st.handles.saturating_sub(1);
+            if st.handles == 0 {
+                m.remove(&fid);
+            }
+        }
+    }
+
+    pub fn mark_dirty(&self, fid: Fid) {
+        if let Some(st) = self.inodes.lock().expect("inodes").get(&fid) {
+            st.dirty.store(true, Ordering::Release);
+        }
+    }
+
+    /// The size this mount knows better than the MDS: that of an inode written here.
+    pub fn local_size(&self, fid: Fid) -> Option<u64> {
+        let m = self.inodes.lock().expect("inodes");
+        m.get(&fid).filter(|st| st.dirty.load(Ordering::Acquire)).map(|st| st.size())
+    }
+
+    pub fn truncated(&self, fid: Fid, size: u64) {
+        if let Some(st) = self.inodes.lock().expect("inodes").get(&fid) {
+            st.size.store(size, Ordering::Release);
+        }
+    }
+
+    pub fn add_lock_owner(&self, fid: Fid, owner: u64) {
+        if let Some(st) = self.inodes.lock().expect("inodes").get_mut(&fid) {
+            st.lock_owners.insert(owner);
+        }
+    }
+
+    /// Forgets `owner`'s locks on `fid`; true if it held any (they must be released).
+    pub fn take_lock_owner(&self, fid: Fid, owner: u64) -> bool {
+        self.inodes.lock().expect("inodes").get_mut(&fid).is_some_and(|st| st.lock_owners.remove(&owner))
+    }
+}
+
+/// POSIX access check for `access(2)` (the MDS applies the same rules to operations).
+pub fn may(a: &Attr, c: &Creds, want: u32) -> bool {
+    if c.uid == 0 {
+        return want & 1 == 0 || a.kind == FileKind::Dir || a.mode & 0o111 != 0;
+    }
+    let bits = if c.uid == a.uid {
+        (a.mode >> 6) & 7
+    } else if c.in_group(a.gid) {
+        (a.mode >> 3) & 7
+    } else {
+        a.mode & 7
+    };
+    bits & want == want
+}

@@ -1,0 +1,859 @@
+//! The FUSE front end: a POSIX mount over the native client.
+//!
+//! Inode numbers are a lossless packing of the FID ([`Fid::ino`]), so the mount keeps
+//! no inode table: any inode number the kernel hands back turns into a FID by
+//! arithmetic. The root is inode 1 as FUSE requires.
+//!
+//! What the mount keeps is small and bounded by what the kernel has open: file and
+//! directory handles, and per open inode a shared size cell (so `stat` during a
+//! write shows the writer's size before it closes) and the lock owners that hold
+//! locks (so a close releases POSIX locks without a round trip when none are held).
+//!
+//! Permission checks happen on the MDS with the caller's uid, gid and groups (read
+//! from `/proc/PID/status`); the kernel's `default_permissions` is not used.
+//! Writes reach the OSTs as the exact bytes written (no writeback cache, so two
+//! clients writing disjoint ranges of one file never overwrite each other's bytes).
+
+mod handles;
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use client::{Client, ClientError, OpenFile};
+use fuser::{
+    AccessFlags, Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
+    LockOwner, OpenFlags as FuseOpenFlags, RenameFlags as FuseRenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
+    TimeOrNow, WriteFlags,
+};
+use proto::msg::{Attr, Creds, FileKind, LockType, OpenFlags, RenameFlags, SetAttr, TimeSet, Timespec, XattrMode};
+use proto::Fid;
+
+use handles::{DirHandle, FileState, Handles, InodeState};
+
+/// Settings of one mount.
+#[derive(Debug, Clone)]
+pub struct MountOptions {
+    /// How long the kernel may cache attributes.
+    pub attr_ttl: Duration,
+    /// How long the kernel may cache name lookups.
+    pub entry_ttl: Duration,
+    pub allow_other: bool,
+    pub read_only: bool,
+    /// FUSE request threads.
+    pub threads: usize,
+    /// Largest write request the kernel sends.
+    pub max_write_bytes: u32,
+    pub fsname: String,
+}
+
+impl Default for MountOptions {
+    fn default() -> Self {
+        MountOptions {
+            attr_ttl: Duration::from_secs(1),
+            entry_ttl: Duration::from_secs(1),
+            allow_other: false,
+            read_only: false,
+            threads: 8,
+            max_write_bytes: 1 << 20,
+            fsname: "braid".into(),
+        }
+    }
+}
+
+/// The file system the kernel talks to.
+pub struct BraidFs {
+    client: Client,
+    rt: tokio::runtime::Handle,
+    opts: MountOptions,
+    handles: Handles,
+    groups: Mutex<HashMap<u32, (Instant, Vec<u32>)>>,
+}
+
+const ROOT_INO: u64 = 1;
+/// Supplementary groups of a pid are re-read after this long.
+const GROUPS_TTL: Duration = Duration::from_secs(1);
+/// Most pids whose groups are remembered.
+const GROUPS_CACHE_MAX: usize = 4096;
+
+fn fid_of(ino: INodeNo) -> Fid {
+    if ino.0 == ROOT_INO {
+        Fid::ROOT
+    } else {
+        Fid::from_ino(ino.0)
+    }
+}
+
+fn ino_of(fid: Fid) -> u64 {
+    if fid == Fid::ROOT {
+        ROOT_INO
+    } else {
+        fid.ino()
+    }
+}
+
+fn errno(e: &ClientError) -> Errno {
+    Errno::from_i32(e.errno().raw())
+}
+
+fn system_time(t: Timespec) -> SystemTime {
+    if t.sec >= 0 {
+        UNIX_EPOCH + Duration::new(t.sec as u64, t.nsec)
+    } else {
+        UNIX_EPOCH - Duration::from_secs(t.sec.unsigned_abs())
+    }
+}
+
+fn timespec(t: SystemTime) -> Timespec {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => Timespec { sec: d.as_secs() as i64, nsec: d.subsec_nanos() },
+        Err(e) => Timespec { sec: -(e.duration().as_secs() as i64), nsec: 0 },
+    }
+}
+
+fn name_str(name: &OsStr) -> Result<&str, Errno> {
+    std::str::from_utf8(name.as_bytes()).map_err(|_| Errno::EINVAL)
+}
+
+impl BraidFs {
+    pub fn new(client: Client, rt: tokio::runtime::Handle, opts: MountOptions) -> BraidFs {
+        BraidFs { client, rt, opts, handles: Handles::default(), groups: Mutex::new(HashMap::new()) }
+    }
+
+    fn run<T>(&self, f: impl std::future::Future<Output = T>) -> T {
+        self.rt.block_on(f)
+    }
+
+    /// The caller's credentials, with supplementary groups for non-root callers.
+    fn creds(&self, req: &Request) -> Creds {
+        let (uid, gid, pid) = (req.uid(), req.gid(), req.pid());
+        if uid == 0 {
+            return Creds { uid, gid, groups: vec![] };
+        }
+        let mut cache = self.groups.lock().expect("groups cache");
+        if let Some((at, g)) = cache.get(&pid) {
+            if at.elapsed() < GROUPS_TTL {
+                return Creds { uid, gid, groups: g.clone() };
+            }
+        }
+        let groups = read_groups(pid);
+        if cache.len() >= GROUPS_CACHE_MAX {
+            cache.clear();
+        }
+        cache.insert(pid, (Instant::now(), groups.clone()));
+        Creds { uid, gid, groups }
+    }
+
+    fn file_attr(&self, a: &Attr) -> FileAttr {
+        let size = match a.kind {
+            FileKind::File => self.handles.local_size(a.fid).map_or(a.size, |s| s.max(a.size)),
+            _ => a.size,
+        };
+        let blksize = a.layout.as_ref().map_or(4096, |l| l.components[0].stripe_size.min(4 << 20) as u32);
+        FileAttr {
+            ino: INodeNo(ino_of(a.fid)),
+            size,
+            blocks: size.div_ceil(512),
+            atime: system_time(a.atime),
+            mtime: system_time(a.mtime),
+            ctime: system_time(a.ctime),
+            crtime: system_time(a.ctime),
+            kind: match a.kind {
+                FileKind::File => FileType::RegularFile,
+                FileKind::Dir => FileType::Directory,
+                FileKind::Symlink => FileType::Symlink,
+            },
+            perm: (a.mode & 0o7777) as u16,
+            nlink: a.nlink,
+            uid: a.uid,
+            gid: a.gid,
+            rdev: 0,
+            blksize,
+            flags: 0,
+        }
+    }
+
+    fn entry(&self, reply: ReplyEntry, r: client::Result<Attr>) {
+        match r {
+            Ok(a) => {
+                reply.entry_with_ttls(&self.opts.entry_ttl, &self.opts.attr_ttl, &self.file_attr(&a), Generation(0))
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn writable(&self) -> Result<(), Errno> {
+        if self.opts.read_only {
+            Err(Errno::from_i32(libc::EROFS))
+        } else {
+            Ok(())
+        }
+    }
+
+    fn open_flags(flags: i32) -> OpenFlags {
+        let acc = flags & libc::O_ACCMODE;
+        OpenFlags {
+            read: acc == libc::O_RDONLY || acc == libc::O_RDWR,
+            write: acc == libc::O_WRONLY || acc == libc::O_RDWR,
+            truncate: flags & libc::O_TRUNC != 0,
+        }
+    }
+
+    fn fopen_flags(flags: i32) -> FopenFlags {
+        if flags & libc::O_DIRECT != 0 {
+            FopenFlags::FOPEN_DIRECT_IO
+        } else {
+            FopenFlags::empty()
+        }
+    }
+
+    /// Registers an opened file and returns its handle number.
+    fn add_file(&self, mut file: OpenFile) -> u64 {
+        let cell = self.handles.inode_opened(file.fid, file.size_cell());
+        file.share_size(cell);
+        self.handles.insert_file(file)
+    }
+}
+
+/// Supplementary groups of `pid`, from `/proc/PID/status`.
+fn read_groups(pid: u32) -> Vec<u32> {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { return vec![] };
+    text.lines()
+        .find_map(|l| l.strip_prefix("Groups:"))
+        .map(|g| g.split_whitespace().filter_map(|x| x.parse().ok()).take(256).collect())
+        .unwrap_or_default()
+}
+
+fn lock_type(typ: i32) -> Result<LockType, Errno> {
+    match typ {
+        libc::F_RDLCK => Ok(LockType::Read),
+        libc::F_WRLCK => Ok(LockType::Write),
+        libc::F_UNLCK => Ok(LockType::Unlock),
+        _ => Err(Errno::EINVAL),
+    }
+}
+
+impl fuser::Filesystem for BraidFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let _ = config.set_max_write(self.opts.max_write_bytes);
+        let _ = config.set_max_readahead(4 << 20);
+        let _ = config.set_max_background(64);
+        let _ = config.set_congestion_threshold(48);
+        let wanted = InitFlags::FUSE_POSIX_LOCKS
+            | InitFlags::FUSE_FLOCK_LOCKS
+            | InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_AUTO_INVAL_DATA
+            | InitFlags::FUSE_ASYNC_DIO
+            | InitFlags::FUSE_DONT_MASK;
+        let _ = config.add_capabilities(wanted & config.capabilities());
+        Ok(())
+    }
+
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let Ok(name) = name_str(name) else { return reply.error(Errno::ENOENT) };
+        let c = self.creds(req);
+        self.entry(reply, self.run(self.client.lookup(&c, fid_of(parent), name)));
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.run(self.client.getattr(fid_of(ino))) {
+            Ok(a) => reply.attr(&self.opts.attr_ttl, &self.file_attr(&a)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        if let Err(e) = self.writable() {
+            return reply.error(e);
+        }
+        let fid = fid_of(ino);
+        let c = self.creds(req);
+        let time = |t: Option<TimeOrNow>| {
+            t.map(|t| match t {
+                TimeOrNow::Now => TimeSet::Now,
+                TimeOrNow::SpecificTime(s) => TimeSet::At(timespec(s)),
+            })
+        };
+        let set = SetAttr { mode: mode.map(|m| m & 0o7777), uid, gid, size, atime: time(atime), mtime: time(mtime) };
+        let r = self.run(async {
+            let a = self.client.setattr(&c, fid, set).await?;
+            if let Some(size) = size {
+                self.handles.truncated(fid, size);
+            }
+            Ok::<_, ClientError>(a)
+        });
+        let _ = fh;
+        match r {
+            Ok(a) => reply.attr(&self.opts.attr_ttl, &self.file_attr(&a)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.run(self.client.readlink(fid_of(ino))) {
+            Ok(t) => reply.data(t.as_bytes()),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        _rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        if let Err(e) = self.writable() {
+            return reply.error(e);
+        }
+        if mode & libc::S_IFMT != libc::S_IFREG {
+            return reply.error(Errno::from_i32(libc::EOPNOTSUPP));
+        }
+        let Ok(name) = name_str(name) else { return reply.error(Errno::EINVAL) };
+        let c = self.creds(req);
+        let flags = OpenFlags { read: false, write: false, truncate: false };
+        let r = self.run(async {
+            let (f, attr, _) =
+                self.client.create(&c, fid_of(parent), name, mode & !umask & 0o7777, true, flags, None).await?;
+            self.client.close(f).await?;
+            Ok(attr)
+        });
+        self.entry(reply, r);
+    }
+
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        if let Err(e) = self.writable() {
+            return reply.error(e);
+        }
+        let Ok(name) = name_str(name) else { return reply.error(Errno::EINVAL) };
+        let c = self.creds(req);
+        self.entry(reply, self.run(self.client.mkdir(&c, fid_of(parent), name, mode & !umask & 0o7777)));
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if let Err(e) = self.writable() {
+            return reply.error(e);
+        }
+        let Ok(name) = name_str(name) else { return reply.error(Errno::ENOENT) };
+        let c = self.creds(req);
+        match self.run(self.client.unlink(&c, fid_of(parent), name)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if let Err(e) = self.writable() {
+            return reply.error(e);
+        }
+        let Ok(name) = name_str(name) else { return reply.error(Errno::ENOENT) };
+        let c = self.creds(req);
+        match self.run(self.client.rmdir(&c, fid_of(parent), name)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        if let Err(e) = self.writable() {
+            return reply.error(e);
+        }
+        let (Ok(name), Some(target)) = (name_str(link_name), target.to_str()) else {
+            return reply.error(Errno::EINVAL);
+        };
+        let c = self.creds(req);
+        self.entry(reply, self.run(self.client.symlink(&c, fid_of(parent), name, target)));
+    }
+
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: FuseRenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        if let Err(e) = self.writable() {
+            return reply.error(e);
+        }
+        if flags.contains(FuseRenameFlags::RENAME_EXCHANGE) || flags.contains(FuseRenameFlags::RENAME_WHITEOUT) {
+            return reply.error(Errno::EINVAL);
+        }
+        let (Ok(name), Ok(newname)) = (name_str(name), name_str(newname)) else { return reply.error(Errno::EINVAL) };
+        let c = self.creds(req);
+        let rf = RenameFlags { noreplace: flags.contains(FuseRenameFlags::RENAME_NOREPLACE) };
+        match self.run(self.client.rename(&c, fid_of(parent), name, fid_of(newparent), newname, rf)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        if let Err(e) = self.writable() {
+            return reply.error(e);
+        }
+        let Ok(name) = name_str(newname) else { return reply.error(Errno::EINVAL) };
+        let c = self.creds(req);
+        self.entry(reply, self.run(self.client.link(&c, fid_of(ino), fid_of(newparent), name)));
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, flags: FuseOpenFlags, reply: ReplyOpen) {
+        let of = Self::open_flags(flags.0);
+        if (of.write || of.truncate) && self.opts.read_only {
+            return reply.error(Errno::from_i32(libc::EROFS));
+        }
+        let c = self.creds(req);
+        match self.run(self.client.open(&c, fid_of(ino), of)) {
+            Ok((f, _)) => {
+                let fh = self.add_file(f);
+                reply.opened(FileHandle(fh), Self::fopen_flags(flags.0));
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        if let Err(e) = self.writable() {
+            return reply.error(e);
+        }
+        let Ok(name) = name_str(name) else { return reply.error(Errno::EINVAL) };
+        let c = self.creds(req);
+        let of = Self::open_flags(flags);
+        let exclusive = flags & libc::O_EXCL != 0;
+        let r = self.run(self.client.create(&c, fid_of(parent), name, mode & !umask & 0o7777, exclusive, of, None));
+        match r {
+            Ok((f, attr, _)) => {
+                let fh = self.add_file(f);
+                let fa = self.file_attr(&attr);
+                reply.created(&self.opts.entry_ttl, &fa, Generation(0), FileHandle(fh), Self::fopen_flags(flags));
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: FuseOpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let Some(f) = self.handles.file(fh.0) else { return reply.error(Errno::EBADF) };
+        match self.run(self.client.read(&f.file, offset, size as u64)) {
+            Ok(data) => reply.data(&data),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: FuseOpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let Some(f) = self.handles.file(fh.0) else { return reply.error(Errno::EBADF) };
+        match self.run(self.client.write(&f.file, offset, Bytes::copy_from_slice(data))) {
+            Ok(n) => {
+                self.handles.mark_dirty(f.file.fid);
+                reply.written(n as u32)
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn flush(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, lock_owner: LockOwner, reply: ReplyEmpty) {
+        // close(2) of any descriptor drops the process's POSIX locks on the file.
+        let fid = fid_of(ino);
+        if self.handles.take_lock_owner(fid, lock_owner.0) {
+            if let Err(e) = self.run(self.client.set_lock(fid, lock_owner.0, 0, LockType::Unlock, 0, u64::MAX, false)) {
+                return reply.error(errno(&e));
+            }
+        }
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _flags: FuseOpenFlags,
+        lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        let fid = fid_of(ino);
+        let Some(state) = self.handles.remove_file(fh.0) else { return reply.error(Errno::EBADF) };
+        let mut result = Ok(());
+        if let Some(owner) = lock_owner {
+            if self.handles.take_lock_owner(fid, owner.0) {
+                result =
+                    self.run(self.client.set_lock(fid, owner.0, 0, LockType::Unlock, 0, u64::MAX, false)).map(|_| ());
+            }
+        }
+        let file = match Arc::try_unwrap(state) {
+            Ok(s) => s.file,
+            Err(_) => return reply.ok(), // An I/O still holds it; the MDS forgets the open at disconnect.
+        };
+        let closed = self.run(self.client.close(file));
+        self.handles.inode_closed(fid);
+        match result.and(closed) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        let Some(f) = self.handles.file(fh.0) else { return reply.error(Errno::EBADF) };
+        match self.run(self.client.fsync(&f.file)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: FuseOpenFlags, reply: ReplyOpen) {
+        let c = self.creds(req);
+        let fid = fid_of(ino);
+        // Check read permission and that it is a directory now, as opendir(2) does.
+        match self.run(self.client.readdir(&c, fid, None, 1)) {
+            Ok(_) => {
+                let fh = self.handles.insert_dir(DirHandle::new(fid, c));
+                reply.opened(FileHandle(fh), FopenFlags::empty());
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let Some(d) = self.handles.dir(fh.0) else { return reply.error(Errno::EBADF) };
+        let fid = d.fid;
+        let mut next = offset;
+        loop {
+            // Offsets: 1 = ".", 2 = "..", 3.. = entries in name order.
+            let item = match next {
+                0 => Some((ino.0, FileType::Directory, ".".to_string())),
+                1 => Some((ino.0, FileType::Directory, "..".to_string())),
+                n => match d.entry((n - 2) as usize, |after| self.run(self.client.readdir(&d.creds, fid, after, 1024)))
+                {
+                    Ok(Some(e)) => {
+                        let kind = match e.kind {
+                            FileKind::File => FileType::RegularFile,
+                            FileKind::Dir => FileType::Directory,
+                            FileKind::Symlink => FileType::Symlink,
+                        };
+                        Some((ino_of(e.fid), kind, e.name))
+                    }
+                    Ok(None) => None,
+                    Err(e) => return reply.error(errno(&e)),
+                },
+            };
+            let Some((entry_ino, kind, name)) = item else { break };
+            next += 1;
+            if reply.add(INodeNo(entry_ino), next, kind, name) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: FuseOpenFlags, reply: ReplyEmpty) {
+        self.handles.remove_dir(fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        // Every acknowledged namespace operation is already committed on the MDT.
+        reply.ok();
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match self.run(self.client.statfs()) {
+            Ok(u) => {
+                const BSIZE: u64 = 4096;
+                reply.statfs(
+                    u.total_bytes / BSIZE,
+                    u.free_bytes / BSIZE,
+                    u.avail_bytes / BSIZE,
+                    u.total_inodes,
+                    u.free_inodes,
+                    BSIZE as u32,
+                    255,
+                    BSIZE as u32,
+                )
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        if let Err(e) = self.writable() {
+            return reply.error(e);
+        }
+        let Ok(name) = name_str(name) else { return reply.error(Errno::EINVAL) };
+        let mode = match flags {
+            0 => XattrMode::Any,
+            libc::XATTR_CREATE => XattrMode::Create,
+            libc::XATTR_REPLACE => XattrMode::Replace,
+            _ => return reply.error(Errno::EINVAL),
+        };
+        let c = self.creds(req);
+        match self.run(self.client.setxattr(&c, fid_of(ino), name, value, mode)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let Ok(name) = name_str(name) else { return reply.error(Errno::NO_XATTR) };
+        let c = self.creds(req);
+        match self.run(self.client.getxattr(&c, fid_of(ino), name)) {
+            Ok(v) if size == 0 => reply.size(v.len() as u32),
+            Ok(v) if v.len() > size as usize => reply.error(Errno::from_i32(libc::ERANGE)),
+            Ok(v) => reply.data(&v),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let c = self.creds(req);
+        match self.run(self.client.listxattr(&c, fid_of(ino))) {
+            Ok(names) => {
+                let mut buf = Vec::new();
+                for n in names {
+                    buf.extend_from_slice(n.as_bytes());
+                    buf.push(0);
+                }
+                if size == 0 {
+                    reply.size(buf.len() as u32)
+                } else if buf.len() > size as usize {
+                    reply.error(Errno::from_i32(libc::ERANGE))
+                } else {
+                    reply.data(&buf)
+                }
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if let Err(e) = self.writable() {
+            return reply.error(e);
+        }
+        let Ok(name) = name_str(name) else { return reply.error(Errno::NO_XATTR) };
+        let c = self.creds(req);
+        match self.run(self.client.removexattr(&c, fid_of(ino), name)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        let c = self.creds(req);
+        let a = match self.run(self.client.getattr(fid_of(ino))) {
+            Ok(a) => a,
+            Err(e) => return reply.error(errno(&e)),
+        };
+        let want = mask.bits() as u32 & 7;
+        if want & 2 != 0 && self.opts.read_only {
+            return reply.error(Errno::from_i32(libc::EROFS));
+        }
+        if handles::may(&a, &c, want) {
+            reply.ok()
+        } else {
+            reply.error(Errno::EACCES)
+        }
+    }
+
+    fn getlk(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        _pid: u32,
+        reply: ReplyLock,
+    ) {
+        let lock = match lock_type(typ) {
+            Ok(l) => l,
+            Err(e) => return reply.error(e),
+        };
+        match self.run(self.client.get_lock(fid_of(ino), lock_owner.0, lock, start, end)) {
+            Ok(None) => reply.locked(start, end, libc::F_UNLCK, 0),
+            Ok(Some(c)) => {
+                let t = if c.lock == LockType::Write { libc::F_WRLCK } else { libc::F_RDLCK };
+                reply.locked(c.start, c.end, t, c.pid)
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn setlk(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        let lock = match lock_type(typ) {
+            Ok(l) => l,
+            Err(e) => return reply.error(e),
+        };
+        let fid = fid_of(ino);
+        match self.run(self.client.set_lock(fid, lock_owner.0, pid, lock, start, end, sleep)) {
+            Ok(None) => {
+                if lock != LockType::Unlock {
+                    self.handles.add_lock_owner(fid, lock_owner.0);
+                }
+                reply.ok()
+            }
+            Ok(Some(_)) => reply.error(Errno::EAGAIN),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        if let Err(e) = self.writable() {
+            return reply.error(e);
+        }
+        let Some(f) = self.handles.file(fh.0) else { return reply.error(Errno::EBADF) };
+        let keep_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
+        let punch = mode & libc::FALLOC_FL_PUNCH_HOLE != 0;
+        if mode & !(libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE) != 0 || (punch && !keep_size) {
+            return reply.error(Errno::from_i32(libc::EOPNOTSUPP));
+        }
+        let Some(end) = offset.checked_add(length) else { return reply.error(Errno::from_i32(libc::EFBIG)) };
+        let c = self.creds(req);
+        let r = self.run(async {
+            if punch {
+                let size = f.file.size();
+                if offset < size {
+                    self.client.punch_hole(&f.file, offset, end.min(size) - offset).await?;
+                }
+            } else if !keep_size && end > f.file.size() {
+                // Objects are sparse: allocation extends the size; the space is not reserved.
+                let set = SetAttr { size: Some(end), ..Default::default() };
+                self.client.setattr(&c, f.file.fid, set).await?;
+                self.handles.truncated(f.file.fid, end);
+            }
+            Ok::<_, ClientError>(())
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+}
+
+/// Mounts `client`'s file system at `mountpoint` and returns the session, ready to run.
+pub fn session(
+    client: Client,
+    rt: tokio::runtime::Handle,
+    mountpoint: &Path,
+    opts: MountOptions,
+) -> std::io::Result<fuser::Session<BraidFs>> {
+    let mut config = fuser::Config::default();
+    config.mount_options = vec![
+        fuser::MountOption::FSName(opts.fsname.clone()),
+        fuser::MountOption::Subtype("braid".into()),
+        fuser::MountOption::NoDev,
+        fuser::MountOption::NoSuid,
+    ];
+    if opts.read_only {
+        config.mount_options.push(fuser::MountOption::RO);
+    }
+    if opts.allow_other {
+        config.acl = fuser::SessionACL::All;
+    }
+    config.n_threads = Some(opts.threads.max(1));
+    config.clone_fd = true;
+    fuser::Session::new(BraidFs::new(client, rt, opts), mountpoint, &config)
+}
+
+/// The size cell shared by one inode's handles in this mount.
+pub(crate) type SizeCell = Arc<AtomicU64>;
+
+impl InodeState {
+    pub(crate) fn size(&self) -> u64 {
+        self.size.load(Ordering::Acquire)
+    }
+}
+
+impl FileState {
+    pub(crate) fn new(file: OpenFile) -> FileState {
+        FileState { file }
+    }
+}
