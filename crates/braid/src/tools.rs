@@ -695,10 +695,10 @@ pub fn getstripe(opts: &ClientOpts, path: &str, directory_only: bool) -> Result<
         let mut out = std::io::stdout().lock();
         if a.kind != FileKind::Dir {
             let l = a.layout.as_ref().context("not a regular file")?;
-            return print_layout(&mut out, &p.path, a.fid, l);
+            return print_layout(&mut out, path, a.fid, l);
         }
         let spec = bc.run(client.get_dir_layout(a.fid))?;
-        print_default(&mut out, &p.path, &spec)?;
+        print_default(&mut out, path, &spec)?;
         if directory_only {
             return Ok(());
         }
@@ -708,7 +708,7 @@ pub fn getstripe(opts: &ClientOpts, path: &str, directory_only: bool) -> Result<
             let fa = bc.run(client.getattr(e.fid))?;
             if let Some(l) = &fa.layout {
                 writeln!(out)?;
-                print_layout(&mut out, &p.join(&e.name).path, fa.fid, l)?;
+                print_layout(&mut out, &format!("{}/{}", path.trim_end_matches('/'), e.name), fa.fid, l)?;
             }
         }
         Ok(())

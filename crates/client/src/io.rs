@@ -7,6 +7,8 @@
 //! disjoint ranges of one file never clobber each other. A read cache would wrap
 //! [`read_extents`].
 
+use std::sync::Mutex;
+
 use bytes::{Bytes, BytesMut};
 use layout::Layout;
 use proto::msg::{Request, Response};
@@ -19,6 +21,77 @@ fn join_err(e: tokio::task::JoinError) -> ClientError {
     ClientError::Errno(Errno::Io, format!("I/O task failed: {e}"))
 }
 
+/// Writes of one handle that are on their way to the OSTs (write-behind).
+///
+/// A write registers its byte range before its RPCs leave and removes it when they are
+/// all answered. A new write or a read waits while an in-flight range overlaps its own,
+/// so writes to the same bytes reach the OSTs in order and a handle reads its own
+/// writes; a write also waits while the in-flight bytes would exceed the bound.
+#[derive(Default)]
+pub struct Inflight {
+    state: Mutex<InflightState>,
+    changed: tokio::sync::Notify,
+}
+
+#[derive(Default)]
+struct InflightState {
+    ranges: Vec<(u64, u64, u64)>,
+    bytes: u64,
+    next_id: u64,
+    /// First failure since the last drain, reported once.
+    error: Option<(Errno, String)>,
+}
+
+impl Inflight {
+    /// Waits until `[start, end)` overlaps no in-flight write (and, for a write of
+    /// `reserve` bytes, until it fits under `limit`), then registers it if `reserve > 0`.
+    async fn admit(&self, start: u64, end: u64, reserve: u64, limit: u64) -> u64 {
+        loop {
+            let changed = self.changed.notified();
+            {
+                let mut st = self.state.lock().expect("inflight");
+                let overlap = st.ranges.iter().any(|&(s, e, _)| s < end && start < e);
+                let fits = st.bytes == 0 || st.bytes + reserve <= limit;
+                if !overlap && fits {
+                    if reserve == 0 {
+                        return 0;
+                    }
+                    st.next_id += 1;
+                    let id = st.next_id;
+                    st.ranges.push((start, end, id));
+                    st.bytes += reserve;
+                    return id;
+                }
+            }
+            changed.await;
+        }
+    }
+
+    fn finish(&self, id: u64, bytes: u64, result: &Result<()>) {
+        let mut st = self.state.lock().expect("inflight");
+        st.ranges.retain(|r| r.2 != id);
+        st.bytes -= bytes;
+        if let (Err(e), None) = (result, &st.error) {
+            st.error = Some((e.errno(), e.to_string()));
+        }
+        drop(st);
+        self.changed.notify_waiters();
+    }
+
+    fn take_error(&self) -> Result<()> {
+        match self.state.lock().expect("inflight").error.take() {
+            Some((code, msg)) => Err(ClientError::Errno(code, format!("an earlier write failed: {msg}"))),
+            None => Ok(()),
+        }
+    }
+
+    /// Waits for every in-flight write; returns the first failure since the last drain.
+    pub async fn drain(&self) -> Result<()> {
+        self.admit(0, u64::MAX, 0, u64::MAX).await;
+        self.take_error()
+    }
+}
+
 pub(crate) async fn write(c: &Client, f: &OpenFile, offset: u64, data: Bytes) -> Result<()> {
     if data.is_empty() {
         return Ok(());
@@ -27,12 +100,24 @@ pub(crate) async fn write(c: &Client, f: &OpenFile, offset: u64, data: Bytes) ->
     let end = offset.checked_add(len).filter(|&e| e <= i64::MAX as u64).ok_or_else(|| {
         ClientError::Errno(Errno::Inval, format!("write at {offset}+{len} exceeds the largest file size"))
     })?;
+    f.inflight.take_error()?;
     let runs = f.layout.object_extents(offset, len, c.inner.cfg.max_rpc_bytes)?;
+    let limit = c.inner.cfg.max_dirty_bytes;
+    let behind = limit > 0;
+    let id = if behind { f.inflight.admit(offset, end, len, limit).await } else { 0 };
     let mut set = JoinSet::new();
     for run in runs {
         let object = ObjectId { fid: f.fid, component: run.component_id, stripe: run.stripe };
         let payload: Vec<Bytes> = run.pieces.iter().map(|&(b, n)| data.slice(b as usize..(b + n) as usize)).collect();
-        let rpc = c.ost(run.ost).await?;
+        let rpc = match c.ost(run.ost).await {
+            Ok(r) => r,
+            Err(e) => {
+                if behind {
+                    f.inflight.finish(id, len, &Ok(()));
+                }
+                return Err(e);
+            }
+        };
         f.dirty.lock().expect("dirty").entry(run.ost).or_default().push(object);
         let req = Request::OstWrite { ost: run.ost, object, offset: run.object_offset, sync: false };
         set.spawn(async move {
@@ -44,8 +129,20 @@ pub(crate) async fn write(c: &Client, f: &OpenFile, offset: u64, data: Bytes) ->
             }
         });
     }
-    while let Some(r) = set.join_next().await {
-        r.map_err(join_err)??;
+    let wait_all = async move {
+        while let Some(r) = set.join_next().await {
+            r.map_err(join_err)??;
+        }
+        Ok(())
+    };
+    if behind {
+        let inflight = f.inflight.clone();
+        tokio::spawn(async move {
+            let r = wait_all.await;
+            inflight.finish(id, len, &r);
+        });
+    } else {
+        wait_all.await?;
     }
     {
         // Keep each OST's object list short: many writes hit the same objects.
@@ -66,6 +163,8 @@ pub(crate) async fn read(c: &Client, f: &OpenFile, offset: u64, len: u64) -> Res
         return Ok(Bytes::new());
     }
     let len = len.min(size - offset);
+    // Read our own writes: wait for any in-flight write of this range.
+    f.inflight.admit(offset, offset + len, 0, u64::MAX).await;
     read_extents(c, f.fid, &f.layout, offset, len).await
 }
 

@@ -72,11 +72,20 @@ pub struct ClientConfig {
     pub rpc: RpcOptions,
     /// Largest bulk RPC to an OST (Lustre's 4 MiB BRW).
     pub max_rpc_bytes: u64,
+    /// Bytes of one file that may be written but not yet acknowledged by the OSTs
+    /// (write-behind; Lustre's `max_dirty_mb`). 0 makes every write synchronous.
+    pub max_dirty_bytes: u64,
 }
 
 impl ClientConfig {
     pub fn new(mgs: impl Into<String>, secret: Secret) -> ClientConfig {
-        ClientConfig { mgs: mgs.into(), secret, rpc: RpcOptions::default(), max_rpc_bytes: 4 << 20 }
+        ClientConfig {
+            mgs: mgs.into(),
+            secret,
+            rpc: RpcOptions::default(),
+            max_rpc_bytes: 4 << 20,
+            max_dirty_bytes: 32 << 20,
+        }
     }
 }
 
@@ -106,6 +115,9 @@ struct Inner {
     servers: Mutex<HashMap<String, Arc<RpcClient>>>,
     observer: RwLock<Option<Arc<dyn OpObserver>>>,
     last_refresh: Mutex<Instant>,
+    /// In-flight write state of every open handle, by file: a truncate or hole punch
+    /// waits for them first.
+    open_files: Mutex<HashMap<Fid, Vec<std::sync::Weak<io::Inflight>>>>,
 }
 
 /// A connected client. Cheap to clone.
@@ -122,6 +134,8 @@ pub struct OpenFile {
     written: AtomicBool,
     /// OSTs and objects this handle wrote to (fsync syncs only those).
     dirty: Mutex<HashMap<u32, Vec<ObjectId>>>,
+    /// Writes sent but not yet acknowledged by their OSTs (write-behind).
+    pub(crate) inflight: Arc<io::Inflight>,
     pub flags: OpenFlags,
 }
 
@@ -136,6 +150,7 @@ impl OpenFile {
             size: Arc::new(AtomicU64::new(attr.size)),
             written: AtomicBool::new(false),
             dirty: Mutex::new(HashMap::new()),
+            inflight: Arc::new(io::Inflight::default()),
             flags,
         })
     }
@@ -196,6 +211,7 @@ impl Client {
                 servers: Mutex::new(HashMap::new()),
                 observer: RwLock::new(None),
                 last_refresh: Mutex::new(Instant::now()),
+                open_files: Mutex::new(HashMap::new()),
             }),
         })
     }
@@ -241,6 +257,28 @@ impl Client {
             result: r.as_ref().map(|_| ()).map_err(|e| e.errno()),
         });
         r
+    }
+
+    fn register_open(&self, f: &OpenFile) {
+        let mut m = self.inner.open_files.lock().expect("open files");
+        let list = m.entry(f.fid).or_default();
+        list.retain(|w| w.strong_count() > 0);
+        list.push(Arc::downgrade(&f.inflight));
+        if m.len() > 4096 {
+            m.retain(|_, l| l.iter().any(|w| w.strong_count() > 0));
+        }
+    }
+
+    /// Waits for the in-flight writes of every handle of `fid` in this client.
+    async fn drain_file(&self, fid: Fid) -> Result<()> {
+        let list: Vec<Arc<io::Inflight>> = {
+            let m = self.inner.open_files.lock().expect("open files");
+            m.get(&fid).map(|l| l.iter().filter_map(|w| w.upgrade()).collect()).unwrap_or_default()
+        };
+        for i in list {
+            i.drain().await?;
+        }
+        Ok(())
     }
 
     fn server(&self, address: &str) -> Arc<RpcClient> {
@@ -330,6 +368,7 @@ impl Client {
             match self.md(parent, req).await? {
                 Response::Created { attr, existed } => {
                     let f = OpenFile::new(&attr, flags)?;
+                    self.register_open(&f);
                     if existed && flags.truncate {
                         self.truncate_open(creds, &f, 0).await?;
                     }
@@ -348,6 +387,7 @@ impl Client {
             match self.md(fid, Request::MdsOpen { creds: creds.clone(), fid, flags }).await? {
                 Response::Attr(attr) => {
                     let f = OpenFile::new(&attr, flags)?;
+                    self.register_open(&f);
                     if flags.truncate && attr.size > 0 {
                         self.truncate_open(creds, &f, 0).await?;
                     }
@@ -497,6 +537,7 @@ impl Client {
     pub async fn setattr(&self, creds: &Creds, fid: Fid, set: SetAttr) -> Result<Attr> {
         self.observe("setattr", Some(fid), set.size.unwrap_or(0), 0, async {
             if let Some(size) = set.size {
+                self.drain_file(fid).await?;
                 let attr = self.getattr(fid).await?;
                 if let Some(layout) = &attr.layout {
                     if size < attr.size {
@@ -513,6 +554,7 @@ impl Client {
     }
 
     async fn truncate_open(&self, creds: &Creds, f: &OpenFile, size: u64) -> Result<()> {
+        self.drain_file(f.fid).await?;
         io::punch(self, f.fid, &f.layout, size).await?;
         let set = SetAttr { size: Some(size), ..Default::default() };
         match self.md(f.fid, Request::MdsSetattr { creds: creds.clone(), fid: f.fid, set }).await? {
@@ -601,7 +643,9 @@ impl Client {
         self.observe("read", Some(f.fid), offset, len, io::read(self, f, offset, len)).await
     }
 
-    /// Writes `data` at `offset`, all stripes in parallel.
+    /// Writes `data` at `offset`, all stripes in parallel. The call returns once the
+    /// RPCs are under way (at most `max_dirty_bytes` per file in flight); a failure is
+    /// reported by the next write, `flush`, `fsync` or `close` of the handle.
     pub async fn write(&self, f: &OpenFile, offset: u64, data: Bytes) -> Result<u64> {
         let len = data.len() as u64;
         self.observe("write", Some(f.fid), offset, len, async {
@@ -614,12 +658,23 @@ impl Client {
     /// Deallocates a byte range of an open file; it reads back as zeros and the file
     /// size does not change (`fallocate(PUNCH_HOLE|KEEP_SIZE)`).
     pub async fn punch_hole(&self, f: &OpenFile, offset: u64, len: u64) -> Result<()> {
-        self.observe("punch", Some(f.fid), offset, len, io::punch_hole(self, f, offset, len)).await
+        self.observe("punch", Some(f.fid), offset, len, async {
+            self.drain_file(f.fid).await?;
+            io::punch_hole(self, f, offset, len).await
+        })
+        .await
+    }
+
+    /// Waits until every write of the handle reached its OSTs; returns the first
+    /// error of a write that failed since the last flush.
+    pub async fn flush(&self, f: &OpenFile) -> Result<()> {
+        self.observe("flush", Some(f.fid), 0, 0, f.inflight.drain()).await
     }
 
     /// Makes the handle's writes durable on the OSTs and its size on the MDT.
     pub async fn fsync(&self, f: &OpenFile) -> Result<()> {
         self.observe("fsync", Some(f.fid), 0, 0, async {
+            f.inflight.drain().await?;
             let dirty: Vec<(u32, Vec<ObjectId>)> = f.dirty.lock().expect("dirty").drain().collect();
             let mut set = tokio::task::JoinSet::new();
             for (ost, objects) in dirty {
@@ -650,9 +705,10 @@ impl Client {
     /// (the last close of an unlinked file destroys it).
     pub async fn close(&self, f: OpenFile) -> Result<()> {
         self.observe("close", Some(f.fid), 0, 0, async {
+            let flushed = f.inflight.drain().await;
             let (size, mtime) = if f.was_written() { (Some(f.size()), Some(Timespec::now())) } else { (None, None) };
             match self.md(f.fid, Request::MdsClose { fid: f.fid, size, mtime }).await? {
-                Response::Ok => Ok(()),
+                Response::Ok => flushed,
                 r => Err(unexpected("close", &r)),
             }
         })
