@@ -99,17 +99,37 @@ impl Oss {
             Err(e) if e.kind() == ErrorKind::NotFound => return (Response::Data, vec![]),
             Err(e) => return (io_err("open", o, e), vec![]),
         };
-        let mut buf = BytesMut::zeroed(len as usize);
+        // Read into uninitialised capacity: no zero-fill of a buffer about to be
+        // overwritten.
+        let mut buf = BytesMut::with_capacity(len as usize);
         let mut got = 0usize;
-        while got < buf.len() {
-            match f.read_at(&mut buf[got..], offset + got as u64) {
-                Ok(0) => break,
-                Ok(n) => got += n,
-                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(e) => return (io_err("read", o, e), vec![]),
+        while got < len as usize {
+            let spare = buf.spare_capacity_mut();
+            debug_assert!(spare.len() >= len as usize);
+            // SAFETY: pread writes at most `len - got` bytes, inside the spare capacity
+            // (at least `len`); `set_len` below covers only bytes it reported written.
+            let n = unsafe {
+                libc::pread(
+                    std::os::fd::AsRawFd::as_raw_fd(&f),
+                    spare.as_mut_ptr().add(got).cast(),
+                    len as usize - got,
+                    (offset + got as u64) as libc::off_t,
+                )
+            };
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == ErrorKind::Interrupted {
+                    continue;
+                }
+                return (io_err("read", o, e), vec![]);
             }
+            if n == 0 {
+                break;
+            }
+            got += n as usize;
         }
-        buf.truncate(got);
+        // SAFETY: the first `got` bytes were written by pread above.
+        unsafe { buf.set_len(got) };
         (Response::Data, vec![buf.freeze()])
     }
 
