@@ -102,6 +102,17 @@ fn errno(e: &ClientError) -> Errno {
     Errno::from_i32(e.errno().raw())
 }
 
+/// The errno for an operation on an inode the kernel named by number. A FID that no
+/// longer exists means the kernel's cached dentry is stale (the name was unlinked or
+/// renamed over, e.g. by another client): ESTALE makes the VFS look the path up again
+/// (LOOKUP_REVAL) instead of failing with ENOENT a path that names a live file.
+fn inode_errno(e: &ClientError) -> Errno {
+    match e.errno().raw() {
+        libc::ENOENT => Errno::from_i32(libc::ESTALE),
+        n => Errno::from_i32(n),
+    }
+}
+
 fn system_time(t: Timespec) -> SystemTime {
     if t.sec >= 0 {
         UNIX_EPOCH + Duration::new(t.sec as u64, t.nsec)
@@ -264,7 +275,7 @@ impl fuser::Filesystem for BraidFs {
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.run(self.client.getattr(fid_of(ino))) {
             Ok(a) => reply.attr(&self.opts.attr_ttl, &self.file_attr(&a)),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(inode_errno(&e)),
         }
     }
 
@@ -315,7 +326,7 @@ impl fuser::Filesystem for BraidFs {
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
         match self.run(self.client.readlink(fid_of(ino))) {
             Ok(t) => reply.data(t.as_bytes()),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(inode_errno(&e)),
         }
     }
 
@@ -436,7 +447,7 @@ impl fuser::Filesystem for BraidFs {
                 let fh = self.add_file(f);
                 reply.opened(FileHandle(fh), Self::fopen_flags(flags.0));
             }
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(inode_errno(&e)),
         }
     }
 
@@ -508,7 +519,19 @@ impl fuser::Filesystem for BraidFs {
         }
     }
 
-    fn flush(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, lock_owner: LockOwner, reply: ReplyEmpty) {
+    fn flush(&self, _req: &Request, ino: INodeNo, fh: FileHandle, lock_owner: LockOwner, reply: ReplyEmpty) {
+        // close(2) waits for FLUSH but not for RELEASE, which the kernel sends later. For
+        // close-to-open consistency the handle's writes must be on the OSTs and its size
+        // on the MDS before close(2) returns, or an open right after it (in this mount
+        // or another) sees the old size and reads short. This also reports a failed
+        // write-behind to close(2) instead of losing it in RELEASE.
+        if let Some(f) = self.handles.file(fh.0) {
+            if f.file.was_written() {
+                if let Err(e) = self.run(self.client.fsync(&f.file)) {
+                    return reply.error(errno(&e));
+                }
+            }
+        }
         // close(2) of any descriptor drops the process's POSIX locks on the file.
         let fid = fid_of(ino);
         if self.handles.take_lock_owner(fid, lock_owner.0) {
@@ -567,7 +590,7 @@ impl fuser::Filesystem for BraidFs {
                 let fh = self.handles.insert_dir(DirHandle::new(fid, c));
                 reply.opened(FileHandle(fh), FopenFlags::empty());
             }
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(inode_errno(&e)),
         }
     }
 

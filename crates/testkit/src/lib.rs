@@ -354,3 +354,178 @@ fn tail(p: &Path) -> String {
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(40)..].join("\n")
 }
+
+// ---------------------------------------------------------------------------------------
+// FUSE mounts for tests (`braid mount -f` as a child process).
+// ---------------------------------------------------------------------------------------
+
+/// A real FUSE mount of a test cluster: `braid mount -f URL DIR --secret-file S -o OPTS`
+/// runs as a child process. Dropping it unmounts (`braid umount`, then `fusermount3 -uz`),
+/// kills the mount process by PID and removes the directory, also when a test panics.
+pub struct Mount {
+    /// The mount point (a fresh empty directory).
+    pub dir: PathBuf,
+    pub log: PathBuf,
+    bin: PathBuf,
+    child: Option<Child>,
+}
+
+/// Whether `dir` is a mount point now, per `/proc/self/mountinfo`.
+pub fn is_mounted(dir: &Path) -> bool {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let want = dir.to_string_lossy().replace('\\', "\\134").replace(' ', "\\040");
+    text.lines().any(|l| l.split(' ').nth(4) == Some(want.as_str()))
+}
+
+impl Mount {
+    /// Mounts `cluster` with `-o opts` (empty for none) and waits (up to 30 s) until the
+    /// mount shows in `/proc/self/mountinfo`.
+    pub fn new(cluster: &Cluster, opts: &str) -> Mount {
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let dir = cluster.dir.path().join(format!("mnt{n}"));
+        std::fs::create_dir_all(&dir).expect("create mount point");
+        // Mount points must not be under another mount's view only: canonicalize.
+        let dir = std::fs::canonicalize(&dir).expect("canonical mount point");
+        let log = cluster.dir.path().join(format!("mount{n}.log"));
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(&log).expect("open mount log");
+        let mut cmd = Command::new(&cluster.bin);
+        cmd.arg("mount").arg("-f").arg(cluster.url("/")).arg(&dir).arg("--secret-file").arg(&cluster.secret);
+        if !opts.is_empty() {
+            cmd.arg("-o").arg(opts);
+        }
+        let child = cmd
+            .env("BRAID_LOG", "debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(file)
+            .spawn()
+            .expect("start braid mount");
+        let mut m = Mount { dir, log, bin: cluster.bin.clone(), child: Some(child) };
+        let start = Instant::now();
+        while !is_mounted(&m.dir) {
+            if let Some(st) = m.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                panic!("braid mount exited with {st}:\n{}", tail(&m.log));
+            }
+            if start.elapsed() > Duration::from_secs(30) {
+                panic!("mount not ready after 30 s:\n{}", tail(&m.log));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        m
+    }
+
+    /// A path inside the mount (`rel` without a leading slash).
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.join(rel)
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// Sends `signal` to the mount process without waiting for it.
+    pub fn signal(&self, signal: i32) {
+        if let Some(c) = &self.child {
+            // SAFETY: plain kill(2) of a child we started and have not reaped.
+            unsafe { libc::kill(c.id() as i32, signal) };
+        }
+    }
+
+    /// Waits up to `timeout` for the mount process to exit; its status if it did.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let start = Instant::now();
+        loop {
+            let c = self.child.as_mut()?;
+            if let Ok(Some(st)) = c.try_wait() {
+                self.child = None;
+                return Some(st);
+            }
+            if start.elapsed() > timeout {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// SIGKILLs the mount process (a client that dies) and reaps it. The mount point
+    /// stays (as ENOTCONN) until dropped.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            // SAFETY: plain kill(2) of a child we started and have not reaped.
+            unsafe { libc::kill(c.id() as i32, libc::SIGKILL) };
+            let _ = c.wait();
+        }
+    }
+
+    /// Runs `braid umount` on the mount point; `Err` holds its message, or says it
+    /// was killed after 30 s.
+    pub fn umount(&self) -> Result<(), String> {
+        let mut cmd = Command::new(&self.bin);
+        cmd.arg("umount").arg(&self.dir);
+        run_bounded(&mut cmd, Duration::from_secs(30))
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("---- mount {} log (tail) ----\n{}", self.dir.display(), tail(&self.log));
+        }
+        if is_mounted(&self.dir) {
+            let _ = self.umount();
+        }
+        if is_mounted(&self.dir) {
+            let mut cmd = Command::new("fusermount3");
+            cmd.arg("-uz").arg(&self.dir);
+            let _ = run_bounded(&mut cmd, Duration::from_secs(30));
+        }
+        if is_mounted(&self.dir) {
+            let c = std::ffi::CString::new(self.dir.as_os_str().as_encoded_bytes()).expect("mount point");
+            // SAFETY: umount2 with a valid C string; MNT_DETACH never blocks.
+            unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+        }
+        if let Some(c) = self.child.as_mut() {
+            // A cleanly unmounted session exits by itself; give it a moment.
+            let start = Instant::now();
+            while matches!(c.try_wait(), Ok(None)) && start.elapsed() < Duration::from_secs(5) {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        self.kill();
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// Runs `cmd` with stdin and stdout closed, killing it (by PID) after `timeout`.
+/// `Err` holds its stderr when it fails.
+fn run_bounded(cmd: &mut Command, timeout: Duration) -> Result<(), String> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start: {e}"))?;
+    let start = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(st)) => {
+                let mut err = String::new();
+                if let Some(mut e) = child.stderr.take() {
+                    let _ = std::io::Read::read_to_string(&mut e, &mut err);
+                }
+                return if st.success() { Ok(()) } else { Err(format!("{st}: {err}")) };
+            }
+            Ok(None) if start.elapsed() > timeout => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("still running after {timeout:?}; killed"));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => return Err(format!("wait failed: {e}")),
+        }
+    }
+}
