@@ -22,14 +22,8 @@ static COUNTER: AtomicU32 = AtomicU32::new(0);
 
 impl TempDir {
     pub fn new(tag: &str) -> TempDir {
-        let base = std::env::var_os("BRAID_TEST_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(std::env::temp_dir);
-        let p = base.join(format!(
-            "braid-{tag}-{}-{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
+        let base = std::env::var_os("BRAID_TEST_DIR").map(PathBuf::from).unwrap_or_else(std::env::temp_dir);
+        let p = base.join(format!("braid-{tag}-{}-{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed)));
         let _ = std::fs::remove_dir_all(&p);
         std::fs::create_dir_all(&p).expect("create test directory");
         TempDir(p)
@@ -48,11 +42,7 @@ impl Drop for TempDir {
 
 /// A free TCP port on `ip` (bound then released).
 pub fn free_port(ip: &str) -> u16 {
-    TcpListener::bind((ip, 0))
-        .expect("bind a free port")
-        .local_addr()
-        .expect("local addr")
-        .port()
+    TcpListener::bind((ip, 0)).expect("bind a free port").local_addr().expect("local addr").port()
 }
 
 /// One server process.
@@ -89,12 +79,141 @@ pub struct ClusterSpec {
 
 impl Default for ClusterSpec {
     fn default() -> Self {
-        ClusterSpec {
-            mdts: 1,
-            osts_per_oss: vec![4],
-            heartbeat_ms: 200,
-            target_timeout_ms: 1500,
+        ClusterSpec { mdts: 1, osts_per_oss: vec![4], heartbeat_ms: 200, target_timeout_ms: 1500 }
+    }
+}
+
+/// The longest a single CLI run may take before a test calls it hung.
+pub const CLI_WATCHDOG: Duration = Duration::from_secs(120);
+
+/// Runs `cmd` to completion with stdin closed, killing it (by PID) if it is still
+/// running after `timeout`. `Err` carries what it printed until it was killed.
+pub fn output_within(cmd: &mut Command, timeout: Duration) -> Result<Output, Output> {
+    let mut child =
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("start a command");
+    let collect = |r: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let out = collect(child.stdout.take().map(|r| Box::new(r) as _));
+    let err = collect(child.stderr.take().map(|r| Box::new(r) as _));
+    let start = Instant::now();
+    let (status, finished) = loop {
+        if let Some(st) = child.try_wait().expect("wait for a command") {
+            break (st, true);
         }
+        if start.elapsed() > timeout {
+            let _ = child.kill();
+            break (child.wait().expect("reap a killed command"), false);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let output = Output { status, stdout: out.join().unwrap_or_default(), stderr: err.join().unwrap_or_default() };
+    if finished {
+        Ok(output)
+    } else {
+        Err(output)
+    }
+}
+
+/// A command's stdout as text.
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// A command's stderr as text.
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Polls `ready` every 100 ms until it holds; panics after `timeout` saying `what`
+/// was never reached. For state that changes asynchronously (heartbeats, queues).
+pub fn wait_for(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !ready() {
+        if start.elapsed() > timeout {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A long-running process (e.g. `braid local`) killed by PID on drop. It is ready
+/// once it printed a line containing the marker given to [`Daemon::start`].
+pub struct Daemon {
+    pub log: PathBuf,
+    /// Lines the process printed on stdout before it became ready.
+    pub banner: Vec<String>,
+    child: Option<Child>,
+}
+
+impl Daemon {
+    /// Starts `bin args` with stderr into `log` and waits (up to 30 s) for `marker`
+    /// on stdout. `Err` holds the log when it exits or stays silent instead.
+    pub fn start(bin: &Path, args: &[&str], env: &[(&str, &Path)], log: &Path, marker: &str) -> Result<Daemon, String> {
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(log).expect("open log");
+        let mut cmd = Command::new(bin);
+        cmd.args(args).env_remove("BRAID_SECRET_FILE").env("BRAID_LOG", "debug");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(file).spawn().expect("start a daemon");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = mpsc::channel();
+        let marker = marker.to_string();
+        std::thread::spawn(move || {
+            let mut banner = Vec::new();
+            let mut sent = false;
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if !sent {
+                    let done = line.contains(&marker);
+                    banner.push(line);
+                    if done {
+                        let _ = tx.send(std::mem::take(&mut banner));
+                        sent = true;
+                    }
+                }
+            }
+        });
+        let mut d = Daemon { log: log.to_path_buf(), banner: Vec::new(), child: Some(child) };
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(banner) => {
+                d.banner = banner;
+                Ok(d)
+            }
+            Err(_) => {
+                d.kill(libc::SIGKILL);
+                Err(tail(log))
+            }
+        }
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// Sends `signal` and reaps the process.
+    pub fn kill(&mut self, signal: i32) {
+        if let Some(mut c) = self.child.take() {
+            // SAFETY: plain kill(2) of a child we started and have not reaped.
+            unsafe { libc::kill(c.id() as i32, signal) };
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("---- daemon log (tail) ----\n{}", tail(&self.log));
+        }
+        self.kill(libc::SIGKILL);
     }
 }
 
@@ -110,20 +229,22 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// Starts an MGS, one MDS and the OSSs of `spec`, and waits until every OST is up.
+    /// Starts an MGS, one MDS and the OSSs of `spec`, and waits until every OST is up
+    /// and the MDS places new files on OSTs.
     pub fn start(bin: &Path, spec: ClusterSpec) -> Cluster {
+        let osts = spec.osts_per_oss.iter().sum();
+        let c = Cluster::start_unready(bin, spec);
+        c.wait_placement(osts, Duration::from_secs(30));
+        c
+    }
+
+    /// Like [`Cluster::start`] without waiting for the MDS to learn the OST list:
+    /// for tests of what clients see while a cluster comes up.
+    pub fn start_unready(bin: &Path, spec: ClusterSpec) -> Cluster {
         let dir = TempDir::new("cluster");
         let secret = dir.path().join("cluster.secret");
-        let out = Command::new(bin)
-            .arg("gen-secret")
-            .arg(&secret)
-            .output()
-            .expect("run braid gen-secret");
-        assert!(
-            out.status.success(),
-            "gen-secret failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = Command::new(bin).arg("gen-secret").arg(&secret).output().expect("run braid gen-secret");
+        assert!(out.status.success(), "gen-secret failed: {}", String::from_utf8_lossy(&out.stderr));
         let mgs_addr = format!("127.0.0.2:{}", free_port("127.0.0.2"));
         let mut c = Cluster {
             bin: bin.to_path_buf(),
@@ -135,17 +256,8 @@ impl Cluster {
             next_ip: 3,
         };
         let mgs_data = c.dir.path().join("mgs");
-        let mut args = vec![
-            "mgs".to_string(),
-            "--listen".into(),
-            c.mgs_addr.clone(),
-            "--data".into(),
-            path(&mgs_data),
-        ];
-        args.extend([
-            "--target-timeout-ms".into(),
-            spec.target_timeout_ms.to_string(),
-        ]);
+        let mut args = vec!["mgs".to_string(), "--listen".into(), c.mgs_addr.clone(), "--data".into(), path(&mgs_data)];
+        args.extend(["--target-timeout-ms".into(), spec.target_timeout_ms.to_string()]);
         c.add_server("mgs", args);
         let mut args = c.role_args("mds");
         for i in 0..spec.mdts {
@@ -154,9 +266,7 @@ impl Cluster {
         c.add_server("mds", args);
         let mut ost = 0;
         for (i, n) in spec.osts_per_oss.iter().enumerate() {
-            let dirs: Vec<PathBuf> = (ost..ost + n)
-                .map(|k| c.dir.path().join(format!("ost{k}")))
-                .collect();
+            let dirs: Vec<PathBuf> = (ost..ost + n).map(|k| c.dir.path().join(format!("ost{k}"))).collect();
             ost += n;
             c.add_oss(&format!("oss{i}"), &dirs);
         }
@@ -195,22 +305,13 @@ impl Cluster {
             args.extend(["--secret-file".into(), path(&self.secret)]);
         }
         let log = self.dir.path().join(format!("{name}.log"));
-        let mut s = Server {
-            name: name.to_string(),
-            args,
-            log,
-            child: None,
-        };
+        let mut s = Server { name: name.to_string(), args, log, child: None };
         self.spawn(&mut s);
         self.servers.insert(name.to_string(), s);
     }
 
     fn spawn(&self, s: &mut Server) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&s.log)
-            .expect("open log");
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&s.log).expect("open log");
         let mut child = Command::new(&self.bin)
             .args(&s.args)
             .env("BRAID_LOG", "debug")
@@ -237,39 +338,50 @@ impl Cluster {
 
     /// Kills a server with SIGKILL.
     pub fn kill(&mut self, name: &str) {
-        self.servers
-            .get_mut(name)
-            .unwrap_or_else(|| panic!("no server {name}"))
-            .kill(libc::SIGKILL);
+        self.servers.get_mut(name).unwrap_or_else(|| panic!("no server {name}")).kill(libc::SIGKILL);
     }
 
     /// Stops a server with SIGTERM.
     pub fn stop(&mut self, name: &str) {
-        self.servers
-            .get_mut(name)
-            .unwrap_or_else(|| panic!("no server {name}"))
-            .kill(libc::SIGTERM);
+        self.servers.get_mut(name).unwrap_or_else(|| panic!("no server {name}")).kill(libc::SIGTERM);
     }
 
     /// Starts a killed server again with the same arguments (same address and data).
     pub fn restart(&mut self, name: &str) {
-        let mut s = self
-            .servers
-            .remove(name)
-            .unwrap_or_else(|| panic!("no server {name}"));
+        let mut s = self.servers.remove(name).unwrap_or_else(|| panic!("no server {name}"));
         s.kill(libc::SIGKILL);
         self.spawn(&mut s);
         self.servers.insert(name.to_string(), s);
     }
 
-    /// Runs the CLI with the cluster's secret.
+    /// The address server `name` listens on.
+    pub fn addr(&self, name: &str) -> String {
+        let s = self.servers.get(name).unwrap_or_else(|| panic!("no server {name}"));
+        let i = s.args.iter().position(|a| a == "--listen").expect("servers are started with --listen");
+        s.args[i + 1].clone()
+    }
+
+    /// Whether server `name` is running (started and not exited).
+    pub fn alive(&mut self, name: &str) -> bool {
+        let s = self.servers.get_mut(name).unwrap_or_else(|| panic!("no server {name}"));
+        match s.child.as_mut() {
+            Some(c) => matches!(c.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    /// The PIDs of every running server.
+    pub fn pids(&self) -> Vec<u32> {
+        self.servers.values().filter_map(Server::pid).collect()
+    }
+
+    /// Runs the CLI with the cluster's secret. A run that outlives
+    /// [`CLI_WATCHDOG`] is killed and fails the test: no test hangs forever.
     pub fn braid(&self, args: &[&str]) -> Output {
-        Command::new(&self.bin)
-            .args(args)
-            .env("BRAID_SECRET_FILE", &self.secret)
-            .stdin(Stdio::null())
-            .output()
-            .expect("run braid")
+        let mut cmd = Command::new(&self.bin);
+        cmd.args(args).env("BRAID_SECRET_FILE", &self.secret);
+        output_within(&mut cmd, CLI_WATCHDOG)
+            .unwrap_or_else(|o| panic!("braid {args:?} still running after {CLI_WATCHDOG:?}: {}", stderr(&o)))
     }
 
     /// Runs the CLI and returns stdout, panicking with stderr on failure.
@@ -284,6 +396,29 @@ impl Cluster {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// Uploads `data` to `remote` (a path inside the file system) with `braid cp`.
+    pub fn put(&self, remote: &str, data: &[u8]) {
+        let local = self.scratch(remote);
+        std::fs::write(&local, data).expect("write a local file");
+        self.braid_ok(&["cp", &path(&local), &self.url(remote)]);
+        let _ = std::fs::remove_file(&local);
+    }
+
+    /// Downloads `remote` with `braid cp` and returns its bytes.
+    pub fn get(&self, remote: &str) -> Vec<u8> {
+        let local = self.scratch(remote);
+        self.braid_ok(&["cp", &self.url(remote), &path(&local)]);
+        let data = std::fs::read(&local).expect("read a downloaded file");
+        let _ = std::fs::remove_file(&local);
+        data
+    }
+
+    /// A fresh local file name under the cluster directory.
+    fn scratch(&self, remote: &str) -> PathBuf {
+        let name: String = remote.chars().map(|ch| if ch.is_ascii_alphanumeric() { ch } else { '_' }).collect();
+        self.dir.path().join(format!("scratch-{}-{name}", COUNTER.fetch_add(1, Ordering::Relaxed)))
+    }
+
     /// `braid://MGS/path`.
     pub fn url(&self, p: &str) -> String {
         format!("braid://{}{}", self.mgs_addr, p)
@@ -295,18 +430,36 @@ impl Cluster {
         loop {
             let out = self.braid(&["df", &self.url("/"), "--timeout-s", "5"]);
             let text = String::from_utf8_lossy(&out.stdout);
-            let up = text
-                .lines()
-                .filter(|l| l.contains("[OST:") && !l.contains(" : "))
-                .count();
+            let up = text.lines().filter(|l| l.contains("[OST:") && !l.contains(" : ")).count();
             if out.status.success() && up >= n {
                 return;
             }
             if start.elapsed() > timeout {
-                panic!(
-                    "only {up} of {n} OSTs up after {timeout:?}:\n{text}{}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
+                panic!("only {up} of {n} OSTs up after {timeout:?}:\n{text}{}", String::from_utf8_lossy(&out.stderr));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Waits until the MDS places a new all-OST file on `osts` OSTs: it learns them
+    /// from the MGS a heartbeat interval after they register. Each probe is a fresh
+    /// CLI client with a short timeout; the probe file is removed again.
+    pub fn wait_placement(&self, osts: usize, timeout: Duration) {
+        let probe = self.url("/.testkit-probe");
+        let start = Instant::now();
+        loop {
+            let out = self.braid(&["setstripe", "-c", "-1", "--timeout-s", "1", &probe]);
+            let mut placed = 0;
+            if out.status.success() {
+                let layout = self.braid_ok(&["getstripe", &probe]);
+                placed = getstripe_objects(&layout).len();
+                self.braid_ok(&["rm", &probe]);
+                if placed == osts {
+                    return;
+                }
+            }
+            if start.elapsed() > timeout {
+                panic!("the MDS placed a file on {placed} of {osts} OSTs after {timeout:?}: {}", stderr(&out));
             }
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -343,6 +496,50 @@ impl Drop for Cluster {
             }
         }
     }
+}
+
+/// `len` bytes that differ from any other (offset, seed) pair: a misplaced stripe
+/// cannot go unnoticed.
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            // xorshift64*
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 56) as u8
+        })
+        .collect()
+}
+
+/// The `(obdidx, objid)` rows of `braid getstripe` output for a plain layout.
+pub fn getstripe_objects(text: &str) -> Vec<(u32, u64)> {
+    let mut rows = Vec::new();
+    let mut in_table = false;
+    for line in text.lines() {
+        if line.contains("obdidx") {
+            in_table = true;
+            continue;
+        }
+        if !in_table {
+            continue;
+        }
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        match (cols.first().map(|c| c.parse()), cols.get(1).map(|c| c.parse())) {
+            (Some(Ok(ost)), Some(Ok(objid))) => rows.push((ost, objid)),
+            _ => in_table = false,
+        }
+    }
+    rows
+}
+
+/// The value after `key` in `key: value` output lines (first occurrence).
+pub fn field<'a>(text: &'a str, key: &str) -> Option<&'a str> {
+    text.lines().find_map(|l| {
+        let l = l.trim_start();
+        l.strip_prefix(key).and_then(|rest| rest.strip_prefix(':')).map(str::trim)
+    })
 }
 
 fn path(p: &Path) -> String {

@@ -1,0 +1,276 @@
+//! Failures of real server processes: targets that stop heartbeating, SIGKILL of
+//! each role in the middle of a workload, durability of fsync'd data, clients that
+//! block across a restart and give a clean error after their timeout.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use client::{Client, ClientConfig};
+use layout::LayoutSpec;
+use proto::auth::Secret;
+use proto::msg::OpenFlags;
+use proto::Fid;
+use testkit::{getstripe_objects, output_within, pattern, stderr, stdout, wait_for, Cluster, ClusterSpec};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_braid"))
+}
+
+fn two_oss() -> ClusterSpec {
+    ClusterSpec { osts_per_oss: vec![2, 2], ..Default::default() }
+}
+
+/// The OSTs of a file's stripes, sorted (round-robin placement rotates the start).
+fn osts_of(c: &Cluster, remote: &str) -> Vec<u32> {
+    let gs = c.braid_ok(&["getstripe", &c.url(remote)]);
+    let mut osts: Vec<u32> = getstripe_objects(&gs).iter().map(|r| r.0).collect();
+    osts.sort();
+    osts
+}
+
+/// The `braid df` row of `tag` (e.g. `[OST:2]`), if df ran.
+fn df_row(c: &Cluster, tag: &str) -> Option<String> {
+    let out = c.braid(&["df", &c.url("/"), "--timeout-s", "5"]);
+    if !out.status.success() {
+        return None;
+    }
+    stdout(&out).lines().find(|l| l.ends_with(tag)).map(str::to_string)
+}
+
+#[test]
+fn silent_target_is_inactive_avoided_and_used_again_when_back() {
+    let mut c = Cluster::start(bin(), two_oss());
+    c.kill("oss1");
+    wait_for("df to show OST 2 and 3 inactive", WAIT, || {
+        [2, 3].iter().all(|i| df_row(&c, &format!("[OST:{i}]")).is_some_and(|r| r.contains("inactive")))
+    });
+    for i in [0, 1] {
+        let row = df_row(&c, &format!("[OST:{i}]")).expect("df runs");
+        assert!(!row.contains("inactive"), "{row}");
+    }
+
+    // The MDS learns of the state from the MGS: probe until new files avoid them.
+    let mut n = 0;
+    wait_for("new files to avoid the down OSTs", WAIT, || {
+        n += 1;
+        let name = format!("/probe-down{n}");
+        c.braid_ok(&["setstripe", "-c", "-1", &c.url(&name)]);
+        osts_of(&c, &name) == [0, 1]
+    });
+    // Asking for four stripes gets the two live OSTs, and I/O works.
+    c.braid_ok(&["setstripe", "-c", "4", "-S", "64K", &c.url("/while-down")]);
+    assert_eq!(osts_of(&c, "/while-down"), [0, 1]);
+    let data = pattern(400 << 10, 11);
+    c.put("/while-down", &data);
+    assert_eq!(c.get("/while-down"), data);
+    // An explicit list naming a down OST is refused with a clear error.
+    let out = c.braid(&["setstripe", "-o", "2", &c.url("/on-down")]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("OST 2 is down"), "{}", stderr(&out));
+
+    c.restart("oss1");
+    c.wait_osts_up(4, WAIT);
+    let mut n = 0;
+    wait_for("new files to use the returned OSTs", WAIT, || {
+        n += 1;
+        let name = format!("/probe-up{n}");
+        c.braid_ok(&["setstripe", "-c", "-1", &c.url(&name)]);
+        osts_of(&c, &name) == [0, 1, 2, 3]
+    });
+    c.braid_ok(&["setstripe", "-c", "-1", "-S", "64K", &c.url("/after")]);
+    let data = pattern(600 << 10, 12);
+    c.put("/after", &data);
+    assert_eq!(c.get("/after"), data);
+    assert!(!c.ost_objects(3).is_empty(), "OST 3 holds data again");
+    assert_eq!(c.get("/while-down").len(), 400 << 10);
+}
+
+/// Runs the CLI outside a `Cluster` borrow (from a workload thread).
+fn cli(bin: &Path, secret: &Path, args: &[&str]) -> std::process::Output {
+    let mut cmd = std::process::Command::new(bin);
+    cmd.args(args).env("BRAID_SECRET_FILE", secret);
+    output_within(&mut cmd, testkit::CLI_WATCHDOG).expect("braid finished")
+}
+
+/// Copies files in while `role` is killed with SIGKILL and restarted; every command
+/// must succeed (clients block and retry) and every file read back whole.
+fn sigkill_mid_workload(role: &str) {
+    let mut c = Cluster::start(bin(), two_oss());
+    const FILES: usize = 10;
+    let src: Vec<PathBuf> = (0..FILES)
+        .map(|i| {
+            let p = c.dir.path().join(format!("src{i}"));
+            std::fs::write(&p, pattern((64 << 10) * (i + 1) + i, 100 + i as u64)).expect("write a source file");
+            p
+        })
+        .collect();
+    c.braid_ok(&["mkdir", &c.url("/w")]);
+    c.braid_ok(&["setstripe", "-c", "-1", "-S", "64K", &c.url("/w")]);
+    let done = Arc::new(AtomicUsize::new(0));
+    let workload = {
+        let (bin, secret, done) = (bin().to_path_buf(), c.secret.clone(), done.clone());
+        let urls: Vec<String> = (0..FILES).map(|i| c.url(&format!("/w/f{i}"))).collect();
+        let dir_url = c.url("/w");
+        let src = src.clone();
+        std::thread::spawn(move || {
+            let mut failures = Vec::new();
+            for (s, url) in src.iter().zip(&urls) {
+                let s = s.to_str().expect("utf-8 path");
+                for args in [
+                    vec!["cp", "--timeout-s", "60", s, url.as_str()],
+                    vec!["ls", "--timeout-s", "60", dir_url.as_str()],
+                ] {
+                    let out = cli(&bin, &secret, &args);
+                    if !out.status.success() {
+                        failures.push(format!("{args:?}: {}", stderr(&out)));
+                    }
+                }
+                done.fetch_add(1, Ordering::SeqCst);
+            }
+            failures
+        })
+    };
+    wait_for("the workload to get going", WAIT, || done.load(Ordering::SeqCst) >= 2);
+    c.kill(role);
+    assert!(!c.alive(role));
+    std::thread::sleep(Duration::from_millis(700));
+    c.restart(role);
+    let failures = workload.join().expect("workload thread");
+    assert!(failures.is_empty(), "commands failed across the restart: {failures:#?}");
+
+    c.wait_osts_up(4, WAIT);
+    let ls = c.braid_ok(&["ls", &c.url("/w")]);
+    let mut names: Vec<&str> = ls.split_whitespace().collect();
+    names.sort();
+    let mut want: Vec<String> = (0..FILES).map(|i| format!("f{i}")).collect();
+    want.sort();
+    assert_eq!(names, want, "each file exactly once");
+    for (i, s) in src.iter().enumerate() {
+        let expected = std::fs::read(s).expect("read source");
+        assert!(c.get(&format!("/w/f{i}")) == expected, "bytes of /w/f{i}");
+    }
+    for name in c.servers.keys().cloned().collect::<Vec<_>>() {
+        assert!(c.alive(&name), "{name} is running");
+    }
+}
+
+#[test]
+fn sigkill_of_the_mgs_mid_workload_then_restart() {
+    sigkill_mid_workload("mgs");
+}
+
+#[test]
+fn sigkill_of_the_mds_mid_workload_then_restart() {
+    sigkill_mid_workload("mds");
+}
+
+#[test]
+fn sigkill_of_an_oss_mid_workload_then_restart() {
+    sigkill_mid_workload("oss1");
+}
+
+#[test]
+fn create_right_after_startup_waits_for_the_ost_list() {
+    // Slow heartbeats: the MDS fetched the configuration before any OST registered
+    // and asks the MGS again only 3 s later. A create in between is told "again"
+    // (EAGAIN) and must succeed on a retry once the MDS knows the OSTs.
+    let c = Cluster::start_unready(
+        bin(),
+        ClusterSpec { heartbeat_ms: 3000, target_timeout_ms: 10_000, ..Default::default() },
+    );
+    let out = c.braid(&["setstripe", "-c", "1", "--timeout-s", "20", &c.url("/early")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let data = pattern(100 << 10, 31);
+    c.put("/early", &data);
+    assert_eq!(c.get("/early"), data);
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime")
+}
+
+fn connect(rt: &tokio::runtime::Runtime, c: &Cluster) -> Client {
+    let secret = Secret::load(&c.secret).expect("load the cluster secret");
+    let mut cfg = ClientConfig::new(c.mgs_addr.clone(), secret);
+    cfg.rpc.recovery_timeout = WAIT;
+    rt.block_on(Client::connect(cfg)).expect("connect a client")
+}
+
+#[test]
+fn fsynced_data_and_metadata_survive_sigkill_of_every_server() {
+    let mut c = Cluster::start(bin(), two_oss());
+    let rt = runtime();
+    let creds = client::process_creds();
+    let data = pattern((1 << 20) + 333, 21);
+    let rw = OpenFlags { read: true, write: true, truncate: false };
+    {
+        let client = connect(&rt, &c);
+        rt.block_on(async {
+            let dir = client.mkdir(&creds, Fid::ROOT, "kept", 0o750).await?;
+            let spec = Some(LayoutSpec::raid0(Some(-1), Some(64 << 10)));
+            let (f, _, _) = client.create(&creds, dir.fid, "file", 0o640, true, rw, spec).await?;
+            client.write(&f, 0, Bytes::from(data.clone())).await?;
+            client.fsync(&f).await?;
+            // The handle is never closed: fsync alone must have made it durable.
+            std::mem::forget(f);
+            client::Result::Ok(())
+        })
+        .expect("write and fsync");
+    }
+    for name in ["oss0", "oss1", "mds", "mgs"] {
+        c.kill(name);
+    }
+    for name in ["mgs", "mds", "oss0", "oss1"] {
+        c.restart(name);
+    }
+    c.wait_osts_up(4, WAIT);
+    let st = c.braid_ok(&["stat", &c.url("/kept/file")]);
+    assert!(st.contains(&format!("Size: {}", data.len())), "{st}");
+    assert!(st.contains("(0640/-rw-r-----)"), "{st}");
+    assert!(c.get("/kept/file") == data, "bytes after SIGKILL of every server");
+    let st = c.braid_ok(&["stat", &c.url("/kept")]);
+    assert!(st.contains("directory") && st.contains("(0750/"), "{st}");
+    assert_eq!(osts_of(&c, "/kept/file"), [0, 1, 2, 3]);
+}
+
+#[test]
+fn client_blocks_across_a_restart_and_fails_cleanly_after_its_timeout() {
+    let mut c = Cluster::start(bin(), ClusterSpec::default());
+    c.put("/f", b"before the restart");
+
+    // Blocks while the MDS is down, succeeds once it is back.
+    c.kill("mds");
+    let waiting = {
+        let (bin, secret, url) = (c.bin.clone(), c.secret.clone(), c.url("/"));
+        std::thread::spawn(move || cli(&bin, &secret, &["ls", "--timeout-s", "60", &url]))
+    };
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(!waiting.is_finished(), "ls returned while the MDS was down");
+    c.restart("mds");
+    let out = waiting.join().expect("ls thread");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "f");
+
+    // With the MDS gone for good, the client gives up after --timeout-s with a
+    // clean error naming the server.
+    c.kill("mds");
+    let mds = c.addr("mds");
+    let out = c.braid(&["ls", "--timeout-s", "2", &c.url("/")]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains(&mds), "{err}");
+    assert!(err.contains("recovery timeout of 2000 ms"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    // Same for the MGS, which a client asks first.
+    c.kill("mgs");
+    let out = c.braid(&["ls", "--timeout-s", "2", &c.url("/")]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("cannot connect to the cluster"), "{err}");
+    assert!(err.contains(&c.mgs_addr), "{err}");
+}
