@@ -10,7 +10,10 @@
 //! locks (so a close releases POSIX locks without a round trip when none are held).
 //!
 //! Permission checks happen on the MDS with the caller's uid, gid and groups (read
-//! from `/proc/PID/status`); the kernel's `default_permissions` is not used.
+//! from `/proc/PID/status`). The kernel also checks (`default_permissions`) with the
+//! attributes it caches: without it a dentry cached by one user's lookup lets another
+//! user walk through a directory they may not search, since FUSE only asks the
+//! daemon on a lookup, never for the search bit of a cached path.
 //! Writes reach the OSTs as the exact bytes written (no writeback cache, so two
 //! clients writing disjoint ranges of one file never overwrite each other's bytes).
 
@@ -854,6 +857,8 @@ pub fn session(
         fuser::MountOption::Subtype("braid".into()),
         fuser::MountOption::NoDev,
         fuser::MountOption::NoSuid,
+        // See the module comment: cached dentries bypass the MDS's search-bit check.
+        fuser::MountOption::DefaultPermissions,
     ];
     if opts.read_only {
         config.mount_options.push(fuser::MountOption::RO);
