@@ -77,6 +77,8 @@ pub struct BraidFs {
     opts: MountOptions,
     handles: Handles,
     groups: Mutex<HashMap<u32, (Instant, Vec<u32>)>>,
+    /// Set once the session exists; used to drop the kernel's cached attributes.
+    notifier: Arc<std::sync::OnceLock<fuser::Notifier>>,
 }
 
 const ROOT_INO: u64 = 1;
@@ -137,7 +139,14 @@ fn name_str(name: &OsStr) -> Result<&str, Errno> {
 
 impl BraidFs {
     pub fn new(client: Client, rt: tokio::runtime::Handle, opts: MountOptions) -> BraidFs {
-        BraidFs { client, rt, opts, handles: Handles::default(), groups: Mutex::new(HashMap::new()) }
+        BraidFs {
+            client,
+            rt,
+            opts,
+            handles: Handles::default(),
+            groups: Mutex::new(HashMap::new()),
+            notifier: Arc::default(),
+        }
     }
 
     fn run<T>(&self, f: impl std::future::Future<Output = T>) -> T {
@@ -447,6 +456,13 @@ impl fuser::Filesystem for BraidFs {
         let c = self.creds(req);
         match self.run(self.client.open(&c, fid_of(ino), of)) {
             Ok((f, _)) => {
+                // Close-to-open: the kernel may still hold the size and mtime it cached
+                // before another client rewrote the file, and would read only up to that
+                // old size. Dropping its cached attributes (offset -1: the page cache is
+                // already dropped on open) makes the next read fetch them afresh.
+                if let Some(n) = self.notifier.get() {
+                    let _ = n.inval_inode(ino, -1, 0);
+                }
                 let fh = self.add_file(f);
                 reply.opened(FileHandle(fh), Self::fopen_flags(flags.0));
             }
@@ -868,7 +884,11 @@ pub fn session(
     }
     config.n_threads = Some(opts.threads.max(1));
     config.clone_fd = true;
-    fuser::Session::new(BraidFs::new(client, rt, opts), mountpoint, &config)
+    let fs = BraidFs::new(client, rt, opts);
+    let notifier = fs.notifier.clone();
+    let session = fuser::Session::new(fs, mountpoint, &config)?;
+    let _ = notifier.set(session.notifier());
+    Ok(session)
 }
 
 /// The size cell shared by one inode's handles in this mount.

@@ -1,0 +1,301 @@
+//! Locks and several clients: POSIX (fcntl) and BSD (flock) locks through one mount
+//! and across two mounts of one cluster (two `braid mount` processes), a dying client
+//! releasing its locks, close-to-open consistency, disjoint writes at any alignment
+//! (IO500 ior-hard's 47,008-byte records), and attribute changes crossing clients.
+
+use std::ffi::CString;
+use std::fs::{self, File, OpenOptions};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
+use std::time::Duration;
+
+use testkit::{pattern, wait_for, Cluster, ClusterSpec, Mount};
+
+fn cluster() -> Cluster {
+    Cluster::start(Path::new(env!("CARGO_BIN_EXE_braid")), ClusterSpec::default())
+}
+
+fn last_errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+fn flock_t(typ: i32, start: i64, len: i64) -> libc::flock {
+    // SAFETY: flock is plain data.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = typ as i16;
+    fl.l_whence = libc::SEEK_SET as i16;
+    fl.l_start = start;
+    fl.l_len = len;
+    fl
+}
+
+/// fcntl(F_SETLK/F_SETLKW/F_GETLK); 0 or the errno.
+fn fcntl_lock(fd: i32, cmd: i32, fl: &mut libc::flock) -> i32 {
+    // SAFETY: valid descriptor and flock struct.
+    if unsafe { libc::fcntl(fd, cmd, fl as *mut libc::flock) } == 0 {
+        0
+    } else {
+        last_errno()
+    }
+}
+
+fn flock(fd: i32, op: i32) -> i32 {
+    // SAFETY: flock(2) on a valid descriptor.
+    if unsafe { libc::flock(fd, op) } == 0 {
+        0
+    } else {
+        last_errno()
+    }
+}
+
+/// Forks a child that opens `path` and runs `f(fd)` (async-signal-safe calls only),
+/// exiting with its result. Returns the child's pid.
+fn fork_child(path: &Path, f: impl FnOnce(i32) -> i32) -> libc::pid_t {
+    let c = CString::new(path.as_os_str().as_bytes()).unwrap();
+    // SAFETY: the child only calls open/fcntl/_exit, which are async-signal-safe.
+    unsafe {
+        let pid = libc::fork();
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            let fd = libc::open(c.as_ptr(), libc::O_RDWR);
+            let code = if fd < 0 { 100 } else { f(fd) };
+            libc::_exit(code);
+        }
+        pid
+    }
+}
+
+/// Waits up to `timeout` for child `pid`; its exit code, or None if still running.
+fn wait_child(pid: libc::pid_t, timeout: Duration) -> Option<i32> {
+    let start = std::time::Instant::now();
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid on our own child.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if r == pid {
+            return Some(libc::WEXITSTATUS(status));
+        }
+        if start.elapsed() > timeout {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn posix_and_bsd_locks_in_one_mount() {
+    let c = cluster();
+    let m = Mount::new(&c, "");
+    let p = m.path("locked");
+    fs::write(&p, vec![0u8; 1000]).unwrap();
+    let f = OpenOptions::new().read(true).write(true).open(&p).unwrap();
+    let fd = f.as_raw_fd();
+    assert_eq!(fcntl_lock(fd, libc::F_SETLK, &mut flock_t(libc::F_WRLCK, 0, 100)), 0);
+    let me = std::process::id() as i32;
+
+    // Another process: a conflicting range fails with EAGAIN, F_GETLK names the
+    // holder, a disjoint range is granted.
+    let child = fork_child(&p, move |fd| {
+        if fcntl_lock(fd, libc::F_SETLK, &mut flock_t(libc::F_WRLCK, 50, 10)) != libc::EAGAIN {
+            return 1;
+        }
+        if fcntl_lock(fd, libc::F_SETLK, &mut flock_t(libc::F_RDLCK, 99, 1)) != libc::EAGAIN {
+            return 2;
+        }
+        let mut q = flock_t(libc::F_WRLCK, 10, 5);
+        if fcntl_lock(fd, libc::F_GETLK, &mut q) != 0 || q.l_type != libc::F_WRLCK as i16 || q.l_pid != me {
+            return 3;
+        }
+        if fcntl_lock(fd, libc::F_SETLK, &mut flock_t(libc::F_WRLCK, 100, 100)) != 0 {
+            return 4;
+        }
+        0
+    });
+    assert_eq!(wait_child(child, Duration::from_secs(30)), Some(0), "child lock checks (exit code = failed step)");
+
+    // Read locks share.
+    assert_eq!(fcntl_lock(fd, libc::F_SETLK, &mut flock_t(libc::F_RDLCK, 0, 100)), 0, "downgrade");
+    let child = fork_child(&p, |fd| fcntl_lock(fd, libc::F_SETLK, &mut flock_t(libc::F_RDLCK, 0, 100)));
+    assert_eq!(wait_child(child, Duration::from_secs(30)), Some(0), "two read locks coexist");
+
+    // A blocked F_SETLKW waits until the holder unlocks.
+    assert_eq!(fcntl_lock(fd, libc::F_SETLK, &mut flock_t(libc::F_WRLCK, 0, 100)), 0);
+    let child = fork_child(&p, |fd| fcntl_lock(fd, libc::F_SETLKW, &mut flock_t(libc::F_WRLCK, 0, 0)));
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(wait_child(child, Duration::ZERO), None, "F_SETLKW waits while the lock is held");
+    // Closing ANY descriptor of the file drops the process's POSIX locks.
+    drop(File::open(&p).unwrap());
+    assert_eq!(wait_child(child, Duration::from_secs(30)), Some(0), "close released the lock; the waiter got it");
+
+    // flock: separate opens conflict (each open file description is an owner).
+    let a = File::open(&p).unwrap();
+    let b = File::open(&p).unwrap();
+    assert_eq!(flock(a.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB), 0);
+    assert_eq!(flock(b.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB), libc::EWOULDBLOCK);
+    assert_eq!(flock(b.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB), libc::EWOULDBLOCK);
+    assert_eq!(flock(a.as_raw_fd(), libc::LOCK_SH), 0, "convert to shared");
+    assert_eq!(flock(b.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB), 0, "shared locks coexist");
+    assert_eq!(flock(b.as_raw_fd(), libc::LOCK_UN), 0);
+    drop(a); // The last close of the description releases its flock.
+    assert_eq!(flock(b.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB), 0, "close released the flock");
+    drop(b);
+    drop(f);
+}
+
+#[test]
+fn locks_exclude_across_clients_and_die_with_them() {
+    let c = cluster();
+    let mut m1 = Mount::new(&c, "");
+    let m2 = Mount::new(&c, "");
+    fs::write(m1.path("shared"), vec![0u8; 4096]).unwrap();
+    let f1 = OpenOptions::new().read(true).write(true).open(m1.path("shared")).unwrap();
+    let f2 = OpenOptions::new().read(true).write(true).open(m2.path("shared")).unwrap();
+    let (fd1, fd2) = (f1.as_raw_fd(), f2.as_raw_fd());
+
+    // fcntl: client 1 holds [0, 1000); client 2 is refused there and told who holds it.
+    assert_eq!(fcntl_lock(fd1, libc::F_SETLK, &mut flock_t(libc::F_WRLCK, 0, 1000)), 0);
+    assert_eq!(fcntl_lock(fd2, libc::F_SETLK, &mut flock_t(libc::F_WRLCK, 999, 10)), libc::EAGAIN);
+    assert_eq!(fcntl_lock(fd2, libc::F_SETLK, &mut flock_t(libc::F_RDLCK, 0, 1)), libc::EAGAIN);
+    let mut q = flock_t(libc::F_WRLCK, 0, 10);
+    assert_eq!(fcntl_lock(fd2, libc::F_GETLK, &mut q), 0);
+    assert_eq!(q.l_type, libc::F_WRLCK as i16, "F_GETLK on client 2 sees client 1's lock");
+    assert_eq!(fcntl_lock(fd2, libc::F_SETLK, &mut flock_t(libc::F_WRLCK, 1000, 1000)), 0, "disjoint range");
+    assert_eq!(fcntl_lock(fd1, libc::F_SETLK, &mut flock_t(libc::F_UNLCK, 0, 1000)), 0);
+    assert_eq!(fcntl_lock(fd2, libc::F_SETLK, &mut flock_t(libc::F_WRLCK, 0, 1000)), 0, "granted after unlock");
+    assert_eq!(fcntl_lock(fd2, libc::F_SETLK, &mut flock_t(libc::F_UNLCK, 0, 0)), 0);
+
+    // flock across clients.
+    let g1 = File::open(m1.path("shared")).unwrap();
+    let g2 = File::open(m2.path("shared")).unwrap();
+    assert_eq!(flock(g1.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB), 0);
+    assert_eq!(flock(g2.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB), libc::EWOULDBLOCK);
+    assert_eq!(flock(g2.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB), libc::EWOULDBLOCK);
+    assert_eq!(flock(g1.as_raw_fd(), libc::LOCK_UN), 0);
+    assert_eq!(flock(g2.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB), 0);
+    assert_eq!(flock(g1.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB), libc::EWOULDBLOCK);
+    assert_eq!(flock(g2.as_raw_fd(), libc::LOCK_UN), 0);
+
+    // A blocking lock on client 2 is granted when client 1 releases.
+    assert_eq!(fcntl_lock(fd1, libc::F_SETLK, &mut flock_t(libc::F_WRLCK, 0, 0)), 0);
+    let waiter = std::thread::spawn(move || {
+        let r = fcntl_lock(fd2, libc::F_SETLKW, &mut flock_t(libc::F_WRLCK, 0, 0));
+        (r, f2)
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!waiter.is_finished(), "F_SETLKW on client 2 waits for client 1");
+    assert_eq!(fcntl_lock(fd1, libc::F_SETLK, &mut flock_t(libc::F_UNLCK, 0, 0)), 0);
+    let (r, f2) = waiter.join().unwrap();
+    assert_eq!(r, 0, "the waiter got the lock");
+    assert_eq!(fcntl_lock(fd2, libc::F_SETLK, &mut flock_t(libc::F_UNLCK, 0, 0)), 0);
+
+    // Client 1 takes both kinds of lock (on two files: flock and fcntl locks share one
+    // lock space on the MDS, a documented braid choice) and dies (SIGKILL of the
+    // mount process): its locks go with it.
+    drop(g1);
+    drop(g2);
+    fs::write(m1.path("other"), b"o").unwrap();
+    let g1 = File::open(m1.path("other")).unwrap();
+    let g2 = File::open(m2.path("other")).unwrap();
+    assert_eq!(fcntl_lock(fd1, libc::F_SETLK, &mut flock_t(libc::F_WRLCK, 0, 0)), 0);
+    assert_eq!(flock(g1.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB), 0);
+    assert_eq!(fcntl_lock(fd2, libc::F_SETLK, &mut flock_t(libc::F_WRLCK, 0, 0)), libc::EAGAIN);
+    assert_eq!(flock(g2.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB), libc::EWOULDBLOCK);
+    m1.kill();
+    drop(f1);
+    drop(g1);
+    wait_for("the dead client's fcntl lock to be released", Duration::from_secs(30), || {
+        fcntl_lock(fd2, libc::F_SETLK, &mut flock_t(libc::F_WRLCK, 0, 0)) == 0
+    });
+    wait_for("the dead client's flock to be released", Duration::from_secs(30), || {
+        flock(g2.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0
+    });
+    drop(f2);
+    drop(g2);
+}
+
+#[test]
+fn close_to_open_and_disjoint_writes_across_clients() {
+    let c = cluster();
+    let a = Mount::new(&c, "");
+    let b = Mount::new(&c, "");
+    // B looks at the file first, so its kernel caches the old attributes.
+    fs::write(a.path("f"), b"version one").unwrap();
+    assert_eq!(fs::read(b.path("f")).unwrap(), b"version one");
+    assert_eq!(fs::metadata(b.path("f")).unwrap().len(), 11);
+    for (i, len) in [(2u64, 3_000_000usize), (3, 100), (4, 1_500_000)] {
+        let v = pattern(len, i);
+        fs::write(a.path("f"), &v).unwrap(); // open, write, close on A
+        let got = fs::read(b.path("f")).unwrap(); // then open on B
+        assert!(got == v, "version {i}: B read {} bytes, A wrote {len}", got.len());
+    }
+    // A new file created on A and closed is there, whole, for B.
+    let v = pattern(777_777, 9);
+    fs::write(a.path("new"), &v).unwrap();
+    assert!(fs::read(b.path("new")).unwrap() == v, "B reads A's new file whole");
+
+    // ior-hard: interleaved 47,008-byte records of one shared file, even records from
+    // A and odd ones from B, written at the same time.
+    const REC: usize = 47_008;
+    const N: usize = 96;
+    File::create(a.path("ior")).unwrap();
+    let writer = |m: &Mount, parity: usize| {
+        let f = OpenOptions::new().write(true).open(m.path("ior")).unwrap();
+        move || {
+            for i in (parity..N).step_by(2) {
+                f.write_all_at(&pattern(REC, 1000 + i as u64), (i * REC) as u64).unwrap();
+            }
+            f.sync_all().unwrap();
+        }
+    };
+    let (wa, wb) = (writer(&a, 0), writer(&b, 1));
+    let (ta, tb) = (std::thread::spawn(wa), std::thread::spawn(wb));
+    ta.join().unwrap();
+    tb.join().unwrap();
+    let want: Vec<u8> = (0..N).flat_map(|i| pattern(REC, 1000 + i as u64)).collect();
+    for (name, m) in [("A", &a), ("B", &b)] {
+        let got = fs::read(m.path("ior")).unwrap();
+        assert_eq!(got.len(), want.len(), "size seen on {name}");
+        if let Some(i) = (0..N).find(|&i| got[i * REC..(i + 1) * REC] != want[i * REC..(i + 1) * REC]) {
+            panic!("record {i} (written by {}) is wrong when read on {name}", if i % 2 == 0 { "A" } else { "B" });
+        }
+    }
+    assert!(c.get("/ior") == want, "the native client reads exactly the bytes written");
+}
+
+#[test]
+fn attributes_cross_clients_within_the_cache_time() {
+    let c = cluster();
+    // No attribute cache: a change on A shows on B at once.
+    let a = Mount::new(&c, "attr_timeout=0,entry_timeout=0");
+    let b = Mount::new(&c, "attr_timeout=0,entry_timeout=0");
+    fs::write(a.path("f"), b"12345").unwrap();
+    assert_eq!(fs::metadata(b.path("f")).unwrap().len(), 5);
+    fs::set_permissions(a.path("f"), fs::Permissions::from_mode(0o600)).unwrap();
+    assert_eq!(fs::metadata(b.path("f")).unwrap().mode() & 0o7777, 0o600);
+    std::os::unix::fs::chown(a.path("f"), Some(77), Some(88)).unwrap();
+    let m = fs::metadata(b.path("f")).unwrap();
+    assert_eq!((m.uid(), m.gid()), (77, 88));
+    OpenOptions::new().write(true).open(a.path("f")).unwrap().set_len(2).unwrap();
+    assert_eq!(fs::metadata(b.path("f")).unwrap().len(), 2);
+    assert_eq!(fs::read(b.path("f")).unwrap(), b"12");
+    fs::rename(a.path("f"), a.path("g")).unwrap();
+    assert!(fs::metadata(b.path("f")).is_err(), "the old name is gone on B");
+    assert_eq!(fs::metadata(b.path("g")).unwrap().len(), 2);
+    fs::remove_file(a.path("g")).unwrap();
+    assert_eq!(fs::metadata(b.path("g")).unwrap_err().raw_os_error(), Some(libc::ENOENT));
+    drop((a, b));
+
+    // With a 1 s cache a change shows once the cache time has passed.
+    let a = Mount::new(&c, "attr_timeout=1,entry_timeout=1");
+    let b = Mount::new(&c, "attr_timeout=1,entry_timeout=1");
+    fs::write(a.path("h"), b"x").unwrap();
+    assert_eq!(fs::metadata(b.path("h")).unwrap().mode() & 0o777, 0o644);
+    fs::set_permissions(a.path("h"), fs::Permissions::from_mode(0o640)).unwrap();
+    fs::write(a.path("h"), b"longer").unwrap();
+    std::thread::sleep(Duration::from_millis(1100));
+    wait_for("B to see A's chmod and size", Duration::from_secs(30), || {
+        fs::metadata(b.path("h")).is_ok_and(|m| m.mode() & 0o777 == 0o640 && m.len() == 6)
+    });
+}
