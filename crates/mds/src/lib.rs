@@ -259,7 +259,12 @@ fn committer(
                             if matches!(req, Request::MdsCreate { .. }) {
                                 cursor = cursor.wrapping_add(1);
                             }
-                            cache.insert(key.as_slice(), encode(&(now_secs(), &resp)).as_slice())?;
+                            // `Again` means nothing was applied and the client will ask
+                            // again with the same xid: it must not find this answer then.
+                            let again = matches!(&resp, Response::Error(e) if e.code == Errno::Again);
+                            if !again {
+                                cache.insert(key.as_slice(), encode(&(now_secs(), &resp)).as_slice())?;
+                            }
                             resp
                         }
                         JobKind::DestroyDone(keys) => {
