@@ -176,11 +176,12 @@ fn handshake_header(msg_len: u32) -> Vec<u8> {
 fn garbage_and_truncated_frames_before_authentication_are_dropped() {
     let mut c = Cluster::start(bin(), ClusterSpec { osts_per_oss: vec![1], ..Default::default() });
     c.put("/f", b"still here");
+    // Peers that never speak are dropped after the handshake timeout.
+    let mut silent: Vec<(&str, TcpStream)> =
+        ["mgs", "mds", "oss0"].map(|n| (n, TcpStream::connect(c.addr(n)).expect("connect"))).into();
     for name in ["mgs", "mds", "oss0"] {
         let addr = c.addr(name);
         let connect = || TcpStream::connect(&addr).expect("connect");
-        // A peer that never speaks is dropped after the handshake timeout.
-        let mut silent = connect();
 
         let mut http = connect();
         http.write_all(b"GET / HTTP/1.1\r\nHost: braid\r\nUser-Agent: curl\r\n\r\n").expect("send");
@@ -208,8 +209,10 @@ fn garbage_and_truncated_frames_before_authentication_are_dropped() {
         early.write_all(&encode_frame(FrameKind::Request, 1, &[0], &[])).expect("send");
         assert!(closed_by_peer(&mut early), "{name} serves a request before authentication");
 
-        assert!(closed_by_peer(&mut silent), "{name} keeps a silent connection");
         assert!(c.alive(name), "{name} died");
+    }
+    for (name, s) in &mut silent {
+        assert!(closed_by_peer(s), "{name} keeps a silent connection");
     }
     for name in ["mgs", "mds", "oss0"] {
         let log = log_of(&c, name);
@@ -355,4 +358,31 @@ fn cluster_processes_and_directory_are_cleaned_up_when_a_test_panics() {
         let exists = unsafe { libc::kill(pid as i32, 0) } == 0;
         assert!(!exists, "server {pid} still running");
     }
+}
+
+/// The state letter of process `pid` (`Z` for a zombie), `None` once it is gone.
+fn process_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit(')').next()?.split_whitespace().next()?.chars().next()
+}
+
+#[test]
+fn servers_die_with_a_test_that_is_killed_before_its_cleanup() {
+    let dir = TempDir::new("orphan");
+    let addr = format!("127.0.0.1:{}", free_port("127.0.0.1"));
+    let data = dir.path().join("mgs").to_string_lossy().into_owned();
+    let log = dir.path().join("mgs.log");
+    let pid = std::thread::spawn(move || {
+        let args = ["mgs", "--insecure", "--listen", &addr, "--data", &data];
+        let d = Daemon::start(bin(), &args, &[], &log, "listening on").expect("start an MGS");
+        let pid = d.pid().expect("pid");
+        // As if the test were killed: no Drop runs, only the thread ends.
+        std::mem::forget(d);
+        pid
+    })
+    .join()
+    .expect("starter thread");
+    testkit::wait_for("the abandoned MGS to be killed", WAIT, || matches!(process_state(pid), None | Some('Z')));
+    // SAFETY: reaping our own (now dead) child.
+    unsafe { libc::waitpid(pid as i32, std::ptr::null_mut(), libc::WNOHANG) };
 }

@@ -89,8 +89,12 @@ pub const CLI_WATCHDOG: Duration = Duration::from_secs(120);
 /// Runs `cmd` to completion with stdin closed, killing it (by PID) if it is still
 /// running after `timeout`. `Err` carries what it printed until it was killed.
 pub fn output_within(cmd: &mut Command, timeout: Duration) -> Result<Output, Output> {
-    let mut child =
-        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("start a command");
+    let mut child = die_with_parent(cmd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start a command");
     let collect = |r: Option<Box<dyn std::io::Read + Send>>| {
         std::thread::spawn(move || {
             let mut buf = Vec::new();
@@ -118,6 +122,24 @@ pub fn output_within(cmd: &mut Command, timeout: Duration) -> Result<Output, Out
         Ok(output)
     } else {
         Err(output)
+    }
+}
+
+/// Makes the child get SIGKILL when the thread that starts it exits (Linux
+/// `PR_SET_PDEATHSIG`), so servers never outlive a test process that is itself killed
+/// (a timeout, Ctrl-C) before its `Drop` runs. Start long-lived processes from the
+/// test's own thread, not from a helper thread that ends first.
+pub fn die_with_parent(cmd: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: between fork and exec the closure only calls prctl(2), which is
+    // async-signal-safe, and allocates nothing.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
     }
 }
 
@@ -162,7 +184,12 @@ impl Daemon {
         for (k, v) in env {
             cmd.env(k, v);
         }
-        let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(file).spawn().expect("start a daemon");
+        let mut child = die_with_parent(&mut cmd)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(file)
+            .spawn()
+            .expect("start a daemon");
         let stdout = child.stdout.take().expect("stdout");
         let (tx, rx) = mpsc::channel();
         let marker = marker.to_string();
@@ -312,7 +339,7 @@ impl Cluster {
 
     fn spawn(&self, s: &mut Server) {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&s.log).expect("open log");
-        let mut child = Command::new(&self.bin)
+        let mut child = die_with_parent(&mut Command::new(&self.bin))
             .args(&s.args)
             .env("BRAID_LOG", "debug")
             .stdin(Stdio::null())
