@@ -175,7 +175,6 @@ fn sigkill_of_an_oss_mid_workload_then_restart() {
 }
 
 #[test]
-#[ignore = "bug: the MDS reply cache stores EAGAIN answers, so a create retried with the same xid gets the cached EAGAIN until the client times out"]
 fn create_right_after_startup_waits_for_the_ost_list() {
     // Slow heartbeats: the MDS fetched the configuration before any OST registered
     // and asks the MGS again only 3 s later. A create in between is told "again"
