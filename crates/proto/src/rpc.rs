@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{oneshot, Semaphore};
 
 use crate::auth::{client_handshake, Secret, HANDSHAKE_TIMEOUT};
 use crate::error::{Errno, RpcError};
@@ -87,12 +87,6 @@ pub struct Reply {
     pub payload: Bytes,
 }
 
-struct Outgoing {
-    id: u64,
-    msg: Arc<Vec<u8>>,
-    payload: Vec<Bytes>,
-}
-
 type Waiter = oneshot::Sender<Result<Frame, RpcError>>;
 
 struct Shared {
@@ -114,8 +108,17 @@ impl Shared {
     }
 }
 
+struct Sender {
+    w: BufWriter<tokio::net::tcp::OwnedWriteHalf>,
+    /// Set while a frame is being written. A caller cancelled in the middle leaves it
+    /// set, and the next caller then drops the connection instead of sending after a
+    /// partial frame.
+    in_frame: bool,
+}
+
 struct Conn {
-    tx: mpsc::Sender<Outgoing>,
+    /// The sending half: a caller writes its own frame (no hop through a writer task).
+    writer: tokio::sync::Mutex<Sender>,
     shared: Arc<Shared>,
     slots: Semaphore,
 }
@@ -193,9 +196,24 @@ impl RpcClient {
             conn.shared.pending.lock().expect("pending lock").remove(&xid);
             return Err(RpcError::ConnectionLost { addr: self.addr.clone(), reason: "connection closed".into() });
         }
-        if conn.tx.send(Outgoing { id: xid, msg, payload }).await.is_err() {
+        let sent = {
+            let mut s = conn.writer.lock().await;
+            if s.in_frame {
+                Err(std::io::Error::other("an interrupted request left a partial frame"))
+            } else {
+                s.in_frame = true;
+                let r = match write_frame(&mut s.w, FrameKind::Request, xid, &msg, &payload).await {
+                    Ok(()) => s.w.flush().await,
+                    Err(e) => Err(e),
+                };
+                s.in_frame = r.is_err();
+                r
+            }
+        };
+        if let Err(e) = sent {
             conn.shared.pending.lock().expect("pending lock").remove(&xid);
-            return Err(RpcError::ConnectionLost { addr: self.addr.clone(), reason: "writer stopped".into() });
+            conn.shared.fail_all(&format!("write failed: {e}"));
+            return Err(RpcError::ConnectionLost { addr: self.addr.clone(), reason: format!("write failed: {e}") });
         }
         let frame = match tokio::time::timeout(self.opts.request_timeout, rx).await {
             Ok(Ok(r)) => r?,
@@ -252,31 +270,10 @@ impl RpcClient {
             alive: AtomicBool::new(true),
             pending: Mutex::new(HashMap::new()),
         });
-        let (tx, rx) = mpsc::channel(self.opts.max_in_flight);
-        tokio::spawn(writer(wr, rx, shared.clone()));
         tokio::spawn(reader(rd, shared.clone(), self.opts.limits));
-        Ok(Conn { tx, shared, slots: Semaphore::new(self.opts.max_in_flight) })
+        let writer = tokio::sync::Mutex::new(Sender { w: BufWriter::with_capacity(64 * 1024, wr), in_frame: false });
+        Ok(Conn { writer, shared, slots: Semaphore::new(self.opts.max_in_flight) })
     }
-}
-
-async fn writer(wr: tokio::net::tcp::OwnedWriteHalf, mut rx: mpsc::Receiver<Outgoing>, shared: Arc<Shared>) {
-    let mut w = BufWriter::with_capacity(256 * 1024, wr);
-    while let Some(out) = rx.recv().await {
-        let r = write_frame(&mut w, FrameKind::Request, out.id, &out.msg, &out.payload).await;
-        // Flush only when nothing else is queued: small frames get batched.
-        let r = match r {
-            Ok(()) if rx.is_empty() => w.flush().await,
-            other => other,
-        };
-        if let Err(e) = r {
-            shared.fail_all(&format!("write failed: {e}"));
-            return;
-        }
-        if !shared.alive.load(Ordering::Acquire) {
-            break;
-        }
-    }
-    let _ = w.shutdown().await;
 }
 
 async fn reader(rd: tokio::net::tcp::OwnedReadHalf, shared: Arc<Shared>, limits: FrameLimits) {

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::Semaphore;
 
 use crate::auth::{server_handshake, Secret, HANDSHAKE_TIMEOUT};
 use crate::error::Errno;
@@ -115,8 +115,7 @@ async fn serve_conn<S: Service>(
     tracing::debug!(server = %cfg.name, %peer, role = %hello.role, client = hello.client_id, "connected");
     *per_client.lock().expect("client counts").entry(hello.client_id).or_default() += 1;
     let (rd, wr) = stream.into_split();
-    let (tx, rx) = mpsc::channel::<(u64, Answer)>(cfg.max_in_flight_per_conn);
-    let writer_task = tokio::spawn(writer(wr, rx));
+    let out = Arc::new(tokio::sync::Mutex::new(BufWriter::with_capacity(64 * 1024, wr)));
     let slots = Arc::new(Semaphore::new(cfg.max_in_flight_per_conn));
     let mut r = BufReader::with_capacity(256 * 1024, rd);
     loop {
@@ -129,14 +128,14 @@ async fn serve_conn<S: Service>(
             }
             Err(e) => {
                 tracing::warn!(server = %cfg.name, %peer, "bad frame, closing connection: {e}");
-                let _ = tx.send((0, (Response::error(Errno::Proto, format!("bad frame: {e}")), vec![]))).await;
+                let _ = send(&out, 0, Response::error(Errno::Proto, format!("bad frame: {e}")), vec![]).await;
                 break;
             }
         };
         if frame.kind != FrameKind::Request {
             tracing::warn!(server = %cfg.name, %peer, "unexpected frame kind {:?}, closing", frame.kind);
-            let _ =
-                tx.send((frame.request_id, (Response::error(Errno::Proto, "expected a request frame"), vec![]))).await;
+            let answer = Response::error(Errno::Proto, "expected a request frame");
+            let _ = send(&out, frame.request_id, answer, vec![]).await;
             break;
         }
         let req: Request = match postcard::from_bytes(&frame.msg) {
@@ -144,7 +143,7 @@ async fn serve_conn<S: Service>(
             Err(e) => {
                 tracing::warn!(server = %cfg.name, %peer, "undecodable request: {e}");
                 let answer = Response::error(Errno::Proto, format!("malformed or unknown request: {e}"));
-                if tx.send((frame.request_id, (answer, vec![]))).await.is_err() {
+                if send(&out, frame.request_id, answer, vec![]).await.is_err() {
                     break;
                 }
                 continue;
@@ -154,23 +153,31 @@ async fn serve_conn<S: Service>(
             break;
         };
         let ctx = RequestCtx { client_id: hello.client_id, xid: frame.request_id, peer };
-        let (svc, tx, name) = (svc.clone(), tx.clone(), cfg.name.clone());
+        let (svc, out, name) = (svc.clone(), out.clone(), cfg.name.clone());
         tokio::spawn(async move {
             let op = req.op_name();
-            let handler = tokio::spawn(async move { svc.handle(ctx, req, frame.payload).await });
-            let answer = match handler.await {
-                Ok(a) => a,
-                Err(e) => {
-                    tracing::error!(server = %name, op, "handler failed: {e}");
-                    (Response::error(Errno::Io, format!("internal server error in {op}")), vec![])
+            let mut handler = Box::pin(svc.handle(ctx, req, frame.payload));
+            // A panicking handler must not take the answer (or the server) with it.
+            let guarded = std::future::poll_fn(move |cx| {
+                match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler.as_mut().poll(cx))) {
+                    Ok(p) => p.map(Ok),
+                    Err(_) => std::task::Poll::Ready(Err(())),
                 }
-            };
-            let _ = tx.send((frame.request_id, answer)).await;
+            });
+            let (resp, payload) = guarded.await.unwrap_or_else(|()| {
+                tracing::error!(server = %name, op, "handler panicked");
+                (Response::error(Errno::Io, format!("internal server error in {op}")), vec![])
+            });
+            let _ = send(&out, frame.request_id, resp, payload).await;
             drop(slot);
         });
     }
-    drop(tx);
-    let _ = writer_task.await;
+    // Let requests in flight finish (their answers go out) before the client counts
+    // as gone.
+    let _ = slots.acquire_many(cfg.max_in_flight_per_conn as u32).await;
+    if let Ok(mut w) = Arc::try_unwrap(out).map(|m| m.into_inner()) {
+        let _ = w.shutdown().await;
+    }
     let gone = {
         let mut m = per_client.lock().expect("client counts");
         let n = m.entry(hello.client_id).or_default();
@@ -188,23 +195,12 @@ async fn serve_conn<S: Service>(
     }
 }
 
-async fn writer(wr: tokio::net::tcp::OwnedWriteHalf, mut rx: mpsc::Receiver<(u64, Answer)>) {
-    let mut w = BufWriter::with_capacity(256 * 1024, wr);
-    while let Some((id, (resp, payload))) = rx.recv().await {
-        let msg = match postcard::to_stdvec(&resp) {
-            Ok(m) => m,
-            Err(e) => {
-                tracing::error!("cannot encode response: {e}");
-                continue;
-            }
-        };
-        let mut r = write_frame(&mut w, FrameKind::Response, id, &msg, &payload).await;
-        if r.is_ok() && rx.is_empty() {
-            r = w.flush().await;
-        }
-        if r.is_err() {
-            return;
-        }
-    }
-    let _ = w.shutdown().await;
+type Out = Arc<tokio::sync::Mutex<BufWriter<tokio::net::tcp::OwnedWriteHalf>>>;
+
+/// Writes one answer on the connection.
+async fn send(out: &Out, id: u64, resp: Response, payload: Vec<Bytes>) -> std::io::Result<()> {
+    let msg = postcard::to_stdvec(&resp).map_err(|e| std::io::Error::other(format!("cannot encode response: {e}")))?;
+    let mut w = out.lock().await;
+    write_frame(&mut *w, FrameKind::Response, id, &msg, &payload).await?;
+    w.flush().await
 }
