@@ -270,6 +270,8 @@ fn hostile_frames_after_authentication_get_an_error_and_the_server_keeps_serving
     for name in ["mgs", "mds", "oss0"] {
         let addr = c.addr(name);
         rt.block_on(async {
+            // A client connected before all this must be served throughout.
+            let mut bystander = authenticated(&addr, &secret).await;
             // An unknown operation (variant 200) and a known one cut short: each gets an
             // error answer to its request id, and the connection keeps working.
             let mut s = authenticated(&addr, &secret).await;
@@ -327,11 +329,13 @@ fn hostile_frames_after_authentication_get_an_error_and_the_server_keeps_serving
                 }
             }
 
-            // A fresh connection is served.
+            // A fresh connection is served, and so is the one that was open all along.
             let mut s = authenticated(&addr, &secret).await;
-            write_frame(&mut s, FrameKind::Request, 14, &[0], &[]).await.expect("send ping");
-            let f = read_frame(&mut s, &limits).await.expect("answer").expect("not closed");
-            assert_eq!(&f.msg[..], &[0u8], "{name}");
+            for (id, conn) in [(14, &mut s), (15, &mut bystander)] {
+                write_frame(conn, FrameKind::Request, id, &[0], &[]).await.expect("send ping");
+                let f = read_frame(conn, &limits).await.expect("answer").expect("not closed");
+                assert_eq!((f.request_id, &f.msg[..]), (id, &[0u8][..]), "{name}");
+            }
         });
         assert!(c.alive(name), "{name} died");
     }
