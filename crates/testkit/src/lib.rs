@@ -67,6 +67,14 @@ impl Server {
     }
 }
 
+/// A server that is not in a cluster's table (e.g. one whose restart panicked, not
+/// printing "listening on" in time) is still killed.
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill(libc::SIGKILL);
+    }
+}
+
 /// How to shape a test cluster.
 #[derive(Debug, Clone)]
 pub struct ClusterSpec {
