@@ -276,7 +276,6 @@ fn client_blocks_across_a_restart_and_fails_cleanly_after_its_timeout() {
 }
 
 #[test]
-#[ignore = "bug: a restarted MGS reports every registered target down (df: inactive device) until its next heartbeat"]
 fn targets_stay_up_and_placeable_across_an_mgs_restart() {
     // Heartbeats every 2 s: a restarted MGS must not report live targets down (nor
     // let the MDS refuse creates) while it waits for their next heartbeat.

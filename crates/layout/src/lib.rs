@@ -311,7 +311,7 @@ pub fn check_stripe_size(size: u64) -> Result<(), LayoutError> {
     if size == 0 || size > STRIPE_SIZE_MAX {
         return Err(LayoutError::StripeSizeRange(size));
     }
-    if size % STRIPE_SIZE_UNIT != 0 {
+    if !size.is_multiple_of(STRIPE_SIZE_UNIT) {
         return Err(LayoutError::StripeSizeUnaligned(size));
     }
     Ok(())

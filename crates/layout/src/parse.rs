@@ -27,7 +27,7 @@ pub fn format_size(n: u64) -> String {
     for (unit, scale) in UNITS {
         if n >= scale {
             let v = n as f64 / scale as f64;
-            return if n % scale == 0 { format!("{}{unit}", n / scale) } else { format!("{v:.1}{unit}") };
+            return if n.is_multiple_of(scale) { format!("{}{unit}", n / scale) } else { format!("{v:.1}{unit}") };
         }
     }
     n.to_string()

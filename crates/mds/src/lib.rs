@@ -370,10 +370,10 @@ impl Mds {
         Ok(mds)
     }
 
-    fn mdt(&self, fid: Fid) -> Result<&Arc<Mdt>, Response> {
+    fn mdt(&self, fid: Fid) -> Result<&Arc<Mdt>, Box<Response>> {
         self.mdts
             .get(&fid.mdt())
-            .ok_or_else(|| Response::error(Errno::Stale, format!("MDT {} is not served here", fid.mdt())))
+            .ok_or_else(|| Box::new(Response::error(Errno::Stale, format!("MDT {} is not served here", fid.mdt()))))
     }
 }
 
@@ -607,7 +607,7 @@ impl Mds {
         };
         let mdt = match self.mdt(target) {
             Ok(m) => m,
-            Err(r) => return r,
+            Err(r) => return *r,
         };
         match req {
             Request::MdsLookup { creds, parent, name } => {

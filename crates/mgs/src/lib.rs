@@ -108,7 +108,12 @@ impl Mgs {
             w.commit().map_err(|e| StoreError::engine("commit", e))?;
         }
         tracing::info!(fsname = %cfg.fsname, targets = targets.len(), "MGS registry opened");
-        Ok(Mgs { cfg, store, state: Mutex::new(State { targets, live: HashMap::new(), generation: 1 }) })
+        // A restarted MGS has heard no heartbeat yet: presume every registered target
+        // alive for one timeout, as it was before the restart; one that really stopped
+        // is marked down when that timeout passes without a heartbeat.
+        let now = Instant::now();
+        let live = targets.keys().map(|k| (*k, Live { last_seen: now, usage: Usage::default() })).collect();
+        Ok(Mgs { cfg, store, state: Mutex::new(State { targets, live, generation: 1 }) })
     }
 
     fn persist(&self, rec: &TargetRecord) -> Result<(), StoreError> {

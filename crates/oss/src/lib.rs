@@ -66,11 +66,11 @@ impl Oss {
             .collect()
     }
 
-    fn ost(&self, index: u32) -> Result<Ost, Response> {
+    fn ost(&self, index: u32) -> Result<Ost, Box<Response>> {
         self.osts
             .get(&index)
             .cloned()
-            .ok_or_else(|| Response::error(Errno::NoEnt, format!("OST {index} is not served here")))
+            .ok_or_else(|| Box::new(Response::error(Errno::NoEnt, format!("OST {index} is not served here"))))
     }
 
     fn write(ost: &Ost, o: &ObjectId, offset: u64, data: &[u8], sync: bool) -> Response {
@@ -208,28 +208,28 @@ impl Oss {
             Request::Ping => simple(Response::Ok),
             Request::OstWrite { ost, object, offset, sync } => match ost_of(ost) {
                 Ok(t) => simple(Self::write(&t, &object, offset, &payload, sync)),
-                Err(r) => simple(r),
+                Err(r) => simple(*r),
             },
             Request::OstRead { ost, object, offset, len } => match ost_of(ost) {
                 Ok(t) if len <= 16 << 20 => Self::read(&t, &object, offset, len),
                 Ok(_) => simple(Response::error(Errno::Inval, format!("read of {len} bytes exceeds 16 MiB"))),
-                Err(r) => simple(r),
+                Err(r) => simple(*r),
             },
             Request::OstPunch { ost, object, size } => {
-                simple(ost_of(ost).map_or_else(|r| r, |t| Self::punch(&t, &object, size)))
+                simple(ost_of(ost).map_or_else(|r| *r, |t| Self::punch(&t, &object, size)))
             }
             Request::OstDestroy { ost, object } => {
-                simple(ost_of(ost).map_or_else(|r| r, |t| Self::destroy(&t, &object)))
+                simple(ost_of(ost).map_or_else(|r| *r, |t| Self::destroy(&t, &object)))
             }
             Request::OstGetattr { ost, object } => {
-                simple(ost_of(ost).map_or_else(|r| r, |t| Self::getattr(&t, &object)))
+                simple(ost_of(ost).map_or_else(|r| *r, |t| Self::getattr(&t, &object)))
             }
-            Request::OstSync { ost, objects } => simple(ost_of(ost).map_or_else(|r| r, |t| Self::sync(&t, &objects))),
+            Request::OstSync { ost, objects } => simple(ost_of(ost).map_or_else(|r| *r, |t| Self::sync(&t, &objects))),
             Request::OstTrim { ost, object, offset, len } => {
-                simple(ost_of(ost).map_or_else(|r| r, |t| Self::trim(&t, &object, offset, len)))
+                simple(ost_of(ost).map_or_else(|r| *r, |t| Self::trim(&t, &object, offset, len)))
             }
             Request::OstStatfs { ost } => {
-                simple(ost_of(ost).map_or_else(|r| r, |t| Response::Usage(ost_usage(&t.dir))))
+                simple(ost_of(ost).map_or_else(|r| *r, |t| Response::Usage(ost_usage(&t.dir))))
             }
             other => simple(Response::error(Errno::Proto, format!("an OSS does not serve {}", other.op_name()))),
         }
