@@ -1,0 +1,143 @@
+//! Operating a mount: layout commands on mounted paths (setstripe, getstripe, df,
+//! mkdir), servers killed and restarted under a busy mount, the `timeout=S` option,
+//! unmount while a server is down, and Ctrl-C on `braid mount -f`.
+
+use std::fs::{self, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::time::Duration;
+
+use testkit::{getstripe_objects, is_mounted, pattern, Cluster, ClusterSpec, Mount};
+
+fn cluster() -> Cluster {
+    Cluster::start(Path::new(env!("CARGO_BIN_EXE_braid")), ClusterSpec::default())
+}
+
+fn s(p: &Path) -> String {
+    p.to_string_lossy().into_owned()
+}
+
+#[test]
+fn layout_commands_on_mounted_paths() {
+    let c = cluster();
+    let m = Mount::new(&c, "");
+    // mkdir through the tool, on a mounted path.
+    c.braid_ok(&["mkdir", &s(&m.path("wide"))]);
+    assert!(m.path("wide").is_dir(), "braid mkdir made the directory in the mount");
+    // A directory default set on the mounted path applies to files `cp` creates there.
+    c.braid_ok(&["setstripe", "-c", "3", "-S", "128K", &s(&m.path("wide"))]);
+    let d = c.braid_ok(&["getstripe", "-d", &s(&m.path("wide"))]);
+    assert!(d.contains('3'), "getstripe -d shows the default: {d}");
+    let local = c.dir.path().join("local-src");
+    let data = pattern(1_000_000, 11);
+    fs::write(&local, &data).unwrap();
+    let out = std::process::Command::new("cp").arg(&local).arg(m.path("wide/copied")).output().unwrap();
+    assert!(out.status.success(), "cp into the mount: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(fs::read(m.path("wide/copied")).unwrap() == data);
+    let g = c.braid_ok(&["getstripe", &s(&m.path("wide/copied"))]);
+    let objs = getstripe_objects(&g);
+    assert_eq!(objs.len(), 3, "cp's file took the directory default (3 stripes):\n{g}");
+    let mut osts: Vec<u32> = objs.iter().map(|o| o.0).collect();
+    osts.sort();
+    osts.dedup();
+    assert_eq!(osts.len(), 3, "three different OSTs:\n{g}");
+    // setstripe on a new file path inside the mount creates it with that layout.
+    c.braid_ok(&["setstripe", "-c", "1", &s(&m.path("wide/single"))]);
+    fs::write(m.path("wide/single"), b"one stripe").unwrap();
+    let g = c.braid_ok(&["getstripe", &s(&m.path("wide/single"))]);
+    assert_eq!(getstripe_objects(&g).len(), 1, "{g}");
+    assert_eq!(fs::read(m.path("wide/single")).unwrap(), b"one stripe");
+    // df on a mounted path lists every target.
+    let df = c.braid_ok(&["df", &s(&m.dir)]);
+    assert_eq!(df.lines().filter(|l| l.contains("[OST:")).count(), 4, "{df}");
+    assert!(df.contains("[MDT:"), "{df}");
+}
+
+#[test]
+fn oss_restart_under_a_busy_mount_resumes() {
+    let mut c = cluster();
+    let m = Mount::new(&c, "timeout=60");
+    fs::create_dir(m.path("d")).unwrap();
+    c.braid_ok(&["setstripe", "-c", "-1", &s(&m.path("d"))]);
+    const REC: usize = 256 * 1024;
+    const N: usize = 40;
+    let path = m.path("d/busy");
+    let writer = std::thread::spawn(move || {
+        let f = OpenOptions::new().write(true).create(true).truncate(true).open(&path).unwrap();
+        for i in 0..N {
+            f.write_all_at(&pattern(REC, i as u64), (i * REC) as u64)?;
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        f.sync_all()
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    c.kill("oss0");
+    std::thread::sleep(Duration::from_secs(2));
+    c.restart("oss0");
+    let r = writer.join().unwrap();
+    assert!(r.is_ok(), "the writer blocked and resumed: {r:?}");
+    let want: Vec<u8> = (0..N).flat_map(|i| pattern(REC, i as u64)).collect();
+    let got = fs::read(m.path("d/busy")).unwrap();
+    assert_eq!(got.len(), want.len());
+    let bad: Vec<(usize, bool)> = (0..N)
+        .filter(|&i| got[i * REC..(i + 1) * REC] != want[i * REC..(i + 1) * REC])
+        .map(|i| (i, got[i * REC..(i + 1) * REC].iter().all(|&b| b == 0)))
+        .collect();
+    assert!(bad.is_empty(), "records wrong after the OSS restart (index, all zeros): {bad:?}");
+}
+
+#[test]
+fn mds_restart_under_a_mount_resumes() {
+    let mut c = cluster();
+    let m = Mount::new(&c, "timeout=60,attr_timeout=0,entry_timeout=0");
+    fs::write(m.path("before"), b"before").unwrap();
+    c.kill("mds");
+    let p = m.path("during");
+    let op = std::thread::spawn(move || fs::write(&p, b"during"));
+    std::thread::sleep(Duration::from_secs(1));
+    c.restart("mds");
+    let r = op.join().unwrap();
+    assert!(r.is_ok(), "a create during the MDS restart blocked and resumed: {r:?}");
+    assert_eq!(fs::read(m.path("during")).unwrap(), b"during");
+    assert_eq!(fs::read(m.path("before")).unwrap(), b"before");
+}
+
+#[test]
+fn dead_mds_gives_eio_after_the_timeout_and_unmount_works() {
+    let mut c = cluster();
+    let mut m = Mount::new(&c, "timeout=3,attr_timeout=0,entry_timeout=0");
+    fs::write(m.path("f"), b"x").unwrap();
+    c.kill("mds");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let p = m.path("f");
+    let q = m.path("new");
+    std::thread::spawn(move || {
+        let a = fs::metadata(&p).map(|_| ()).map_err(|e| e.raw_os_error());
+        let b = fs::write(&q, b"y").map_err(|e| e.raw_os_error());
+        let _ = tx.send((a, b));
+    });
+    let (a, b) = rx.recv_timeout(Duration::from_secs(30)).expect("operations on a dead MDS return, never hang");
+    assert_eq!(a, Err(Some(libc::EIO)), "stat after timeout=3");
+    assert_eq!(b, Err(Some(libc::EIO)), "create after timeout=3");
+    // Unmount works while the MDS is still down, and the mount process exits.
+    let r = m.umount();
+    assert!(r.is_ok(), "braid umount with the MDS down: {r:?}");
+    assert!(!is_mounted(&m.dir));
+    assert!(m.wait_exit(Duration::from_secs(30)).is_some(), "the mount process exits after unmount");
+}
+
+#[test]
+fn sigint_unmounts_cleanly() {
+    let c = cluster();
+    let mut m = Mount::new(&c, "");
+    fs::write(m.path("f"), b"data").unwrap();
+    let busy = OpenOptions::new().read(true).open(m.path("f")).unwrap();
+    drop(busy);
+    m.signal(libc::SIGINT);
+    let st = m.wait_exit(Duration::from_secs(30)).expect("braid mount -f exits on SIGINT");
+    assert!(st.success(), "clean exit: {st}");
+    assert!(!is_mounted(&m.dir), "SIGINT unmounted");
+    assert_eq!(fs::read_dir(&m.dir).unwrap().count(), 0, "the mount point is an empty directory again");
+    // The data is safe on the cluster.
+    assert_eq!(c.get("/f"), b"data");
+}
