@@ -518,7 +518,7 @@ fn o_direct_fallocate_sparse_and_large_files() {
 
     // Sparse file larger than 4 GiB: bytes beyond 2^32 land where written.
     let s = e.m.path("sparse");
-    let h = OpenOptions::new().read(true).write(true).create(true).open(&s).unwrap();
+    let h = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&s).unwrap();
     let far = (5u64 << 30) + 12_345;
     let rec = pattern(70_000, 6);
     h.write_all_at(&rec, far).unwrap();
