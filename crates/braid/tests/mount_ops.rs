@@ -61,22 +61,25 @@ fn oss_restart_under_a_busy_mount_resumes() {
     c.braid_ok(&["setstripe", "-c", "-1", &s(&m.path("d"))]);
     const REC: usize = 256 * 1024;
     const N: usize = 40;
-    let path = m.path("d/busy");
-    let writer = std::thread::spawn(move || {
-        let f = OpenOptions::new().write(true).create(true).truncate(true).open(&path).unwrap();
-        for i in 0..N {
-            f.write_all_at(&pattern(REC, i as u64), (i * REC) as u64)?;
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        f.sync_all()
-    });
+    let want: Vec<u8> = (0..N).flat_map(|i| pattern(REC, i as u64)).collect();
+    let src = c.dir.path().join("src");
+    fs::write(&src, &want).unwrap();
+    // The writer is its own process, as an application would be: a process with a
+    // thread blocked inside the mount cannot fork a server that the mount waits for.
+    let script = format!(
+        "for i in $(seq 0 {last}); do dd if={src} of={dst} bs={REC} skip=$i seek=$i count=1 conv=notrunc,fsync \
+         status=none || exit 1; sleep 0.05; done",
+        last = N - 1,
+        src = s(&src),
+        dst = s(&m.path("d/busy")),
+    );
+    let mut writer = std::process::Command::new("sh").arg("-c").arg(&script).spawn().unwrap();
     std::thread::sleep(Duration::from_millis(500));
     c.kill("oss0");
     std::thread::sleep(Duration::from_secs(2));
     c.restart("oss0");
-    let r = writer.join().unwrap();
-    assert!(r.is_ok(), "the writer blocked and resumed: {r:?}");
-    let want: Vec<u8> = (0..N).flat_map(|i| pattern(REC, i as u64)).collect();
+    let status = writer.wait().unwrap();
+    assert!(status.success(), "the writer blocked and resumed: {status}");
     let got = fs::read(m.path("d/busy")).unwrap();
     assert_eq!(got.len(), want.len());
     let bad: Vec<(usize, bool)> = (0..N)

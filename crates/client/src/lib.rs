@@ -676,13 +676,24 @@ impl Client {
         self.observe("fsync", Some(f.fid), 0, 0, async {
             f.inflight.drain().await?;
             let dirty: Vec<(u32, Vec<ObjectId>)> = f.dirty.lock().expect("dirty").drain().collect();
-            let mut set = tokio::task::JoinSet::new();
-            for (ost, objects) in dirty {
-                let c = self.ost(ost).await?;
-                set.spawn(async move { c.call(&Request::OstSync { ost, objects }, vec![]).await });
-            }
-            while let Some(r) = set.join_next().await {
-                r.map_err(|e| ClientError::Errno(Errno::Io, format!("sync task failed: {e}")))??;
+            let synced = async {
+                let mut set = tokio::task::JoinSet::new();
+                for (ost, objects) in dirty.iter().cloned() {
+                    let c = self.ost(ost).await?;
+                    set.spawn(async move { c.call(&Request::OstSync { ost, objects }, vec![]).await });
+                }
+                while let Some(r) = set.join_next().await {
+                    r.map_err(|e| ClientError::Errno(Errno::Io, format!("sync task failed: {e}")))??;
+                }
+                Ok::<_, ClientError>(())
+            };
+            if let Err(e) = synced.await {
+                // Not synced: a later fsync must try these objects again.
+                let mut d = f.dirty.lock().expect("dirty");
+                for (ost, objects) in dirty {
+                    d.entry(ost).or_default().extend(objects);
+                }
+                return Err(e);
             }
             self.report_size(f).await
         })

@@ -36,7 +36,10 @@ impl TempDir {
 
 impl Drop for TempDir {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        // BRAID_KEEP_TEST_DIR=1 keeps logs and data for a post-mortem.
+        if std::env::var_os("BRAID_KEEP_TEST_DIR").is_none() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
     }
 }
 
