@@ -164,19 +164,62 @@ pub fn mount_background(
     }
 }
 
-/// Unmounts a braid mount.
+/// How long `umount` waits before aborting the FUSE connection.
+const UMOUNT_WAIT: Duration = Duration::from_secs(10);
+
+/// Unmounts a braid mount. If the kernel waits on requests the mount cannot answer
+/// (a server is down), the FUSE connection is aborted after a while so the unmount
+/// always finishes; those requests fail with an error.
 pub fn umount(mountpoint: &Path) -> Result<()> {
-    let c = std::ffi::CString::new(mountpoint.as_os_str().as_encoded_bytes()).context("bad mount point")?;
-    // SAFETY: umount2 with a valid C string.
-    if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
-        return Ok(());
+    let target = std::fs::canonicalize(mountpoint).unwrap_or(mountpoint.to_path_buf());
+    let c = std::ffi::CString::new(target.as_os_str().as_encoded_bytes()).context("bad mount point")?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // SAFETY: umount2 with a valid C string.
+        let rc = unsafe { libc::umount2(c.as_ptr(), 0) };
+        let _ = tx.send(if rc == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) });
+    });
+    let result = match rx.recv_timeout(UMOUNT_WAIT) {
+        Ok(r) => r,
+        Err(_) => {
+            if abort_connection(&target) {
+                eprintln!(
+                    "braid: {} did not unmount in {UMOUNT_WAIT:?}; aborted its FUSE connection",
+                    target.display()
+                );
+            }
+            rx.recv_timeout(UMOUNT_WAIT).unwrap_or_else(|_| Err(std::io::Error::other("unmount still blocked")))
+        }
+    };
+    match result {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let status = std::process::Command::new("fusermount3").arg("-u").arg(&target).status();
+            match status {
+                Ok(s) if s.success() => Ok(()),
+                _ => bail!("cannot unmount {}: {e}", target.display()),
+            }
+        }
     }
-    let err = std::io::Error::last_os_error();
-    let status = std::process::Command::new("fusermount3").arg("-u").arg(mountpoint).status();
-    match status {
-        Ok(s) if s.success() => Ok(()),
-        _ => bail!("cannot unmount {}: {err}", mountpoint.display()),
+}
+
+/// Aborts the FUSE connection of the mount at `target` (through fusectl); true if
+/// it was found and aborted.
+fn abort_connection(target: &Path) -> bool {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let Some(dev) = text.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(' ').collect();
+        (f.len() > 4 && Path::new(&unescape(f[4])) == target).then(|| f[2].to_string())
+    }) else {
+        return false;
+    };
+    let Some((_, minor)) = dev.split_once(':') else { return false };
+    let ctl = Path::new("/sys/fs/fuse/connections");
+    if !ctl.join(minor).exists() {
+        // fusectl may not be mounted yet.
+        let _ = std::process::Command::new("mount").args(["-t", "fusectl", "fusectl"]).arg(ctl).status();
     }
+    std::fs::write(ctl.join(minor).join("abort"), "1").is_ok()
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -366,6 +366,7 @@ impl Mds {
             });
             tokio::spawn(drain_destroys(m.clone(), cluster.clone(), identity.clone(), cfg.destroy_interval));
             tokio::spawn(prune_replies(m.clone(), cfg.reply_keep));
+            tokio::spawn(reap_replaced(m.clone()));
         }
         Ok(mds)
     }
@@ -456,6 +457,36 @@ async fn drain_destroys(mdt: Arc<Mdt>, cluster: Arc<RwLock<ClusterView>>, identi
         }
         if !done.is_empty() {
             mdt.submit(JobKind::DestroyDone(done)).await;
+        }
+    }
+}
+
+/// How long a file replaced by a rename outlives its last name when nobody opened it.
+const REPLACED_GRACE_SECS: u64 = 2;
+
+async fn reap_replaced(mdt: Arc<Mdt>) {
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let m = mdt.clone();
+        let before = now_secs().saturating_sub(REPLACED_GRACE_SECS);
+        let due = tokio::task::spawn_blocking(move || -> Result<Vec<Fid>, StoreError> {
+            let txn = m.store.begin_read()?;
+            let t = txn.open_table(mdt::ORPHANS).map_err(|e| StoreError::engine("open orphans", e))?;
+            let opens = m.opens.lock().expect("opens");
+            Ok(t.iter()
+                .map_err(|e| StoreError::engine("scan orphans", e))?
+                .filter_map(|r| r.ok())
+                .filter(|(_, at)| at.value() < before)
+                .filter_map(|(k, _)| Fid::from_key(k.value()))
+                .filter(|fid| !opens.contains_key(fid))
+                .take(1024)
+                .collect())
+        })
+        .await;
+        if let Ok(Ok(fids)) = due {
+            if !fids.is_empty() {
+                mdt.submit(JobKind::ReapOrphans(Some(fids))).await;
+            }
         }
     }
 }

@@ -300,7 +300,7 @@ fn xattr_access(ino: &Inode, creds: &Creds, name: &str, write: bool) -> OpResult
         }
         return Ok(());
     }
-    fail(Errno::Inval, format!("unsupported xattr namespace in {name:?} (user., trusted., security.)"))
+    fail(Errno::NotSup, format!("unsupported xattr namespace in {name:?} (user., trusted., security.)"))
 }
 
 /// Context the committer passes to a mutation.
@@ -375,8 +375,18 @@ impl<'a> Writer<'a> {
     }
 
     /// A file lost its last name: destroy it, or keep it as an orphan while open.
-    fn release_last_link(&mut self, fid: Fid, ino: &mut Inode, place: &Placement<'_>, now: Timespec) -> OpResult<()> {
-        if (place.is_open)(fid) {
+    /// With `grace`, the inode is kept as an orphan even when nobody has it open: a
+    /// rename that replaces a file must not make an `open` fail that looked the name
+    /// up an instant before (the reaper destroys it after a short grace).
+    fn release_last_link(
+        &mut self,
+        fid: Fid,
+        ino: &mut Inode,
+        place: &Placement<'_>,
+        now: Timespec,
+        grace: bool,
+    ) -> OpResult<()> {
+        if grace || (place.is_open)(fid) {
             ino.nlink = 0;
             ino.ctime = now;
             self.put_inode(fid, ino)?;
@@ -567,7 +577,8 @@ impl<'a> Writer<'a> {
             return fail(Errno::Exist, format!("{name} exists"));
         }
         let fid = self.new_fid()?;
-        let mut ino = Inode::new(FileKind::Symlink, 0o777, creds, creds.gid, now);
+        let gid = if dir.mode & S_ISGID != 0 { dir.gid } else { creds.gid };
+        let mut ino = Inode::new(FileKind::Symlink, 0o777, creds, gid, now);
         ino.size = target.len() as u64;
         ino.symlink = Some(target.to_string());
         self.put_inode(fid, &ino)?;
@@ -633,7 +644,7 @@ impl<'a> Writer<'a> {
         } else {
             ino.nlink = ino.nlink.saturating_sub(1);
             if ino.nlink == 0 {
-                self.release_last_link(fid, &mut ino, place, now)?;
+                self.release_last_link(fid, &mut ino, place, now, false)?;
             } else {
                 ino.ctime = now;
                 self.put_inode(fid, &ino)?;
@@ -716,7 +727,7 @@ impl<'a> Writer<'a> {
             } else {
                 t.nlink = t.nlink.saturating_sub(1);
                 if t.nlink == 0 {
-                    self.release_last_link(tfid, &mut t, place, now)?;
+                    self.release_last_link(tfid, &mut t, place, now, true)?;
                 } else {
                     t.ctime = now;
                     self.put_inode(tfid, &t)?;

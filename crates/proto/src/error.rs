@@ -28,6 +28,8 @@ pub enum Errno {
     Busy,
     /// The request could not be decoded or is not allowed here.
     Proto,
+    /// Not supported (e.g. an xattr namespace braid does not keep).
+    NotSup,
     /// The server is not ready (e.g. not registered yet): retry later.
     Again,
 }
@@ -53,6 +55,7 @@ impl Errno {
             Errno::Loop => 40,
             Errno::NoData => 61,
             Errno::Stale => 116,
+            Errno::NotSup => 95,
             Errno::Perm => 1,
         }
     }
