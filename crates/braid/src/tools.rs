@@ -789,7 +789,7 @@ mod tests {
         assert_eq!(mode_string(FileKind::Dir, 0o1777), "drwxrwxrwt");
         assert_eq!(mode_string(FileKind::File, 0o4644), "-rwSr--r--");
         assert_eq!(format_time(Timespec { sec: 0, nsec: 0 }), "1970-01-01 00:00:00");
-        assert_eq!(format_time(Timespec { sec: 1_795_000_000, nsec: 0 }), "2026-11-18 08:26:40");
+        assert_eq!(format_time(Timespec { sec: 1_795_000_000, nsec: 0 }), "2026-11-18 11:06:40");
     }
 
     #[test]

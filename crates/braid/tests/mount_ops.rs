@@ -3,7 +3,6 @@
 //! unmount while a server is down, and Ctrl-C on `braid mount -f`.
 
 use std::fs::{self, OpenOptions};
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::Duration;
 
