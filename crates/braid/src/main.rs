@@ -11,9 +11,15 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
-enum Command {}
+enum Command {
+    /// Benchmarks: IOR, mdtest and IOzone-style runs, sweeps, plots and reports.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+}
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    match cli.command {}
+    match cli.command {
+        Command::Bench(cmd) => bench::run(cmd, None),
+    }
 }
