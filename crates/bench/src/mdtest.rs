@@ -498,7 +498,7 @@ pub fn render_text(report: &MdtestReport) -> String {
     );
     let _ = writeln!(
         out,
-        "{} tasks, {} items per task, {} directory",
+        "{} tasks, {} items per task, directory: {}",
         report.tasks,
         report.items_per_task,
         if report.unique_dir {
