@@ -277,9 +277,8 @@ fn unexpected(rank: usize, reply: &TaskReply) -> BenchError {
 pub fn worker_main(native: Option<NativeConnect>) -> Result<()> {
     let stdin = std::io::stdin();
     let mut input = stdin.lock();
-    let stdout = std::io::stdout();
-    let mut output = stdout.lock();
-    let reply = |output: &mut std::io::StdoutLock, message: &TaskReply| -> Result<()> {
+    let mut output = protocol_output()?;
+    let reply = |output: &mut std::fs::File, message: &TaskReply| -> Result<()> {
         let mut line = serde_json::to_vec(message).expect("task replies serialize");
         line.push(b'\n');
         output
@@ -327,5 +326,23 @@ pub fn worker_main(native: Option<NativeConnect>) -> Result<()> {
                 return Err(e);
             }
         }
+    }
+}
+
+/// Takes the pipe to the driver out of fd 1 and points fd 1 at stderr: a backend or library
+/// that prints to stdout in a task process would otherwise corrupt the replies.
+fn protocol_output() -> Result<std::fs::File> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: dup and dup2 on the process's own standard descriptors; the duplicate is a
+    // fresh descriptor that nothing else owns, so the File below may own and close it.
+    unsafe {
+        let protocol_fd = libc::dup(libc::STDOUT_FILENO);
+        if protocol_fd < 0 || libc::dup2(libc::STDERR_FILENO, libc::STDOUT_FILENO) < 0 {
+            return Err(BenchError::Other(format!(
+                "worker: redirecting stdout: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        Ok(std::fs::File::from_raw_fd(protocol_fd))
     }
 }
