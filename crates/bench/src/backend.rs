@@ -156,10 +156,18 @@ impl FileBackend for PosixBackend {
     }
 
     fn stat(&mut self, path: &str) -> io::Result<FileStat> {
-        let meta = std::fs::metadata(path)?;
+        // stat(2) as mdtest calls it; std's metadata() asks statx for every field.
+        let c_path =
+            std::ffi::CString::new(path).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        // SAFETY: an all-zero `struct stat` is a valid value to be overwritten.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: c_path is NUL-terminated and st is a valid, writable struct stat.
+        if unsafe { libc::stat(c_path.as_ptr(), &mut st) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
         Ok(FileStat {
-            size_bytes: meta.len(),
-            is_dir: meta.is_dir(),
+            size_bytes: st.st_size as u64,
+            is_dir: st.st_mode & libc::S_IFMT == libc::S_IFDIR,
         })
     }
 }

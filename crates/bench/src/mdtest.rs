@@ -207,8 +207,16 @@ impl MdtestTask {
         })
     }
 
-    fn item(&self, dir: &str, kind: &str, index: u64) -> String {
-        backend::join(dir, &format!("{kind}.mdtest.{}.{index}", self.job.rank))
+    /// Writes `DIR/KIND.mdtest.RANK.INDEX` into `path`, reusing its allocation: at a few
+    /// microseconds per stat, building a fresh string per item shows in the rate.
+    fn item(&self, path: &mut String, dir: &str, kind: &str, index: u64) {
+        use std::fmt::Write;
+        path.clear();
+        path.push_str(dir);
+        if !dir.ends_with('/') {
+            path.push('/');
+        }
+        let _ = write!(path, "{kind}.mdtest.{}.{index}", self.job.rank);
     }
 
     fn one_item(&mut self, phase: Phase, path: &str) -> Result<u64> {
@@ -299,8 +307,9 @@ impl TaskRunner for MdtestTask {
                     Phase::DirCreate | Phase::DirStat | Phase::DirRemove => "dir",
                     _ => "file",
                 };
+                let mut path = String::with_capacity(dir.len() + 64);
                 for index in 0..self.job.items {
-                    let path = self.item(&dir, kind, index);
+                    self.item(&mut path, &dir, kind, index);
                     bytes += self.one_item(phase, &path)?;
                 }
                 self.job.items

@@ -22,6 +22,7 @@ RAND_MIB=${RAND_MIB:-256}
 MD_FILES=${MD_FILES:-5000}
 SETTLE=${SETTLE:-15}
 FSBENCH=${FSBENCH:-}
+CASES=${CASES:-bw md}   # bw: the fio cases, md: the fsbench cases
 OUT=$DIR/compare.tsv
 mkdir -p "$DIR"
 : > "$OUT"
@@ -51,6 +52,7 @@ pair() {
 }
 
 for rep in $(seq 1 "$REPS"); do
+  if [[ " $CASES " == *" bw "* ]]; then
     # Sequential, 1 MiB transfers, file per task, 1 and 2 tasks: O_DIRECT, then buffered
     # (write with fsync inside the timing, read after drop_caches).
     for n in 1 2; do
@@ -71,8 +73,9 @@ for rep in $(seq 1 "$REPS"); do
         "--name=rr --filename=$DIR/fio/rr --rw=randread --bs=4k --size=${RAND_MIB}M --direct=1" \
         "-F -r -k -z -t 4k -b ${RAND_MIB}m --direct -o $DIR/ior/rr"
     rm -rf "$DIR/fio" "$DIR/ior"
+  fi
     # Metadata: create (O_CREAT|O_EXCL, close), stat, unlink of empty files.
-    if [ -n "$FSBENCH" ]; then
+    if [ -n "$FSBENCH" ] && [[ " $CASES " == *" md "* ]]; then
         for n in 1 2; do
             for layout in shared unique; do
                 order="fsbench braid"; [ $((rep % 2)) -eq 0 ] && order="braid fsbench"
@@ -113,6 +116,8 @@ print("|---|---|---:|---:|---:|")
 for case in cases:
     ref = "fsbench" if case.startswith("md-") else "fio"
     unit = "ops/s" if case.startswith("md-") else "MiB/s"
+    if (case, "braid") not in values or (case, ref) not in values:
+        continue
     b, r = values[(case, "braid")], values[(case, ref)]
     mb, mr = statistics.median(b), statistics.median(r)
     print(f"| {case} | {unit} | {mb:.0f} ({min(b):.0f}-{max(b):.0f}) | {ref} {mr:.0f} ({min(r):.0f}-{max(r):.0f}) | {mb/mr:.2f} |")
