@@ -3,6 +3,7 @@
 
 mod config;
 mod mount;
+mod native_bench;
 mod serve;
 mod tools;
 mod url;
@@ -148,6 +149,9 @@ enum Command {
     },
     /// Unmount a braid mount.
     Umount { mountpoint: PathBuf },
+    /// IOR-, mdtest- and IOzone-style benchmarks, sweeps and plots.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
     /// Create a new cluster secret file.
     GenSecret { path: PathBuf },
     /// Copy files into, out of, or within braid (paths as braid://HOST:PORT/path).
@@ -358,6 +362,7 @@ fn run(command: Command) -> Result<()> {
             }
         }
         Command::Umount { mountpoint } => mount::umount(&mountpoint),
+        Command::Bench(cmd) => bench::run(cmd, Some(native_bench::connect)),
         Command::GenSecret { path } => {
             if path.exists() {
                 bail!("{} exists; refusing to overwrite a secret", path.display());

@@ -1,0 +1,736 @@
+//! `braid bench sweep`: a named experiment run against several targets side by side, written
+//! up as `report.md`, one SVG per figure and the raw JSON. The presets reproduce the figures
+//! of seed 000 chapter 3: bandwidth by task count (fig. 3-5), by file size (3-6, the client
+//! cache effect), by transfer size (3-7), by access pattern (3-8), and metadata rates by task
+//! count in a shared and in a unique directory (3-9, 3-10). Each point is an ordinary
+//! `braid bench ior|mdtest|iozone` run whose command line the report lists.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use clap::Parser;
+use serde::Serialize;
+
+use crate::backend::{Api, NativeConnect, Target};
+use crate::error::{usage, BenchError, Result};
+use crate::ior::{self, IorArgs};
+use crate::iozone::{self, IozoneArgs};
+use crate::machine::{self, Machine};
+use crate::mdtest::{self, MdtestArgs};
+use crate::progress::Progress;
+use crate::svg::{self, Plot, Series, XAxis};
+use crate::units::{format_size, parse_size};
+
+/// The experiments `--preset` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Preset {
+    /// Bandwidth by task count: file per process, 1 MiB transfers, sequential (fig. 3-5).
+    Tasks,
+    /// Bandwidth by file size, one task: the client cache effect on read/reread (fig. 3-6).
+    Filesize,
+    /// Bandwidth by transfer size, one task, sequential (fig. 3-7).
+    Blocksize,
+    /// Bandwidth by access pattern: sequential, strided (17 blocks), random (fig. 3-8).
+    Pattern,
+    /// mdtest create/stat/remove rates by task count, shared vs unique directory (3-9, 3-10).
+    Metadata,
+}
+
+impl Preset {
+    fn describe(self) -> &'static str {
+        match self {
+            Preset::Tasks => "Seed 000 figure 3-5: aggregate write and read bandwidth as the number of tasks grows; file per process, 1 MiB transfers, sequential.",
+            Preset::Filesize => "Seed 000 figure 3-6: bandwidth by file size for one task with 1 MiB records (IOzone-style write, rewrite, read, reread). Files that fit in the client's memory are read back from its cache, so read and reread rise well above what the storage delivers; past the cache size they fall to the storage's speed.",
+            Preset::Blocksize => "Seed 000 figure 3-7: bandwidth by transfer (block) size for one task, file per process, sequential. Small transfers pay a per-call cost.",
+            Preset::Pattern => "Seed 000 figure 3-8: bandwidth by access pattern for one task with 1 MiB transfers: sequential, strided with an interval of 17 transfers, random. Write-back hides the pattern from writes; reads pay for it.",
+            Preset::Metadata => "Seed 000 figures 3-9 and 3-10: mdtest create, stat and remove rates of files and directories by task count, all tasks in one shared directory vs a directory per task.",
+        }
+    }
+}
+
+/// Options of `braid bench sweep`.
+#[derive(Debug, Clone, Parser, Serialize)]
+#[command(name = "sweep", about = "Run a named experiment against several targets and plot it")]
+pub struct SweepArgs {
+    /// The experiment to run.
+    #[arg(long = "preset", value_enum)]
+    pub preset: Preset,
+    /// A target as LABEL=DIR (a directory, or braid://HOST:PORT/path for the native client);
+    /// repeat for several targets.
+    #[arg(long = "target", value_name = "LABEL=DIR", required = true)]
+    pub targets: Vec<String>,
+    /// Directory for report.md, the SVG plots and results.json.
+    #[arg(long = "out", value_name = "DIR")]
+    pub out: String,
+    /// Shrink every size so a preset finishes in about a minute.
+    #[arg(long = "quick")]
+    pub quick: bool,
+    /// Largest task count for the tasks and metadata presets (default: max(4, cores)).
+    #[arg(long = "max-tasks")]
+    pub max_tasks: Option<usize>,
+    /// Replace the preset's x values (tasks, sizes), comma separated.
+    #[arg(long = "values", value_delimiter = ',')]
+    pub values: Vec<String>,
+    /// Bytes per task for the tasks, blocksize and pattern presets (default 1g; with
+    /// --quick 32m for tasks, 64m otherwise).
+    #[arg(long = "size", value_parser = parse_size)]
+    pub size_bytes: Option<u64>,
+    /// Items per task for the metadata preset (default 1000, 250 with --quick).
+    #[arg(long = "items")]
+    pub items: Option<u64>,
+    /// Iterations of every point (IOR -i, mdtest -i); the plot shows the mean.
+    #[arg(short = 'i', long = "iterations", default_value_t = 1)]
+    pub iterations: u32,
+    /// sync and drop the page cache before every phase (root).
+    #[arg(long = "drop-caches")]
+    pub drop_caches: bool,
+    /// No progress display.
+    #[arg(short = 'q', long = "quiet")]
+    pub quiet: bool,
+}
+
+/// One `LABEL=DIR`.
+#[derive(Debug, Clone, Serialize)]
+pub struct SweepTarget {
+    pub label: String,
+    pub location: String,
+    pub file_system: String,
+}
+
+/// A figure of the report, with its data.
+#[derive(Debug, Clone, Serialize)]
+pub struct Figure {
+    pub id: String,
+    pub title: String,
+    pub x_label: String,
+    pub y_label: String,
+    pub series: Vec<FigureSeries>,
+    #[serde(skip)]
+    pub x_axis: XAxis,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FigureSeries {
+    pub label: String,
+    pub points: Vec<FigurePoint>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FigurePoint {
+    pub x: f64,
+    pub x_label: String,
+    pub y: f64,
+}
+
+/// One engine run behind some points.
+#[derive(Debug, Clone, Serialize)]
+pub struct SweepRun {
+    pub target: String,
+    pub command: String,
+    pub report: serde_json::Value,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SweepReport {
+    pub tool: &'static str,
+    pub began: String,
+    pub command: String,
+    pub machine: Machine,
+    pub preset: Preset,
+    pub description: &'static str,
+    pub quick: bool,
+    pub caches_dropped: bool,
+    pub targets: Vec<SweepTarget>,
+    pub figures: Vec<Figure>,
+    pub runs: Vec<SweepRun>,
+}
+
+impl SweepArgs {
+    fn parse_targets(&self) -> Result<Vec<(String, Target)>> {
+        let mut targets: Vec<(String, Target)> = Vec::new();
+        for spec in &self.targets {
+            let Some((label, location)) = spec.split_once('=') else {
+                usage!("--target {spec}: expected LABEL=DIR");
+            };
+            if label.is_empty() || location.is_empty() {
+                usage!("--target {spec}: expected LABEL=DIR");
+            }
+            if targets.iter().any(|(l, _)| l == label) {
+                usage!("--target label '{label}' is used twice");
+            }
+            let api = if location.starts_with("braid://") { Api::Native } else { Api::Posix };
+            targets.push((label.to_string(), Target::parse(api, location)?));
+        }
+        Ok(targets)
+    }
+
+    fn task_counts(&self) -> Result<Vec<u64>> {
+        if !self.values.is_empty() {
+            return self
+                .values
+                .iter()
+                .map(|v| match v.parse::<u64>() {
+                    Ok(n) if n >= 1 && n as usize <= ior::MAX_TASKS => Ok(n),
+                    _ => Err(BenchError::Usage(format!(
+                        "--values {v}: task counts are whole numbers 1..={}",
+                        ior::MAX_TASKS
+                    ))),
+                })
+                .collect();
+        }
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let max = self.max_tasks.unwrap_or(if self.quick { 4 } else { cores.max(4) });
+        if max == 0 {
+            usage!("--max-tasks must be at least 1");
+        }
+        let mut counts = Vec::new();
+        let mut n = 1;
+        while n <= max {
+            counts.push(n as u64);
+            n *= 2;
+        }
+        if *counts.last().expect("max >= 1") != max as u64 {
+            counts.push(max as u64);
+        }
+        Ok(counts)
+    }
+
+    fn sizes(&self, default: &[&str], quick: &[&str]) -> Result<Vec<u64>> {
+        let texts: Vec<String> = if !self.values.is_empty() {
+            self.values.clone()
+        } else if self.quick {
+            quick.iter().map(|s| s.to_string()).collect()
+        } else {
+            default.iter().map(|s| s.to_string()).collect()
+        };
+        texts.iter().map(|t| parse_size(t).map_err(|e| BenchError::Usage(format!("--values: {e}")))).collect()
+    }
+
+    fn bytes_per_task(&self, quick_default: u64) -> u64 {
+        self.size_bytes.unwrap_or(if self.quick { quick_default } else { 1 << 30 })
+    }
+}
+
+/// Collects points into figures as runs finish.
+struct Figures {
+    figures: Vec<Figure>,
+}
+
+impl Figures {
+    fn add(&mut self, figure: &str, series: String, x: f64, x_label: String, y: f64) {
+        let figure = self.figures.iter_mut().find(|f| f.id == figure).expect("figure declared before use");
+        let point = FigurePoint { x, x_label, y };
+        match figure.series.iter_mut().find(|s| s.label == series) {
+            Some(s) => s.points.push(point),
+            None => figure.series.push(FigureSeries { label: series, points: vec![point] }),
+        }
+    }
+}
+
+fn figure(id: &str, title: &str, x_label: &str, y_label: &str, x_axis: XAxis) -> Figure {
+    Figure {
+        id: id.into(),
+        title: title.into(),
+        x_label: x_label.into(),
+        y_label: y_label.into(),
+        series: Vec::new(),
+        x_axis,
+    }
+}
+
+fn words(args: &[String]) -> String {
+    args.iter().map(|a| machine::shell_quote(a)).collect::<Vec<_>>().join(" ")
+}
+
+/// Runs the sweep and writes its files; returns the report for printing.
+pub fn execute(args: &SweepArgs, native: Option<NativeConnect>) -> Result<SweepReport> {
+    let targets = args.parse_targets()?;
+    if args.iterations == 0 {
+        usage!("-i must be at least 1");
+    }
+    if args.drop_caches {
+        machine::check_drop_caches()?;
+    }
+    let mut progress = Progress::new(args.quiet);
+    let out = Path::new(&args.out);
+    std::fs::create_dir_all(out).map_err(|e| BenchError::io("mkdir", &args.out, e))?;
+    let began = machine::utc_now();
+    let mut figures = Figures {
+        figures: match args.preset {
+            Preset::Tasks => {
+                vec![figure("tasks", "Bandwidth by number of tasks (file per process)", "tasks", "MiB/s", XAxis::Log2)]
+            }
+            Preset::Filesize => vec![figure(
+                "filesize",
+                "Bandwidth by file size (one task, 1 MiB records)",
+                "file size (bytes)",
+                "MiB/s",
+                XAxis::Log2Bytes,
+            )],
+            Preset::Blocksize => vec![figure(
+                "blocksize",
+                "Bandwidth by transfer size (one task)",
+                "transfer size (bytes)",
+                "MiB/s",
+                XAxis::Log2Bytes,
+            )],
+            Preset::Pattern => vec![figure(
+                "pattern",
+                "Bandwidth by access pattern (one task, 1 MiB transfers)",
+                "access pattern",
+                "MiB/s",
+                XAxis::Categories(vec!["sequential".into(), "strided (17)".into(), "random".into()]),
+            )],
+            Preset::Metadata => [
+                ("metadata-shared-files", "File metadata rate, shared directory"),
+                ("metadata-shared-dirs", "Directory metadata rate, shared directory"),
+                ("metadata-unique-files", "File metadata rate, unique directory per task"),
+                ("metadata-unique-dirs", "Directory metadata rate, unique directory per task"),
+            ]
+            .into_iter()
+            .map(|(id, title)| figure(id, title, "tasks", "ops/s", XAxis::Log2))
+            .collect(),
+        },
+    };
+    // Every point as (figure, x, x label, engine arguments) before anything runs, so bad
+    // --values fail at once.
+    let task_counts = match args.preset {
+        Preset::Tasks | Preset::Metadata => args.task_counts()?,
+        _ => Vec::new(),
+    };
+    let mut runs = Vec::new();
+    let mut sweep_targets = Vec::new();
+    let transfer_sizes =
+        args.sizes(&["4k", "16k", "64k", "256k", "1m", "4m"], &["4k", "16k", "64k", "256k", "1m", "4m"])?;
+    let file_sizes =
+        args.sizes(&["1m", "4m", "16m", "64m", "256m", "1g", "4g"], &["1m", "4m", "16m", "64m", "256m"])?;
+    let total_points = targets.len()
+        * match args.preset {
+            Preset::Tasks => task_counts.len(),
+            Preset::Metadata => task_counts.len() * 2,
+            Preset::Pattern => 3,
+            Preset::Filesize => file_sizes.len(),
+            Preset::Blocksize => transfer_sizes.len(),
+        };
+    let mut done_points = 0;
+    for (label, target) in &targets {
+        let dir = crate::backend::join(&target.display(), &format!("braid-bench-{:?}", args.preset).to_lowercase());
+        let work = Target::parse(target.api, &dir)?;
+        let mut driver = work.connect(native)?;
+        match driver.mkdir(&work.path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(BenchError::io("mkdir", &work.path, e)),
+        }
+        sweep_targets.push(SweepTarget {
+            label: label.clone(),
+            location: target.display(),
+            file_system: if target.api == Api::Posix {
+                machine::fs_type(&target.path)
+            } else {
+                "braid (native client)".into()
+            },
+        });
+        let api = if target.api == Api::Native { "native" } else { "posix" };
+        let iterations = args.iterations.to_string();
+        let mut status = |progress: &mut Progress, what: &str| {
+            done_points += 1;
+            progress.status(&format!("sweep {:?}: {label}: {what} ({done_points}/{total_points})", args.preset));
+        };
+        let run_ior = |extra: &[String]| -> Result<(ior::IorReport, String)> {
+            let mut argv: Vec<String> =
+                vec!["ior".into(), "-a".into(), api.into(), "-i".into(), iterations.clone(), "-q".into()];
+            if args.drop_caches {
+                argv.push("--drop-caches".into());
+            }
+            argv.extend_from_slice(extra);
+            let parsed = IorArgs::try_parse_from(&argv).map_err(|e| BenchError::Other(format!("internal: {e}")))?;
+            let report = ior::execute(&parsed, native, &mut Progress::silent())?;
+            Ok((report, format!("braid bench {}", words(&argv))))
+        };
+        match args.preset {
+            Preset::Tasks => {
+                let size = args.bytes_per_task(32 << 20);
+                let (block, transfer) = (format_size(size), format_size(size.min(1 << 20)));
+                for &n in &task_counts {
+                    status(&mut progress, &format!("{n} tasks"));
+                    let extra: Vec<String> = [
+                        "-F",
+                        "-w",
+                        "-r",
+                        "-t",
+                        &transfer,
+                        "-b",
+                        &block,
+                        "-N",
+                        &n.to_string(),
+                        "-o",
+                        &crate::backend::join(&dir, "testFile"),
+                    ]
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect();
+                    let (report, command) = run_ior(&extra)?;
+                    for row in &report.summary {
+                        figures.add(
+                            "tasks",
+                            format!("{label} {}", row.operation),
+                            n as f64,
+                            n.to_string(),
+                            row.bandwidth_mib_s.mean,
+                        );
+                    }
+                    runs.push(SweepRun { target: label.clone(), command, report: to_json(&report) });
+                }
+            }
+            Preset::Blocksize => {
+                let size = args.bytes_per_task(64 << 20);
+                for &transfer in &transfer_sizes {
+                    status(&mut progress, &format!("transfer {}", format_size(transfer)));
+                    if size % transfer != 0 {
+                        usage!(
+                            "--size {} is not a multiple of transfer size {}",
+                            format_size(size),
+                            format_size(transfer)
+                        );
+                    }
+                    let extra: Vec<String> = [
+                        "-F",
+                        "-w",
+                        "-r",
+                        "-t",
+                        &format_size(transfer),
+                        "-b",
+                        &format_size(size),
+                        "-o",
+                        &crate::backend::join(&dir, "testFile"),
+                    ]
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect();
+                    let (report, command) = run_ior(&extra)?;
+                    for row in &report.summary {
+                        figures.add(
+                            "blocksize",
+                            format!("{label} {}", row.operation),
+                            transfer as f64,
+                            format_size(transfer),
+                            row.bandwidth_mib_s.mean,
+                        );
+                    }
+                    runs.push(SweepRun { target: label.clone(), command, report: to_json(&report) });
+                }
+            }
+            Preset::Pattern => {
+                let size = args.bytes_per_task(64 << 20);
+                let transfer = format_size(size.min(1 << 20));
+                let patterns: [(&str, &[&str]); 3] =
+                    [("sequential", &[]), ("strided (17)", &["--stride", "17"]), ("random", &["-z"])];
+                for (index, (name, flags)) in patterns.iter().enumerate() {
+                    status(&mut progress, name);
+                    let mut extra: Vec<String> = [
+                        "-F",
+                        "-w",
+                        "-r",
+                        "-t",
+                        &transfer,
+                        "-b",
+                        &format_size(size),
+                        "-o",
+                        &crate::backend::join(&dir, "testFile"),
+                    ]
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect();
+                    extra.extend(flags.iter().map(|s| s.to_string()));
+                    let (report, command) = run_ior(&extra)?;
+                    for row in &report.summary {
+                        figures.add(
+                            "pattern",
+                            format!("{label} {}", row.operation),
+                            index as f64,
+                            name.to_string(),
+                            row.bandwidth_mib_s.mean,
+                        );
+                    }
+                    runs.push(SweepRun { target: label.clone(), command, report: to_json(&report) });
+                }
+            }
+            Preset::Filesize => {
+                for &size in &file_sizes {
+                    status(&mut progress, &format!("file {}", format_size(size)));
+                    let record = size.min(1 << 20);
+                    let file = crate::backend::join(&dir, "iozone.tmp");
+                    let argv: Vec<String> = vec![
+                        "iozone".into(),
+                        "--api".into(),
+                        api.into(),
+                        "--quiet".into(),
+                        "-i".into(),
+                        "0,1".into(),
+                        "-s".into(),
+                        format_size(size),
+                        "-r".into(),
+                        format_size(record),
+                        "-f".into(),
+                        file,
+                    ];
+                    let parsed =
+                        IozoneArgs::try_parse_from(&argv).map_err(|e| BenchError::Other(format!("internal: {e}")))?;
+                    let mut means = [0.0f64; 4];
+                    let mut reports = Vec::new();
+                    for _ in 0..args.iterations {
+                        let report = iozone::execute(&parsed, native, &mut Progress::silent())?;
+                        let cell = &report.cells[0];
+                        for (mean, value) in means.iter_mut().zip([cell.write, cell.rewrite, cell.read, cell.reread]) {
+                            *mean += value.unwrap_or(0.0) / f64::from(args.iterations);
+                        }
+                        reports.push(report);
+                    }
+                    for (name, mean) in ["write", "rewrite", "read", "reread"].iter().zip(means) {
+                        figures.add("filesize", format!("{label} {name}"), size as f64, format_size(size), mean);
+                    }
+                    runs.push(SweepRun {
+                        target: label.clone(),
+                        command: format!("braid bench {} (x{})", words(&argv), args.iterations),
+                        report: to_json(&reports),
+                    });
+                }
+            }
+            Preset::Metadata => {
+                let items = args.items.unwrap_or(if args.quick { 250 } else { 1000 }).to_string();
+                for (layout, unique) in [("shared", false), ("unique", true)] {
+                    for &n in &task_counts {
+                        status(
+                            &mut progress,
+                            &format!("{} directory, {n} tasks", if unique { "unique" } else { "shared" }),
+                        );
+                        let mut argv: Vec<String> = vec![
+                            "mdtest".into(),
+                            "-a".into(),
+                            api.into(),
+                            "-q".into(),
+                            "-n".into(),
+                            items.clone(),
+                            "-N".into(),
+                            n.to_string(),
+                            "-i".into(),
+                            iterations.clone(),
+                            "-d".into(),
+                            crate::backend::join(&dir, "mdtest"),
+                        ];
+                        if unique {
+                            argv.push("-u".into());
+                        }
+                        if args.drop_caches {
+                            argv.push("--drop-caches".into());
+                        }
+                        let parsed = MdtestArgs::try_parse_from(&argv)
+                            .map_err(|e| BenchError::Other(format!("internal: {e}")))?;
+                        let report = mdtest::execute(&parsed, native, &mut Progress::silent())?;
+                        // Seed 000 counts create, stat and remove; the read of an empty
+                        // file (open + close) and the tree setup stay in results.json.
+                        for row in &report.summary {
+                            let (kind, operation) = match row.operation {
+                                "File creation" => ("files", "create"),
+                                "File stat" => ("files", "stat"),
+                                "File removal" => ("files", "remove"),
+                                "Directory creation" => ("dirs", "create"),
+                                "Directory stat" => ("dirs", "stat"),
+                                "Directory removal" => ("dirs", "remove"),
+                                _ => continue,
+                            };
+                            figures.add(
+                                &format!("metadata-{layout}-{kind}"),
+                                format!("{label} {operation}"),
+                                n as f64,
+                                n.to_string(),
+                                row.ops_per_s.mean,
+                            );
+                        }
+                        runs.push(SweepRun {
+                            target: label.clone(),
+                            command: format!("braid bench {}", words(&argv)),
+                            report: to_json(&report),
+                        });
+                    }
+                }
+                let md = crate::backend::join(&work.path, "mdtest");
+                let _ = driver.rmdir(&md);
+            }
+        }
+        // The work directory is removed when the engines left it empty.
+        let _ = driver.rmdir(&work.path);
+    }
+    progress.clear();
+    let report = SweepReport {
+        tool: "braid bench sweep",
+        began,
+        command: machine::command_line(),
+        machine: Machine::detect(),
+        preset: args.preset,
+        description: args.preset.describe(),
+        quick: args.quick,
+        caches_dropped: args.drop_caches,
+        targets: sweep_targets,
+        figures: figures.figures,
+        runs,
+    };
+    write_outputs(out, &report)?;
+    Ok(report)
+}
+
+fn to_json(value: &impl Serialize) -> serde_json::Value {
+    serde_json::to_value(value).expect("reports serialize")
+}
+
+fn write_file(path: &Path, contents: &str) -> Result<()> {
+    std::fs::write(path, contents).map_err(|e| BenchError::io("write", path.display().to_string(), e))
+}
+
+/// `results.json`, one SVG per figure and `report.md`.
+fn write_outputs(out: &Path, report: &SweepReport) -> Result<()> {
+    let json = serde_json::to_string_pretty(report).expect("reports serialize");
+    write_file(&out.join("results.json"), &json)?;
+    for figure in &report.figures {
+        let plot = Plot {
+            title: figure.title.clone(),
+            x_label: figure.x_label.clone(),
+            y_label: figure.y_label.clone(),
+            x_axis: figure.x_axis.clone(),
+            series: figure
+                .series
+                .iter()
+                .map(|s| Series { label: s.label.clone(), points: s.points.iter().map(|p| (p.x, p.y)).collect() })
+                .collect(),
+        };
+        write_file(&out.join(format!("{}.svg", figure.id)), &svg::render(&plot))?;
+    }
+    write_file(&out.join("report.md"), &render_markdown(report))
+}
+
+/// The Markdown report: what was run where, then each figure with its numbers.
+pub fn render_markdown(report: &SweepReport) -> String {
+    let mut md = String::new();
+    let _ = writeln!(md, "# braid bench sweep: {:?}\n", report.preset);
+    let _ = writeln!(md, "{}\n", report.description);
+    let _ = writeln!(md, "- Date: {}", report.began);
+    let _ = writeln!(md, "- Command: `{}`", report.command);
+    let _ = writeln!(md, "- Machine: {}", report.machine.describe());
+    let _ = writeln!(
+        md,
+        "- Caches dropped before every phase: {}",
+        if report.caches_dropped {
+            "yes (sync; echo 3 > /proc/sys/vm/drop_caches)"
+        } else {
+            "no (reads may be served from the page cache)"
+        }
+    );
+    let _ = writeln!(md, "- Quick mode (--quick, shrunken sizes): {}", if report.quick { "yes" } else { "no" });
+    let _ = writeln!(md, "- Raw data: `results.json` (every run's full report)\n");
+    let _ = writeln!(md, "| target | location | file system |");
+    let _ = writeln!(md, "|---|---|---|");
+    for target in &report.targets {
+        let _ = writeln!(md, "| {} | `{}` | {} |", target.label, target.location, target.file_system);
+    }
+    for figure in &report.figures {
+        let _ = writeln!(md, "\n## {}\n", figure.title);
+        let _ = writeln!(md, "![{}]({}.svg)\n", figure.title, figure.id);
+        let mut xs: Vec<(f64, String)> =
+            figure.series.iter().flat_map(|s| s.points.iter().map(|p| (p.x, p.x_label.clone()))).collect();
+        xs.sort_by(|a, b| a.0.total_cmp(&b.0));
+        xs.dedup_by(|a, b| a.0 == b.0);
+        let _ = write!(md, "| {} |", figure.x_label);
+        for series in &figure.series {
+            let _ = write!(md, " {} ({}) |", series.label, figure.y_label);
+        }
+        let _ = writeln!(md);
+        let _ = writeln!(md, "|---|{}", "---:|".repeat(figure.series.len()));
+        for (x, x_label) in &xs {
+            let _ = write!(md, "| {x_label} |");
+            for series in &figure.series {
+                match series.points.iter().find(|p| p.x == *x) {
+                    Some(p) => {
+                        let _ = write!(md, " {} |", svg::format_number(p.y));
+                    }
+                    None => md.push_str(" |"),
+                }
+            }
+            let _ = writeln!(md);
+        }
+    }
+    let _ = writeln!(md, "\n## Runs\n");
+    let _ = writeln!(md, "Each point is one of these commands (run with the target's path):\n");
+    for run in &report.runs {
+        let _ = writeln!(md, "- {}: `{}`", run.target, run.command);
+    }
+    md
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> SweepArgs {
+        SweepArgs::try_parse_from(std::iter::once("sweep").chain(args.iter().copied())).expect("options parse")
+    }
+
+    #[test]
+    fn parses_targets_and_values() {
+        let args = parse(&["--preset", "tasks", "--target", "a=/x", "--target", "b=braid://h:1/y", "--out", "o"]);
+        let targets = args.parse_targets().unwrap();
+        assert_eq!(targets[0].0, "a");
+        assert_eq!(targets[1].1.api, Api::Native);
+        let dup = parse(&["--preset", "tasks", "--target", "a=/x", "--target", "a=/y", "--out", "o"]);
+        assert!(dup.parse_targets().unwrap_err().to_string().contains("twice"));
+        let bad = parse(&["--preset", "tasks", "--target", "x", "--out", "o"]);
+        assert!(bad.parse_targets().is_err());
+        let counts = parse(&["--preset", "tasks", "--target", "a=/x", "--out", "o", "--max-tasks", "6"]);
+        assert_eq!(counts.task_counts().unwrap(), vec![1, 2, 4, 6]);
+        let values = parse(&["--preset", "tasks", "--target", "a=/x", "--out", "o", "--values", "1,3"]);
+        assert_eq!(values.task_counts().unwrap(), vec![1, 3]);
+        let sizes = parse(&["--preset", "blocksize", "--target", "a=/x", "--out", "o", "--values", "4k,1m"]);
+        assert_eq!(sizes.sizes(&[], &[]).unwrap(), vec![4096, 1 << 20]);
+        assert!(SweepArgs::try_parse_from(["sweep", "--preset", "nope", "--target", "a=/x", "--out", "o"]).is_err());
+        assert!(
+            SweepArgs::try_parse_from(["sweep", "--preset", "tasks", "--out", "o"]).is_err(),
+            "a target is required"
+        );
+    }
+
+    #[test]
+    fn markdown_has_tables_and_images() {
+        let report = SweepReport {
+            tool: "braid bench sweep",
+            began: "now".into(),
+            command: "braid bench sweep".into(),
+            machine: Machine::detect(),
+            preset: Preset::Tasks,
+            description: Preset::Tasks.describe(),
+            quick: true,
+            caches_dropped: false,
+            targets: vec![SweepTarget { label: "local".into(), location: "/x".into(), file_system: "ext4".into() }],
+            figures: vec![Figure {
+                id: "tasks".into(),
+                title: "T".into(),
+                x_label: "tasks".into(),
+                y_label: "MiB/s".into(),
+                x_axis: XAxis::Log2,
+                series: vec![FigureSeries {
+                    label: "local write".into(),
+                    points: vec![
+                        FigurePoint { x: 1.0, x_label: "1".into(), y: 10.5 },
+                        FigurePoint { x: 2.0, x_label: "2".into(), y: 20.0 },
+                    ],
+                }],
+            }],
+            runs: vec![],
+        };
+        let md = render_markdown(&report);
+        assert!(md.contains("![T](tasks.svg)"));
+        assert!(md.contains("| 1 | 10.5 |"));
+        assert!(md.contains("Caches dropped before every phase: no"));
+        assert!(md.contains("cores"));
+    }
+}
