@@ -101,6 +101,8 @@ pub(crate) async fn write(c: &Client, f: &OpenFile, offset: u64, data: Bytes) ->
         ClientError::Errno(Errno::Inval, format!("write at {offset}+{len} exceeds the largest file size"))
     })?;
     f.inflight.take_error()?;
+    // What was read ahead may predate this write.
+    f.data_gen.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     let runs = f.layout.object_extents(offset, len, c.inner.cfg.max_rpc_bytes)?;
     let limit = c.inner.cfg.max_dirty_bytes;
     let behind = limit > 0;
@@ -165,7 +167,118 @@ pub(crate) async fn read(c: &Client, f: &OpenFile, offset: u64, len: u64) -> Res
     let len = len.min(size - offset);
     // Read our own writes: wait for any in-flight write of this range.
     f.inflight.admit(offset, offset + len, 0, u64::MAX).await;
-    read_extents(c, f.fid, &f.layout, offset, len).await
+    // One reader at a time uses the read-ahead state; a concurrent reader of the same
+    // handle (FUSE issues reads in parallel) reads directly instead of waiting.
+    match f.readahead.try_lock() {
+        Ok(mut ra) => ra.read(c, f, offset, len, size).await,
+        Err(_) => read_extents(c, f.fid, &f.layout, offset, len).await,
+    }
+}
+
+/// Bytes of a handle prefetched ahead of a sequential reader, at most.
+pub const READAHEAD_WINDOW_BYTES: u64 = 16 << 20;
+/// Size of one prefetch (one or more RPCs, one per stripe it touches).
+const READAHEAD_CHUNK_BYTES: u64 = 4 << 20;
+
+type Prefetch = tokio::sync::oneshot::Receiver<Result<Bytes>>;
+
+/// Sequential read-ahead of one handle (Lustre's client read-ahead, simplified): once
+/// two reads follow each other, the next `READAHEAD_WINDOW_BYTES` are requested in
+/// chunks in the background, so a reader of small transfers keeps every OST busy.
+/// Any jump resets it; a write or truncate through the handle drops it.
+#[derive(Default)]
+pub struct Readahead {
+    /// Where the next sequential read starts.
+    next: u64,
+    /// Chunks requested, in file order: (start, length, answer).
+    pending: std::collections::VecDeque<(u64, u64, Prefetch)>,
+    /// The chunk being consumed.
+    ready: Option<(u64, Bytes)>,
+    /// End of what has been requested.
+    issued_until: u64,
+    /// The handle's data generation the prefetched chunks were read at.
+    gen: u64,
+}
+
+impl Readahead {
+    pub(crate) fn reset(&mut self) {
+        self.pending.clear();
+        self.ready = None;
+        self.issued_until = 0;
+        self.next = u64::MAX;
+    }
+
+    async fn read(&mut self, c: &Client, f: &OpenFile, offset: u64, len: u64, size: u64) -> Result<Bytes> {
+        let gen = f.data_gen.load(std::sync::atomic::Ordering::Acquire);
+        if gen != self.gen {
+            // Written or truncated since the prefetch: drop it.
+            self.reset();
+            self.gen = gen;
+        }
+        let sequential = offset == self.next;
+        if !sequential {
+            self.pending.clear();
+            self.ready = None;
+            self.issued_until = offset;
+        }
+        let end = offset + len;
+        let mut out = BytesMut::with_capacity(len as usize);
+        let mut pos = offset;
+        while pos < end {
+            if let Some((start, data)) = &self.ready {
+                let (start, dlen) = (*start, data.len() as u64);
+                if pos >= start && pos < start + dlen {
+                    let from = (pos - start) as usize;
+                    let n = ((start + dlen).min(end) - pos) as usize;
+                    out.extend_from_slice(&data[from..from + n]);
+                    pos += n as u64;
+                    continue;
+                }
+            }
+            match self.pending.front() {
+                Some(&(start, clen, _)) if pos >= start && pos < start + clen => {
+                    let (_, _, rx) = self.pending.pop_front().expect("front exists");
+                    match rx.await {
+                        Ok(Ok(data)) if data.len() as u64 == clen => self.ready = Some((start, data)),
+                        _ => {
+                            // A failed or short prefetch: read directly from here on.
+                            self.reset();
+                            let rest = read_extents(c, f.fid, &f.layout, pos, end - pos).await?;
+                            out.extend_from_slice(&rest);
+                            pos = end;
+                        }
+                    }
+                }
+                Some(&(start, _, _)) if start < pos => {
+                    self.pending.pop_front();
+                }
+                _ => {
+                    let rest = read_extents(c, f.fid, &f.layout, pos, end - pos).await?;
+                    out.extend_from_slice(&rest);
+                    pos = end;
+                    self.issued_until = self.issued_until.max(end);
+                }
+            }
+        }
+        self.next = end;
+        if sequential {
+            // Keep the window ahead of the reader full.
+            let mut at = self.issued_until.max(end);
+            let limit = size.min(end.saturating_add(READAHEAD_WINDOW_BYTES));
+            while at < limit {
+                let n = READAHEAD_CHUNK_BYTES.min(limit - at);
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                let (client, fid, layout) = (c.clone(), f.fid, f.layout.clone());
+                tokio::spawn(async move {
+                    let _ = tx.send(read_extents(&client, fid, &layout, at, n).await);
+                });
+                self.pending.push_back((at, n, rx));
+                at += n;
+            }
+            self.issued_until = at;
+        }
+        Ok(out.freeze())
+    }
 }
 
 /// Reads `[offset, offset+len)` of a file; holes and bytes past an object's end read

@@ -136,6 +136,10 @@ pub struct OpenFile {
     dirty: Mutex<HashMap<u32, Vec<ObjectId>>>,
     /// Writes sent but not yet acknowledged by their OSTs (write-behind).
     pub(crate) inflight: Arc<io::Inflight>,
+    /// Sequential read-ahead state.
+    pub(crate) readahead: tokio::sync::Mutex<io::Readahead>,
+    /// Bumped by every write and size change of the handle (invalidates read-ahead).
+    pub(crate) data_gen: AtomicU64,
     pub flags: OpenFlags,
 }
 
@@ -151,6 +155,8 @@ impl OpenFile {
             written: AtomicBool::new(false),
             dirty: Mutex::new(HashMap::new()),
             inflight: Arc::new(io::Inflight::default()),
+            readahead: tokio::sync::Mutex::new(io::Readahead::default()),
+            data_gen: AtomicU64::new(0),
             flags,
         })
     }
@@ -182,6 +188,7 @@ impl OpenFile {
 
     /// Sets the size after a truncate done elsewhere in this client.
     pub fn set_size(&self, size: u64) {
+        self.data_gen.fetch_add(1, Ordering::AcqRel);
         self.size.store(size, Ordering::Release);
     }
 }
@@ -559,7 +566,7 @@ impl Client {
         let set = SetAttr { size: Some(size), ..Default::default() };
         match self.md(f.fid, Request::MdsSetattr { creds: creds.clone(), fid: f.fid, set }).await? {
             Response::Attr(_) => {
-                f.size.store(size, Ordering::Release);
+                f.set_size(size);
                 Ok(())
             }
             r => Err(unexpected("truncate", &r)),
@@ -660,6 +667,7 @@ impl Client {
     pub async fn punch_hole(&self, f: &OpenFile, offset: u64, len: u64) -> Result<()> {
         self.observe("punch", Some(f.fid), offset, len, async {
             self.drain_file(f.fid).await?;
+            f.data_gen.fetch_add(1, Ordering::AcqRel);
             io::punch_hole(self, f, offset, len).await
         })
         .await
