@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Native client vs local disk: 2 GiB through the native client (1 file, 4 stripes of 1 MiB) vs the
+# Native client vs local disk: 2 GiB through the native client (1 file, 4 stripes of
+# 1 MiB) vs the local disk the OSTs live on, with braid bench ior; caches dropped and
+# memory settled before every phase, systems alternated, 3 repetitions.
 # Usage: scripts/bench-native-vs-local.sh BRAID_BIN braid://HOST:PORT LOCAL_DIR OUT_DIR
-# (needs root for drop_caches; the cluster must have a directory /s4 striped -c 4 -S 1M;
-# BRAID_SECRET_FILE set). SETTLE (default 15) is the wait after each drop_caches.
-# local disk the OSTs live on, braid bench ior, caches dropped and memory settled
-# before every phase, systems alternated, 3 repetitions.
+# (needs root for drop_caches; the cluster must have a directory /s4 striped -c 4 -S 1M,
+# and BRAID_SECRET_FILE set). SETTLE (default 15) is the wait after each drop_caches.
 set -euo pipefail
 R=$1; U=$2; LOCAL=$3; OUT=$4; SETTLE=${SETTLE:-15}
 mkdir -p "$OUT"
