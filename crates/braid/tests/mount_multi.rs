@@ -139,7 +139,16 @@ fn posix_and_bsd_locks_in_one_mount() {
     assert_eq!(flock(b.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB), 0, "shared locks coexist");
     assert_eq!(flock(b.as_raw_fd(), libc::LOCK_UN), 0);
     drop(a); // The last close of the description releases its flock.
-    assert_eq!(flock(b.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB), 0, "close released the flock");
+             // FUSE sends that release (RELEASE with the flock flag) after close(2) returns, so
+             // it lands a moment later: poll for it.
+    let released = (0..100).any(|_| {
+        let ok = flock(b.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0;
+        if !ok {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        ok
+    });
+    assert!(released, "close released the flock");
     drop(b);
     drop(f);
 }
