@@ -103,6 +103,14 @@ fn ino_of(fid: Fid) -> u64 {
     }
 }
 
+/// Answers an operation that returns nothing but success or an error.
+fn reply_empty(reply: ReplyEmpty, r: client::Result<()>) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(errno(&e)),
+    }
+}
+
 fn errno(e: &ClientError) -> Errno {
     Errno::from_i32(e.errno().raw())
 }
@@ -385,10 +393,7 @@ impl fuser::Filesystem for BraidFs {
         }
         let Ok(name) = name_str(name) else { return reply.error(Errno::ENOENT) };
         let c = self.creds(req);
-        match self.run(self.client.unlink(&c, fid_of(parent), name)) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        reply_empty(reply, self.run(self.client.unlink(&c, fid_of(parent), name)));
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -397,10 +402,7 @@ impl fuser::Filesystem for BraidFs {
         }
         let Ok(name) = name_str(name) else { return reply.error(Errno::ENOENT) };
         let c = self.creds(req);
-        match self.run(self.client.rmdir(&c, fid_of(parent), name)) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        reply_empty(reply, self.run(self.client.rmdir(&c, fid_of(parent), name)));
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
@@ -433,10 +435,7 @@ impl fuser::Filesystem for BraidFs {
         let (Ok(name), Ok(newname)) = (name_str(name), name_str(newname)) else { return reply.error(Errno::EINVAL) };
         let c = self.creds(req);
         let rf = RenameFlags { noreplace: flags.contains(FuseRenameFlags::RENAME_NOREPLACE) };
-        match self.run(self.client.rename(&c, fid_of(parent), name, fid_of(newparent), newname, rf)) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        reply_empty(reply, self.run(self.client.rename(&c, fid_of(parent), name, fid_of(newparent), newname, rf)));
     }
 
     fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
@@ -594,10 +593,7 @@ impl fuser::Filesystem for BraidFs {
 
     fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
         let Some(f) = self.handles.file(fh.0) else { return reply.error(Errno::EBADF) };
-        match self.run(self.client.fsync(&f.file)) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        reply_empty(reply, self.run(self.client.fsync(&f.file)));
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: FuseOpenFlags, reply: ReplyOpen) {
@@ -695,10 +691,7 @@ impl fuser::Filesystem for BraidFs {
             _ => return reply.error(Errno::EINVAL),
         };
         let c = self.creds(req);
-        match self.run(self.client.setxattr(&c, fid_of(ino), name, value, mode)) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        reply_empty(reply, self.run(self.client.setxattr(&c, fid_of(ino), name, value, mode)));
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
@@ -739,10 +732,7 @@ impl fuser::Filesystem for BraidFs {
         }
         let Ok(name) = name_str(name) else { return reply.error(Errno::NO_XATTR) };
         let c = self.creds(req);
-        match self.run(self.client.removexattr(&c, fid_of(ino), name)) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        reply_empty(reply, self.run(self.client.removexattr(&c, fid_of(ino), name)));
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
