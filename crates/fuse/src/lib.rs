@@ -542,10 +542,11 @@ impl fuser::Filesystem for BraidFs {
         // close-to-open consistency the handle's writes must be on the OSTs and its size
         // on the MDS before close(2) returns, or an open right after it (in this mount
         // or another) sees the old size and reads short. This also reports a failed
-        // write-behind to close(2) instead of losing it in RELEASE.
+        // write-behind to close(2) instead of losing it in RELEASE. Nothing is forced to
+        // disk here: that is fsync's job.
         if let Some(f) = self.handles.file(fh.0) {
             if f.file.was_written() {
-                if let Err(e) = self.run(self.client.fsync(&f.file)) {
+                if let Err(e) = self.run(self.client.flush(&f.file)) {
                     return reply.error(errno(&e));
                 }
             }

@@ -461,7 +461,8 @@ async fn drain_destroys(mdt: Arc<Mdt>, cluster: Arc<RwLock<ClusterView>>, identi
     }
 }
 
-/// How long a file replaced by a rename outlives its last name when nobody opened it.
+/// How long an orphan (a file replaced by a rename, or unlinked while open) outlives
+/// its last name and its last handle before the reaper destroys it.
 const REPLACED_GRACE_SECS: u64 = 2;
 
 async fn reap_replaced(mdt: Arc<Mdt>) {
@@ -511,22 +512,11 @@ impl Service for Mds {
                 tracing::info!(mdt = m.index, client = client_id, "released {dropped} lock(s) of a departed client");
                 m.lock_released.notify_waiters();
             }
-            let closed: Vec<Fid> = {
-                let mut opens = m.opens.lock().expect("opens");
-                let mut gone = Vec::new();
-                opens.retain(|fid, holders| {
-                    if holders.remove(&client_id).is_some() && holders.is_empty() {
-                        gone.push(*fid);
-                        return false;
-                    }
-                    !holders.is_empty()
-                });
-                gone
-            };
-            if !closed.is_empty() {
-                let m = m.clone();
-                tokio::spawn(async move { m.submit(JobKind::ReapOrphans(Some(closed))).await });
-            }
+            // Its opens end here; orphans among them are destroyed by the reaper.
+            m.opens.lock().expect("opens").retain(|_, holders| {
+                holders.remove(&client_id);
+                !holders.is_empty()
+            });
         }
     }
 }
@@ -539,10 +529,10 @@ impl Mdt {
         *self.opens.lock().expect("opens").entry(fid).or_default().entry(client).or_default() += 1;
     }
 
-    /// Drops one handle of `client`; true when nobody holds the FID open any more.
-    fn closed(&self, fid: Fid, client: u64) -> bool {
+    /// Drops one handle of `client`.
+    fn closed(&self, fid: Fid, client: u64) {
         let mut opens = self.opens.lock().expect("opens");
-        let Some(holders) = opens.get_mut(&fid) else { return true };
+        let Some(holders) = opens.get_mut(&fid) else { return };
         if let Some(n) = holders.get_mut(&client) {
             *n = n.saturating_sub(1);
             if *n == 0 {
@@ -551,9 +541,7 @@ impl Mdt {
         }
         if holders.is_empty() {
             opens.remove(&fid);
-            return true;
         }
-        false
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -653,21 +641,14 @@ impl Mds {
                 r
             }
             Request::MdsClose { fid, size, mtime } => {
-                let last = mdt.closed(fid, ctx.client_id);
+                mdt.closed(fid, ctx.client_id);
                 if size.is_some() {
                     let req = Request::MdsClose { fid, size, mtime };
                     return mdt.submit(JobKind::Client { client_id: ctx.client_id, xid: ctx.xid, req }).await;
                 }
-                // A plain close costs no commit unless it was the last handle of an
-                // unlinked file.
-                if last {
-                    let orphan = mdt.read(move |v| Ok(Response::Attr(v.must_inode(fid)?.attr(fid)))).await;
-                    if let Response::Attr(a) = orphan {
-                        if a.nlink == 0 {
-                            return mdt.submit(JobKind::ReapOrphans(Some(vec![fid]))).await;
-                        }
-                    }
-                }
+                // An orphan whose last handle this was is destroyed by the reaper once
+                // the grace has passed, not here: a rename's victim must outlive it even
+                // when a late close (FUSE sends RELEASE asynchronously) comes right after.
                 Response::Ok
             }
             Request::MdsSetLock { fid, owner, pid, lock, start, end, wait } => {

@@ -459,9 +459,7 @@ impl<'a> Writer<'a> {
                     ino.ctime = now.max(m);
                     self.put_inode(fid, &ino)?;
                 }
-                if ino.nlink == 0 {
-                    self.reap_orphan(fid, place)?;
-                }
+                // An orphan is left to the reaper (see `reap_replaced`).
                 Ok(Response::Ok)
             }
             Request::MdsSetattr { creds, fid, set } => self.setattr(&creds, fid, set, now),
