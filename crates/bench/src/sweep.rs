@@ -372,16 +372,7 @@ pub fn execute(args: &SweepArgs, native: Option<NativeConnect>) -> Result<SweepR
                     .map(|s| s.to_string())
                     .collect();
                     let (report, command) = run_ior(&extra)?;
-                    for row in &report.summary {
-                        figures.add(
-                            "tasks",
-                            format!("{label} {}", row.operation),
-                            n as f64,
-                            n.to_string(),
-                            row.bandwidth_mib_s.mean,
-                        );
-                    }
-                    runs.push(SweepRun { target: label.clone(), command, report: to_json(&report) });
+                    add_ior_run(&mut figures, &mut runs, "tasks", label, (n as f64, n.to_string()), report, command);
                 }
             }
             Preset::Blocksize => {
@@ -410,16 +401,15 @@ pub fn execute(args: &SweepArgs, native: Option<NativeConnect>) -> Result<SweepR
                     .map(|s| s.to_string())
                     .collect();
                     let (report, command) = run_ior(&extra)?;
-                    for row in &report.summary {
-                        figures.add(
-                            "blocksize",
-                            format!("{label} {}", row.operation),
-                            transfer as f64,
-                            format_size(transfer),
-                            row.bandwidth_mib_s.mean,
-                        );
-                    }
-                    runs.push(SweepRun { target: label.clone(), command, report: to_json(&report) });
+                    add_ior_run(
+                        &mut figures,
+                        &mut runs,
+                        "blocksize",
+                        label,
+                        (transfer as f64, format_size(transfer)),
+                        report,
+                        command,
+                    );
                 }
             }
             Preset::Pattern => {
@@ -445,16 +435,15 @@ pub fn execute(args: &SweepArgs, native: Option<NativeConnect>) -> Result<SweepR
                     .collect();
                     extra.extend(flags.iter().map(|s| s.to_string()));
                     let (report, command) = run_ior(&extra)?;
-                    for row in &report.summary {
-                        figures.add(
-                            "pattern",
-                            format!("{label} {}", row.operation),
-                            index as f64,
-                            name.to_string(),
-                            row.bandwidth_mib_s.mean,
-                        );
-                    }
-                    runs.push(SweepRun { target: label.clone(), command, report: to_json(&report) });
+                    add_ior_run(
+                        &mut figures,
+                        &mut runs,
+                        "pattern",
+                        label,
+                        (index as f64, name.to_string()),
+                        report,
+                        command,
+                    );
                 }
             }
             Preset::Filesize => {
@@ -579,6 +568,23 @@ pub fn execute(args: &SweepArgs, native: Option<NativeConnect>) -> Result<SweepR
     };
     write_outputs(out, &report)?;
     Ok(report)
+}
+
+/// Adds one IOR run of a sweep: a point per summary row (phase) on `figure`, at `x`
+/// (value and axis label), and the raw report.
+fn add_ior_run(
+    figures: &mut Figures,
+    runs: &mut Vec<SweepRun>,
+    figure: &str,
+    label: &str,
+    x: (f64, String),
+    report: ior::IorReport,
+    command: String,
+) {
+    for row in &report.summary {
+        figures.add(figure, format!("{label} {}", row.operation), x.0, x.1.clone(), row.bandwidth_mib_s.mean);
+    }
+    runs.push(SweepRun { target: label.to_string(), command, report: to_json(&report) });
 }
 
 fn to_json(value: &impl Serialize) -> serde_json::Value {
