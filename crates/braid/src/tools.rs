@@ -92,6 +92,7 @@ pub fn local(data: &Path, l: &Local, mount: Option<(PathBuf, crate::mount::Mount
                     || format!("cannot mount on {} (is fuse3 installed and the directory empty?)", mp.display()),
                 )?;
             crate::mount::record_secret_file(&mgs, &abs);
+            crate::mount::tune_readahead(mp, settings.readahead_kb);
             let mut session = session;
             let unmounter = session.unmount_callable();
             let thread = std::thread::spawn(move || session.run());

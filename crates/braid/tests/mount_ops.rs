@@ -143,3 +143,21 @@ fn sigint_unmounts_cleanly() {
     // The data is safe on the cluster.
     assert_eq!(c.get("/f"), b"data");
 }
+
+#[test]
+fn mount_sets_the_kernel_readahead() {
+    // FUSE leaves its bdi at the kernel's 128 KiB read-ahead; the mount raises it
+    // (sequential reads through the mount otherwise arrive as 128 KiB requests).
+    let c = cluster();
+    let m = Mount::new(&c, "readahead_kb=2048");
+    let target = fs::canonicalize(m.path("")).unwrap();
+    let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let dev = info
+        .lines()
+        .map(|l| l.split(' ').collect::<Vec<_>>())
+        .find(|f| f.len() > 4 && Path::new(f[4]) == target)
+        .map(|f| f[2].to_string())
+        .expect("the mount is in mountinfo");
+    let kb = fs::read_to_string(format!("/sys/class/bdi/{dev}/read_ahead_kb")).unwrap();
+    assert_eq!(kb.trim(), "2048");
+}
