@@ -461,3 +461,32 @@ fn local_cluster_started_again_on_its_directory_finds_its_data() {
     let df = local_ok(&data, &["df", &url("/")]);
     assert_eq!(df.matches("[OST:").count(), 3, "{df}");
 }
+
+#[test]
+fn readahead_is_dropped_when_the_file_is_truncated_by_fid() {
+    // A handle reads ahead; the file is then emptied and grown again through setattr by
+    // FID (as the mount's truncate does). The handle must read the zeros now there, not
+    // the bytes it prefetched before.
+    let c = Cluster::start(bin(), ClusterSpec::default());
+    let rt = runtime();
+    let client = connect(&rt, &c);
+    let creds = client::process_creds();
+    let data = pattern(8 << 20, 7);
+    rt.block_on(async {
+        let spec = Some(LayoutSpec::raid0(Some(2), Some(1 << 20)));
+        let (f, _, _) = client.create(&creds, Fid::ROOT, "ra", 0o644, true, rw(), spec).await?;
+        client.write(&f, 0, Bytes::from(data.clone())).await?;
+        client.fsync(&f).await?;
+        // Two sequential reads start the read-ahead of the rest of the file.
+        assert_eq!(&client.read(&f, 0, 64 << 10).await?[..], &data[..64 << 10]);
+        assert_eq!(&client.read(&f, 64 << 10, 64 << 10).await?[..], &data[64 << 10..128 << 10]);
+        for size in [0, 8 << 20] {
+            let set = proto::msg::SetAttr { size: Some(size), ..Default::default() };
+            client.setattr(&creds, f.fid, set).await?;
+        }
+        let after = client.read(&f, 128 << 10, 1 << 20).await?;
+        assert!(after.iter().all(|&b| b == 0), "bytes read ahead before the truncate were served after it");
+        client.close(f).await
+    })
+    .expect("read-ahead scenario");
+}

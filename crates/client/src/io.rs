@@ -31,6 +31,10 @@ fn join_err(e: tokio::task::JoinError) -> ClientError {
 pub struct Inflight {
     state: Mutex<InflightState>,
     changed: tokio::sync::Notify,
+    /// Bumped by every write and size change of the handle: read-ahead taken at an
+    /// older generation is dropped. Here, next to the in-flight writes, so a truncate by
+    /// FID reaches every handle of the file through the client's registry.
+    pub(crate) data_gen: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Default)]
@@ -102,7 +106,7 @@ pub(crate) async fn write(c: &Client, f: &OpenFile, offset: u64, data: Bytes) ->
     })?;
     f.inflight.take_error()?;
     // What was read ahead may predate this write.
-    f.data_gen.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    f.inflight.data_gen.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     let runs = f.layout.object_extents(offset, len, c.inner.cfg.max_rpc_bytes)?;
     let limit = c.inner.cfg.max_dirty_bytes;
     let behind = limit > 0;
@@ -185,7 +189,8 @@ type Prefetch = tokio::sync::oneshot::Receiver<Result<Bytes>>;
 /// Sequential read-ahead of one handle (Lustre's client read-ahead, simplified): once
 /// two reads follow each other, the next `READAHEAD_WINDOW_BYTES` are requested in
 /// chunks in the background, so a reader of small transfers keeps every OST busy.
-/// Any jump resets it; a write or truncate through the handle drops it.
+/// Any jump resets it; a write through the handle, or a truncate or hole punch of the
+/// file through this client, drops it.
 #[derive(Default)]
 pub struct Readahead {
     /// Where the next sequential read starts.
@@ -209,7 +214,7 @@ impl Readahead {
     }
 
     async fn read(&mut self, c: &Client, f: &OpenFile, offset: u64, len: u64, size: u64) -> Result<Bytes> {
-        let gen = f.data_gen.load(std::sync::atomic::Ordering::Acquire);
+        let gen = f.inflight.data_gen.load(std::sync::atomic::Ordering::Acquire);
         if gen != self.gen {
             // Written or truncated since the prefetch: drop it.
             self.reset();

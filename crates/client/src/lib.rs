@@ -138,8 +138,6 @@ pub struct OpenFile {
     pub(crate) inflight: Arc<io::Inflight>,
     /// Sequential read-ahead state.
     pub(crate) readahead: tokio::sync::Mutex<io::Readahead>,
-    /// Bumped by every write and size change of the handle (invalidates read-ahead).
-    pub(crate) data_gen: AtomicU64,
     /// `data_gen` when the size was last published to the MDS (`u64::MAX`: never).
     published_gen: AtomicU64,
     pub flags: OpenFlags,
@@ -158,7 +156,6 @@ impl OpenFile {
             dirty: Mutex::new(HashMap::new()),
             inflight: Arc::new(io::Inflight::default()),
             readahead: tokio::sync::Mutex::new(io::Readahead::default()),
-            data_gen: AtomicU64::new(0),
             published_gen: AtomicU64::new(u64::MAX),
             flags,
         })
@@ -191,7 +188,7 @@ impl OpenFile {
 
     /// Sets the size after a truncate done elsewhere in this client.
     pub fn set_size(&self, size: u64) {
-        self.data_gen.fetch_add(1, Ordering::AcqRel);
+        self.inflight.data_gen.fetch_add(1, Ordering::AcqRel);
         self.size.store(size, Ordering::Release);
     }
 }
@@ -279,7 +276,8 @@ impl Client {
         }
     }
 
-    /// Waits for the in-flight writes of every handle of `fid` in this client.
+    /// Before a size change or hole punch of `fid`: waits for the in-flight writes of
+    /// every handle of the file in this client and drops their read-ahead.
     async fn drain_file(&self, fid: Fid) -> Result<()> {
         let list: Vec<Arc<io::Inflight>> = {
             let m = self.inner.open_files.lock().expect("open files");
@@ -287,6 +285,7 @@ impl Client {
         };
         for i in list {
             i.drain().await?;
+            i.data_gen.fetch_add(1, Ordering::AcqRel);
         }
         Ok(())
     }
@@ -670,7 +669,6 @@ impl Client {
     pub async fn punch_hole(&self, f: &OpenFile, offset: u64, len: u64) -> Result<()> {
         self.observe("punch", Some(f.fid), offset, len, async {
             self.drain_file(f.fid).await?;
-            f.data_gen.fetch_add(1, Ordering::AcqRel);
             io::punch_hole(self, f, offset, len).await
         })
         .await
@@ -720,7 +718,7 @@ impl Client {
     /// Tells the MDS the size and mtime of a written handle, unless nothing was written
     /// since the last time.
     async fn report_size(&self, f: &OpenFile) -> Result<()> {
-        let gen = f.data_gen.load(Ordering::Acquire);
+        let gen = f.inflight.data_gen.load(Ordering::Acquire);
         if !f.was_written() || f.published_gen.load(Ordering::Acquire) == gen {
             return Ok(());
         }
@@ -740,7 +738,7 @@ impl Client {
     pub async fn close(&self, f: OpenFile) -> Result<()> {
         self.observe("close", Some(f.fid), 0, 0, async {
             let flushed = f.inflight.drain().await;
-            let unpublished = f.published_gen.load(Ordering::Acquire) != f.data_gen.load(Ordering::Acquire);
+            let unpublished = f.published_gen.load(Ordering::Acquire) != f.inflight.data_gen.load(Ordering::Acquire);
             let (size, mtime) =
                 if f.was_written() && unpublished { (Some(f.size()), Some(Timespec::now())) } else { (None, None) };
             match self.md(f.fid, Request::MdsClose { fid: f.fid, size, mtime }).await? {
