@@ -64,6 +64,8 @@ pub struct MdsSection {
     pub mdts: Vec<PathBuf>,
     pub default_stripe_count: Option<i64>,
     pub default_stripe_size: Option<String>,
+    pub checkpoint_ms: Option<u64>,
+    pub sync_journal: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]

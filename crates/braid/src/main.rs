@@ -90,6 +90,14 @@ enum Command {
         /// Default stripe size of the file system (e.g. 1M).
         #[arg(long)]
         default_stripe_size: Option<String>,
+        /// How often each MDT database is made durable and its redo log emptied, in
+        /// milliseconds: the most a machine crash can take back without fsync.
+        #[arg(long)]
+        checkpoint_ms: Option<u64>,
+        /// Force the redo log to disk before every reply (every acknowledged operation
+        /// survives a power loss; slower).
+        #[arg(long)]
+        sync_journal: bool,
     },
     /// Run an object storage server (OSS) for one or more OSTs.
     Oss {
@@ -318,7 +326,17 @@ fn run(command: Command) -> Result<()> {
             let timeout = Duration::from_millis(target_timeout_ms.or(file.mgs.target_timeout_ms).unwrap_or(5000));
             run_server("MGS", async move { serve::start_mgs(&listen, &data, &common, timeout).await })
         }
-        Command::Mds { server, listen, advertise, mgs, mdts, default_stripe_count, default_stripe_size } => {
+        Command::Mds {
+            server,
+            listen,
+            advertise,
+            mgs,
+            mdts,
+            default_stripe_count,
+            default_stripe_size,
+            checkpoint_ms,
+            sync_journal,
+        } => {
             let file = config::load(server.config.as_deref())?;
             let common = config::common(&server, &file)?;
             let listen = listen.or(file.mds.listen.clone()).unwrap_or_else(|| "127.0.0.1:0".into());
@@ -332,8 +350,18 @@ fn run(command: Command) -> Result<()> {
             let count = default_stripe_count.or(file.mds.default_stripe_count).unwrap_or(1);
             let default = layout::LayoutSpec::raid0(Some(count), Some(size.unwrap_or(1 << 20)));
             default.validate().context("invalid default layout")?;
+            let checkpoint_ms = checkpoint_ms.or(file.mds.checkpoint_ms).unwrap_or(1000);
+            if checkpoint_ms == 0 {
+                bail!("--checkpoint-ms must be at least 1");
+            }
+            let cfg = mds::MdsConfig {
+                default_layout: default,
+                checkpoint_interval: Duration::from_millis(checkpoint_ms),
+                sync_journal: sync_journal || file.mds.sync_journal.unwrap_or(false),
+                ..Default::default()
+            };
             run_server("MDS", async move {
-                serve::start_mds(&listen, advertise.as_deref(), &mgs, &mdts, &common, default).await
+                serve::start_mds(&listen, advertise.as_deref(), &mgs, &mdts, &common, cfg).await
             })
         }
         Command::Oss { server, listen, advertise, mgs, osts } => {

@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use layout::LayoutSpec;
 use proto::auth::Secret;
 use proto::msg::TargetKind;
 use proto::rpc::{Identity, RpcClient, RpcOptions};
@@ -86,7 +85,7 @@ pub async fn start_mds(
     mgs_addr: &str,
     dirs: &[PathBuf],
     common: &Common,
-    default_layout: LayoutSpec,
+    cfg: mds::MdsConfig,
 ) -> Result<String> {
     if dirs.is_empty() {
         bail!("an MDS needs at least one MDT directory (--mdt DIR)");
@@ -95,7 +94,7 @@ pub async fn start_mds(
     let mgs = mgs_client(mgs_addr, common, "mds");
     let targets = register_all(TargetKind::Mdt, dirs, &mgs, &addr, &common.fsname).await?;
     let list: Vec<(u32, PathBuf)> = targets.iter().map(|t| (t.index.expect("registered"), t.dir.clone())).collect();
-    let cfg = mds::MdsConfig { default_layout, config_refresh: common.heartbeat, ..Default::default() };
+    let cfg = mds::MdsConfig { config_refresh: common.heartbeat, ..cfg };
     let mds = mds::Mds::start(&list, cfg, Identity::new("mds", common.secret.clone()), mgs.clone())?;
     let usage: Arc<dyn Fn(&TargetDir) -> proto::msg::Usage + Send + Sync> =
         Arc::new(|t| proto::target::dir_usage(&t.dir));

@@ -67,8 +67,8 @@ pub fn local(data: &Path, l: &Local, mount: Option<(PathBuf, crate::mount::Mount
             serve::start_mgs(listen, &data.join("mgs"), &common, Duration::from_millis(target_timeout_ms)).await?;
         let mdt_dirs: Vec<PathBuf> = (0..mdts).map(|i| data.join(format!("mdt{i}"))).collect();
         let ost_dirs: Vec<PathBuf> = (0..osts).map(|i| data.join(format!("ost{i}"))).collect();
-        let default = LayoutSpec::raid0(Some(1), Some(1 << 20));
-        serve::start_mds("127.0.0.1:0", None, &mgs, &mdt_dirs, &common, default).await?;
+        let cfg = mds::MdsConfig { default_layout: LayoutSpec::raid0(Some(1), Some(1 << 20)), ..Default::default() };
+        serve::start_mds("127.0.0.1:0", None, &mgs, &mdt_dirs, &common, cfg).await?;
         serve::start_oss("127.0.0.1:0", None, &mgs, &ost_dirs, &common).await?;
         let abs = std::fs::canonicalize(&secret_path).unwrap_or(secret_path.clone());
         println!(

@@ -118,7 +118,14 @@ struct Inner {
     /// In-flight write state of every open handle, by file: a truncate or hole punch
     /// waits for them first.
     open_files: Mutex<HashMap<Fid, Vec<std::sync::Weak<io::Inflight>>>>,
+    /// Closes with nothing to report, not yet sent (see [`Client::close`]).
+    closes: Mutex<Vec<Fid>>,
 }
+
+/// How long a close with nothing to report may wait to share an RPC with others.
+const CLOSE_DELAY: Duration = Duration::from_millis(5);
+/// Most closes one RPC carries; a full queue is sent at once.
+const CLOSE_BATCH_MAX: usize = 512;
 
 /// A connected client. Cheap to clone.
 #[derive(Clone)]
@@ -219,6 +226,7 @@ impl Client {
                 observer: RwLock::new(None),
                 last_refresh: Mutex::new(Instant::now()),
                 open_files: Mutex::new(HashMap::new()),
+                closes: Mutex::new(Vec::new()),
             }),
         })
     }
@@ -462,6 +470,7 @@ impl Client {
 
     pub async fn unlink(&self, creds: &Creds, parent: Fid, name: &str) -> Result<()> {
         self.observe("unlink", Some(parent), 0, 0, async {
+            self.settle_closes().await;
             match self.md(parent, Request::MdsUnlink { creds: creds.clone(), parent, name: name.to_string() }).await? {
                 Response::Ok => Ok(()),
                 r => Err(unexpected("unlink", &r)),
@@ -490,6 +499,7 @@ impl Client {
         flags: RenameFlags,
     ) -> Result<()> {
         self.observe("rename", Some(parent), 0, 0, async {
+            self.settle_closes().await;
             if parent.mdt() != new_parent.mdt() {
                 return Err(ClientError::Errno(Errno::XDev, "rename across MDTs is not supported yet".into()));
             }
@@ -680,8 +690,13 @@ impl Client {
     /// a write that failed since the last flush. Unlike `fsync`, nothing is forced to disk.
     pub async fn flush(&self, f: &OpenFile) -> Result<()> {
         self.observe("flush", Some(f.fid), 0, 0, async {
-            f.inflight.drain().await?;
-            self.report_size(f).await
+            // Both at once: the size covers every write already issued, and close(2)
+            // returns only when the data and the size are both where they belong. If
+            // a write failed, flush reports it (the size may then cover bytes that
+            // read back as zeros, which POSIX allows after a failed write).
+            let (drained, published) = tokio::join!(f.inflight.drain(), self.report_size(f));
+            drained?;
+            published
         })
         .await
     }
@@ -710,9 +725,20 @@ impl Client {
                 }
                 return Err(e);
             }
-            self.report_size(f).await
+            self.report_size(f).await?;
+            self.sync_metadata(f.fid).await
         })
         .await
+    }
+
+    /// Makes every metadata operation the MDT holding `fid` has acknowledged durable
+    /// (fsync of a file or a directory): MDTs acknowledge once an operation survives
+    /// their own crash, and reach the disk at their next checkpoint or at this call.
+    pub async fn sync_metadata(&self, fid: Fid) -> Result<()> {
+        match self.md(fid, Request::MdsSync { fid }).await? {
+            Response::Ok => Ok(()),
+            r => Err(unexpected("metadata sync", &r)),
+        }
     }
 
     /// Tells the MDS the size and mtime of a written handle, unless nothing was written
@@ -739,14 +765,63 @@ impl Client {
         self.observe("close", Some(f.fid), 0, 0, async {
             let flushed = f.inflight.drain().await;
             let unpublished = f.published_gen.load(Ordering::Acquire) != f.inflight.data_gen.load(Ordering::Acquire);
-            let (size, mtime) =
-                if f.was_written() && unpublished { (Some(f.size()), Some(Timespec::now())) } else { (None, None) };
+            if !(f.was_written() && unpublished) {
+                // Nothing to report: the MDS only needs to learn, soon, that the open
+                // count dropped (it keeps an unlinked file while open). Such closes go
+                // out together a few milliseconds later, one RPC for many.
+                self.defer_close(f.fid).await;
+                return flushed;
+            }
+            let (size, mtime) = (Some(f.size()), Some(Timespec::now()));
             match self.md(f.fid, Request::MdsClose { fid: f.fid, size, mtime }).await? {
                 Response::Ok => flushed,
                 r => Err(unexpected("close", &r)),
             }
         })
         .await
+    }
+
+    async fn defer_close(&self, fid: Fid) {
+        let (first, full) = {
+            let mut q = self.inner.closes.lock().expect("closes");
+            q.push(fid);
+            (q.len() == 1, q.len() >= CLOSE_BATCH_MAX)
+        };
+        if full {
+            self.send_closes().await;
+        } else if first {
+            let c = self.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(CLOSE_DELAY).await;
+                c.send_closes().await;
+            });
+        }
+    }
+
+    /// Sends every deferred close, one RPC per MDT. A failure is only logged: the MDS
+    /// forgets a client's opens when its connection ends.
+    async fn send_closes(&self) {
+        let fids = std::mem::take(&mut *self.inner.closes.lock().expect("closes"));
+        let mut by_mdt: HashMap<u32, Vec<Fid>> = HashMap::new();
+        for fid in fids {
+            by_mdt.entry(fid.mdt()).or_default().push(fid);
+        }
+        for fids in by_mdt.into_values() {
+            let n = fids.len();
+            match self.md(fids[0], Request::MdsCloseMany { fids }).await {
+                Ok(Response::Ok) => {}
+                Ok(r) => tracing::debug!("{n} deferred close(s): {}", unexpected("close", &r)),
+                Err(e) => tracing::debug!("{n} deferred close(s) not delivered: {e}"),
+            }
+        }
+    }
+
+    /// Sends deferred closes first, so that removing a name this client just closed
+    /// destroys the file at once instead of leaving an orphan for the reaper.
+    async fn settle_closes(&self) {
+        if !self.inner.closes.lock().expect("closes").is_empty() {
+            self.send_closes().await;
+        }
     }
 
     /// Takes, changes or releases a byte-range lock (`end` inclusive). Returns the

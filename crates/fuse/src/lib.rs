@@ -647,9 +647,9 @@ impl fuser::Filesystem for BraidFs {
         reply.ok();
     }
 
-    fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        // Every acknowledged namespace operation is already committed on the MDT.
-        reply.ok();
+    fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        // The entries of the directory live on its MDT: force that MDT's log to disk.
+        reply_empty(reply, self.run(self.client.sync_metadata(fid_of(ino))));
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {

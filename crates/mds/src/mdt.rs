@@ -65,6 +65,15 @@ pub enum OpError {
     Store(StoreError),
 }
 
+impl std::fmt::Display for OpError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OpError::Errno(_, m) => f.write_str(m),
+            OpError::Store(e) => e.fmt(f),
+        }
+    }
+}
+
 impl From<StoreError> for OpError {
     fn from(e: StoreError) -> Self {
         OpError::Store(e)
@@ -313,13 +322,37 @@ pub struct Placement<'a> {
     pub is_open: &'a dyn Fn(Fid) -> bool,
 }
 
-/// The committer's write view: every table open for the batch.
+/// The tables a redo record names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Tbl {
+    Inodes,
+    Dentries,
+    Xattrs,
+    Destroy,
+    Replies,
+    Meta,
+    Orphans,
+}
+
+/// One change to one table, as the redo log carries it (keys and values in the
+/// tables' own encodings: `destroy` keys big-endian, `orphans` values little-endian).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Redo {
+    Put(Tbl, Vec<u8>, Vec<u8>),
+    Del(Tbl, Vec<u8>),
+}
+
+/// The committer's write view: every table open for the batch. Every change goes
+/// through [`Writer::put`] or [`Writer::del`], which also record it in `redo`: the
+/// batch's entry in the MDT's redo log.
 pub struct Writer<'a> {
     pub view: View<Rw<'a>, Rw<'a>, Rw<'a>>,
     pub destroy: Table<'a, u64, &'static [u8]>,
     pub meta: Table<'a, &'static str, &'static [u8]>,
     pub orphans: Table<'a, &'static [u8], u64>,
+    pub replies: Rw<'a>,
     pub mdt_index: u32,
+    pub redo: Vec<Redo>,
 }
 
 impl<'a> Writer<'a> {
@@ -333,13 +366,90 @@ impl<'a> Writer<'a> {
             destroy: txn.open_table(DESTROY)?,
             meta: txn.open_table(META)?,
             orphans: txn.open_table(ORPHANS)?,
+            replies: txn.open_table(REPLIES)?,
             mdt_index,
+            redo: Vec::new(),
         })
     }
 
-    fn put_inode(&mut self, fid: Fid, ino: &Inode) -> OpResult<()> {
-        self.view.inodes.insert(fid.to_key().as_slice(), encode(ino).as_slice())?;
+    /// Writes `key` → `value` in `table` and records the change.
+    pub fn put(&mut self, table: Tbl, key: &[u8], value: &[u8]) -> OpResult<()> {
+        let op = Redo::Put(table, key.to_vec(), value.to_vec());
+        self.replay(&op)?;
+        self.redo.push(op);
         Ok(())
+    }
+
+    /// Removes `key` from `table` and records the change.
+    pub fn del(&mut self, table: Tbl, key: &[u8]) -> OpResult<()> {
+        let op = Redo::Del(table, key.to_vec());
+        self.replay(&op)?;
+        self.redo.push(op);
+        Ok(())
+    }
+
+    /// Applies one recorded change without recording it again (the redo log's replay).
+    pub fn replay(&mut self, op: &Redo) -> OpResult<()> {
+        let corrupt = |detail: &str| OpError::Store(StoreError::Corrupt { what: "redo record", detail: detail.into() });
+        let u64_of = |b: &[u8], be: bool| -> OpResult<u64> {
+            let a: [u8; 8] = b.try_into().map_err(|_| corrupt("8-byte number expected"))?;
+            Ok(if be { u64::from_be_bytes(a) } else { u64::from_le_bytes(a) })
+        };
+        match op {
+            Redo::Put(t, k, v) => match t {
+                Tbl::Inodes => {
+                    self.view.inodes.insert(k.as_slice(), v.as_slice())?;
+                }
+                Tbl::Dentries => {
+                    self.view.dentries.insert(k.as_slice(), v.as_slice())?;
+                }
+                Tbl::Xattrs => {
+                    self.view.xattrs.insert(k.as_slice(), v.as_slice())?;
+                }
+                Tbl::Replies => {
+                    self.replies.insert(k.as_slice(), v.as_slice())?;
+                }
+                Tbl::Destroy => {
+                    self.destroy.insert(u64_of(k, true)?, v.as_slice())?;
+                }
+                Tbl::Meta => {
+                    let k = std::str::from_utf8(k).map_err(|_| corrupt("meta key is not UTF-8"))?;
+                    self.meta.insert(k, v.as_slice())?;
+                }
+                Tbl::Orphans => {
+                    self.orphans.insert(k.as_slice(), u64_of(v, false)?)?;
+                }
+            },
+            Redo::Del(t, k) => match t {
+                Tbl::Inodes => {
+                    self.view.inodes.remove(k.as_slice())?;
+                }
+                Tbl::Dentries => {
+                    self.view.dentries.remove(k.as_slice())?;
+                }
+                Tbl::Xattrs => {
+                    self.view.xattrs.remove(k.as_slice())?;
+                }
+                Tbl::Replies => {
+                    self.replies.remove(k.as_slice())?;
+                }
+                Tbl::Destroy => {
+                    self.destroy.remove(u64_of(k, true)?)?;
+                }
+                Tbl::Meta => {
+                    let k = std::str::from_utf8(k).map_err(|_| corrupt("meta key is not UTF-8"))?;
+                    self.meta.remove(k)?;
+                }
+                Tbl::Orphans => {
+                    self.orphans.remove(k.as_slice())?;
+                }
+            },
+        }
+        Ok(())
+    }
+
+    fn put_inode(&mut self, fid: Fid, ino: &Inode) -> OpResult<()> {
+        self.put(Tbl::Inodes, &fid.to_key(), &encode(ino))
     }
 
     fn meta_u64(&self, key: &str) -> OpResult<Option<u64>> {
@@ -347,8 +457,7 @@ impl<'a> Writer<'a> {
     }
 
     fn set_meta_u64(&mut self, key: &str, v: u64) -> OpResult<()> {
-        self.meta.insert(key, v.to_le_bytes().as_slice())?;
-        Ok(())
+        self.put(Tbl::Meta, key.as_bytes(), &v.to_le_bytes())
     }
 
     /// Allocates a new FID on this MDT: a sequence holds 2^32 - 1 object ids.
@@ -390,7 +499,7 @@ impl<'a> Writer<'a> {
             ino.nlink = 0;
             ino.ctime = now;
             self.put_inode(fid, ino)?;
-            self.orphans.insert(fid.to_key().as_slice(), now.sec.max(0) as u64)?;
+            self.put(Tbl::Orphans, &fid.to_key(), &(now.sec.max(0) as u64).to_le_bytes())?;
             Ok(())
         } else {
             self.drop_inode(fid, ino)
@@ -407,13 +516,13 @@ impl<'a> Writer<'a> {
                 self.drop_inode(fid, &ino)?;
             }
         }
-        self.orphans.remove(fid.to_key().as_slice())?;
+        self.del(Tbl::Orphans, &fid.to_key())?;
         Ok(())
     }
 
     /// Removes an inode whose last name is gone; queues its objects for destruction.
     fn drop_inode(&mut self, fid: Fid, ino: &Inode) -> OpResult<()> {
-        self.view.inodes.remove(fid.to_key().as_slice())?;
+        self.del(Tbl::Inodes, &fid.to_key())?;
         let prefix = fid.to_key();
         let keys: Vec<Vec<u8>> = self
             .view
@@ -422,14 +531,14 @@ impl<'a> Writer<'a> {
             .map_while(|r| r.ok().map(|(k, _)| k.value().to_vec()).filter(|k| k.starts_with(&prefix)))
             .collect();
         for k in keys {
-            self.view.xattrs.remove(k.as_slice())?;
+            self.del(Tbl::Xattrs, &k)?;
         }
         if let Some(layout) = &ino.layout {
             let objects = layout_objects(fid, layout);
             if !objects.is_empty() {
                 let seq = self.meta_u64("destroy_seq")?.unwrap_or(0) + 1;
                 self.set_meta_u64("destroy_seq", seq)?;
-                self.destroy.insert(seq, encode(&DestroyRecord { objects }).as_slice())?;
+                self.put(Tbl::Destroy, &seq.to_be_bytes(), &encode(&DestroyRecord { objects }))?;
             }
         }
         Ok(())
@@ -518,7 +627,7 @@ impl<'a> Writer<'a> {
         let mut ino = Inode::new(FileKind::File, mode, creds, gid, now);
         ino.layout = Some(layout);
         self.put_inode(fid, &ino)?;
-        self.view.dentries.insert(dentry_key(parent, name).as_slice(), dentry_value(fid, FileKind::File).as_slice())?;
+        self.put(Tbl::Dentries, &dentry_key(parent, name), &dentry_value(fid, FileKind::File))?;
         self.touch_dir(parent, &mut dir, now, 0)?;
         Ok(Response::Created { attr: ino.attr(fid), existed: false })
     }
@@ -560,7 +669,7 @@ impl<'a> Writer<'a> {
             ino.dir_default = dir.dir_default.clone();
         }
         self.put_inode(fid, &ino)?;
-        self.view.dentries.insert(dentry_key(parent, name).as_slice(), dentry_value(fid, FileKind::Dir).as_slice())?;
+        self.put(Tbl::Dentries, &dentry_key(parent, name), &dentry_value(fid, FileKind::Dir))?;
         self.touch_dir(parent, &mut dir, now, 1)?;
         Ok(Response::Attr(ino.attr(fid)))
     }
@@ -580,9 +689,7 @@ impl<'a> Writer<'a> {
         ino.size = target.len() as u64;
         ino.symlink = Some(target.to_string());
         self.put_inode(fid, &ino)?;
-        self.view
-            .dentries
-            .insert(dentry_key(parent, name).as_slice(), dentry_value(fid, FileKind::Symlink).as_slice())?;
+        self.put(Tbl::Dentries, &dentry_key(parent, name), &dentry_value(fid, FileKind::Symlink))?;
         self.touch_dir(parent, &mut dir, now, 0)?;
         Ok(Response::Attr(ino.attr(fid)))
     }
@@ -603,7 +710,7 @@ impl<'a> Writer<'a> {
         ino.nlink += 1;
         ino.ctime = now;
         self.put_inode(fid, &ino)?;
-        self.view.dentries.insert(dentry_key(parent, name).as_slice(), dentry_value(fid, ino.kind).as_slice())?;
+        self.put(Tbl::Dentries, &dentry_key(parent, name), &dentry_value(fid, ino.kind))?;
         self.touch_dir(parent, &mut dir, now, 0)?;
         Ok(Response::Attr(ino.attr(fid)))
     }
@@ -635,7 +742,7 @@ impl<'a> Writer<'a> {
         if !sticky_allows(&dir, &ino, creds) {
             return fail(Errno::Perm, "sticky directory: not the owner");
         }
-        self.view.dentries.remove(dentry_key(parent, name).as_slice())?;
+        self.del(Tbl::Dentries, &dentry_key(parent, name))?;
         if is_rmdir {
             self.drop_inode(fid, &ino)?;
             self.touch_dir(parent, &mut dir, now, -1)?;
@@ -732,8 +839,8 @@ impl<'a> Writer<'a> {
                 }
             }
         }
-        self.view.dentries.remove(dentry_key(parent, name).as_slice())?;
-        self.view.dentries.insert(dentry_key(new_parent, new_name).as_slice(), dentry_value(fid, kind).as_slice())?;
+        self.del(Tbl::Dentries, &dentry_key(parent, name))?;
+        self.put(Tbl::Dentries, &dentry_key(new_parent, new_name), &dentry_value(fid, kind))?;
         ino.ctime = now;
         if is_dir {
             ino.parent = Some(new_parent);
@@ -851,7 +958,7 @@ impl<'a> Writer<'a> {
             XattrMode::Replace if !exists => return fail(Errno::NoData, format!("no attribute {name}")),
             _ => {}
         }
-        self.view.xattrs.insert(key.as_slice(), value.as_slice())?;
+        self.put(Tbl::Xattrs, &key, &value)?;
         ino.ctime = now;
         self.put_inode(fid, &ino)?;
         Ok(Response::Ok)
@@ -864,7 +971,7 @@ impl<'a> Writer<'a> {
         if self.view.xattrs.get(key.as_slice())?.is_none() {
             return fail(Errno::NoData, format!("no attribute {name}"));
         }
-        self.view.xattrs.remove(key.as_slice())?;
+        self.del(Tbl::Xattrs, &key)?;
         ino.ctime = now;
         self.put_inode(fid, &ino)?;
         Ok(Response::Ok)
@@ -931,7 +1038,6 @@ pub fn format(store: &Store, mdt_index: u32, default_layout: &LayoutSpec) -> OpR
         }
         let _ = w.destroy.len()?;
         let _ = w.orphans.len()?;
-        txn.open_table(REPLIES)?;
     }
     txn.commit()?;
     Ok(())

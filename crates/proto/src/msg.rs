@@ -339,6 +339,16 @@ pub enum Request {
         start: u64,
         end: u64,
     },
+    /// Handles closed with nothing to report (no size, no mtime), sent together: the
+    /// open counts drop. All FIDs are on one MDT.
+    MdsCloseMany {
+        fids: Vec<Fid>,
+    },
+    /// fsync/fsyncdir: make every operation the MDT holding `fid` has acknowledged
+    /// durable (it forces its redo log to disk; see `store::wal`).
+    MdsSync {
+        fid: Fid,
+    },
 
     // ---- OSS (payload: data for writes) ----
     OstWrite {
@@ -416,6 +426,8 @@ impl Request {
             Request::MdsClose { .. } => "close",
             Request::MdsSetLock { .. } => "setlk",
             Request::MdsGetLock { .. } => "getlk",
+            Request::MdsSync { .. } => "md_sync",
+            Request::MdsCloseMany { .. } => "close_many",
             Request::OstWrite { .. } => "ost_write",
             Request::OstRead { .. } => "ost_read",
             Request::OstPunch { .. } => "ost_punch",

@@ -7,7 +7,10 @@
 
 use std::path::{Path, PathBuf};
 
+pub mod wal;
+
 pub use redb;
+use redb::ReadableDatabase;
 use serde::{de::DeserializeOwned, Serialize};
 
 #[derive(Debug, thiserror::Error)]

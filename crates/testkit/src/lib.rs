@@ -86,11 +86,13 @@ pub struct ClusterSpec {
     pub osts_per_oss: Vec<usize>,
     pub heartbeat_ms: u64,
     pub target_timeout_ms: u64,
+    /// Extra arguments for the MDS.
+    pub mds_args: Vec<String>,
 }
 
 impl Default for ClusterSpec {
     fn default() -> Self {
-        ClusterSpec { mdts: 1, osts_per_oss: vec![4], heartbeat_ms: 200, target_timeout_ms: 1500 }
+        ClusterSpec { mdts: 1, osts_per_oss: vec![4], heartbeat_ms: 200, target_timeout_ms: 1500, mds_args: vec![] }
     }
 }
 
@@ -301,6 +303,7 @@ impl Cluster {
         for i in 0..spec.mdts {
             args.extend(["--mdt".into(), path(&c.dir.path().join(format!("mdt{i}")))]);
         }
+        args.extend(spec.mds_args.iter().cloned());
         c.add_server("mds", args);
         let mut ost = 0;
         for (i, n) in spec.osts_per_oss.iter().enumerate() {
