@@ -161,3 +161,31 @@ fn mount_sets_the_kernel_readahead() {
     let kb = fs::read_to_string(format!("/sys/class/bdi/{dev}/read_ahead_kb")).unwrap();
     assert_eq!(kb.trim(), "2048");
 }
+
+#[test]
+fn directory_attributes_after_own_creates_and_unlinks_are_the_mds_view() {
+    // The mount answers the kernel's re-read of a directory after its own create or
+    // unlink from the attributes that operation returned; they must be exactly what
+    // the MDS holds (a second mount without attribute caching asks the MDS each time).
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let c = cluster();
+    let m = Mount::new(&c, "");
+    let fresh = Mount::new(&c, "attr_timeout=0,entry_timeout=0");
+    fs::create_dir(m.path("d")).unwrap();
+    let view = |p: &Path| {
+        let md = fs::metadata(p).unwrap();
+        (md.mtime(), md.mtime_nsec(), md.ctime(), md.ctime_nsec(), md.nlink(), md.mode())
+    };
+    for i in 0..20 {
+        fs::write(m.path(&format!("d/f{i}")), b"x").unwrap();
+        if i % 3 == 0 {
+            fs::remove_file(m.path(&format!("d/f{}", i / 2))).unwrap();
+        }
+        if i == 10 {
+            fs::set_permissions(m.path("d"), fs::Permissions::from_mode(0o750)).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(5));
+        assert_eq!(view(&m.path("d")), view(&fresh.path("d")), "directory attributes after step {i}");
+    }
+    assert_eq!(view(&m.path("d")).5 & 0o7777, 0o750);
+}

@@ -120,7 +120,13 @@ struct Inner {
     open_files: Mutex<HashMap<Fid, Vec<std::sync::Weak<io::Inflight>>>>,
     /// Closes with nothing to report, not yet sent (see [`Client::close`]).
     closes: Mutex<Vec<Fid>>,
+    /// Directories' attributes as this client's own create or unlink in them left
+    /// them, and when (see [`Client::recent_dir_attr`]).
+    recent_dirs: Mutex<HashMap<Fid, (Attr, Instant)>>,
 }
+
+/// Most directories [`Inner::recent_dirs`] remembers.
+const RECENT_DIRS_MAX: usize = 4096;
 
 /// How long a close with nothing to report may wait to share an RPC with others.
 const CLOSE_DELAY: Duration = Duration::from_millis(5);
@@ -227,6 +233,7 @@ impl Client {
                 last_refresh: Mutex::new(Instant::now()),
                 open_files: Mutex::new(HashMap::new()),
                 closes: Mutex::new(Vec::new()),
+                recent_dirs: Mutex::new(HashMap::new()),
             }),
         })
     }
@@ -383,7 +390,11 @@ impl Client {
                 layout,
             };
             match self.md(parent, req).await? {
-                Response::Created { attr, existed } => {
+                Response::Created { attr, existed, dir } => {
+                    match dir {
+                        Some(d) => self.note_dir(d),
+                        None => self.forget_dir(parent),
+                    }
                     let f = OpenFile::new(&attr, flags)?;
                     self.register_open(&f);
                     if existed && flags.truncate {
@@ -418,6 +429,7 @@ impl Client {
 
     pub async fn mkdir(&self, creds: &Creds, parent: Fid, name: &str, mode: u32) -> Result<Attr> {
         self.observe("mkdir", Some(parent), 0, 0, async {
+            self.forget_dir(parent);
             match self
                 .md(parent, Request::MdsMkdir { creds: creds.clone(), parent, name: name.to_string(), mode })
                 .await?
@@ -431,6 +443,7 @@ impl Client {
 
     pub async fn symlink(&self, creds: &Creds, parent: Fid, name: &str, target: &str) -> Result<Attr> {
         self.observe("symlink", Some(parent), 0, 0, async {
+            self.forget_dir(parent);
             let req = Request::MdsSymlink {
                 creds: creds.clone(),
                 parent,
@@ -457,6 +470,7 @@ impl Client {
 
     pub async fn link(&self, creds: &Creds, fid: Fid, parent: Fid, name: &str) -> Result<Attr> {
         self.observe("link", Some(fid), 0, 0, async {
+            self.forget_dir(parent);
             match self
                 .md(parent, Request::MdsLink { creds: creds.clone(), fid, parent, name: name.to_string() })
                 .await?
@@ -472,6 +486,10 @@ impl Client {
         self.observe("unlink", Some(parent), 0, 0, async {
             self.settle_closes().await;
             match self.md(parent, Request::MdsUnlink { creds: creds.clone(), parent, name: name.to_string() }).await? {
+                Response::DirChanged { dir } => {
+                    self.note_dir(dir);
+                    Ok(())
+                }
                 Response::Ok => Ok(()),
                 r => Err(unexpected("unlink", &r)),
             }
@@ -482,6 +500,10 @@ impl Client {
     pub async fn rmdir(&self, creds: &Creds, parent: Fid, name: &str) -> Result<()> {
         self.observe("rmdir", Some(parent), 0, 0, async {
             match self.md(parent, Request::MdsRmdir { creds: creds.clone(), parent, name: name.to_string() }).await? {
+                Response::DirChanged { dir } => {
+                    self.note_dir(dir);
+                    Ok(())
+                }
                 Response::Ok => Ok(()),
                 r => Err(unexpected("rmdir", &r)),
             }
@@ -499,6 +521,8 @@ impl Client {
         flags: RenameFlags,
     ) -> Result<()> {
         self.observe("rename", Some(parent), 0, 0, async {
+            self.forget_dir(parent);
+            self.forget_dir(new_parent);
             self.settle_closes().await;
             if parent.mdt() != new_parent.mdt() {
                 return Err(ClientError::Errno(Errno::XDev, "rename across MDTs is not supported yet".into()));
@@ -555,6 +579,7 @@ impl Client {
     /// between leaves zeros (never stale bytes) past the new size.
     pub async fn setattr(&self, creds: &Creds, fid: Fid, set: SetAttr) -> Result<Attr> {
         self.observe("setattr", Some(fid), set.size.unwrap_or(0), 0, async {
+            self.forget_dir(fid);
             if let Some(size) = set.size {
                 self.drain_file(fid).await?;
                 let attr = self.getattr(fid).await?;
@@ -592,6 +617,7 @@ impl Client {
 
     pub async fn setxattr(&self, creds: &Creds, fid: Fid, name: &str, value: &[u8], mode: XattrMode) -> Result<()> {
         self.observe("setxattr", Some(fid), 0, value.len() as u64, async {
+            self.forget_dir(fid);
             let req =
                 Request::MdsSetxattr { creds: creds.clone(), fid, name: name.to_string(), value: value.to_vec(), mode };
             match self.md(fid, req).await? {
@@ -624,6 +650,7 @@ impl Client {
 
     pub async fn removexattr(&self, creds: &Creds, fid: Fid, name: &str) -> Result<()> {
         self.observe("removexattr", Some(fid), 0, 0, async {
+            self.forget_dir(fid);
             match self.md(fid, Request::MdsRemovexattr { creds: creds.clone(), fid, name: name.to_string() }).await? {
                 Response::Ok => Ok(()),
                 r => Err(unexpected("removexattr", &r)),
@@ -779,6 +806,31 @@ impl Client {
             }
         })
         .await
+    }
+
+    /// A directory's attributes as this client's own create, unlink or rmdir in it
+    /// left them, if that was less than `max_age` ago and nothing this client did since
+    /// changed them otherwise. The mount answers the kernel's re-read of the parent
+    /// after each create or unlink from here (within its attribute cache time, which
+    /// bounds how stale an answer can be, as for any cached attribute).
+    pub fn recent_dir_attr(&self, fid: Fid, max_age: Duration) -> Option<(Attr, Duration)> {
+        let dirs = self.inner.recent_dirs.lock().expect("recent dirs");
+        let (a, at) = dirs.get(&fid)?;
+        let age = at.elapsed();
+        (age < max_age).then(|| (a.clone(), max_age - age))
+    }
+
+    fn note_dir(&self, attr: Attr) {
+        let mut dirs = self.inner.recent_dirs.lock().expect("recent dirs");
+        if dirs.len() >= RECENT_DIRS_MAX {
+            dirs.clear();
+        }
+        dirs.insert(attr.fid, (attr, Instant::now()));
+    }
+
+    /// Drops what [`Client::recent_dir_attr`] knows of `fid` (this client changed it).
+    fn forget_dir(&self, fid: Fid) {
+        self.inner.recent_dirs.lock().expect("recent dirs").remove(&fid);
     }
 
     async fn defer_close(&self, fid: Fid) {

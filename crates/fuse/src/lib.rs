@@ -79,7 +79,12 @@ pub struct BraidFs {
     groups: Mutex<HashMap<u32, (Instant, Vec<u32>)>>,
     /// Set once the session exists; used to drop the kernel's cached attributes.
     notifier: Arc<std::sync::OnceLock<fuser::Notifier>>,
+    /// The MDS's size and mtime of each file as last handed to the kernel.
+    reported: Mutex<HashMap<Fid, (u64, Timespec)>>,
 }
+
+/// Most files whose reported size and mtime are remembered.
+const REPORTED_MAX: usize = 65536;
 
 const ROOT_INO: u64 = 1;
 /// Supplementary groups of a pid are re-read after this long.
@@ -154,6 +159,7 @@ impl BraidFs {
             handles: Handles::default(),
             groups: Mutex::new(HashMap::new()),
             notifier: Arc::default(),
+            reported: Mutex::new(HashMap::new()),
         }
     }
 
@@ -182,6 +188,13 @@ impl BraidFs {
     }
 
     fn file_attr(&self, a: &Attr) -> FileAttr {
+        if a.kind == FileKind::File {
+            let mut r = self.reported.lock().expect("reported attributes");
+            if r.len() >= REPORTED_MAX {
+                r.clear();
+            }
+            r.insert(a.fid, (a.size, a.mtime));
+        }
         let size = match a.kind {
             FileKind::File => self.handles.local_size(a.fid).map_or(a.size, |s| s.max(a.size)),
             _ => a.size,
@@ -293,6 +306,12 @@ impl fuser::Filesystem for BraidFs {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        // The kernel drops a directory's cached attributes after every create or
+        // unlink in it and asks again at the next path walk; this client's own change
+        // already brought them back, valid for what remains of the cache time.
+        if let Some((a, ttl)) = self.client.recent_dir_attr(fid_of(ino), self.opts.attr_ttl) {
+            return reply.attr(&ttl, &self.file_attr(&a));
+        }
         match self.run(self.client.getattr(fid_of(ino))) {
             Ok(a) => reply.attr(&self.opts.attr_ttl, &self.file_attr(&a)),
             Err(e) => reply.error(inode_errno(&e)),
@@ -454,13 +473,19 @@ impl fuser::Filesystem for BraidFs {
         }
         let c = self.creds(req);
         match self.run(self.client.open(&c, fid_of(ino), of)) {
-            Ok((f, _)) => {
+            Ok((f, a)) => {
                 // Close-to-open: the kernel may still hold the size and mtime it cached
                 // before another client rewrote the file, and would read only up to that
                 // old size. Dropping its cached attributes (offset -1: the page cache is
-                // already dropped on open) makes the next read fetch them afresh.
-                if let Some(n) = self.notifier.get() {
-                    let _ = n.inval_inode(ino, -1, 0);
+                // already dropped on open) makes the next read fetch them afresh, unless
+                // what the MDS says now is what the kernel was last told (the common
+                // case, which then saves a GETATTR round trip per open).
+                let current =
+                    self.reported.lock().expect("reported attributes").get(&a.fid) == Some(&(a.size, a.mtime));
+                if !current {
+                    if let Some(n) = self.notifier.get() {
+                        let _ = n.inval_inode(ino, -1, 0);
+                    }
                 }
                 let fh = self.add_file(f);
                 reply.opened(FileHandle(fh), Self::fopen_flags(flags.0));

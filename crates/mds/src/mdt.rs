@@ -616,7 +616,7 @@ impl<'a> Writer<'a> {
                 return fail(Errno::IsDir, format!("{name} is a directory"));
             }
             check_open(&ino, creds, flags)?;
-            return Ok(Response::Created { attr: ino.attr(fid), existed: true });
+            return Ok(Response::Created { attr: ino.attr(fid), existed: true, dir: None });
         }
         if !dir.may(creds, MAY_WRITE | MAY_EXEC) {
             return fail(Errno::Access, "permission denied creating in this directory");
@@ -629,7 +629,7 @@ impl<'a> Writer<'a> {
         self.put_inode(fid, &ino)?;
         self.put(Tbl::Dentries, &dentry_key(parent, name), &dentry_value(fid, FileKind::File))?;
         self.touch_dir(parent, &mut dir, now, 0)?;
-        Ok(Response::Created { attr: ino.attr(fid), existed: false })
+        Ok(Response::Created { attr: ino.attr(fid), existed: false, dir: Some(dir.attr(parent)) })
     }
 
     /// The layout of a new file: the request, filled from the parent directory's
@@ -756,7 +756,7 @@ impl<'a> Writer<'a> {
             }
             self.touch_dir(parent, &mut dir, now, 0)?;
         }
-        Ok(Response::Ok)
+        Ok(Response::DirChanged { dir: dir.attr(parent) })
     }
 
     #[allow(clippy::too_many_arguments)]

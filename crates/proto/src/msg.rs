@@ -452,6 +452,8 @@ pub enum Response {
     Created {
         attr: Attr,
         existed: bool,
+        /// The parent directory's attributes after the create (`None` if it existed).
+        dir: Option<Attr>,
     },
     Dirents {
         entries: Vec<DirEntry>,
@@ -473,6 +475,10 @@ pub enum Response {
     },
     /// Answer to [`Request::MdsGetLock`]: the conflicting lock, if any.
     Lock(Option<LockInfo>),
+    /// An entry was removed (unlink, rmdir): the parent directory's new attributes.
+    DirChanged {
+        dir: Attr,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
