@@ -12,8 +12,10 @@
 //! | `meta`     | name                              | counters, MDT index            |
 //! | `orphans`  | FID                               | time of unlink                 |
 //!
-//! Mutations are applied by one committer thread in batches: many client operations,
-//! one transaction, one fsync, then the replies (group commit). Every mutation first
+//! Mutations are applied in batches: many client operations, one transaction, one
+//! redo-log record, then the replies (group commit; see the crate root). Every change
+//! goes through [`Writer::put`] or [`Writer::del`], which record it for the log. Every
+//! mutation first
 //! validates (returning an errno without writing anything) and only then writes, so an
 //! errno reply never leaves a half-applied operation in the batch's transaction. Its
 //! reply is stored in `replies` in the same transaction, so a client that retries after
