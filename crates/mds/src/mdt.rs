@@ -17,10 +17,9 @@
 //! goes through [`Writer::put`] or [`Writer::del`], which record it for the log. Every
 //! mutation first validates (returning an errno without writing anything) and only then
 //! writes, so an errno reply never leaves a half-applied operation in the batch's
-//! transaction. Its
-//! reply is stored in `replies` in the same transaction, so a client that retries after
-//! a lost reply or a server crash gets the original answer instead of a second
-//! application (Lustre's reply reconstruction).
+//! transaction. Its reply is stored in `replies` in the same transaction, so a client
+//! that retries after a lost reply or a server crash gets the original answer instead of
+//! a second application (Lustre's reply reconstruction).
 
 use std::ops::Bound;
 
