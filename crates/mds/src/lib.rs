@@ -291,7 +291,7 @@ impl CommitterState {
     /// [`store::wal`]). redb commits without fsync, the record is appended before the
     /// replies go out, and a due checkpoint makes redb durable and empties the log.
     fn commit_batch(&mut self, batch: Vec<Job>) {
-        let (index, cfg) = (self.index, self.cfg.clone());
+        let (index, cfg) = (self.index, &self.cfg);
         let opens = self.opens.clone();
         let is_open = move |fid: Fid| opens.lock().expect("opens").contains_key(&fid);
         let osts = self.cluster.read().expect("cluster view").osts.clone();
