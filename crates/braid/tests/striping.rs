@@ -490,3 +490,32 @@ fn readahead_is_dropped_when_the_file_is_truncated_by_fid() {
     })
     .expect("read-ahead scenario");
 }
+
+#[test]
+fn a_read_through_one_handle_sees_writes_just_made_through_another() {
+    // Writes return once under way (write-behind); a read through another handle of the
+    // same file in the same client must still see them, as POSIX reads see every write
+    // that returned before them. Small reads are served faster than large writes, so
+    // without waiting for the other handle's writes the read overtakes them.
+    let c = Cluster::start(bin(), ClusterSpec::default());
+    let rt = runtime();
+    let client = connect(&rt, &c);
+    let creds = client::process_creds();
+    rt.block_on(async {
+        let spec = Some(LayoutSpec::raid0(Some(2), Some(1 << 20)));
+        let (a, _, _) = client.create(&creds, Fid::ROOT, "shared", 0o644, true, rw(), spec).await?;
+        client.write(&a, 0, Bytes::from(vec![0u8; 4 << 20])).await?;
+        client.flush(&a).await?;
+        let (b, _) = client.open(&creds, a.fid, rw()).await?;
+        for round in 0..40u64 {
+            let data = pattern(4 << 20, round + 1);
+            client.write(&a, 0, Bytes::from(data.clone())).await?;
+            let got = client.read(&b, (4 << 20) - 4096, 4096).await?;
+            assert!(got[..] == data[data.len() - 4096..], "round {round}: the read missed the other handle's write");
+        }
+        client.close(a).await?;
+        client.close(b).await?;
+        client::Result::Ok(())
+    })
+    .expect("write through one handle, read through another");
+}

@@ -7,7 +7,7 @@
 //! disjoint ranges of one file never clobber each other. A read cache would wrap
 //! [`read_extents`].
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
 use layout::Layout;
@@ -105,8 +105,13 @@ pub(crate) async fn write(c: &Client, f: &OpenFile, offset: u64, data: Bytes) ->
         ClientError::Errno(Errno::Inval, format!("write at {offset}+{len} exceeds the largest file size"))
     })?;
     f.inflight.take_error()?;
-    // What was read ahead may predate this write.
+    // What this or another handle of the file read ahead may predate this write.
     f.inflight.data_gen.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    for other in c.file_inflights(f.fid) {
+        if !Arc::ptr_eq(&other, &f.inflight) {
+            other.data_gen.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        }
+    }
     let runs = f.layout.object_extents(offset, len, c.inner.cfg.max_rpc_bytes)?;
     let limit = c.inner.cfg.max_dirty_bytes;
     let behind = limit > 0;
@@ -169,8 +174,15 @@ pub(crate) async fn read(c: &Client, f: &OpenFile, offset: u64, len: u64) -> Res
         return Ok(Bytes::new());
     }
     let len = len.min(size - offset);
-    // Read our own writes: wait for any in-flight write of this range.
+    // Read the writes of this client (POSIX: a read sees every write that returned
+    // before it, through any descriptor): wait for the in-flight writes of this range,
+    // of this handle and of the file's other handles here.
     f.inflight.admit(offset, offset + len, 0, u64::MAX).await;
+    for other in c.file_inflights(f.fid) {
+        if !Arc::ptr_eq(&other, &f.inflight) {
+            other.admit(offset, offset + len, 0, u64::MAX).await;
+        }
+    }
     // One reader at a time uses the read-ahead state; a concurrent reader of the same
     // handle (FUSE issues reads in parallel) reads directly instead of waiting.
     match f.readahead.try_lock() {

@@ -294,15 +294,17 @@ impl Client {
     /// Before a size change or hole punch of `fid`: waits for the in-flight writes of
     /// every handle of the file in this client and drops their read-ahead.
     async fn drain_file(&self, fid: Fid) -> Result<()> {
-        let list: Vec<Arc<io::Inflight>> = {
-            let m = self.inner.open_files.lock().expect("open files");
-            m.get(&fid).map(|l| l.iter().filter_map(|w| w.upgrade()).collect()).unwrap_or_default()
-        };
-        for i in list {
+        for i in self.file_inflights(fid) {
             i.drain().await?;
             i.data_gen.fetch_add(1, Ordering::AcqRel);
         }
         Ok(())
+    }
+
+    /// The in-flight write state of every handle of `fid` open in this client.
+    pub(crate) fn file_inflights(&self, fid: Fid) -> Vec<Arc<io::Inflight>> {
+        let m = self.inner.open_files.lock().expect("open files");
+        m.get(&fid).map(|l| l.iter().filter_map(|w| w.upgrade()).collect()).unwrap_or_default()
     }
 
     fn server(&self, address: &str) -> Arc<RpcClient> {
