@@ -608,3 +608,32 @@ fn xattr_unknown_namespace_is_eopnotsupp() {
     let r = unsafe { libc::getxattr(c.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), 8) };
     assert_eq!((r, last_errno()), (-1, libc::EOPNOTSUPP));
 }
+
+#[test]
+fn files_read_then_removed_leave_no_objects_behind() {
+    // The kernel sends RELEASE once every read of a file is answered, which can be
+    // before the thread that answered the last read let go of the handle. The close must
+    // reach the MDS anyway, or it counts the file open until unmount and never
+    // destroys it after the unlink.
+    let e = start("");
+    let objects = |c: &Cluster| -> usize {
+        (0..4)
+            .flat_map(|k| fs::read_dir(c.dir.path().join(format!("ost{k}/objects"))).unwrap())
+            .flat_map(|b| fs::read_dir(b.unwrap().path()).unwrap())
+            .count()
+    };
+    let data = pattern(8 << 20, 5);
+    for round in 0..12 {
+        let f = e.m.path(&format!("read-then-removed-{round}"));
+        fs::write(&f, &data).unwrap();
+        // Two readers at once, with the kernel's read-ahead: many READs in flight.
+        let (a, b) = (f.clone(), f.clone());
+        let t = std::thread::spawn(move || fs::read(a).unwrap().len());
+        assert_eq!(fs::read(&b).unwrap().len(), data.len());
+        assert_eq!(t.join().unwrap(), data.len());
+        fs::remove_file(&f).unwrap();
+    }
+    testkit::wait_for("every object of the removed files destroyed", std::time::Duration::from_secs(20), || {
+        objects(&e._c) == 0
+    });
+}

@@ -791,6 +791,13 @@ impl Client {
     /// (what makes close-to-open consistency hold), and the MDS drops its open count
     /// (the last close of an unlinked file destroys it).
     pub async fn close(&self, f: OpenFile) -> Result<()> {
+        self.close_shared(&f).await
+    }
+
+    /// [`Client::close`] of a handle that something else may still hold for a moment
+    /// (the mount: a reader that has answered the kernel but not yet let go). Nothing
+    /// may write through it afterwards.
+    pub async fn close_shared(&self, f: &OpenFile) -> Result<()> {
         self.observe("close", Some(f.fid), 0, 0, async {
             let flushed = f.inflight.drain().await;
             let unpublished = f.published_gen.load(Ordering::Acquire) != f.inflight.data_gen.load(Ordering::Acquire);

@@ -605,11 +605,11 @@ impl fuser::Filesystem for BraidFs {
                     self.run(self.client.set_lock(fid, owner.0, 0, LockType::Unlock, 0, u64::MAX, false)).map(|_| ());
             }
         }
-        let file = match Arc::try_unwrap(state) {
-            Ok(s) => s.file,
-            Err(_) => return reply.ok(), // An I/O still holds it; the MDS forgets the open at disconnect.
-        };
-        let closed = self.run(self.client.close(file));
+        // A reader may still hold the handle for an instant after answering the kernel
+        // (which sends RELEASE once every request on the file is answered): close it
+        // through the shared state, or the MDS would count it open until unmount and
+        // an unlinked file would never be destroyed.
+        let closed = self.run(self.client.close_shared(&state.file));
         self.handles.inode_closed(fid);
         match result.and(closed) {
             Ok(()) => reply.ok(),
