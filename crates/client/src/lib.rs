@@ -492,7 +492,6 @@ impl Client {
                     self.note_dir(dir);
                     Ok(())
                 }
-                Response::Ok => Ok(()),
                 r => Err(unexpected("unlink", &r)),
             }
         })
@@ -506,7 +505,6 @@ impl Client {
                     self.note_dir(dir);
                     Ok(())
                 }
-                Response::Ok => Ok(()),
                 r => Err(unexpected("rmdir", &r)),
             }
         })

@@ -155,10 +155,7 @@ impl Mdt {
         mdt::format(&store, index, &cfg.default_layout).map_err(|e| MdsError::Format {
             index,
             dir: dir.to_path_buf(),
-            detail: match e {
-                OpError::Errno(_, m) => m,
-                OpError::Store(e) => e.to_string(),
-            },
+            detail: e.to_string(),
         })?;
         let (wal, seq) = recover(&store, index, dir).map_err(|e| MdsError::Format {
             index,
@@ -296,7 +293,6 @@ impl CommitterState {
         let is_open = move |fid: Fid| opens.lock().expect("opens").contains_key(&fid);
         let osts = self.cluster.read().expect("cluster view").osts.clone();
         let mut replies: Vec<Response> = Vec::with_capacity(batch.len());
-        let mark = self.wal.len();
         let (store, wal, seq, cursor) = (&self.store, &mut self.wal, &mut self.seq, &mut self.cursor);
         let committed_len = &mut self.committed_len;
         let outcome = (|| -> Result<bool, OpError> {
@@ -389,7 +385,7 @@ impl CommitterState {
             // The log first: a batch it does not hold is never committed.
             wal.append(*seq + 1, &encode(&redo))?;
             if let Err(e) = txn.commit() {
-                let _ = wal.truncate(mark);
+                let _ = wal.truncate(*committed_len);
                 return Err(e.into());
             }
             *seq += 1;
