@@ -99,5 +99,6 @@ pub fn common(opts: &ServerOpts, file: &FileConfig) -> Result<Common> {
         fsname: opts.fsname.clone().or(file.fsname.clone()).unwrap_or_else(|| "braid".into()),
         secret,
         heartbeat: Duration::from_millis(heartbeat_ms),
+        in_process: false,
     })
 }

@@ -137,6 +137,11 @@ enum Command {
         /// Mount options (see `braid mount`).
         #[arg(short = 'o')]
         options: Vec<String>,
+        /// Make the roles and the mount of this process talk over TCP, as separate
+        /// nodes do (default: in-process, as Lustre's 0@lo; clients of other
+        /// processes always use TCP).
+        #[arg(long)]
+        tcp: bool,
     },
     /// Mount a file system with FUSE.
     Mount {
@@ -376,9 +381,9 @@ fn run(command: Command) -> Result<()> {
                 async move { serve::start_oss(&listen, advertise.as_deref(), &mgs, &osts, &common).await },
             )
         }
-        Command::Local { data, osts, mdts, listen, fsname, heartbeat_ms, target_timeout_ms, mount, options } => {
+        Command::Local { data, osts, mdts, listen, fsname, heartbeat_ms, target_timeout_ms, mount, options, tcp } => {
             let settings = mount::parse_options(&options)?;
-            let local = tools::Local { osts, mdts, listen, fsname, heartbeat_ms, target_timeout_ms };
+            let local = tools::Local { osts, mdts, listen, fsname, heartbeat_ms, target_timeout_ms, in_process: !tcp };
             tools::local(&data, &local, mount.map(|m| (m, settings)))
         }
         Command::Mount { url, mountpoint, foreground, options, secret_file, log } => {

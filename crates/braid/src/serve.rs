@@ -2,8 +2,9 @@
 //!
 //! Each role binds its listener first (so it knows the address it advertises),
 //! registers its targets with the MGS, then serves. `local` runs all three roles in
-//! one process and one runtime, each on its own TCP port, exactly as separate
-//! processes would talk to each other.
+//! one process and one runtime, each on its own TCP port for clients of other
+//! processes; the roles and the mount of that process reach each other in-process
+//! (`proto::local`) unless `--tcp` asks for sockets all the way.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -23,6 +24,17 @@ pub struct Common {
     pub fsname: String,
     pub secret: Secret,
     pub heartbeat: Duration,
+    /// Also serve clients of this process in-process (`proto::local`): what
+    /// `braid local` does, as Lustre's `0@lo`.
+    pub in_process: bool,
+}
+
+/// Makes a server of this process reachable in-process at `addr`, when asked to.
+fn serve_in_process<S: proto::server::Service>(common: &Common, addr: &str, svc: &Arc<S>) -> Result<()> {
+    if common.in_process {
+        proto::local::register(addr, svc.clone()).map_err(anyhow::Error::msg)?;
+    }
+    Ok(())
 }
 
 /// Binds `listen` and returns the listener and the address to advertise.
@@ -53,7 +65,9 @@ pub async fn start_mgs(listen: &str, data: &Path, common: &Common, target_timeou
         fsname: common.fsname.clone(),
         heartbeat_timeout: target_timeout,
     })?;
-    tokio::spawn(mgs::serve(Arc::new(mgs), listener, ServerConfig::new("mgs", common.secret.clone())));
+    let mgs = Arc::new(mgs);
+    serve_in_process(common, &addr, &mgs)?;
+    tokio::spawn(mgs::serve(mgs, listener, ServerConfig::new("mgs", common.secret.clone())));
     tracing::info!("MGS serving {} at {addr}", common.fsname);
     Ok(addr)
 }
@@ -99,6 +113,7 @@ pub async fn start_mds(
     let usage: Arc<dyn Fn(&TargetDir) -> proto::msg::Usage + Send + Sync> =
         Arc::new(|t| proto::target::dir_usage(&t.dir));
     spawn_heartbeat(mgs, targets, addr.clone(), common.fsname.clone(), common.heartbeat, usage);
+    serve_in_process(common, &addr, &mds)?;
     tokio::spawn(mds::serve(mds, listener, ServerConfig::new("mds", common.secret.clone())));
     tracing::info!("MDS serving {} MDT(s) at {addr}", list.len());
     Ok(addr)
@@ -125,6 +140,7 @@ pub async fn start_oss(
     let usage: Arc<dyn Fn(&TargetDir) -> proto::msg::Usage + Send + Sync> = Arc::new(|t| oss::ost_usage(&t.dir));
     let n = targets.len();
     spawn_heartbeat(mgs, targets, addr.clone(), common.fsname.clone(), common.heartbeat, usage);
+    serve_in_process(common, &addr, &service)?;
     tokio::spawn(oss::serve(service, listener, ServerConfig::new("oss", common.secret.clone())));
     tracing::info!("OSS serving {n} OST(s) at {addr}");
     Ok(addr)

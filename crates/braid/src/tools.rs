@@ -46,6 +46,8 @@ pub struct Local {
     pub fsname: String,
     pub heartbeat_ms: u64,
     pub target_timeout_ms: u64,
+    /// The roles and the mount reach each other in-process.
+    pub in_process: bool,
 }
 
 pub fn local(data: &Path, l: &Local, mount: Option<(PathBuf, crate::mount::MountSettings)>) -> Result<()> {
@@ -60,7 +62,12 @@ pub fn local(data: &Path, l: &Local, mount: Option<(PathBuf, crate::mount::Mount
     std::fs::create_dir_all(data).with_context(|| format!("cannot create {}", data.display()))?;
     let secret_path = data.join("cluster.secret");
     let secret = proto::auth::Secret::create_file(&secret_path).map_err(anyhow::Error::msg)?;
-    let common = Common { fsname: fsname.to_string(), secret, heartbeat: Duration::from_millis(heartbeat_ms.max(1)) };
+    let common = Common {
+        fsname: fsname.to_string(),
+        secret,
+        heartbeat: Duration::from_millis(heartbeat_ms.max(1)),
+        in_process: l.in_process,
+    };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let r = rt.block_on(async {
         let mgs =

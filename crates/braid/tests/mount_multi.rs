@@ -308,3 +308,105 @@ fn attributes_cross_clients_within_the_cache_time() {
         fs::metadata(b.path("h")).is_ok_and(|m| m.mode() & 0o777 == 0o640 && m.len() == 6)
     });
 }
+
+/// `braid local --mount` (the README's first command) as a running process: its own
+/// mount reaches the servers in-process (`proto::local`), while a second client (a
+/// `braid mount` process) reaches the same servers over TCP.
+struct LocalCluster {
+    daemon: testkit::Daemon,
+    mnt: std::path::PathBuf,
+    data: std::path::PathBuf,
+}
+
+impl LocalCluster {
+    fn start(dir: &Path, extra: &[&str]) -> LocalCluster {
+        let data = dir.join("data");
+        let mnt = dir.join("local-mnt");
+        fs::create_dir_all(&mnt).unwrap();
+        let listen = format!("127.0.0.1:{}", testkit::free_port("127.0.0.1"));
+        let mut args = vec!["local", "--data", data.to_str().unwrap(), "--listen", &listen, "--osts", "2"];
+        args.extend_from_slice(&["--heartbeat-ms", "200", "--mount", mnt.to_str().unwrap()]);
+        args.extend_from_slice(extra);
+        let bin = Path::new(env!("CARGO_BIN_EXE_braid"));
+        let daemon = testkit::Daemon::start(bin, &args, &[], &dir.join("local.log"), "mounted on")
+            .unwrap_or_else(|log| panic!("braid local --mount did not come up:\n{log}"));
+        LocalCluster { daemon, mnt, data }
+    }
+
+    fn url(&self) -> String {
+        let mgs = self.daemon.banner.iter().find_map(|l| l.strip_prefix("MGS at ")).expect("MGS address line");
+        format!("braid://{}/", mgs.trim())
+    }
+
+    fn objects(&self) -> usize {
+        (0..2).map(|i| testkit::objects_in(&self.data.join(format!("ost{i}"))).len()).sum()
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        // SIGTERM unmounts cleanly; a mount left behind by a failure is detached.
+        self.daemon.kill(libc::SIGTERM);
+        if testkit::is_mounted(&self.mnt) {
+            let _ = std::process::Command::new("fusermount3").arg("-uz").arg(&self.mnt).status();
+        }
+    }
+}
+
+fn local_and_tcp_clients_share_one_namespace(extra: &[&str]) {
+    let dir = testkit::TempDir::new("local-mount");
+    let l = LocalCluster::start(dir.path(), extra);
+    let bin = Path::new(env!("CARGO_BIN_EXE_braid"));
+    let other = Mount::of(bin, &l.url(), &l.data.join("cluster.secret"), dir.path(), "");
+    let (here, there) = (|p: &str| l.mnt.join(p), |p: &str| other.path(p));
+
+    // Data crosses in both directions at close-to-open, striped over both OSTs.
+    fs::create_dir(here("d")).unwrap();
+    let status = std::process::Command::new(bin)
+        .args(["setstripe", "-c", "2", "-S", "65536", here("d").to_str().unwrap()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "setstripe on a directory of the local mount");
+    let one = pattern(3 << 20, 21);
+    fs::write(here("d/one"), &one).unwrap();
+    assert!(fs::read(there("d/one")).unwrap() == one, "the TCP client reads what the in-process one wrote");
+    let two = pattern((1 << 20) + 4097, 22);
+    fs::write(there("d/two"), &two).unwrap();
+    assert!(fs::read(here("d/two")).unwrap() == two, "the in-process client reads what the TCP one wrote");
+    assert!(l.objects() >= 4, "both files are striped over both OSTs");
+
+    // Namespace operations and their errors through the in-process client.
+    fs::create_dir(here("e")).unwrap();
+    fs::rename(here("d/one"), here("e/one")).unwrap();
+    assert_eq!(fs::read_dir(there("e")).unwrap().count(), 1);
+    assert_eq!(fs::remove_dir(here("e")).unwrap_err().raw_os_error(), Some(libc::ENOTEMPTY));
+    assert_eq!(fs::create_dir(here("e")).unwrap_err().raw_os_error(), Some(libc::EEXIST));
+    assert_eq!(fs::metadata(here("e/one")).unwrap().size(), one.len() as u64);
+
+    // Locks taken through one client exclude the other.
+    let a = File::open(here("e/one")).unwrap();
+    let b = File::open(there("e/one")).unwrap();
+    assert_eq!(flock(a.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB), 0);
+    assert_eq!(flock(b.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB), libc::EWOULDBLOCK);
+    drop(a);
+    wait_for("the in-process client's flock to be released", Duration::from_secs(10), || {
+        flock(b.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0
+    });
+    drop(b);
+
+    // Removing every file destroys every object.
+    fs::remove_file(here("e/one")).unwrap();
+    fs::remove_file(there("d/two")).unwrap();
+    wait_for("the OST objects of removed files to be destroyed", Duration::from_secs(20), || l.objects() == 0);
+    drop(other);
+}
+
+#[test]
+fn braid_local_mount_in_process_and_a_tcp_client_share_one_namespace() {
+    local_and_tcp_clients_share_one_namespace(&[]);
+}
+
+#[test]
+fn braid_local_mount_over_tcp_behaves_the_same() {
+    local_and_tcp_clients_share_one_namespace(&["--tcp"]);
+}

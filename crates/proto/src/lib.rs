@@ -7,12 +7,14 @@
 //! - [`frame`]: the fixed header, length limits and CRC32C of every frame;
 //! - [`auth`]: the challenge/response handshake over the cluster secret;
 //! - [`rpc`]: a multiplexed client connection with deadlines, reconnects and retries;
-//! - [`server`]: the accept loop and per-connection dispatch used by every server role.
+//! - [`server`]: the accept loop and per-connection dispatch used by every server role;
+//! - [`local`]: in-process delivery to a server of the same process (Lustre's `0@lo`).
 
 pub mod auth;
 pub mod error;
 pub mod fid;
 pub mod frame;
+pub mod local;
 pub mod msg;
 pub mod rpc;
 pub mod server;

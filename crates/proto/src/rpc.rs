@@ -22,7 +22,9 @@ use tokio::sync::{oneshot, Semaphore};
 use crate::auth::{client_handshake, Secret, HANDSHAKE_TIMEOUT};
 use crate::error::{Errno, RpcError};
 use crate::frame::{read_frame, write_frame, Frame, FrameKind, FrameLimits};
+use crate::local::{joined, Dispatch};
 use crate::msg::{Request, Response};
+use crate::server::{guarded, RequestCtx};
 
 #[derive(Debug, Clone)]
 pub struct RpcOptions {
@@ -129,11 +131,33 @@ pub struct RpcClient {
     identity: Arc<Identity>,
     opts: RpcOptions,
     conn: tokio::sync::Mutex<Option<Arc<Conn>>>,
+    /// The server itself when it runs in this process ([`crate::local`]).
+    local: Option<Arc<dyn Dispatch>>,
 }
 
+/// How one call reaches its server.
+enum Route<'a> {
+    /// The encoded request, sent again as it is on every try.
+    Tcp(Arc<Vec<u8>>),
+    InProcess(&'a Arc<dyn Dispatch>),
+}
+
+/// The peer address in-process requests carry.
+const LOOPBACK_PEER: std::net::SocketAddr =
+    std::net::SocketAddr::V4(std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 0));
+
 impl RpcClient {
+    /// A client of the server at `addr`: in-process when this process registered a
+    /// server there, over TCP otherwise.
     pub fn new(addr: impl Into<String>, identity: Arc<Identity>, opts: RpcOptions) -> RpcClient {
-        RpcClient { addr: addr.into(), identity, opts, conn: tokio::sync::Mutex::new(None) }
+        let addr = addr.into();
+        let local = crate::local::find(&addr);
+        RpcClient { addr, identity, opts, conn: tokio::sync::Mutex::new(None), local }
+    }
+
+    /// Whether requests go to a server in this process rather than over TCP.
+    pub fn is_in_process(&self) -> bool {
+        self.local.is_some()
     }
 
     pub fn addr(&self) -> &str {
@@ -152,14 +176,22 @@ impl RpcClient {
 
     /// Like [`RpcClient::call`] with a caller-chosen request id.
     pub async fn call_with_xid(&self, xid: u64, req: &Request, payload: Vec<Bytes>) -> Result<Reply, RpcError> {
-        let msg = Arc::new(postcard::to_stdvec(req).map_err(|e| RpcError::Protocol {
-            addr: self.addr.clone(),
-            reason: format!("cannot encode {}: {e}", req.op_name()),
-        })?);
+        // In-process requests are handed over as they are; over TCP they are encoded once.
+        let route = match &self.local {
+            Some(svc) => Route::InProcess(svc),
+            None => Route::Tcp(Arc::new(postcard::to_stdvec(req).map_err(|e| RpcError::Protocol {
+                addr: self.addr.clone(),
+                reason: format!("cannot encode {}: {e}", req.op_name()),
+            })?)),
+        };
         let started = Instant::now();
         let mut backoff = Duration::from_millis(20);
         loop {
-            let err = match self.try_once(xid, msg.clone(), payload.clone()).await {
+            let attempt = match &route {
+                Route::Tcp(msg) => self.try_once(xid, msg.clone(), payload.clone()).await,
+                Route::InProcess(svc) => self.try_in_process(svc, xid, req, &payload).await,
+            };
+            let err = match attempt {
                 Ok(reply) => match reply.response {
                     Response::Error(e) if e.code == Errno::Again => RpcError::Remote(e),
                     Response::Error(e) => return Err(RpcError::Remote(e)),
@@ -180,6 +212,25 @@ impl RpcClient {
             tracing::debug!(addr = %self.addr, op = req.op_name(), error = %err, "retrying");
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(Duration::from_millis(500));
+        }
+    }
+
+    /// One try against the server of this process: its handler runs on this task.
+    async fn try_in_process(
+        &self,
+        svc: &Arc<dyn Dispatch>,
+        xid: u64,
+        req: &Request,
+        payload: &[Bytes],
+    ) -> Result<Reply, RpcError> {
+        let ctx = RequestCtx { client_id: self.identity.client_id, xid, peer: LOOPBACK_PEER };
+        let handler = svc.dispatch(ctx, req.clone(), joined(payload.to_vec()));
+        match tokio::time::timeout(self.opts.request_timeout, guarded(&self.addr, req.op_name(), handler)).await {
+            Ok((response, payload)) => Ok(Reply { response, payload: joined(payload) }),
+            Err(_) => Err(RpcError::Timeout {
+                addr: self.addr.clone(),
+                timeout_ms: self.opts.request_timeout.as_millis() as u64,
+            }),
         }
     }
 

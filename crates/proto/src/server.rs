@@ -156,18 +156,7 @@ async fn serve_conn<S: Service>(
         let (svc, out, name) = (svc.clone(), out.clone(), cfg.name.clone());
         tokio::spawn(async move {
             let op = req.op_name();
-            let mut handler = Box::pin(svc.handle(ctx, req, frame.payload));
-            // A panicking handler must not take the answer (or the server) with it.
-            let guarded = std::future::poll_fn(move |cx| {
-                match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler.as_mut().poll(cx))) {
-                    Ok(p) => p.map(Ok),
-                    Err(_) => std::task::Poll::Ready(Err(())),
-                }
-            });
-            let (resp, payload) = guarded.await.unwrap_or_else(|()| {
-                tracing::error!(server = %name, op, "handler panicked");
-                (Response::error(Errno::Io, format!("internal server error in {op}")), vec![])
-            });
+            let (resp, payload) = guarded(&name, op, svc.handle(ctx, req, frame.payload)).await;
             let _ = send(&out, frame.request_id, resp, payload).await;
             drop(slot);
         });
@@ -193,6 +182,22 @@ async fn serve_conn<S: Service>(
         tracing::debug!(server = %cfg.name, client = hello.client_id, "client gone");
         svc.client_gone(hello.client_id);
     }
+}
+
+/// Runs a handler; one that panics is answered with an error instead of taking the
+/// answer (or the server) with it.
+pub(crate) async fn guarded(server: &str, op: &'static str, handler: impl Future<Output = Answer>) -> Answer {
+    let mut handler = std::pin::pin!(handler);
+    let caught = std::future::poll_fn(move |cx| {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler.as_mut().poll(cx))) {
+            Ok(p) => p.map(Ok),
+            Err(_) => std::task::Poll::Ready(Err(())),
+        }
+    });
+    caught.await.unwrap_or_else(|()| {
+        tracing::error!(server, op, "handler panicked");
+        (Response::error(Errno::Io, format!("internal server error in {op}")), vec![])
+    })
 }
 
 type Out = Arc<tokio::sync::Mutex<BufWriter<tokio::net::tcp::OwnedWriteHalf>>>;

@@ -513,18 +513,23 @@ impl Cluster {
 
     /// Every object file under OST `i`.
     pub fn ost_objects(&self, i: usize) -> Vec<PathBuf> {
-        let mut out = Vec::new();
-        let Ok(buckets) = std::fs::read_dir(self.ost_dir(i).join("objects")) else {
-            return out;
-        };
-        for b in buckets.flatten() {
-            if let Ok(files) = std::fs::read_dir(b.path()) {
-                out.extend(files.flatten().map(|f| f.path()));
-            }
-        }
-        out.sort();
-        out
+        objects_in(&self.ost_dir(i))
     }
+}
+
+/// Every object file under the OST directory `ost`.
+pub fn objects_in(ost: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(buckets) = std::fs::read_dir(ost.join("objects")) else {
+        return out;
+    };
+    for b in buckets.flatten() {
+        if let Ok(files) = std::fs::read_dir(b.path()) {
+            out.extend(files.flatten().map(|f| f.path()));
+        }
+    }
+    out.sort();
+    out
 }
 
 impl Drop for Cluster {
@@ -619,15 +624,21 @@ impl Mount {
     /// Mounts `cluster` with `-o opts` (empty for none) and waits (up to 30 s) until the
     /// mount shows in `/proc/self/mountinfo`.
     pub fn new(cluster: &Cluster, opts: &str) -> Mount {
+        Mount::of(&cluster.bin, &cluster.url("/"), &cluster.secret, cluster.dir.path(), opts)
+    }
+
+    /// Mounts the cluster at `url` (whose secret file is `secret`) on a fresh
+    /// directory under `work`, with `-o opts` (empty for none).
+    pub fn of(bin: &Path, url: &str, secret: &Path, work: &Path, opts: &str) -> Mount {
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let dir = cluster.dir.path().join(format!("mnt{n}"));
+        let dir = work.join(format!("mnt{n}"));
         std::fs::create_dir_all(&dir).expect("create mount point");
         // Mount points must not be under another mount's view only: canonicalize.
         let dir = std::fs::canonicalize(&dir).expect("canonical mount point");
-        let log = cluster.dir.path().join(format!("mount{n}.log"));
+        let log = work.join(format!("mount{n}.log"));
         let file = std::fs::OpenOptions::new().create(true).append(true).open(&log).expect("open mount log");
-        let mut cmd = Command::new(&cluster.bin);
-        cmd.arg("mount").arg("-f").arg(cluster.url("/")).arg(&dir).arg("--secret-file").arg(&cluster.secret);
+        let mut cmd = Command::new(bin);
+        cmd.arg("mount").arg("-f").arg(url).arg(&dir).arg("--secret-file").arg(secret);
         if !opts.is_empty() {
             cmd.arg("-o").arg(opts);
         }
@@ -638,7 +649,7 @@ impl Mount {
             .stderr(file)
             .spawn()
             .expect("start braid mount");
-        let mut m = Mount { dir, log, bin: cluster.bin.clone(), child: Some(child) };
+        let mut m = Mount { dir, log, bin: bin.to_path_buf(), child: Some(child) };
         let start = Instant::now();
         while !is_mounted(&m.dir) {
             if let Some(st) = m.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
