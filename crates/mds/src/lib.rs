@@ -175,6 +175,7 @@ impl Mdt {
             committed_len: 0,
             cfg: cfg.clone(),
             cluster,
+            fids: mdt::FidBlock::default(),
         };
         Ok(Arc::new(Mdt {
             index,
@@ -205,6 +206,7 @@ impl Mdt {
                     if let Err(e) = c.wal.truncate(len) {
                         tracing::error!(mdt = self.index, "cannot take back an aborted batch's log record: {e}");
                     }
+                    c.fids = mdt::FidBlock::default();
                     self.committer.clear_poison();
                     c
                 }
@@ -281,6 +283,8 @@ struct CommitterState {
     committed_len: u64,
     cfg: MdsConfig,
     cluster: Arc<RwLock<ClusterView>>,
+    /// FIDs reserved by a committed batch and not handed out yet.
+    fids: mdt::FidBlock,
 }
 
 impl CommitterState {
@@ -295,11 +299,13 @@ impl CommitterState {
         let mut replies: Vec<Response> = Vec::with_capacity(batch.len());
         let (store, wal, seq, cursor) = (&self.store, &mut self.wal, &mut self.seq, &mut self.cursor);
         let committed_len = &mut self.committed_len;
+        let fids = &mut self.fids;
         let outcome = (|| -> Result<bool, OpError> {
             let mut txn = store.begin_write()?;
             txn.set_durability(redb::Durability::None).map_err(|e| StoreError::engine("set durability", e))?;
             let redo = {
                 let mut w = Writer::open(&txn, index)?;
+                w.fids = std::mem::take(fids);
                 for job in &batch {
                     let resp = match &job.kind {
                         JobKind::Client { client_id, xid, req } => {
@@ -377,6 +383,7 @@ impl CommitterState {
                     };
                     replies.push(resp);
                 }
+                *fids = std::mem::take(&mut w.fids);
                 std::mem::take(&mut w.redo)
             };
             if redo.is_empty() {
@@ -395,6 +402,8 @@ impl CommitterState {
         match outcome {
             Ok(wrote) => self.unsynced |= wrote,
             Err(e) => {
+                // The block may come from a reservation this batch did not commit.
+                self.fids = mdt::FidBlock::default();
                 tracing::error!(mdt = index, "batch of {} mutations aborted: {e}", batch.len());
                 for job in batch {
                     let _ = job.reply.send(Response::error(Errno::Io, format!("MDT commit failed: {e}")));

@@ -354,7 +354,24 @@ pub struct Writer<'a> {
     pub replies: Rw<'a>,
     pub mdt_index: u32,
     pub redo: Vec<Redo>,
+    /// Where new FIDs come from; the committer keeps it between batches.
+    pub fids: FidBlock,
 }
+
+/// FIDs reserved in `meta` and not handed out yet: `meta` is written once per
+/// [`FID_BLOCK`] creates instead of on every one (Lustre grants FID sequences in
+/// ranges for the same reason). A restart skips what remained of the block, so a FID
+/// is never handed out twice. After a failed batch the committer drops its block,
+/// since the reservation may not have been committed.
+#[derive(Debug, Default)]
+pub struct FidBlock {
+    seq: u64,
+    next: u64,
+    end: u64,
+}
+
+/// FIDs reserved at a time.
+const FID_BLOCK: u64 = 1024;
 
 impl<'a> Writer<'a> {
     pub fn open(txn: &'a redb::WriteTransaction, mdt_index: u32) -> OpResult<Writer<'a>> {
@@ -370,6 +387,7 @@ impl<'a> Writer<'a> {
             replies: txn.open_table(REPLIES)?,
             mdt_index,
             redo: Vec::new(),
+            fids: FidBlock::default(),
         })
     }
 
@@ -461,20 +479,28 @@ impl<'a> Writer<'a> {
         self.put(Tbl::Meta, key.as_bytes(), &v.to_le_bytes())
     }
 
-    /// Allocates a new FID on this MDT: a sequence holds 2^32 - 1 object ids.
+    /// Allocates a new FID on this MDT: a sequence holds 2^32 - 1 object ids. They
+    /// come from the block in `fids`; an exhausted block reserves the next one in
+    /// `meta` (in this batch's transaction and redo record).
     fn new_fid(&mut self) -> OpResult<Fid> {
-        let mut seq = self.meta_u64("seq")?.unwrap_or(proto::fid::FIRST_SEQ as u64);
-        let mut oid = self.meta_u64("next_oid")?.unwrap_or(2);
-        if oid > u32::MAX as u64 {
-            seq += 1;
-            oid = 1;
+        if self.fids.next >= self.fids.end {
+            let mut seq = self.meta_u64("seq")?.unwrap_or(proto::fid::FIRST_SEQ as u64);
+            let mut oid = self.meta_u64("next_oid")?.unwrap_or(2);
+            if oid > u32::MAX as u64 {
+                seq += 1;
+                oid = 1;
+            }
+            if seq > 0xffff {
+                return fail(Errno::NoSpc, "this MDT has used all of its FID sequences");
+            }
+            let end = (oid + FID_BLOCK).min(u32::MAX as u64 + 1);
+            self.set_meta_u64("seq", seq)?;
+            self.set_meta_u64("next_oid", end)?;
+            self.fids = FidBlock { seq, next: oid, end };
         }
-        if seq > 0xffff {
-            return fail(Errno::NoSpc, "this MDT has used all of its FID sequences");
-        }
-        self.set_meta_u64("seq", seq)?;
-        self.set_meta_u64("next_oid", oid + 1)?;
-        Ok(Fid::new(self.mdt_index, seq as u32, oid as u32))
+        let oid = self.fids.next;
+        self.fids.next += 1;
+        Ok(Fid::new(self.mdt_index, self.fids.seq as u32, oid as u32))
     }
 
     fn touch_dir(&mut self, fid: Fid, dir: &mut Inode, now: Timespec, nlink_delta: i32) -> OpResult<()> {
