@@ -1,7 +1,8 @@
 #!/bin/bash
-# The issue-3 comparison: braid's mount, the local disk, MooseFS and GlusterFS measured
-# in one run with the peers' own bench.sh (../shared/peers), systems alternated round
-# by round, memory settled the same 15 s before every phase, medians over the rounds.
+# The issue-3 comparison: braid's mount (in-process and over TCP), the local disk,
+# MooseFS and GlusterFS measured in one run with the peers' own bench.sh
+# (../shared/peers), systems alternated round by round, memory settled the same 15 s
+# before every phase, medians over the rounds.
 #
 #   scripts/bench-peers.sh [ROUNDS]        (root; peers installed with install.sh)
 #
@@ -15,39 +16,44 @@ HERE=$(cd "$(dirname "$0")/.." && pwd)
 PEERS=${PEERS:-$HERE/../shared/peers}
 export WORK=${WORK:-/var/tmp/peers}
 BRAID=${BRAID:-$HERE/target/release/braid}
-BD=$WORK/braid              # braid local's data directory and mount point
 OUT=$WORK/results/final
 export MEM_SETTLE=${MEM_SETTLE:-15} REPS=1
 mkdir -p "$OUT" "$WORK/local"
 
-braid_up() {
-    rm -rf "$BD/data"; mkdir -p "$BD/data" "$BD/mnt"
-    "$BRAID" local --data "$BD/data" --osts 4 --listen 127.0.0.1:19500 --mount "$BD/mnt" \
-        > "$BD/local.log" 2>&1 &
-    echo $! > "$BD/pid"
-    for _ in $(seq 1 100); do mountpoint -q "$BD/mnt" && return 0; sleep 0.2; done
-    echo "braid did not mount" >&2; return 1
+# braid local twice: its own mount reaching the servers in-process (the default, as
+# Lustre's 0@lo) and, with --tcp, over loopback TCP as a client on another node would.
+braid_up() {  # braid_up NAME PORT [ARGS...]
+    local d=$WORK/$1 port=$2; shift 2
+    rm -rf "$d/data"; mkdir -p "$d/data" "$d/mnt"
+    "$BRAID" local --data "$d/data" --osts 4 --listen 127.0.0.1:$port --mount "$d/mnt" "$@" \
+        > "$d/local.log" 2>&1 &
+    echo $! > "$d/pid"
+    for _ in $(seq 1 100); do mountpoint -q "$d/mnt" && return 0; sleep 0.2; done
+    echo "braid ($1) did not mount" >&2; return 1
 }
-braid_down() {
-    mountpoint -q "$BD/mnt" && umount "$BD/mnt"
-    [ -f "$BD/pid" ] && kill "$(cat "$BD/pid")" 2>/dev/null
+braid_down() {  # braid_down NAME
+    local d=$WORK/$1
+    mountpoint -q "$d/mnt" && umount "$d/mnt"
+    [ -f "$d/pid" ] && kill "$(cat "$d/pid")" 2>/dev/null
     sleep 2
 }
-cleanup() { braid_down; bash "$PEERS/moosefs.sh" stop; bash "$PEERS/gluster.sh" stop; }
+cleanup() { braid_down braid; braid_down braid-tcp; bash "$PEERS/moosefs.sh" stop; bash "$PEERS/gluster.sh" stop; }
 trap cleanup EXIT
 
-braid_up || exit 1
+braid_up braid 19500 || exit 1
+braid_up braid-tcp 19600 --tcp || exit 1
 bash "$PEERS/moosefs.sh" start || exit 1
 bash "$PEERS/gluster.sh" start || exit 1
 
 declare -A DIRS=(
     [local]=$WORK/local/bench
-    [braid]=$BD/mnt/bench
+    [braid]=$WORK/braid/mnt/bench
+    [braid-tcp]=$WORK/braid-tcp/mnt/bench
     [moosefs]=$WORK/mfs/mnt/bench
     [gluster]=$WORK/gluster/mnt/bench
 )
 for r in $(seq 1 "$ROUNDS"); do
-    for sys in local braid moosefs gluster; do
+    for sys in local braid braid-tcp moosefs gluster; do
         name=$sys-round$r
         rm -rf "$WORK/results/$name"
         bash "$PEERS/bench.sh" "$name" "${DIRS[$sys]}" "seq rand md small"
@@ -58,4 +64,4 @@ for r in $(seq 1 "$ROUNDS"); do
         cp "$WORK/results/$name/env.txt" "$OUT/$sys/env.txt"
     done
 done
-python3 "$PEERS/summarize.py" "$OUT" local braid moosefs gluster | tee "$OUT/summary.md"
+python3 "$PEERS/summarize.py" "$OUT" local braid braid-tcp moosefs gluster | tee "$OUT/summary.md"
