@@ -263,7 +263,9 @@ fn init_logging(default_level: &str) {
         "error" => tracing::Level::ERROR,
         _ => tracing::Level::INFO,
     };
-    let _ = tracing_subscriber::fmt().with_max_level(level).with_writer(std::io::stderr).try_init();
+    // Colours only on a terminal: a log file gets plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let _ = tracing_subscriber::fmt().with_max_level(level).with_ansi(ansi).with_writer(std::io::stderr).try_init();
 }
 
 /// The secret a server runs with: a file, or an explicit `--insecure`.

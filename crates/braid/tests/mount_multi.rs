@@ -353,9 +353,13 @@ impl Drop for LocalCluster {
     }
 }
 
-fn local_and_tcp_clients_share_one_namespace(extra: &[&str]) {
+fn local_and_tcp_clients_share_one_namespace(extra: &[&str], in_process: bool) {
     let dir = testkit::TempDir::new("local-mount");
     let l = LocalCluster::start(dir.path(), extra);
+    // The mount's client (role "client") found its servers in this process, or not.
+    let log = fs::read_to_string(&l.daemon.log).unwrap();
+    let delivered = log.lines().filter(|l| l.contains("delivered in-process") && l.contains("role=client")).count();
+    assert_eq!(delivered > 0, in_process, "in-process delivery to the mount's servers:\n{log}");
     let bin = Path::new(env!("CARGO_BIN_EXE_braid"));
     let other = Mount::of(bin, &l.url(), &l.data.join("cluster.secret"), dir.path(), "");
     let (here, there) = (|p: &str| l.mnt.join(p), |p: &str| other.path(p));
@@ -403,10 +407,10 @@ fn local_and_tcp_clients_share_one_namespace(extra: &[&str]) {
 
 #[test]
 fn braid_local_mount_in_process_and_a_tcp_client_share_one_namespace() {
-    local_and_tcp_clients_share_one_namespace(&[]);
+    local_and_tcp_clients_share_one_namespace(&[], true);
 }
 
 #[test]
 fn braid_local_mount_over_tcp_behaves_the_same() {
-    local_and_tcp_clients_share_one_namespace(&["--tcp"]);
+    local_and_tcp_clients_share_one_namespace(&["--tcp"], false);
 }

@@ -13,6 +13,10 @@
 //! the retries of `Again` and across failures, and a panicking handler answered with
 //! an error. Clients in other processes still reach the same servers over TCP.
 //!
+//! One difference: a caller that gives up at its deadline drops the handler at its
+//! next await point, where over TCP the server would finish it unseen. Handlers must
+//! allow that, as the MDS and OSS do (see `docs/design.md`, "Wire protocol").
+//!
 //! [`RpcClient`]: crate::rpc::RpcClient
 
 use std::collections::HashMap;

@@ -152,6 +152,9 @@ impl RpcClient {
     pub fn new(addr: impl Into<String>, identity: Arc<Identity>, opts: RpcOptions) -> RpcClient {
         let addr = addr.into();
         let local = crate::local::find(&addr);
+        if local.is_some() {
+            tracing::debug!(%addr, role = %identity.role, "requests to {addr} are delivered in-process");
+        }
         RpcClient { addr, identity, opts, conn: tokio::sync::Mutex::new(None), local }
     }
 
