@@ -26,13 +26,13 @@ use proto::msg::{ClusterConfig, Request, Response};
 use proto::rpc::{Identity, RpcClient, RpcOptions};
 use proto::server::{Answer, RequestCtx, Service};
 use proto::{Errno, Fid};
-use redb::ReadableTable;
 use store::wal::Wal;
 use store::{decode, encode, Store, StoreError};
 use tokio::sync::oneshot;
 
-use mdt::{DestroyRecord, OpError, Placement, Redo, Tbl, View, Writer, DENTRIES, DESTROY, INODES, XATTRS};
+use mdt::{Base, DestroyRecord, OpError, Placement, Redo, Tbl, View, Writer};
 use proto::msg::LockType;
+use store::memtable::MemTable;
 
 #[derive(Debug, Clone)]
 pub struct MdsConfig {
@@ -117,6 +117,8 @@ struct ClusterView {
 pub struct Mdt {
     pub index: u32,
     store: Arc<Store>,
+    /// Changes since the last checkpoint, in front of the database (see [`mdt::View`]).
+    mem: Arc<RwLock<MemTable>>,
     /// Mutations waiting for the next batch. Bounded by the requests in flight: each
     /// waits for its own answer (the server caps them per connection).
     queue: Mutex<Vec<Job>>,
@@ -157,7 +159,8 @@ impl Mdt {
             dir: dir.to_path_buf(),
             detail: e.to_string(),
         })?;
-        let (wal, seq) = recover(&store, index, dir).map_err(|e| MdsError::Format {
+        let mem = Arc::new(RwLock::new(mdt::new_memtable()));
+        let (wal, seq) = recover(&store, &mem, index, dir).map_err(|e| MdsError::Format {
             index,
             dir: dir.to_path_buf(),
             detail: format!("cannot recover from the redo log: {e}"),
@@ -166,6 +169,7 @@ impl Mdt {
         let committer = CommitterState {
             index,
             store: store.clone(),
+            mem: mem.clone(),
             opens: opens.clone(),
             wal,
             seq,
@@ -180,6 +184,7 @@ impl Mdt {
         Ok(Arc::new(Mdt {
             index,
             store,
+            mem,
             queue: Mutex::new(Vec::new()),
             committer: Mutex::new(committer),
             opens,
@@ -233,44 +238,42 @@ impl Mdt {
         rx.await.unwrap_or_else(|_| Response::error(Errno::Io, "MDT committer dropped the request"))
     }
 
+    /// A consistent view of the MDT for reading.
+    fn view(&self) -> Result<View<std::sync::RwLockReadGuard<'_, MemTable>>, OpError> {
+        let mem = self.mem.read().expect("memtable");
+        Ok(View::new(Base::new(&self.store)?, mem))
+    }
+
     async fn read<F>(&self, f: F) -> Response
     where
-        F: FnOnce(&View<ReadTable, ReadTable, ReadTable>) -> Result<Response, OpError> + Send + 'static,
+        F: FnOnce(&View<std::sync::RwLockReadGuard<'_, MemTable>>) -> Result<Response, OpError> + Send + 'static,
     {
         // Inline on the runtime's thread: a read of a few cached B-tree pages takes
         // microseconds, less than handing it to a blocking thread and back (two
         // thread wake-ups, which dominate a lookup's latency).
-        let r = (|| -> Result<Response, OpError> {
-            let txn = self.store.begin_read()?;
-            let view = View {
-                inodes: txn.open_table(INODES)?,
-                dentries: txn.open_table(DENTRIES)?,
-                xattrs: txn.open_table(XATTRS)?,
-            };
-            f(&view)
-        })();
-        r.unwrap_or_else(op_error)
+        self.view().and_then(|v| f(&v)).unwrap_or_else(op_error)
     }
 
-    fn pending_destroys(&self, max: usize) -> Result<Vec<(u64, DestroyRecord)>, StoreError> {
-        let txn = self.store.begin_read()?;
-        let t = txn.open_table(DESTROY).map_err(|e| StoreError::engine("open destroy", e))?;
+    fn pending_destroys(&self, max: usize) -> Result<Vec<(u64, DestroyRecord)>, OpError> {
+        let view = self.view()?;
         let mut out = Vec::new();
-        for row in t.iter().map_err(|e| StoreError::engine("scan destroy", e))?.take(max) {
-            let (k, v) = row.map_err(|e| StoreError::engine("scan destroy", e))?;
-            out.push((k.value(), decode(v.value(), "destroy")?));
+        for row in view.scan(Tbl::Destroy, std::ops::Bound::Unbounded)?.take(max) {
+            let (k, v) = row?;
+            let seq = k.as_slice().try_into().map(u64::from_be_bytes).map_err(|_| {
+                OpError::Store(StoreError::Corrupt { what: "destroy", detail: "key is not 8 bytes".into() })
+            })?;
+            out.push((seq, decode(&v, "destroy")?));
         }
         Ok(out)
     }
 }
-
-type ReadTable = redb::ReadOnlyTable<&'static [u8], &'static [u8]>;
 
 /// The committer's state: the MDT's database, its redo log, and what the batches
 /// need between them. One request task at a time holds it (see [`Mdt::submit`]).
 struct CommitterState {
     index: u32,
     store: Arc<Store>,
+    mem: Arc<RwLock<MemTable>>,
     opens: Opens,
     wal: Wal,
     /// The redo log's last sequence number.
@@ -297,104 +300,103 @@ impl CommitterState {
         let is_open = move |fid: Fid| opens.lock().expect("opens").contains_key(&fid);
         let osts = self.cluster.read().expect("cluster view").osts.clone();
         let mut replies: Vec<Response> = Vec::with_capacity(batch.len());
-        let (store, wal, seq, cursor) = (&self.store, &mut self.wal, &mut self.seq, &mut self.cursor);
+        let (wal, seq, cursor) = (&mut self.wal, &mut self.seq, &mut self.cursor);
         let committed_len = &mut self.committed_len;
         let fids = &mut self.fids;
+        let (store, mem) = (&self.store, &self.mem);
         let outcome = (|| -> Result<bool, OpError> {
-            let mut txn = store.begin_write()?;
-            txn.set_durability(redb::Durability::None).map_err(|e| StoreError::engine("set durability", e))?;
-            let redo = {
-                let mut w = Writer::open(&txn, index)?;
-                w.fids = std::mem::take(fids);
-                for job in &batch {
-                    let resp = match &job.kind {
-                        JobKind::Client { client_id, xid, req } => {
-                            let key = reply_key(*client_id, *xid);
-                            if let Some(v) = w.replies.get(key.as_slice())? {
-                                let (_, resp): (u64, Response) = decode(v.value(), "reply")?;
-                                replies.push(resp);
-                                continue;
-                            }
-                            let mut place = Placement {
-                                osts: &osts,
-                                cursor: *cursor,
-                                default_layout: &cfg.default_layout,
-                                is_open: &is_open,
-                            };
-                            let resp = match w.apply(req.clone(), &mut place) {
-                                Ok(r) => r,
-                                Err(OpError::Errno(c, m)) => Response::error(c, m),
-                                Err(e @ OpError::Store(_)) => return Err(e),
-                            };
-                            if matches!(req, Request::MdsCreate { .. }) {
-                                *cursor = cursor.wrapping_add(1);
-                            }
-                            // `Again` means nothing was applied and the client will ask
-                            // again with the same xid: it must not find this answer then.
-                            let again = matches!(&resp, Response::Error(e) if e.code == Errno::Again);
-                            if !again {
-                                w.put(Tbl::Replies, &key, &encode(&(now_secs(), &resp)))?;
-                            }
-                            resp
+            let base = Base::new(store)?;
+            // Readers wait while the batch applies, so they never see a change the log
+            // does not hold yet. A batch that panicked was undone by its writer.
+            let mut mem = mem.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut w = Writer::new(base, &mut mem, index);
+            w.fids = std::mem::take(fids);
+            for job in &batch {
+                let resp = match &job.kind {
+                    JobKind::Client { client_id, xid, req } => {
+                        let key = reply_key(*client_id, *xid);
+                        if let Some((_, resp)) =
+                            w.view.with(Tbl::Replies, &key, |v| Ok(decode::<(u64, Response)>(v, "reply")?))?
+                        {
+                            replies.push(resp);
+                            continue;
                         }
-                        JobKind::DestroyDone(keys) => {
-                            for k in keys {
-                                w.del(Tbl::Destroy, &k.to_be_bytes())?;
-                            }
-                            Response::Ok
+                        let mut place = Placement {
+                            osts: &osts,
+                            cursor: *cursor,
+                            default_layout: &cfg.default_layout,
+                            is_open: &is_open,
+                        };
+                        let resp = match w.apply(req.clone(), &mut place) {
+                            Ok(r) => r,
+                            Err(OpError::Errno(c, m)) => Response::error(c, m),
+                            Err(e @ OpError::Store(_)) => return Err(e),
+                        };
+                        if matches!(req, Request::MdsCreate { .. }) {
+                            *cursor = cursor.wrapping_add(1);
                         }
-                        JobKind::ReapOrphans(which) => {
-                            let place = Placement {
-                                osts: &osts,
-                                cursor: *cursor,
-                                default_layout: &cfg.default_layout,
-                                is_open: &is_open,
-                            };
-                            let fids: Vec<Fid> = match which {
-                                Some(list) => list.clone(),
-                                None => w
-                                    .orphans
-                                    .iter()?
-                                    .filter_map(|r| r.ok().and_then(|(k, _)| Fid::from_key(k.value())))
-                                    .collect(),
-                            };
-                            for fid in fids {
-                                w.reap_orphan(fid, &place)?;
-                            }
-                            Response::Ok
+                        // `Again` means nothing was applied and the client will ask
+                        // again with the same xid: it must not find this answer then.
+                        let again = matches!(&resp, Response::Error(e) if e.code == Errno::Again);
+                        if !again {
+                            w.put(Tbl::Replies, &key, &encode(&(now_secs(), &resp)))?;
                         }
-                        JobKind::PruneReplies { before_secs } => {
-                            let old: Vec<Vec<u8>> = w
-                                .replies
-                                .iter()?
-                                .filter_map(|r| r.ok())
-                                .filter(|(_, v)| {
-                                    decode::<(u64, Response)>(v.value(), "reply")
-                                        .map_or(true, |(t, _)| t < *before_secs)
-                                })
-                                .map(|(k, _)| k.value().to_vec())
-                                .collect();
-                            for k in &old {
-                                w.del(Tbl::Replies, k)?;
-                            }
-                            Response::Ok
+                        resp
+                    }
+                    JobKind::DestroyDone(keys) => {
+                        for k in keys {
+                            w.del(Tbl::Destroy, &k.to_be_bytes())?;
                         }
-                        JobKind::Sync | JobKind::Checkpoint => Response::Ok,
-                    };
-                    replies.push(resp);
-                }
-                *fids = std::mem::take(&mut w.fids);
-                std::mem::take(&mut w.redo)
-            };
-            if redo.is_empty() {
+                        Response::Ok
+                    }
+                    JobKind::ReapOrphans(which) => {
+                        let place = Placement {
+                            osts: &osts,
+                            cursor: *cursor,
+                            default_layout: &cfg.default_layout,
+                            is_open: &is_open,
+                        };
+                        let fids: Vec<Fid> = match which {
+                            Some(list) => list.clone(),
+                            None => w
+                                .view
+                                .scan(Tbl::Orphans, std::ops::Bound::Unbounded)?
+                                .map(|r| r.map(|(k, _)| Fid::from_key(&k)))
+                                .collect::<Result<Vec<_>, _>>()?
+                                .into_iter()
+                                .flatten()
+                                .collect(),
+                        };
+                        for fid in fids {
+                            w.reap_orphan(fid, &place)?;
+                        }
+                        Response::Ok
+                    }
+                    JobKind::PruneReplies { before_secs } => {
+                        let mut old = Vec::new();
+                        for row in w.view.scan(Tbl::Replies, std::ops::Bound::Unbounded)? {
+                            let (k, v) = row?;
+                            if decode::<(u64, Response)>(&v, "reply").map_or(true, |(t, _)| t < *before_secs) {
+                                old.push(k);
+                            }
+                        }
+                        for k in &old {
+                            w.del(Tbl::Replies, k)?;
+                        }
+                        Response::Ok
+                    }
+                    JobKind::Sync | JobKind::Checkpoint => Response::Ok,
+                };
+                replies.push(resp);
+            }
+            *fids = std::mem::take(&mut w.fids);
+            if w.redo.is_empty() {
                 return Ok(false);
             }
-            // The log first: a batch it does not hold is never committed.
-            wal.append(*seq + 1, &encode(&redo))?;
-            if let Err(e) = txn.commit() {
-                let _ = wal.truncate(*committed_len);
-                return Err(e.into());
-            }
+            // The log first: a batch it does not hold is taken back (the writer undoes
+            // its changes when dropped unfinished).
+            wal.append(*seq + 1, &encode(&w.redo))?;
+            w.finish();
             *seq += 1;
             *committed_len = wal.len();
             Ok(true)
@@ -432,7 +434,7 @@ impl CommitterState {
         }
         let due = self.last_checkpoint.elapsed() >= cfg.checkpoint_interval || self.wal.len() >= WAL_CHECKPOINT_BYTES;
         if due && !self.wal.is_empty() {
-            match checkpoint(&self.store, &mut self.wal, self.seq) {
+            match checkpoint(&self.store, &self.mem, &mut self.wal, self.seq) {
                 Ok(()) => {
                     self.unsynced = false;
                     self.committed_len = 0;
@@ -447,13 +449,24 @@ impl CommitterState {
 /// The redo log is checkpointed at least this often by size.
 const WAL_CHECKPOINT_BYTES: u64 = 64 << 20;
 
-/// Makes redb durable up to log record `seq` and empties the log.
-fn checkpoint(store: &Store, wal: &mut Wal, seq: u64) -> Result<(), OpError> {
+/// Writes the memtable into the database in one durable transaction, records that it
+/// covers the redo log up to record `seq`, then empties the memtable and the log.
+fn checkpoint(store: &Store, mem: &RwLock<MemTable>, wal: &mut Wal, seq: u64) -> Result<(), OpError> {
+    let started = std::time::Instant::now();
     let mut txn = store.begin_write()?;
     txn.set_durability(redb::Durability::Immediate).map_err(|e| StoreError::engine("set durability", e))?;
-    txn.open_table(mdt::META)?.insert(WAL_SEQ, seq.to_le_bytes().as_slice())?;
+    mdt::write_back(&txn, &mem.read().unwrap_or_else(std::sync::PoisonError::into_inner))?;
+    txn.open_table(Tbl::Meta.def())?.insert(WAL_SEQ.as_bytes(), seq.to_le_bytes().as_slice())?;
     txn.commit()?;
+    // The database now holds what the memtable did: readers see the same either way.
+    let entries = {
+        let mut m = mem.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let n = m.len();
+        m.clear();
+        n
+    };
     wal.truncate(0)?;
+    tracing::debug!(seq, entries, elapsed_us = started.elapsed().as_micros() as u64, "checkpoint");
     Ok(())
 }
 
@@ -462,32 +475,25 @@ const WAL_SEQ: &str = "wal_seq";
 
 /// Opens the MDT's redo log and applies the records the durable database lacks (what
 /// the process acknowledged before it died); returns the log and its last sequence.
-fn recover(store: &Store, index: u32, dir: &std::path::Path) -> Result<(Wal, u64), OpError> {
+fn recover(store: &Store, mem: &RwLock<MemTable>, index: u32, dir: &std::path::Path) -> Result<(Wal, u64), OpError> {
     let (mut wal, records) = Wal::open(&dir.join("mdt.wal"))?;
-    let durable = {
-        let txn = store.begin_read()?;
-        let meta = txn.open_table(mdt::META)?;
-        let v = meta.get(WAL_SEQ)?.and_then(|v| v.value().try_into().ok().map(u64::from_le_bytes));
-        v.unwrap_or(0)
-    };
+    let durable = View::new(Base::new(store)?, &mdt::new_memtable()).meta_u64(WAL_SEQ)?.unwrap_or(0);
     let mut seq = durable;
     let pending: Vec<_> = records.into_iter().filter(|(s, _)| *s > durable).collect();
     if !pending.is_empty() {
-        let txn = store.begin_write()?;
-        {
-            let mut w = Writer::open(&txn, index)?;
-            for (s, payload) in &pending {
-                let redo: Vec<Redo> = decode(payload, "redo log record")?;
-                for op in &redo {
-                    w.replay(op)?;
-                }
-                seq = *s;
+        let mut m = mem.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut w = Writer::new(Base::new(store)?, &mut m, index);
+        for (s, payload) in &pending {
+            let redo: Vec<Redo> = decode(payload, "redo log record")?;
+            for op in &redo {
+                w.replay(op);
             }
+            seq = *s;
         }
-        txn.commit()?;
+        w.finish();
         tracing::info!(mdt = index, "replayed {} redo-log record(s) up to {seq}", pending.len());
     }
-    checkpoint(store, &mut wal, seq)?;
+    checkpoint(store, mem, &mut wal, seq)?;
     Ok((wal, seq))
 }
 
@@ -630,18 +636,22 @@ async fn reap_replaced(mdt: Arc<Mdt>) {
         tokio::time::sleep(Duration::from_secs(1)).await;
         let m = mdt.clone();
         let before = now_secs().saturating_sub(REPLACED_GRACE_SECS);
-        let due = tokio::task::spawn_blocking(move || -> Result<Vec<Fid>, StoreError> {
-            let txn = m.store.begin_read()?;
-            let t = txn.open_table(mdt::ORPHANS).map_err(|e| StoreError::engine("open orphans", e))?;
+        let due = tokio::task::spawn_blocking(move || -> Result<Vec<Fid>, OpError> {
+            let view = m.view()?;
             let opens = m.opens.lock().expect("opens");
-            Ok(t.iter()
-                .map_err(|e| StoreError::engine("scan orphans", e))?
-                .filter_map(|r| r.ok())
-                .filter(|(_, at)| at.value() < before)
-                .filter_map(|(k, _)| Fid::from_key(k.value()))
-                .filter(|fid| !opens.contains_key(fid))
-                .take(1024)
-                .collect())
+            let mut due = Vec::new();
+            for row in view.scan(Tbl::Orphans, std::ops::Bound::Unbounded)? {
+                let (k, at) = row?;
+                let at = at.as_slice().try_into().map(u64::from_le_bytes).unwrap_or(0);
+                match Fid::from_key(&k) {
+                    Some(fid) if at < before && !opens.contains_key(&fid) => due.push(fid),
+                    _ => {}
+                }
+                if due.len() == 1024 {
+                    break;
+                }
+            }
+            Ok(due)
         })
         .await;
         if let Ok(Ok(fids)) = due {

@@ -1,47 +1,84 @@
 //! One MDT: its redb database and the namespace operations on it.
 //!
-//! Keys follow the 3FS style so the common operations are point reads and range scans:
+//! Keys follow the 3FS style so the common operations are point reads and range scans.
+//! Every table maps bytes to bytes; the encodings are these:
 //!
 //! | table      | key                               | value                          |
 //! |------------|-----------------------------------|--------------------------------|
 //! | `inodes`   | FID (16 bytes, big-endian)        | [`Inode`] (postcard)           |
 //! | `dentries` | parent FID + name                 | child FID + kind               |
 //! | `xattrs`   | FID + name                        | value                          |
-//! | `destroy`  | sequence number                   | objects to destroy on OSTs     |
+//! | `destroy`  | sequence number (u64, big-endian) | objects to destroy on OSTs     |
 //! | `replies`  | client id + xid                   | time + encoded response        |
-//! | `meta`     | name                              | counters, MDT index            |
-//! | `orphans`  | FID                               | time of unlink                 |
+//! | `meta`     | name (UTF-8)                      | counters (u64, little-endian), MDT index |
+//! | `orphans`  | FID                               | time of unlink (u64, little-endian) |
 //!
-//! Mutations are applied in batches: many client operations, one transaction, one
-//! redo-log record, then the replies (group commit; see the crate root). Every change
-//! goes through [`Writer::put`] or [`Writer::del`], which record it for the log. Every
-//! mutation first validates (returning an errno without writing anything) and only then
-//! writes, so an errno reply never leaves a half-applied operation in the batch's
-//! transaction. Its reply is stored in `replies` in the same transaction, so a client
-//! that retries after a lost reply or a server crash gets the original answer instead of
-//! a second application (Lustre's reply reconstruction).
+//! The database holds the MDT as of the last checkpoint; the changes since are in a
+//! [`MemTable`] in front of it and in the redo log (see the crate root). A [`View`]
+//! reads the two as one.
+//!
+//! Mutations are applied in batches: many client operations, one redo-log record, then
+//! the replies (group commit; see the crate root). Every change goes through
+//! [`Writer::put`] or [`Writer::del`], which record it for the log and for undoing the
+//! batch. Every mutation first validates (returning an errno without writing anything)
+//! and only then writes, so an errno reply never leaves a half-applied operation in the
+//! batch. Its reply is stored in `replies` in the same batch, so a client that retries
+//! after a lost reply or a server crash gets the original answer instead of a second
+//! application (Lustre's reply reconstruction).
 
-use std::ops::Bound;
+use std::ops::{Bound, Deref};
+use std::sync::OnceLock;
 
 use layout::{Layout, LayoutSpec, OstState};
 use proto::msg::{
     Attr, Creds, DirEntry, FileKind, OpenFlags, RenameFlags, Request, Response, SetAttr, TimeSet, Timespec, XattrMode,
 };
 use proto::{Errno, Fid, ObjectId};
-use redb::{ReadableTable, ReadableTableMetadata, Table, TableDefinition};
+use redb::{ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
+use store::memtable::{MemTable, Merge, Prior};
 use store::{decode, encode, Store, StoreError};
 
 use crate::inode::{sticky_allows, Inode, MAY_EXEC, MAY_READ, MAY_WRITE, S_ISGID, S_ISUID};
 
-pub const INODES: TableDefinition<&[u8], &[u8]> = TableDefinition::new("inodes");
-pub const DENTRIES: TableDefinition<&[u8], &[u8]> = TableDefinition::new("dentries");
-pub const XATTRS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("xattrs");
-pub const DESTROY: TableDefinition<u64, &[u8]> = TableDefinition::new("destroy");
-pub const REPLIES: TableDefinition<&[u8], &[u8]> = TableDefinition::new("replies");
-pub const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
-/// Unlinked inodes still open somewhere: FID → time of unlink (seconds).
-pub const ORPHANS: TableDefinition<&[u8], u64> = TableDefinition::new("orphans");
+/// The tables of an MDT (see the module note for their encodings).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Tbl {
+    Inodes,
+    Dentries,
+    Xattrs,
+    Destroy,
+    Replies,
+    Meta,
+    Orphans,
+}
+
+impl Tbl {
+    pub const ALL: [Tbl; 7] =
+        [Tbl::Inodes, Tbl::Dentries, Tbl::Xattrs, Tbl::Destroy, Tbl::Replies, Tbl::Meta, Tbl::Orphans];
+
+    pub fn def(self) -> TableDefinition<'static, &'static [u8], &'static [u8]> {
+        TableDefinition::new(match self {
+            Tbl::Inodes => "inodes",
+            Tbl::Dentries => "dentries",
+            Tbl::Xattrs => "xattrs",
+            Tbl::Destroy => "destroy",
+            Tbl::Replies => "replies",
+            Tbl::Meta => "meta",
+            Tbl::Orphans => "orphans",
+        })
+    }
+
+    /// The table's index in a [`MemTable`].
+    fn slot(self) -> usize {
+        self as usize
+    }
+}
+
+/// A memtable with a slot for every MDT table.
+pub fn new_memtable() -> MemTable {
+    MemTable::new(Tbl::ALL.len())
+}
 
 /// Longest name of one directory entry (as Linux).
 pub const NAME_MAX: usize = 255;
@@ -132,26 +169,80 @@ fn check_name(name: &str) -> OpResult<()> {
     Ok(())
 }
 
-/// Reads shared by read transactions and the committer's write transaction.
-pub struct View<I, D, X> {
-    pub inodes: I,
-    pub dentries: D,
-    pub xattrs: X,
+/// The database as one read transaction saw it; tables are opened on first use.
+pub struct Base {
+    txn: redb::ReadTransaction,
+    tables: [OnceLock<redb::ReadOnlyTable<&'static [u8], &'static [u8]>>; 7],
 }
 
-type Rw<'a> = Table<'a, &'static [u8], &'static [u8]>;
+impl Base {
+    pub fn new(store: &Store) -> OpResult<Base> {
+        Ok(Base { txn: store.begin_read()?, tables: Default::default() })
+    }
 
-impl<I, D, X> View<I, D, X>
-where
-    I: ReadableTable<&'static [u8], &'static [u8]>,
-    D: ReadableTable<&'static [u8], &'static [u8]>,
-    X: ReadableTable<&'static [u8], &'static [u8]>,
-{
-    pub fn inode(&self, fid: Fid) -> OpResult<Option<Inode>> {
-        match self.inodes.get(fid.to_key().as_slice())? {
-            Some(v) => Ok(Some(decode(v.value(), "inode")?)),
-            None => Ok(None),
+    fn table(&self, t: Tbl) -> OpResult<&redb::ReadOnlyTable<&'static [u8], &'static [u8]>> {
+        let cell = &self.tables[t.slot()];
+        if let Some(table) = cell.get() {
+            return Ok(table);
         }
+        let _ = cell.set(self.txn.open_table(t.def())?);
+        Ok(cell.get().expect("just set"))
+    }
+}
+
+/// Rows of a table in key order, the memtable's changes applied.
+pub type Rows<'a> = Box<dyn Iterator<Item = OpResult<(Vec<u8>, Vec<u8>)>> + 'a>;
+
+/// A consistent read of the MDT: the database seen through the memtable of changes
+/// made since the last checkpoint. Readers hold the memtable's read lock; the
+/// committer's [`Writer`] holds it for writing.
+pub struct View<M> {
+    base: Base,
+    mem: M,
+}
+
+impl<M: Deref<Target = MemTable>> View<M> {
+    pub fn new(base: Base, mem: M) -> View<M> {
+        View { base, mem }
+    }
+
+    /// Calls `f` with the value of `key` in table `t`, if there is one.
+    pub fn with<T>(&self, t: Tbl, key: &[u8], f: impl FnOnce(&[u8]) -> OpResult<T>) -> OpResult<Option<T>> {
+        match self.mem.get(t.slot(), key) {
+            Some(Some(v)) => f(v).map(Some),
+            Some(None) => Ok(None),
+            None => match self.base.table(t)?.get(key)? {
+                Some(v) => f(v.value()).map(Some),
+                None => Ok(None),
+            },
+        }
+    }
+
+    pub fn contains(&self, t: Tbl, key: &[u8]) -> OpResult<bool> {
+        Ok(self.with(t, key, |_| Ok(()))?.is_some())
+    }
+
+    /// The rows of table `t` from `from` on, in key order.
+    pub fn scan(&self, t: Tbl, from: Bound<&[u8]>) -> OpResult<Rows<'_>> {
+        let base = self.base.table(t)?.range::<&[u8]>((from, Bound::Unbounded))?.map(|row| {
+            let (k, v) = row?;
+            Ok((k.value().to_vec(), v.value().to_vec()))
+        });
+        Ok(Box::new(Merge::new(base, self.mem.range(t.slot(), from))))
+    }
+
+    /// The rows of table `t` whose keys start with `prefix`.
+    pub fn scan_prefix<'a>(&'a self, t: Tbl, prefix: &'a [u8]) -> OpResult<Rows<'a>> {
+        let rows = self.scan(t, Bound::Included(prefix))?;
+        Ok(Box::new(rows.take_while(move |r| r.as_ref().map_or(true, |(k, _)| k.starts_with(prefix)))))
+    }
+
+    pub fn meta_u64(&self, key: &str) -> OpResult<Option<u64>> {
+        Ok(self.with(Tbl::Meta, key.as_bytes(), |v| Ok(v.try_into().ok().map(u64::from_le_bytes)))?.flatten())
+    }
+
+    pub fn inode(&self, fid: Fid) -> OpResult<Option<Inode>> {
+        self.with(Tbl::Inodes, &fid.to_key(), |v| Ok(decode(v, "inode")?))
     }
 
     pub fn must_inode(&self, fid: Fid) -> OpResult<Inode> {
@@ -172,17 +263,14 @@ where
     }
 
     pub fn entry(&self, parent: Fid, name: &str) -> OpResult<Option<(Fid, FileKind)>> {
-        match self.dentries.get(dentry_key(parent, name).as_slice())? {
-            Some(v) => Ok(Some(decode_dentry(v.value())?)),
-            None => Ok(None),
-        }
+        self.with(Tbl::Dentries, &dentry_key(parent, name), decode_dentry)
     }
 
     pub fn dir_is_empty(&self, fid: Fid) -> OpResult<bool> {
-        let lo = fid.to_key();
-        let mut it = self.dentries.range::<&[u8]>((Bound::Included(lo.as_slice()), Bound::Unbounded))?;
-        match it.next() {
-            Some(row) => Ok(!row?.0.value().starts_with(&lo)),
+        let prefix = fid.to_key();
+        let first = self.scan_prefix(Tbl::Dentries, &prefix)?.next();
+        match first {
+            Some(row) => row.map(|_| false),
             None => Ok(true),
         }
     }
@@ -205,21 +293,16 @@ where
             return fail(Errno::Access, format!("permission denied reading directory {fid}"));
         }
         let prefix = fid.to_key();
-        let start = match after {
-            Some(a) => Bound::Excluded(dentry_key(fid, a)),
-            None => Bound::Included(prefix.to_vec()),
-        };
-        let start_ref = match &start {
-            Bound::Included(k) => Bound::Included(k.as_slice()),
-            Bound::Excluded(k) => Bound::Excluded(k.as_slice()),
-            Bound::Unbounded => Bound::Unbounded,
+        let resume = after.map(|a| dentry_key(fid, a));
+        let from = match &resume {
+            Some(k) => Bound::Excluded(k.as_slice()),
+            None => Bound::Included(prefix.as_slice()),
         };
         let max = max.clamp(1, READDIR_MAX) as usize;
         let mut out = Vec::new();
         let mut eof = true;
-        for row in self.dentries.range::<&[u8]>((start_ref, Bound::Unbounded))? {
+        for row in self.scan(Tbl::Dentries, from)? {
             let (k, v) = row?;
-            let k = k.value();
             if !k.starts_with(&prefix) {
                 break;
             }
@@ -228,7 +311,7 @@ where
                 break;
             }
             let name = String::from_utf8_lossy(&k[16..]).into_owned();
-            let (child, kind) = decode_dentry(v.value())?;
+            let (child, kind) = decode_dentry(&v)?;
             out.push(DirEntry { name, fid: child, kind });
         }
         Ok((out, eof))
@@ -237,8 +320,8 @@ where
     pub fn getxattr(&self, creds: &Creds, fid: Fid, name: &str) -> OpResult<Vec<u8>> {
         let ino = self.must_inode(fid)?;
         xattr_access(&ino, creds, name, false)?;
-        match self.xattrs.get(dentry_key(fid, name).as_slice())? {
-            Some(v) => Ok(v.value().to_vec()),
+        match self.with(Tbl::Xattrs, &dentry_key(fid, name), |v| Ok(v.to_vec()))? {
+            Some(v) => Ok(v),
             None => fail(Errno::NoData, format!("no attribute {name}")),
         }
     }
@@ -247,12 +330,8 @@ where
         self.must_inode(fid)?;
         let prefix = fid.to_key();
         let mut out = Vec::new();
-        for row in self.xattrs.range::<&[u8]>((Bound::Included(prefix.as_slice()), Bound::Unbounded))? {
+        for row in self.scan_prefix(Tbl::Xattrs, &prefix)? {
             let (k, _) = row?;
-            let k = k.value();
-            if !k.starts_with(&prefix) {
-                break;
-            }
             let name = String::from_utf8_lossy(&k[16..]).into_owned();
             if name.starts_with("trusted.") && creds.uid != 0 {
                 continue;
@@ -323,46 +402,40 @@ pub struct Placement<'a> {
     pub is_open: &'a dyn Fn(Fid) -> bool,
 }
 
-/// The tables a redo record names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Tbl {
-    Inodes,
-    Dentries,
-    Xattrs,
-    Destroy,
-    Replies,
-    Meta,
-    Orphans,
-}
-
 /// One change to one table, as the redo log carries it (keys and values in the
-/// tables' own encodings: `destroy` keys big-endian, `orphans` values little-endian).
+/// tables' own encodings).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Redo {
     Put(Tbl, Vec<u8>, Vec<u8>),
     Del(Tbl, Vec<u8>),
 }
 
-/// The committer's write view: every table open for the batch. Every change goes
-/// through [`Writer::put`] or [`Writer::del`], which also record it in `redo`: the
-/// batch's entry in the MDT's redo log.
+/// The committer's write view of one batch. Every change goes through
+/// [`Writer::put`] or [`Writer::del`]: into the memtable (where the batch's later
+/// reads see it), into `redo` (the batch's record in the redo log), and into an undo
+/// list that takes the batch back if it cannot be logged.
 pub struct Writer<'a> {
-    pub view: View<Rw<'a>, Rw<'a>, Rw<'a>>,
-    pub destroy: Table<'a, u64, &'static [u8]>,
-    pub meta: Table<'a, &'static str, &'static [u8]>,
-    pub orphans: Table<'a, &'static [u8], u64>,
-    pub replies: Rw<'a>,
+    pub view: View<&'a mut MemTable>,
     pub mdt_index: u32,
     pub redo: Vec<Redo>,
+    undo: Vec<(Tbl, Vec<u8>, Prior)>,
     /// Where new FIDs come from; the committer keeps it between batches.
     pub fids: FidBlock,
+}
+
+/// A batch dropped unfinished (it failed, could not be logged, or panicked) is taken
+/// back, so readers never see a change the redo log does not hold.
+impl Drop for Writer<'_> {
+    fn drop(&mut self) {
+        self.undo();
+    }
 }
 
 /// FIDs reserved in `meta` and not handed out yet: `meta` is written once per
 /// [`FID_BLOCK`] creates instead of on every one (Lustre grants FID sequences in
 /// ranges for the same reason). A restart skips what remained of the block, so a FID
 /// is never handed out twice. After a failed batch the committer drops its block,
-/// since the reservation may not have been committed.
+/// since the reservation may not have been logged.
 #[derive(Debug, Default)]
 pub struct FidBlock {
     seq: u64,
@@ -374,97 +447,48 @@ pub struct FidBlock {
 const FID_BLOCK: u64 = 1024;
 
 impl<'a> Writer<'a> {
-    pub fn open(txn: &'a redb::WriteTransaction, mdt_index: u32) -> OpResult<Writer<'a>> {
-        Ok(Writer {
-            view: View {
-                inodes: txn.open_table(INODES)?,
-                dentries: txn.open_table(DENTRIES)?,
-                xattrs: txn.open_table(XATTRS)?,
-            },
-            destroy: txn.open_table(DESTROY)?,
-            meta: txn.open_table(META)?,
-            orphans: txn.open_table(ORPHANS)?,
-            replies: txn.open_table(REPLIES)?,
-            mdt_index,
-            redo: Vec::new(),
-            fids: FidBlock::default(),
-        })
+    pub fn new(base: Base, mem: &'a mut MemTable, mdt_index: u32) -> Writer<'a> {
+        Writer { view: View::new(base, mem), mdt_index, redo: Vec::new(), undo: Vec::new(), fids: FidBlock::default() }
     }
 
     /// Writes `key` → `value` in `table` and records the change.
     pub fn put(&mut self, table: Tbl, key: &[u8], value: &[u8]) -> OpResult<()> {
-        let op = Redo::Put(table, key.to_vec(), value.to_vec());
-        self.replay(&op)?;
-        self.redo.push(op);
+        self.set(table, key, Some(value));
+        self.redo.push(Redo::Put(table, key.to_vec(), value.to_vec()));
         Ok(())
     }
 
     /// Removes `key` from `table` and records the change.
     pub fn del(&mut self, table: Tbl, key: &[u8]) -> OpResult<()> {
-        let op = Redo::Del(table, key.to_vec());
-        self.replay(&op)?;
-        self.redo.push(op);
+        self.set(table, key, None);
+        self.redo.push(Redo::Del(table, key.to_vec()));
         Ok(())
     }
 
     /// Applies one recorded change without recording it again (the redo log's replay).
-    pub fn replay(&mut self, op: &Redo) -> OpResult<()> {
-        let corrupt = |detail: &str| OpError::Store(StoreError::Corrupt { what: "redo record", detail: detail.into() });
-        let u64_of = |b: &[u8], be: bool| -> OpResult<u64> {
-            let a: [u8; 8] = b.try_into().map_err(|_| corrupt("8-byte number expected"))?;
-            Ok(if be { u64::from_be_bytes(a) } else { u64::from_le_bytes(a) })
-        };
+    pub fn replay(&mut self, op: &Redo) {
         match op {
-            Redo::Put(t, k, v) => match t {
-                Tbl::Inodes => {
-                    self.view.inodes.insert(k.as_slice(), v.as_slice())?;
-                }
-                Tbl::Dentries => {
-                    self.view.dentries.insert(k.as_slice(), v.as_slice())?;
-                }
-                Tbl::Xattrs => {
-                    self.view.xattrs.insert(k.as_slice(), v.as_slice())?;
-                }
-                Tbl::Replies => {
-                    self.replies.insert(k.as_slice(), v.as_slice())?;
-                }
-                Tbl::Destroy => {
-                    self.destroy.insert(u64_of(k, true)?, v.as_slice())?;
-                }
-                Tbl::Meta => {
-                    let k = std::str::from_utf8(k).map_err(|_| corrupt("meta key is not UTF-8"))?;
-                    self.meta.insert(k, v.as_slice())?;
-                }
-                Tbl::Orphans => {
-                    self.orphans.insert(k.as_slice(), u64_of(v, false)?)?;
-                }
-            },
-            Redo::Del(t, k) => match t {
-                Tbl::Inodes => {
-                    self.view.inodes.remove(k.as_slice())?;
-                }
-                Tbl::Dentries => {
-                    self.view.dentries.remove(k.as_slice())?;
-                }
-                Tbl::Xattrs => {
-                    self.view.xattrs.remove(k.as_slice())?;
-                }
-                Tbl::Replies => {
-                    self.replies.remove(k.as_slice())?;
-                }
-                Tbl::Destroy => {
-                    self.destroy.remove(u64_of(k, true)?)?;
-                }
-                Tbl::Meta => {
-                    let k = std::str::from_utf8(k).map_err(|_| corrupt("meta key is not UTF-8"))?;
-                    self.meta.remove(k)?;
-                }
-                Tbl::Orphans => {
-                    self.orphans.remove(k.as_slice())?;
-                }
-            },
+            Redo::Put(t, k, v) => self.set(*t, k, Some(v)),
+            Redo::Del(t, k) => self.set(*t, k, None),
         }
-        Ok(())
+    }
+
+    fn set(&mut self, table: Tbl, key: &[u8], value: Option<&[u8]>) {
+        let prior = self.view.mem.set(table.slot(), key, value);
+        self.undo.push((table, key.to_vec(), prior));
+    }
+
+    /// Keeps the batch's changes: the redo log holds them now.
+    pub fn finish(mut self) {
+        self.undo.clear();
+    }
+
+    /// Takes back every change of this batch.
+    fn undo(&mut self) {
+        for (t, k, prior) in self.undo.drain(..).rev() {
+            self.view.mem.restore(t.slot(), &k, prior);
+        }
+        self.redo.clear();
     }
 
     fn put_inode(&mut self, fid: Fid, ino: &Inode) -> OpResult<()> {
@@ -472,7 +496,7 @@ impl<'a> Writer<'a> {
     }
 
     fn meta_u64(&self, key: &str) -> OpResult<Option<u64>> {
-        Ok(self.meta.get(key)?.and_then(|v| v.value().try_into().ok().map(u64::from_le_bytes)))
+        self.view.meta_u64(key)
     }
 
     fn set_meta_u64(&mut self, key: &str, v: u64) -> OpResult<()> {
@@ -551,12 +575,8 @@ impl<'a> Writer<'a> {
     fn drop_inode(&mut self, fid: Fid, ino: &Inode) -> OpResult<()> {
         self.del(Tbl::Inodes, &fid.to_key())?;
         let prefix = fid.to_key();
-        let keys: Vec<Vec<u8>> = self
-            .view
-            .xattrs
-            .range::<&[u8]>((Bound::Included(prefix.as_slice()), Bound::Unbounded))?
-            .map_while(|r| r.ok().map(|(k, _)| k.value().to_vec()).filter(|k| k.starts_with(&prefix)))
-            .collect();
+        let keys =
+            self.view.scan_prefix(Tbl::Xattrs, &prefix)?.map(|r| r.map(|(k, _)| k)).collect::<OpResult<Vec<_>>>()?;
         for k in keys {
             self.del(Tbl::Xattrs, &k)?;
         }
@@ -979,7 +999,7 @@ impl<'a> Writer<'a> {
             return fail(Errno::Range, format!("xattr value of {} bytes exceeds {XATTR_VALUE_MAX}", value.len()));
         }
         let key = dentry_key(fid, name);
-        let exists = self.view.xattrs.get(key.as_slice())?.is_some();
+        let exists = self.view.contains(Tbl::Xattrs, &key)?;
         match mode {
             XattrMode::Create if exists => return fail(Errno::Exist, format!("{name} exists")),
             XattrMode::Replace if !exists => return fail(Errno::NoData, format!("no attribute {name}")),
@@ -995,7 +1015,7 @@ impl<'a> Writer<'a> {
         let mut ino = self.view.must_inode(fid)?;
         xattr_access(&ino, creds, name, true)?;
         let key = dentry_key(fid, name);
-        if self.view.xattrs.get(key.as_slice())?.is_none() {
+        if !self.view.contains(Tbl::Xattrs, &key)? {
             return fail(Errno::NoData, format!("no attribute {name}"));
         }
         self.del(Tbl::Xattrs, &key)?;
@@ -1039,12 +1059,43 @@ pub fn layout_objects(fid: Fid, layout: &Layout) -> Vec<(u32, ObjectId)> {
     out
 }
 
-/// Formats a new MDT database or checks an existing one.
+/// Writes everything `mem` holds into the database within `txn` (a checkpoint).
+pub fn write_back(txn: &redb::WriteTransaction, mem: &MemTable) -> OpResult<()> {
+    let mut tables = Vec::with_capacity(Tbl::ALL.len());
+    for t in Tbl::ALL {
+        tables.push(txn.open_table(t.def())?);
+    }
+    for (slot, key, value) in mem.iter() {
+        match value {
+            Some(v) => {
+                tables[slot].insert(key, v)?;
+            }
+            None => {
+                tables[slot].remove(key)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Formats a new MDT database (every table, the MDT index and, on MDT 0, the root
+/// directory) or checks that an existing one belongs to this MDT.
 pub fn format(store: &Store, mdt_index: u32, default_layout: &LayoutSpec) -> OpResult<()> {
     let txn = store.begin_write()?;
     {
-        let mut w = Writer::open(&txn, mdt_index)?;
-        let stored = w.meta.get("mdt_index")?.map(|v| v.value().to_vec());
+        let mut tables = Vec::with_capacity(Tbl::ALL.len());
+        for t in Tbl::ALL {
+            let table = txn.open_table(t.def()).map_err(|e| match e {
+                redb::TableError::TableTypeMismatch { .. } => OpError::Errno(
+                    Errno::Inval,
+                    format!("table {}: {e}: the database was written by an earlier braid format", t.def()),
+                ),
+                e => e.into(),
+            })?;
+            tables.push(table);
+        }
+        let meta = &mut tables[Tbl::Meta.slot()];
+        let stored = meta.get(b"mdt_index".as_slice())?.map(|v| v.value().to_vec());
         match stored {
             Some(v) => {
                 let stored = u32::from_le_bytes(v.as_slice().try_into().unwrap_or([0xff; 4]));
@@ -1053,18 +1104,18 @@ pub fn format(store: &Store, mdt_index: u32, default_layout: &LayoutSpec) -> OpR
                 }
             }
             None => {
-                w.meta.insert("mdt_index", mdt_index.to_le_bytes().as_slice())?;
+                meta.insert(b"mdt_index".as_slice(), mdt_index.to_le_bytes().as_slice())?;
             }
         }
-        if mdt_index == 0 && w.view.inode(Fid::ROOT)?.is_none() {
+        let inodes = &mut tables[Tbl::Inodes.slot()];
+        let root_key = Fid::ROOT.to_key();
+        if mdt_index == 0 && inodes.get(root_key.as_slice())?.is_none() {
             let now = Timespec::now();
             let mut root = Inode::new(FileKind::Dir, 0o755, &Creds::root(), 0, now);
             root.dir_default = Some(default_layout.clone());
             root.parent = Some(Fid::ROOT);
-            w.put_inode(Fid::ROOT, &root)?;
+            inodes.insert(root_key.as_slice(), encode(&root).as_slice())?;
         }
-        let _ = w.destroy.len()?;
-        let _ = w.orphans.len()?;
     }
     txn.commit()?;
     Ok(())

@@ -7,6 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
+pub mod memtable;
 pub mod wal;
 
 pub use redb;
