@@ -1120,3 +1120,81 @@ pub fn format(store: &Store, mdt_index: u32, default_layout: &LayoutSpec) -> OpR
     txn.commit()?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Dir(std::path::PathBuf);
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn fresh(tag: &str) -> (Dir, Store) {
+        let d = std::env::temp_dir().join(format!("braid-mdt-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        let store = Store::open(&d.join("mdt.redb")).unwrap();
+        (Dir(d), store)
+    }
+
+    fn mkdir(name: &str) -> Request {
+        Request::MdsMkdir { creds: Creds::root(), parent: Fid::ROOT, name: name.into(), mode: 0o755 }
+    }
+
+    fn no_placement() -> (Vec<OstState>, LayoutSpec) {
+        (vec![], LayoutSpec::raid0(Some(1), Some(1 << 20)))
+    }
+
+    #[test]
+    fn a_writer_dropped_unfinished_takes_its_batch_back_and_a_finished_one_is_written_back() {
+        let (_d, store) = fresh("undo");
+        format(&store, 0, &LayoutSpec::raid0(Some(1), Some(1 << 20))).unwrap();
+        let (osts, default_layout) = no_placement();
+        let is_open = |_: Fid| false;
+        let mut place = Placement { osts: &osts, cursor: 0, default_layout: &default_layout, is_open: &is_open };
+        let mut mem = new_memtable();
+
+        // A batch that made a directory and was never logged leaves nothing behind.
+        {
+            let mut w = Writer::new(Base::new(&store).unwrap(), &mut mem, 0);
+            w.apply(mkdir("lost"), &mut place).unwrap();
+            assert!(w.view.entry(Fid::ROOT, "lost").unwrap().is_some(), "the batch sees its own change");
+        }
+        assert!(mem.is_empty(), "an unfinished batch is undone");
+
+        let mut w = Writer::new(Base::new(&store).unwrap(), &mut mem, 0);
+        w.apply(mkdir("kept"), &mut place).unwrap();
+        w.finish();
+        let view = View::new(Base::new(&store).unwrap(), &mem);
+        let (fid, kind) = view.entry(Fid::ROOT, "kept").unwrap().expect("kept is visible through the memtable");
+        assert_eq!(kind, FileKind::Dir);
+        assert!(view.entry(Fid::ROOT, "lost").unwrap().is_none());
+        let (names, eof) = view.readdir(&Creds::root(), Fid::ROOT, None, 100).unwrap();
+        assert_eq!(names.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), ["kept"]);
+        assert!(eof);
+        drop(view);
+
+        // Written back, the database alone answers the same.
+        let txn = store.begin_write().unwrap();
+        write_back(&txn, &mem).unwrap();
+        txn.commit().unwrap();
+        let empty = new_memtable();
+        let view = View::new(Base::new(&store).unwrap(), &empty);
+        assert_eq!(view.entry(Fid::ROOT, "kept").unwrap(), Some((fid, FileKind::Dir)));
+        assert_eq!(view.must_inode(Fid::ROOT).unwrap().nlink, 3);
+    }
+
+    #[test]
+    fn a_database_of_an_earlier_format_is_refused_with_a_clear_error() {
+        let (_d, store) = fresh("format");
+        let txn = store.begin_write().unwrap();
+        let old: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+        txn.open_table(old).unwrap().insert("mdt_index", [0u8; 4].as_slice()).unwrap();
+        txn.commit().unwrap();
+        let err = format(&store, 0, &LayoutSpec::raid0(Some(1), Some(1 << 20))).unwrap_err().to_string();
+        assert!(err.contains("earlier braid format") && err.contains("meta"), "{err}");
+    }
+}
