@@ -23,10 +23,23 @@ pub struct MountSettings {
     pub timeout_s: u64,
     /// Kernel read-ahead of the mount, in KiB (the bdi's `read_ahead_kb`).
     pub readahead_kb: u32,
+    /// Directory leases (see the client's `lease` module): on unless `dir_leases=0`.
+    pub dir_leases: bool,
+}
+
+impl MountSettings {
+    /// The client settings of a mount of the cluster at `mgs`.
+    pub fn client_config(&self, mgs: &str, secret: client::Secret) -> ClientConfig {
+        let mut cfg = ClientConfig::new(mgs, secret);
+        cfg.rpc.recovery_timeout = Duration::from_secs(self.timeout_s);
+        cfg.dir_leases = self.dir_leases;
+        cfg
+    }
 }
 
 pub fn parse_options(list: &[String]) -> Result<MountSettings> {
-    let mut s = MountSettings { fuse: fuse::MountOptions::default(), timeout_s: 60, readahead_kb: 4096 };
+    let mut s =
+        MountSettings { fuse: fuse::MountOptions::default(), timeout_s: 60, readahead_kb: 4096, dir_leases: true };
     for opt in list.iter().flat_map(|o| o.split(',')).filter(|o| !o.is_empty()) {
         let (k, v) = opt.split_once('=').map_or((opt, None), |(k, v)| (k, Some(v)));
         let num = |v: Option<&str>| -> Result<f64> {
@@ -44,7 +57,14 @@ pub fn parse_options(list: &[String]) -> Result<MountSettings> {
             "timeout" => s.timeout_s = (num(v)? as u64).max(1),
             "max_write" => s.fuse.max_write_bytes = (num(v)? as u32).clamp(4096, 1 << 20),
             "readahead_kb" => s.readahead_kb = (num(v)? as u32).clamp(4, 1 << 20),
-            _ => bail!("unknown mount option '{opt}' (known: attr_timeout=S, entry_timeout=S, allow_other, ro, rw, threads=N, timeout=S, max_write=BYTES, readahead_kb=KIB)"),
+            "dir_leases" => {
+                s.dir_leases = match v {
+                    None | Some("1") | Some("on") => true,
+                    Some("0") | Some("off") => false,
+                    Some(_) => bail!("option {opt}: dir_leases=1 or dir_leases=0"),
+                }
+            }
+            _ => bail!("unknown mount option '{opt}' (known: attr_timeout=S, entry_timeout=S, allow_other, ro, rw, threads=N, timeout=S, max_write=BYTES, readahead_kb=KIB, dir_leases=0|1)"),
         }
     }
     Ok(s)
@@ -83,8 +103,7 @@ pub fn mount_foreground(
     secret_file: Option<PathBuf>,
 ) -> Result<()> {
     let p = crate::url::require(url)?;
-    let mut cfg = ClientConfig::new(&p.mgs, crate::client_secret(&secret_file)?);
-    cfg.rpc.recovery_timeout = Duration::from_secs(settings.timeout_s);
+    let cfg = settings.client_config(&p.mgs, crate::client_secret(&secret_file)?);
     let bc = BlockingClient::connect(cfg, 4).with_context(|| format!("cannot connect to the cluster at {}", p.mgs))?;
     if p.path != "/" {
         bail!("mounting a subdirectory is not supported; mount braid://{}/", p.mgs);
@@ -336,6 +355,9 @@ mod tests {
         assert_eq!(s.readahead_kb, 4096);
         assert_eq!(parse_options(&["readahead_kb=1024".into()]).unwrap().readahead_kb, 1024);
         assert!(parse_options(&["bogus".into()]).is_err());
+        assert!(parse_options(&[]).unwrap().dir_leases);
+        assert!(!parse_options(&["dir_leases=0".into()]).unwrap().dir_leases);
+        assert!(parse_options(&["dir_leases=maybe".into()]).is_err());
         assert!(parse_options(&["threads=x".into()]).is_err());
     }
 }

@@ -87,8 +87,7 @@ pub fn local(data: &Path, l: &Local, mount: Option<(PathBuf, crate::mount::Mount
         println!("        braid ls braid://{mgs}/");
         let mut mounted = None;
         if let Some((mp, settings)) = &mount {
-            let mut cfg = ClientConfig::new(&mgs, common.secret.clone());
-            cfg.rpc.recovery_timeout = Duration::from_secs(settings.timeout_s);
+            let cfg = settings.client_config(&mgs, common.secret.clone());
             let client = Client::connect(cfg).await.context("cannot connect the mount's client")?;
             let mut opts = settings.fuse.clone();
             opts.fsname = format!("braid@{mgs}");

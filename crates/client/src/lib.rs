@@ -9,10 +9,12 @@
 //! - [`Client`]: connections, configuration, and every operation. Each public
 //!   operation passes through [`Client::observe`] — the one place a tracer hooks in.
 //! - [`io`]: the data path (striped reads and writes), the layer a read cache wraps.
+//! - `lease`: directory leases, which answer lookups of absent names locally.
 //! - [`path`]: path resolution over lookups, symlinks included.
 //! - [`OpenFile`]: an open file's layout and the size it knows.
 
 pub mod io;
+mod lease;
 pub mod path;
 
 use std::collections::HashMap;
@@ -26,7 +28,7 @@ use proto::msg::{
     Attr, ClusterConfig, Creds, DirEntry, LockInfo, LockType, OpenFlags, RenameFlags, Request, Response, SetAttr,
     TargetInfo, TargetKind, Timespec, Usage, XattrMode,
 };
-use proto::rpc::{Identity, RpcClient, RpcOptions};
+use proto::rpc::{Identity, Reply, RpcClient, RpcOptions};
 use proto::{Errno, Fid, ObjectId, RpcError};
 
 pub use proto::auth::Secret;
@@ -75,6 +77,10 @@ pub struct ClientConfig {
     /// Bytes of one file that may be written but not yet acknowledged by the OSTs
     /// (write-behind; Lustre's `max_dirty_mb`). 0 makes every write synchronous.
     pub max_dirty_bytes: u64,
+    /// Ask for a lease on each directory this client makes, and answer lookups of
+    /// names absent from it without the MDS (see the `lease` module). Worth it for a
+    /// client that lives on (a mount), not for a one-shot command.
+    pub dir_leases: bool,
 }
 
 impl ClientConfig {
@@ -85,6 +91,7 @@ impl ClientConfig {
             rpc: RpcOptions::default(),
             max_rpc_bytes: 4 << 20,
             max_dirty_bytes: 32 << 20,
+            dir_leases: false,
         }
     }
 }
@@ -123,6 +130,10 @@ struct Inner {
     /// Directories' attributes as this client's own create or unlink in them left
     /// them, and when (see [`Client::recent_dir_attr`]).
     recent_dirs: Mutex<HashMap<Fid, (Attr, Instant)>>,
+    /// Directory leases held; also what carries out the MDS's callbacks.
+    leases: Arc<lease::DirLeases>,
+    /// Whether every server's callbacks can reach `leases` (false: ask for none).
+    leases_reachable: AtomicBool,
 }
 
 /// Most directories [`Inner::recent_dirs`] remembers.
@@ -234,6 +245,8 @@ impl Client {
                 open_files: Mutex::new(HashMap::new()),
                 closes: Mutex::new(Vec::new()),
                 recent_dirs: Mutex::new(HashMap::new()),
+                leases: Arc::default(),
+                leases_reachable: AtomicBool::new(true),
             }),
         })
     }
@@ -311,7 +324,11 @@ impl Client {
         let mut s = self.inner.servers.lock().expect("servers");
         s.entry(address.to_string())
             .or_insert_with(|| {
-                Arc::new(RpcClient::new(address.to_string(), self.inner.identity.clone(), self.inner.cfg.rpc.clone()))
+                let c = RpcClient::new(address.to_string(), self.inner.identity.clone(), self.inner.cfg.rpc.clone());
+                if !c.set_callback_handler(self.inner.leases.clone()) {
+                    self.inner.leases_reachable.store(false, Ordering::Release);
+                }
+                Arc::new(c)
             })
             .clone()
     }
@@ -339,14 +356,38 @@ impl Client {
 
     /// Sends a metadata request to the MDT of `fid`.
     async fn md(&self, fid: Fid, req: Request) -> Result<Response> {
+        Ok(self.md_reply(fid, req).await?.response)
+    }
+
+    /// Like [`Client::md`], with where the answer came from.
+    async fn md_reply(&self, fid: Fid, req: Request) -> Result<Reply> {
         let c = self.mdt(fid).await?;
-        Ok(c.call(&req, vec![]).await?.response)
+        Ok(c.call(&req, vec![]).await?)
+    }
+
+    /// Keeps this client's directory leases true to an operation that changed (or
+    /// tried to change) entries of `dirs`: on success `then` records the change; on
+    /// any failure the leases of `dirs` are dropped (the outcome is unknown, or the
+    /// MDS's answer contradicts what the lease said).
+    fn track_entries<T>(&self, r: &Result<T>, dirs: &[Fid], then: impl FnOnce(&lease::DirLeases)) {
+        match r {
+            Ok(_) => then(&self.inner.leases),
+            Err(_) => dirs.iter().for_each(|d| self.inner.leases.forget(*d)),
+        }
+    }
+
+    /// Directory leases this client holds now.
+    pub fn dir_leases_held(&self) -> usize {
+        self.inner.leases.len()
     }
 
     // ---- namespace ----
 
     pub async fn lookup(&self, creds: &Creds, parent: Fid, name: &str) -> Result<Attr> {
         self.observe("lookup", Some(parent), 0, 0, async {
+            if self.inner.leases.absent(parent, name) {
+                return Err(ClientError::Errno(Errno::NoEnt, format!("{name} not found")));
+            }
             match self.md(parent, Request::MdsLookup { creds: creds.clone(), parent, name: name.to_string() }).await? {
                 Response::Attr(a) => Ok(a),
                 r => Err(unexpected("lookup", &r)),
@@ -391,7 +432,14 @@ impl Client {
                 flags,
                 layout,
             };
-            match self.md(parent, req).await? {
+            let r = self.md(parent, req).await;
+            self.track_entries(&r, &[parent], |l| match &r {
+                Ok(Response::Created { existed: false, .. }) => l.added(parent, name),
+                // An existing name this client did not know of: the lease was wrong.
+                Ok(Response::Created { existed: true, .. }) if l.absent(parent, name) => l.forget(parent),
+                _ => {}
+            });
+            match r? {
                 Response::Created { attr, existed, dir } => {
                     match dir {
                         Some(d) => self.note_dir(d),
@@ -432,11 +480,21 @@ impl Client {
     pub async fn mkdir(&self, creds: &Creds, parent: Fid, name: &str, mode: u32) -> Result<Attr> {
         self.observe("mkdir", Some(parent), 0, 0, async {
             self.forget_dir(parent);
-            match self
-                .md(parent, Request::MdsMkdir { creds: creds.clone(), parent, name: name.to_string(), mode })
-                .await?
-            {
-                Response::Attr(a) => Ok(a),
+            let lease = self.inner.cfg.dir_leases && self.inner.leases_reachable.load(Ordering::Acquire);
+            let req = Request::MdsMkdir { creds: creds.clone(), parent, name: name.to_string(), mode, lease };
+            let r = self.md_reply(parent, req).await;
+            self.track_entries(&r, &[parent], |l| l.added(parent, name));
+            let reply = r?;
+            match reply.response {
+                Response::DirMade { attr, parent: dir, lease } => {
+                    self.note_dir(dir);
+                    // An answer to a request sent again may be the reply cache's, for a
+                    // lease the MDS dropped with the connection the first try was on.
+                    if let (Some(id), false) = (lease, reply.resent) {
+                        self.inner.leases.install(attr.fid, id, reply.session);
+                    }
+                    Ok(attr)
+                }
                 r => Err(unexpected("mkdir", &r)),
             }
         })
@@ -452,7 +510,9 @@ impl Client {
                 name: name.to_string(),
                 target: target.to_string(),
             };
-            match self.md(parent, req).await? {
+            let r = self.md(parent, req).await;
+            self.track_entries(&r, &[parent], |l| l.added(parent, name));
+            match r? {
                 Response::Attr(a) => Ok(a),
                 r => Err(unexpected("symlink", &r)),
             }
@@ -473,10 +533,10 @@ impl Client {
     pub async fn link(&self, creds: &Creds, fid: Fid, parent: Fid, name: &str) -> Result<Attr> {
         self.observe("link", Some(fid), 0, 0, async {
             self.forget_dir(parent);
-            match self
-                .md(parent, Request::MdsLink { creds: creds.clone(), fid, parent, name: name.to_string() })
-                .await?
-            {
+            let r =
+                self.md(parent, Request::MdsLink { creds: creds.clone(), fid, parent, name: name.to_string() }).await;
+            self.track_entries(&r, &[parent], |l| l.added(parent, name));
+            match r? {
                 Response::Attr(a) => Ok(a),
                 r => Err(unexpected("link", &r)),
             }
@@ -487,7 +547,9 @@ impl Client {
     pub async fn unlink(&self, creds: &Creds, parent: Fid, name: &str) -> Result<()> {
         self.observe("unlink", Some(parent), 0, 0, async {
             self.settle_closes().await;
-            match self.md(parent, Request::MdsUnlink { creds: creds.clone(), parent, name: name.to_string() }).await? {
+            let r = self.md(parent, Request::MdsUnlink { creds: creds.clone(), parent, name: name.to_string() }).await;
+            self.track_entries(&r, &[parent], |l| l.removed(parent, name));
+            match r? {
                 Response::DirChanged { dir } => {
                     self.note_dir(dir);
                     Ok(())
@@ -500,7 +562,9 @@ impl Client {
 
     pub async fn rmdir(&self, creds: &Creds, parent: Fid, name: &str) -> Result<()> {
         self.observe("rmdir", Some(parent), 0, 0, async {
-            match self.md(parent, Request::MdsRmdir { creds: creds.clone(), parent, name: name.to_string() }).await? {
+            let r = self.md(parent, Request::MdsRmdir { creds: creds.clone(), parent, name: name.to_string() }).await;
+            self.track_entries(&r, &[parent], |l| l.removed(parent, name));
+            match r? {
                 Response::DirChanged { dir } => {
                     self.note_dir(dir);
                     Ok(())
@@ -535,7 +599,12 @@ impl Client {
                 new_name: new_name.to_string(),
                 flags,
             };
-            match self.md(parent, req).await? {
+            let r = self.md(parent, req).await;
+            // The old name stays among the known ones: renaming one link of an inode
+            // onto another leaves both names, and the MDS's answer does not say which
+            // happened (a lookup of a known name just asks the MDS).
+            self.track_entries(&r, &[parent, new_parent], |l| l.added(new_parent, new_name));
+            match r? {
                 Response::Ok => Ok(()),
                 r => Err(unexpected("rename", &r)),
             }

@@ -12,6 +12,7 @@
 //! from a persistent queue drained in the background (fast unlink, no orphans).
 
 pub mod inode;
+pub mod lease;
 pub mod locks;
 pub mod mdt;
 
@@ -22,14 +23,16 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use layout::{LayoutSpec, OstState};
+use proto::msg::Callback;
 use proto::msg::{ClusterConfig, Request, Response};
 use proto::rpc::{Identity, RpcClient, RpcOptions};
-use proto::server::{Answer, RequestCtx, Service};
+use proto::server::{Answer, CallbackError, Callbacks, RequestCtx, Service, CALLBACK_TIMEOUT};
 use proto::{Errno, Fid};
 use store::wal::Wal;
 use store::{decode, encode, Store, StoreError};
 use tokio::sync::oneshot;
 
+use lease::DirLeases;
 use mdt::{Base, DestroyRecord, OpError, Placement, Redo, Tbl, View, Writer};
 use proto::msg::LockType;
 use store::memtable::MemTable;
@@ -84,6 +87,8 @@ pub enum MdsError {
 enum JobKind {
     Client {
         client_id: u64,
+        /// The connection it came on (directory leases are granted per connection).
+        conn_id: u64,
         xid: u64,
         req: Request,
     },
@@ -104,7 +109,16 @@ type Opens = Arc<Mutex<HashMap<Fid, HashMap<u64, u32>>>>;
 
 struct Job {
     kind: JobKind,
-    reply: oneshot::Sender<Response>,
+    reply: oneshot::Sender<Outcome>,
+}
+
+/// What a batch answers a job.
+enum Outcome {
+    Done(Response),
+    /// The request changes the entries of a directory another client holds a lease
+    /// on: nothing was applied, and the request comes back to be submitted again once
+    /// the lease is revoked.
+    Leased(Fid, Request),
 }
 
 /// What the MDS knows of the cluster, refreshed from the MGS.
@@ -126,6 +140,13 @@ pub struct Mdt {
     opens: Opens,
     locks: Mutex<locks::LockTable>,
     lock_released: tokio::sync::Notify,
+    /// Directory leases (see [`lease`]); the committer consults them in every batch.
+    leases: Arc<Mutex<DirLeases>>,
+    /// One revocation at a time.
+    revoking: tokio::sync::Mutex<()>,
+    /// After a restart, changes to directory entries wait until then: a client may
+    /// still rely on a lease of the previous run until [`CALLBACK_TIMEOUT`] has passed.
+    recovery_until: Option<tokio::time::Instant>,
 }
 
 fn now_secs() -> u64 {
@@ -143,6 +164,7 @@ fn op_error(e: OpError) -> Response {
     match e {
         OpError::Errno(code, msg) => Response::error(code, msg),
         OpError::Store(e) => Response::error(Errno::Io, format!("MDT storage error: {e}")),
+        e @ OpError::Leased(_) => Response::error(Errno::Again, e.to_string()),
     }
 }
 
@@ -154,7 +176,7 @@ impl Mdt {
         cluster: Arc<RwLock<ClusterView>>,
     ) -> Result<Arc<Mdt>, MdsError> {
         let store = Arc::new(Store::open(&dir.join("mdt.redb"))?);
-        mdt::format(&store, index, &cfg.default_layout).map_err(|e| MdsError::Format {
+        let fresh = mdt::format(&store, index, &cfg.default_layout).map_err(|e| MdsError::Format {
             index,
             dir: dir.to_path_buf(),
             detail: e.to_string(),
@@ -166,10 +188,12 @@ impl Mdt {
             detail: format!("cannot recover from the redo log: {e}"),
         })?;
         let opens: Opens = Default::default();
+        let leases: Arc<Mutex<DirLeases>> = Default::default();
         let committer = CommitterState {
             index,
             store: store.clone(),
             mem: mem.clone(),
+            leases: leases.clone(),
             opens: opens.clone(),
             wal,
             seq,
@@ -190,6 +214,9 @@ impl Mdt {
             opens,
             locks: Mutex::new(locks::LockTable::default()),
             lock_released: tokio::sync::Notify::new(),
+            leases,
+            revoking: tokio::sync::Mutex::new(()),
+            recovery_until: (!fresh).then(|| tokio::time::Instant::now() + CALLBACK_TIMEOUT),
         }))
     }
 
@@ -198,7 +225,7 @@ impl Mdt {
     /// (its own job and those that arrived meanwhile) in batches, on its own task; the
     /// others wait for the answer it sends them. A client working alone thus pays no
     /// hand-off between threads, and many clients share each commit.
-    async fn submit(&self, kind: JobKind) -> Response {
+    async fn submit(&self, kind: JobKind) -> Outcome {
         let (tx, rx) = oneshot::channel();
         self.queue.lock().expect("queue").push(Job { kind, reply: tx });
         loop {
@@ -235,7 +262,39 @@ impl Mdt {
                 break;
             }
         }
-        rx.await.unwrap_or_else(|_| Response::error(Errno::Io, "MDT committer dropped the request"))
+        rx.await.unwrap_or_else(|_| Outcome::Done(Response::error(Errno::Io, "MDT committer dropped the request")))
+    }
+
+    /// Submits a job of the MDS's own (no directory entries change, so no lease stops it).
+    async fn submit_own(&self, kind: JobKind) -> Response {
+        match self.submit(kind).await {
+            Outcome::Done(r) => r,
+            Outcome::Leased(dir, _) => Response::error(Errno::Io, format!("internal job stopped by a lease on {dir}")),
+        }
+    }
+
+    /// Revokes the lease on `dir`, if there is one. The holder acks the callback; or
+    /// its connection is gone, or it does not answer and is evicted: then the lease
+    /// ends [`CALLBACK_TIMEOUT`] after (the holder may rely on it until then).
+    async fn revoke(&self, dir: Fid, callbacks: &Callbacks) {
+        let _one = self.revoking.lock().await;
+        let Some(lease) = self.leases.lock().expect("leases").get(dir) else { return };
+        let cb = Callback::RevokeLease { dir, lease: lease.id };
+        match callbacks.call(lease.holder, lease.conn, &cb).await {
+            Ok(()) => self.leases.lock().expect("leases").remove(dir, lease.id),
+            Err(CallbackError::NoConnection(_)) => {
+                let closed = self.leases.lock().expect("leases").closed_at(lease.holder, lease.conn);
+                let until = closed.unwrap_or_else(std::time::Instant::now) + CALLBACK_TIMEOUT;
+                tokio::time::sleep_until(until.into()).await;
+                self.leases.lock().expect("leases").drop_connection(lease.holder, lease.conn);
+            }
+            Err(e) => {
+                tracing::warn!(mdt = self.index, client = lease.holder, "evicting a directory lease holder: {e}");
+                callbacks.evict(lease.holder, lease.conn).await;
+                tokio::time::sleep(CALLBACK_TIMEOUT).await;
+                self.leases.lock().expect("leases").drop_connection(lease.holder, lease.conn);
+            }
+        }
     }
 
     /// A consistent view of the MDT for reading.
@@ -274,6 +333,7 @@ struct CommitterState {
     index: u32,
     store: Arc<Store>,
     mem: Arc<RwLock<MemTable>>,
+    leases: Arc<Mutex<DirLeases>>,
     opens: Opens,
     wal: Wal,
     /// The redo log's last sequence number.
@@ -299,26 +359,27 @@ impl CommitterState {
         let opens = self.opens.clone();
         let is_open = move |fid: Fid| opens.lock().expect("opens").contains_key(&fid);
         let osts = self.cluster.read().expect("cluster view").osts.clone();
-        let mut replies: Vec<Response> = Vec::with_capacity(batch.len());
+        let mut replies: Vec<Outcome> = Vec::with_capacity(batch.len());
         let (wal, seq, cursor) = (&mut self.wal, &mut self.seq, &mut self.cursor);
         let committed_len = &mut self.committed_len;
         let fids = &mut self.fids;
-        let (store, mem) = (&self.store, &self.mem);
+        let (store, mem, leases) = (&self.store, &self.mem, &self.leases);
         let outcome = (|| -> Result<bool, OpError> {
             let base = Base::new(store)?;
             // Readers wait while the batch applies, so they never see a change the log
             // does not hold yet. A batch that panicked was undone by its writer.
             let mut mem = mem.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-            let mut w = Writer::new(base, &mut mem, index);
+            let mut leases = leases.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut w = Writer::new(base, &mut mem, index).with_leases(&mut leases);
             w.fids = std::mem::take(fids);
             for job in &batch {
                 let resp = match &job.kind {
-                    JobKind::Client { client_id, xid, req } => {
+                    JobKind::Client { client_id, conn_id, xid, req } => {
                         let key = reply_key(*client_id, *xid);
                         if let Some((_, resp)) =
                             w.view.with(Tbl::Replies, &key, |v| Ok(decode::<(u64, Response)>(v, "reply")?))?
                         {
-                            replies.push(resp);
+                            replies.push(Outcome::Done(resp));
                             continue;
                         }
                         let mut place = Placement {
@@ -327,9 +388,16 @@ impl CommitterState {
                             default_layout: &cfg.default_layout,
                             is_open: &is_open,
                         };
-                        let resp = match w.apply(req.clone(), &mut place) {
+                        let start = w.savepoint();
+                        (w.client, w.conn) = (*client_id, *conn_id);
+                        let resp = match w.apply(req, &mut place) {
                             Ok(r) => r,
                             Err(OpError::Errno(c, m)) => Response::error(c, m),
+                            Err(OpError::Leased(dir)) => {
+                                w.rollback(start);
+                                replies.push(Outcome::Leased(dir, req.clone()));
+                                continue;
+                            }
                             Err(e @ OpError::Store(_)) => return Err(e),
                         };
                         if matches!(req, Request::MdsCreate { .. }) {
@@ -387,7 +455,7 @@ impl CommitterState {
                     }
                     JobKind::Sync | JobKind::Checkpoint => Response::Ok,
                 };
-                replies.push(resp);
+                replies.push(Outcome::Done(resp));
             }
             *fids = std::mem::take(&mut w.fids);
             if w.redo.is_empty() {
@@ -408,7 +476,8 @@ impl CommitterState {
                 self.fids = mdt::FidBlock::default();
                 tracing::error!(mdt = index, "batch of {} mutations aborted: {e}", batch.len());
                 for job in batch {
-                    let _ = job.reply.send(Response::error(Errno::Io, format!("MDT commit failed: {e}")));
+                    let _ =
+                        job.reply.send(Outcome::Done(Response::error(Errno::Io, format!("MDT commit failed: {e}"))));
                 }
                 return;
             }
@@ -419,7 +488,7 @@ impl CommitterState {
                 tracing::error!(mdt = index, "cannot force the redo log to disk: {e}");
                 for (job, resp) in batch.into_iter().zip(replies) {
                     let r = if matches!(job.kind, JobKind::Sync) {
-                        Response::error(Errno::Io, e.to_string())
+                        Outcome::Done(Response::error(Errno::Io, e.to_string()))
                     } else {
                         resp
                     };
@@ -501,6 +570,8 @@ fn recover(store: &Store, mem: &RwLock<MemTable>, index: u32, dir: &std::path::P
 pub struct Mds {
     mdts: HashMap<u32, Arc<Mdt>>,
     dirs: HashMap<u32, PathBuf>,
+    /// Clients' connections, for revoking directory leases.
+    callbacks: Callbacks,
 }
 
 impl Mds {
@@ -519,7 +590,7 @@ impl Mds {
             mdts.insert(*index, Mdt::open(*index, dir, &cfg, cluster.clone())?);
             dirs.insert(*index, dir.clone());
         }
-        let mds = Arc::new(Mds { mdts, dirs });
+        let mds = Arc::new(Mds { mdts, dirs, callbacks: Callbacks::default() });
         tokio::spawn(refresh_cluster(mgs, cluster.clone(), cfg.config_refresh));
         for m in mds.mdts.values() {
             // Open counts do not survive a restart: orphans left by the previous run
@@ -527,7 +598,7 @@ impl Mds {
             let (mdt, grace) = (m.clone(), cfg.orphan_grace);
             tokio::spawn(async move {
                 tokio::time::sleep(grace).await;
-                mdt.submit(JobKind::ReapOrphans(None)).await;
+                mdt.submit_own(JobKind::ReapOrphans(None)).await;
             });
             tokio::spawn(drain_destroys(m.clone(), cluster.clone(), identity.clone(), cfg.destroy_interval));
             tokio::spawn(prune_replies(m.clone(), cfg.reply_keep));
@@ -622,7 +693,7 @@ async fn drain_destroys(mdt: Arc<Mdt>, cluster: Arc<RwLock<ClusterView>>, identi
             }
         }
         if !done.is_empty() {
-            mdt.submit(JobKind::DestroyDone(done)).await;
+            mdt.submit_own(JobKind::DestroyDone(done)).await;
         }
     }
 }
@@ -656,7 +727,7 @@ async fn reap_replaced(mdt: Arc<Mdt>) {
         .await;
         if let Ok(Ok(fids)) = due {
             if !fids.is_empty() {
-                mdt.submit(JobKind::ReapOrphans(Some(fids))).await;
+                mdt.submit_own(JobKind::ReapOrphans(Some(fids))).await;
             }
         }
     }
@@ -667,7 +738,8 @@ async fn reap_replaced(mdt: Arc<Mdt>) {
 async fn checkpoint_ticks(mdt: Arc<Mdt>, every: Duration) {
     loop {
         tokio::time::sleep(every).await;
-        mdt.submit(JobKind::Checkpoint).await;
+        mdt.submit_own(JobKind::Checkpoint).await;
+        mdt.leases.lock().expect("leases").sweep(std::time::Instant::now());
     }
 }
 
@@ -675,13 +747,24 @@ async fn prune_replies(mdt: Arc<Mdt>, keep: Duration) {
     loop {
         tokio::time::sleep(Duration::from_secs(60)).await;
         let before_secs = now_secs().saturating_sub(keep.as_secs());
-        mdt.submit(JobKind::PruneReplies { before_secs }).await;
+        mdt.submit_own(JobKind::PruneReplies { before_secs }).await;
     }
 }
 
 impl Service for Mds {
     async fn handle(&self, ctx: RequestCtx, req: Request, _payload: Bytes) -> Answer {
         (self.dispatch(ctx, req).await, vec![])
+    }
+
+    fn callbacks(&self) -> Option<&Callbacks> {
+        Some(&self.callbacks)
+    }
+
+    fn connection_closed(&self, client_id: u64, conn_id: u64) {
+        let now = std::time::Instant::now();
+        for m in self.mdts.values() {
+            m.leases.lock().expect("leases").connection_closed(client_id, conn_id, now);
+        }
     }
 
     fn client_gone(&self, client_id: u64) {
@@ -838,7 +921,8 @@ impl Mds {
                 mdt.closed(fid, ctx.client_id);
                 if size.is_some() {
                     let req = Request::MdsClose { fid, size, mtime };
-                    return mdt.submit(JobKind::Client { client_id: ctx.client_id, xid: ctx.xid, req }).await;
+                    let job = JobKind::Client { client_id: ctx.client_id, conn_id: ctx.conn_id, xid: ctx.xid, req };
+                    return mdt.submit_own(job).await;
                 }
                 // An orphan whose last handle this was is destroyed by the reaper once
                 // the grace has passed, not here: a rename's victim must outlive it even
@@ -874,10 +958,28 @@ impl Mds {
             Request::MdsGetDirLayout { fid } => {
                 mdt.read(move |v| Ok(Response::DirLayout(v.must_inode(fid)?.dir_default))).await
             }
-            Request::MdsSync { .. } => mdt.submit(JobKind::Sync).await,
+            Request::MdsSync { .. } => mdt.submit_own(JobKind::Sync).await,
             mutation => {
                 let create = matches!(mutation, Request::MdsCreate { .. });
-                let r = mdt.submit(JobKind::Client { client_id: ctx.client_id, xid: ctx.xid, req: mutation }).await;
+                if let Some(until) = mdt.recovery_until.filter(|_| changes_entries(&mutation)) {
+                    tokio::time::sleep_until(until).await;
+                }
+                let mut req = mutation;
+                let mut revoked = 0;
+                let r = loop {
+                    let job = JobKind::Client { client_id: ctx.client_id, conn_id: ctx.conn_id, xid: ctx.xid, req };
+                    match mdt.submit(job).await {
+                        Outcome::Done(r) => break r,
+                        Outcome::Leased(dir, back) if revoked < REVOKES_MAX => {
+                            mdt.revoke(dir, &self.callbacks).await;
+                            revoked += 1;
+                            req = back;
+                        }
+                        Outcome::Leased(dir, _) => {
+                            break Response::error(Errno::Again, format!("directory {dir} is leased by another client"))
+                        }
+                    }
+                };
                 if let (true, Response::Created { attr, .. }) = (create, &r) {
                     mdt.opened(attr.fid, ctx.client_id);
                 }
@@ -885,6 +987,24 @@ impl Mds {
             }
         }
     }
+}
+
+/// Most leases one request revokes before it gives up (a rename touches two
+/// directories; a lease once revoked is never granted again).
+const REVOKES_MAX: usize = 8;
+
+/// Whether `req` may change a directory's entries (what a directory lease covers).
+fn changes_entries(req: &Request) -> bool {
+    matches!(
+        req,
+        Request::MdsCreate { .. }
+            | Request::MdsMkdir { .. }
+            | Request::MdsSymlink { .. }
+            | Request::MdsLink { .. }
+            | Request::MdsUnlink { .. }
+            | Request::MdsRmdir { .. }
+            | Request::MdsRename { .. }
+    )
 }
 
 /// Serves on `listener`.

@@ -40,6 +40,7 @@ use store::memtable::{MemTable, Merge, Prior};
 use store::{decode, encode, Store, StoreError};
 
 use crate::inode::{sticky_allows, Inode, MAY_EXEC, MAY_READ, MAY_WRITE, S_ISGID, S_ISUID};
+use crate::lease::DirLeases;
 
 /// The tables of an MDT (see the module note for their encodings).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -101,6 +102,9 @@ pub struct DestroyRecord {
 pub enum OpError {
     Errno(Errno, String),
     Store(StoreError),
+    /// The operation changes the entries of a directory another client holds a lease
+    /// on: nothing was written; revoke the lease and apply it again.
+    Leased(Fid),
 }
 
 impl std::fmt::Display for OpError {
@@ -108,6 +112,7 @@ impl std::fmt::Display for OpError {
         match self {
             OpError::Errno(_, m) => f.write_str(m),
             OpError::Store(e) => e.fmt(f),
+            OpError::Leased(dir) => write!(f, "directory {dir} is leased by another client"),
         }
     }
 }
@@ -421,6 +426,25 @@ pub struct Writer<'a> {
     undo: Vec<(Tbl, Vec<u8>, Prior)>,
     /// Where new FIDs come from; the committer keeps it between batches.
     pub fids: FidBlock,
+    /// The MDT's directory leases (none while replaying the log): a change to the
+    /// entries of a directory another client leases is refused.
+    leases: Option<&'a mut DirLeases>,
+    /// Who the operation being applied comes from, and on which connection.
+    pub client: u64,
+    pub conn: u64,
+    /// Leases granted in this batch (taken back with it).
+    granted: Vec<Fid>,
+    /// Directories removed in this batch (their leases end with it).
+    removed_dirs: Vec<Fid>,
+}
+
+/// Where one operation of a batch began, to take back just that operation.
+#[derive(Debug, Clone, Copy)]
+pub struct Savepoint {
+    undo: usize,
+    redo: usize,
+    granted: usize,
+    removed_dirs: usize,
 }
 
 /// A batch dropped unfinished (it failed, could not be logged, or panicked) is taken
@@ -448,11 +472,29 @@ const FID_BLOCK: u64 = 1024;
 
 impl<'a> Writer<'a> {
     pub fn new(base: Base, mem: &'a mut MemTable, mdt_index: u32) -> Writer<'a> {
-        Writer { view: View::new(base, mem), mdt_index, redo: Vec::new(), undo: Vec::new(), fids: FidBlock::default() }
+        Writer {
+            view: View::new(base, mem),
+            mdt_index,
+            redo: Vec::new(),
+            undo: Vec::new(),
+            fids: FidBlock::default(),
+            leases: None,
+            client: 0,
+            conn: 0,
+            granted: Vec::new(),
+            removed_dirs: Vec::new(),
+        }
+    }
+
+    /// Has this batch respect (and grant) the MDT's directory leases.
+    pub fn with_leases(mut self, leases: &'a mut DirLeases) -> Writer<'a> {
+        self.leases = Some(leases);
+        self
     }
 
     /// Writes `key` → `value` in `table` and records the change.
     pub fn put(&mut self, table: Tbl, key: &[u8], value: &[u8]) -> OpResult<()> {
+        self.check_lease(table, key)?;
         self.set(table, key, Some(value));
         self.redo.push(Redo::Put(table, key.to_vec(), value.to_vec()));
         Ok(())
@@ -460,6 +502,7 @@ impl<'a> Writer<'a> {
 
     /// Removes `key` from `table` and records the change.
     pub fn del(&mut self, table: Tbl, key: &[u8]) -> OpResult<()> {
+        self.check_lease(table, key)?;
         self.set(table, key, None);
         self.redo.push(Redo::Del(table, key.to_vec()));
         Ok(())
@@ -473,22 +516,75 @@ impl<'a> Writer<'a> {
         }
     }
 
+    /// Every change to a directory's entries passes here: one another client holds a
+    /// lease on must be revoked first.
+    fn check_lease(&self, table: Tbl, key: &[u8]) -> OpResult<()> {
+        if table != Tbl::Dentries {
+            return Ok(());
+        }
+        let (Some(leases), Some(dir)) = (self.leases.as_deref(), Fid::from_key(key)) else { return Ok(()) };
+        match leases.get(dir) {
+            Some(l) if l.holder != self.client || l.conn != self.conn => Err(OpError::Leased(dir)),
+            _ => Ok(()),
+        }
+    }
+
     fn set(&mut self, table: Tbl, key: &[u8], value: Option<&[u8]>) {
         let prior = self.view.mem.set(table.slot(), key, value);
         self.undo.push((table, key.to_vec(), prior));
     }
 
+    /// A lease on `dir`, just made by this batch, for the current client.
+    fn grant_lease(&mut self, dir: Fid) -> Option<u64> {
+        let id = self.leases.as_deref_mut()?.grant(dir, self.client, self.conn)?;
+        self.granted.push(dir);
+        Some(id)
+    }
+
+    /// Where the next operation begins.
+    pub fn savepoint(&self) -> Savepoint {
+        Savepoint {
+            undo: self.undo.len(),
+            redo: self.redo.len(),
+            granted: self.granted.len(),
+            removed_dirs: self.removed_dirs.len(),
+        }
+    }
+
+    /// Takes back everything since `sp` (one operation that could not be applied).
+    /// The FID block is dropped too: the operation may have reserved it.
+    pub fn rollback(&mut self, sp: Savepoint) {
+        self.undo_to(sp);
+        self.fids = FidBlock::default();
+    }
+
+    fn undo_to(&mut self, sp: Savepoint) {
+        for (t, k, prior) in self.undo.drain(sp.undo..).rev() {
+            self.view.mem.restore(t.slot(), &k, prior);
+        }
+        self.redo.truncate(sp.redo);
+        for dir in self.granted.drain(sp.granted..) {
+            if let Some(l) = self.leases.as_deref_mut() {
+                l.forget(dir);
+            }
+        }
+        self.removed_dirs.truncate(sp.removed_dirs);
+    }
+
     /// Keeps the batch's changes: the redo log holds them now.
     pub fn finish(mut self) {
         self.undo.clear();
+        self.granted.clear();
+        if let Some(l) = self.leases.as_deref_mut() {
+            for dir in self.removed_dirs.drain(..) {
+                l.forget(dir);
+            }
+        }
     }
 
     /// Takes back every change of this batch.
     fn undo(&mut self) {
-        for (t, k, prior) in self.undo.drain(..).rev() {
-            self.view.mem.restore(t.slot(), &k, prior);
-        }
-        self.redo.clear();
+        self.undo_to(Savepoint { undo: 0, redo: 0, granted: 0, removed_dirs: 0 });
     }
 
     fn put_inode(&mut self, fid: Fid, ino: &Inode) -> OpResult<()> {
@@ -574,6 +670,9 @@ impl<'a> Writer<'a> {
     /// Removes an inode whose last name is gone; queues its objects for destruction.
     fn drop_inode(&mut self, fid: Fid, ino: &Inode) -> OpResult<()> {
         self.del(Tbl::Inodes, &fid.to_key())?;
+        if ino.kind == FileKind::Dir {
+            self.removed_dirs.push(fid);
+        }
         let prefix = fid.to_key();
         let keys =
             self.view.scan_prefix(Tbl::Xattrs, &prefix)?.map(|r| r.map(|(k, _)| k)).collect::<OpResult<Vec<_>>>()?;
@@ -592,21 +691,23 @@ impl<'a> Writer<'a> {
     }
 
     /// Applies one mutation. Errno errors are returned before anything is written.
-    pub fn apply(&mut self, req: Request, place: &mut Placement<'_>) -> OpResult<Response> {
+    pub fn apply(&mut self, req: &Request, place: &mut Placement<'_>) -> OpResult<Response> {
         let now = Timespec::now();
         match req {
             Request::MdsCreate { creds, parent, name, mode, exclusive, flags, layout } => {
-                self.create(&creds, parent, &name, mode, exclusive, flags, layout, place, now)
+                self.create(creds, *parent, name, *mode, *exclusive, *flags, layout.clone(), place, now)
             }
-            Request::MdsMkdir { creds, parent, name, mode } => self.mkdir(&creds, parent, &name, mode, now),
-            Request::MdsSymlink { creds, parent, name, target } => self.symlink(&creds, parent, &name, &target, now),
-            Request::MdsLink { creds, fid, parent, name } => self.link(&creds, fid, parent, &name, now),
-            Request::MdsUnlink { creds, parent, name } => self.remove(&creds, parent, &name, false, place, now),
-            Request::MdsRmdir { creds, parent, name } => self.remove(&creds, parent, &name, true, place, now),
+            Request::MdsMkdir { creds, parent, name, mode, lease } => {
+                self.mkdir(creds, *parent, name, *mode, *lease, now)
+            }
+            Request::MdsSymlink { creds, parent, name, target } => self.symlink(creds, *parent, name, target, now),
+            Request::MdsLink { creds, fid, parent, name } => self.link(creds, *fid, *parent, name, now),
+            Request::MdsUnlink { creds, parent, name } => self.remove(creds, *parent, name, false, place, now),
+            Request::MdsRmdir { creds, parent, name } => self.remove(creds, *parent, name, true, place, now),
             Request::MdsRename { creds, parent, name, new_parent, new_name, flags } => {
-                self.rename(&creds, parent, &name, new_parent, &new_name, flags, place, now)
+                self.rename(creds, *parent, name, *new_parent, new_name, *flags, place, now)
             }
-            Request::MdsClose { fid, size, mtime } => {
+            &Request::MdsClose { fid, size, mtime } => {
                 let Some(mut ino) = self.view.inode(fid)? else { return Ok(Response::Ok) };
                 if let Some(size) = size {
                     ino.size = ino.size.max(size);
@@ -618,13 +719,13 @@ impl<'a> Writer<'a> {
                 // An orphan is left to the reaper (see `reap_replaced`).
                 Ok(Response::Ok)
             }
-            Request::MdsSetattr { creds, fid, set } => self.setattr(&creds, fid, set, now),
+            Request::MdsSetattr { creds, fid, set } => self.setattr(creds, *fid, set.clone(), now),
             Request::MdsSetxattr { creds, fid, name, value, mode } => {
-                self.setxattr(&creds, fid, &name, value, mode, now)
+                self.setxattr(creds, *fid, name, value.clone(), *mode, now)
             }
-            Request::MdsRemovexattr { creds, fid, name } => self.removexattr(&creds, fid, &name, now),
-            Request::MdsSetDirLayout { creds, fid, spec } => self.set_dir_layout(&creds, fid, spec, now),
-            Request::MdsSizeUpdate { fid, size, mtime } => {
+            Request::MdsRemovexattr { creds, fid, name } => self.removexattr(creds, *fid, name, now),
+            Request::MdsSetDirLayout { creds, fid, spec } => self.set_dir_layout(creds, *fid, spec.clone(), now),
+            &Request::MdsSizeUpdate { fid, size, mtime } => {
                 let mut ino = self.view.must_inode(fid)?;
                 if ino.kind != FileKind::File {
                     return fail(Errno::IsDir, "size update of a non-file");
@@ -699,7 +800,15 @@ impl<'a> Writer<'a> {
         })
     }
 
-    fn mkdir(&mut self, creds: &Creds, parent: Fid, name: &str, mode: u32, now: Timespec) -> OpResult<Response> {
+    fn mkdir(
+        &mut self,
+        creds: &Creds,
+        parent: Fid,
+        name: &str,
+        mode: u32,
+        want_lease: bool,
+        now: Timespec,
+    ) -> OpResult<Response> {
         check_name(name)?;
         let mut dir = self.view.dir_for(creds, parent, true)?;
         if self.view.entry(parent, name)?.is_some() {
@@ -718,7 +827,8 @@ impl<'a> Writer<'a> {
         self.put_inode(fid, &ino)?;
         self.put(Tbl::Dentries, &dentry_key(parent, name), &dentry_value(fid, FileKind::Dir))?;
         self.touch_dir(parent, &mut dir, now, 1)?;
-        Ok(Response::Attr(ino.attr(fid)))
+        let lease = if want_lease { self.grant_lease(fid) } else { None };
+        Ok(Response::DirMade { attr: ino.attr(fid), parent: dir.attr(parent), lease })
     }
 
     fn symlink(&mut self, creds: &Creds, parent: Fid, name: &str, target: &str, now: Timespec) -> OpResult<Response> {
@@ -1079,9 +1189,11 @@ pub fn write_back(txn: &redb::WriteTransaction, mem: &MemTable) -> OpResult<()> 
 }
 
 /// Formats a new MDT database (every table, the MDT index and, on MDT 0, the root
-/// directory) or checks that an existing one belongs to this MDT.
-pub fn format(store: &Store, mdt_index: u32, default_layout: &LayoutSpec) -> OpResult<()> {
+/// directory) or checks that an existing one belongs to this MDT. True when it was
+/// new.
+pub fn format(store: &Store, mdt_index: u32, default_layout: &LayoutSpec) -> OpResult<bool> {
     let txn = store.begin_write()?;
+    let fresh;
     {
         let mut tables = Vec::with_capacity(Tbl::ALL.len());
         for t in Tbl::ALL {
@@ -1096,6 +1208,7 @@ pub fn format(store: &Store, mdt_index: u32, default_layout: &LayoutSpec) -> OpR
         }
         let meta = &mut tables[Tbl::Meta.slot()];
         let stored = meta.get(b"mdt_index".as_slice())?.map(|v| v.value().to_vec());
+        fresh = stored.is_none();
         match stored {
             Some(v) => {
                 let stored = u32::from_le_bytes(v.as_slice().try_into().unwrap_or([0xff; 4]));
@@ -1118,7 +1231,7 @@ pub fn format(store: &Store, mdt_index: u32, default_layout: &LayoutSpec) -> OpR
         }
     }
     txn.commit()?;
-    Ok(())
+    Ok(fresh)
 }
 
 #[cfg(test)]
@@ -1141,7 +1254,7 @@ mod tests {
     }
 
     fn mkdir(name: &str) -> Request {
-        Request::MdsMkdir { creds: Creds::root(), parent: Fid::ROOT, name: name.into(), mode: 0o755 }
+        Request::MdsMkdir { creds: Creds::root(), parent: Fid::ROOT, name: name.into(), mode: 0o755, lease: false }
     }
 
     fn no_placement() -> (Vec<OstState>, LayoutSpec) {
@@ -1160,13 +1273,13 @@ mod tests {
         // A batch that made a directory and was never logged leaves nothing behind.
         {
             let mut w = Writer::new(Base::new(&store).unwrap(), &mut mem, 0);
-            w.apply(mkdir("lost"), &mut place).unwrap();
+            w.apply(&mkdir("lost"), &mut place).unwrap();
             assert!(w.view.entry(Fid::ROOT, "lost").unwrap().is_some(), "the batch sees its own change");
         }
         assert!(mem.is_empty(), "an unfinished batch is undone");
 
         let mut w = Writer::new(Base::new(&store).unwrap(), &mut mem, 0);
-        w.apply(mkdir("kept"), &mut place).unwrap();
+        w.apply(&mkdir("kept"), &mut place).unwrap();
         w.finish();
         let view = View::new(Base::new(&store).unwrap(), &mem);
         let (fid, kind) = view.entry(Fid::ROOT, "kept").unwrap().expect("kept is visible through the memtable");
@@ -1185,6 +1298,85 @@ mod tests {
         let view = View::new(Base::new(&store).unwrap(), &empty);
         assert_eq!(view.entry(Fid::ROOT, "kept").unwrap(), Some((fid, FileKind::Dir)));
         assert_eq!(view.must_inode(Fid::ROOT).unwrap().nlink, 3);
+    }
+
+    fn create(parent: Fid, name: &str) -> Request {
+        Request::MdsCreate {
+            creds: Creds::root(),
+            parent,
+            name: name.into(),
+            mode: 0o644,
+            exclusive: true,
+            flags: OpenFlags { read: false, write: true, truncate: false },
+            layout: None,
+        }
+    }
+
+    #[test]
+    fn an_entry_change_in_a_directory_leased_by_another_client_is_refused_and_taken_back() {
+        let (_d, store) = fresh("lease");
+        format(&store, 0, &LayoutSpec::raid0(Some(1), Some(1 << 20))).unwrap();
+        let (_, default_layout) = no_placement();
+        let osts = [OstState { index: 0, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30 }];
+        let is_open = |_: Fid| false;
+        let mut place = Placement { osts: &osts, cursor: 0, default_layout: &default_layout, is_open: &is_open };
+        let mut mem = new_memtable();
+        let mut leases = DirLeases::default();
+
+        // A lease granted in a batch that is dropped unfinished goes with it.
+        {
+            let mut w = Writer::new(Base::new(&store).unwrap(), &mut mem, 0).with_leases(&mut leases);
+            (w.client, w.conn) = (1, 10);
+            let req = Request::MdsMkdir {
+                creds: Creds::root(),
+                parent: Fid::ROOT,
+                name: "lost".into(),
+                mode: 0o755,
+                lease: true,
+            };
+            assert!(matches!(w.apply(&req, &mut place).unwrap(), Response::DirMade { lease: Some(_), .. }));
+        }
+        assert!(leases.is_empty(), "an unfinished batch takes its grants back");
+
+        let mut w = Writer::new(Base::new(&store).unwrap(), &mut mem, 0).with_leases(&mut leases);
+        (w.client, w.conn) = (1, 10);
+        let req =
+            Request::MdsMkdir { creds: Creds::root(), parent: Fid::ROOT, name: "job".into(), mode: 0o755, lease: true };
+        let Response::DirMade { attr: job, lease: Some(_), .. } = w.apply(&req, &mut place).unwrap() else {
+            panic!("mkdir with a lease asked for grants one")
+        };
+        w.apply(&create(job.fid, "mine"), &mut place).expect("the holder changes its own directory");
+
+        // Another client, and the holder on another connection, are refused; nothing
+        // of the refused operation stays.
+        for (client, conn) in [(2, 11), (1, 12)] {
+            (w.client, w.conn) = (client, conn);
+            let sp = w.savepoint();
+            match w.apply(&create(job.fid, "theirs"), &mut place) {
+                Err(OpError::Leased(dir)) => assert_eq!(dir, job.fid),
+                other => panic!("client {client} conn {conn}: expected Leased, got {other:?}"),
+            }
+            w.rollback(sp);
+            assert!(w.view.entry(job.fid, "theirs").unwrap().is_none());
+            assert_eq!(w.view.must_inode(job.fid).unwrap().nlink, 2, "the parent's link count is untouched");
+        }
+        // What does not change the directory's entries is not stopped by the lease.
+        (w.client, w.conn) = (2, 11);
+        w.apply(&create(Fid::ROOT, "elsewhere"), &mut place).expect("another directory");
+        let set = SetAttr { mode: Some(0o700), ..Default::default() };
+        w.apply(&Request::MdsSetattr { creds: Creds::root(), fid: job.fid, set }, &mut place).expect("a chmod");
+        w.finish();
+        assert_eq!(leases.get(job.fid).map(|l| (l.holder, l.conn)), Some((1, 10)));
+
+        // Removing the directory ends its lease.
+        let mut w = Writer::new(Base::new(&store).unwrap(), &mut mem, 0).with_leases(&mut leases);
+        (w.client, w.conn) = (1, 10);
+        let unlink = Request::MdsUnlink { creds: Creds::root(), parent: job.fid, name: "mine".into() };
+        w.apply(&unlink, &mut place).unwrap();
+        w.apply(&Request::MdsRmdir { creds: Creds::root(), parent: Fid::ROOT, name: "job".into() }, &mut place)
+            .unwrap();
+        w.finish();
+        assert!(leases.is_empty());
     }
 
     #[test]

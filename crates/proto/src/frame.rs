@@ -4,7 +4,7 @@
 //! offset  size  field
 //!      0     4  magic "BRD1"
 //!      4     1  version (1)
-//!      5     1  kind (0 request, 1 response, 2 handshake)
+//!      5     1  kind (0 request, 1 response, 2 handshake, 3 callback, 4 callback ack)
 //!      6     2  flags (reserved, 0)
 //!      8     8  request id
 //!     16     4  message length   (postcard bytes, at most FrameLimits::max_msg_bytes)
@@ -13,7 +13,9 @@
 //! ```
 //!
 //! Every frame is checksummed end to end and the receiver verifies it before it acts,
-//! so a flipped bit on the wire never reaches an object or the namespace. Lengths are
+//! so a flipped bit on the wire never reaches an object or the namespace. Callbacks go
+//! the other way: a server asks a client to give something up (a lease) on the
+//! client's own connection, and the client answers with an ack of the same id. Lengths are
 //! checked against limits *before* anything is allocated, so a hostile header cannot
 //! make a server allocate gigabytes.
 
@@ -29,6 +31,10 @@ pub enum FrameKind {
     Request = 0,
     Response = 1,
     Handshake = 2,
+    /// Server to client: a [`crate::msg::Callback`].
+    Callback = 3,
+    /// Client to server: the callback of this id was carried out.
+    CallbackAck = 4,
 }
 
 /// Size limits a receiver enforces.
@@ -97,6 +103,8 @@ pub fn decode_header(buf: &[u8; HEADER_LEN], limits: &FrameLimits) -> Result<Hea
         0 => FrameKind::Request,
         1 => FrameKind::Response,
         2 => FrameKind::Handshake,
+        3 => FrameKind::Callback,
+        4 => FrameKind::CallbackAck,
         k => return Err(FrameError::BadKind(k)),
     };
     let u32_at = |i: usize| u32::from_le_bytes(buf[i..i + 4].try_into().expect("4 bytes"));

@@ -13,6 +13,11 @@
 //! the retries of `Again` and across failures, and a panicking handler answered with
 //! an error. Clients in other processes still reach the same servers over TCP.
 //!
+//! Callbacks (a server asking a client to give up a lease) reach a client of the
+//! same process directly too: each client registers its handler here under its
+//! client id, and [`crate::server::Callbacks`] calls it before looking for a
+//! connection.
+//!
 //! One difference: a caller that gives up at its deadline drops the handler at its
 //! next await point, where over TCP the server would finish it unseen. Handlers must
 //! allow that, as the MDS and OSS do (see `docs/design.md`, "Wire protocol").
@@ -22,11 +27,12 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use bytes::{Bytes, BytesMut};
 
 use crate::msg::Request;
+use crate::rpc::CallbackHandler;
 use crate::server::{Answer, RequestCtx, Service};
 
 /// A [`Service`] behind a pointer: what an in-process caller invokes.
@@ -72,6 +78,34 @@ pub fn register<S: Service>(addr: &str, svc: Arc<S>) -> Result<(), String> {
 /// The in-process server at `addr`, if this process runs one.
 pub(crate) fn find(addr: &str) -> Option<Arc<dyn Dispatch>> {
     registry().lock().unwrap_or_else(|p| p.into_inner()).get(addr).cloned()
+}
+
+/// Most clients of this process whose callback handlers are remembered.
+const MAX_CLIENTS: usize = 1024;
+
+fn clients() -> &'static Mutex<HashMap<u64, Weak<dyn CallbackHandler>>> {
+    static CLIENTS: OnceLock<Mutex<HashMap<u64, Weak<dyn CallbackHandler>>>> = OnceLock::new();
+    CLIENTS.get_or_init(Default::default)
+}
+
+/// Makes `handler` the one callbacks to client `client_id` reach in-process (it is
+/// forgotten when dropped). False when too many clients are registered: that client
+/// must then not rely on anything a callback would revoke.
+pub(crate) fn register_client(client_id: u64, handler: Weak<dyn CallbackHandler>) -> bool {
+    let mut c = clients().lock().unwrap_or_else(|p| p.into_inner());
+    if c.len() >= MAX_CLIENTS {
+        c.retain(|_, h| h.strong_count() > 0);
+    }
+    if c.len() >= MAX_CLIENTS && !c.contains_key(&client_id) {
+        return false;
+    }
+    c.insert(client_id, handler);
+    true
+}
+
+/// The callback handler of client `client_id`, if it lives in this process.
+pub(crate) fn client_handler(client_id: u64) -> Option<Arc<dyn CallbackHandler>> {
+    clients().lock().unwrap_or_else(|p| p.into_inner()).get(&client_id).and_then(Weak::upgrade)
 }
 
 /// One payload from the pieces a caller or handler hands over; pieces are copied

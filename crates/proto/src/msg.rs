@@ -225,6 +225,8 @@ pub enum Request {
         parent: Fid,
         name: String,
         mode: u32,
+        /// Ask for a lease on the new directory (see [`Response::DirMade`]).
+        lease: bool,
     },
     MdsSymlink {
         creds: Creds,
@@ -479,6 +481,26 @@ pub enum Response {
     DirChanged {
         dir: Attr,
     },
+    /// Answer to [`Request::MdsMkdir`]: the new directory, its parent's new
+    /// attributes, and the id of the lease granted on the new directory, if one was
+    /// asked for. While a client holds a directory lease, every change to the
+    /// directory's entries is its own: the MDS revokes the lease
+    /// ([`Callback::RevokeLease`]) before another client may change them, so the
+    /// holder knows every name in it and answers lookups of absent names itself.
+    DirMade {
+        attr: Attr,
+        parent: Attr,
+        lease: Option<u64>,
+    },
+}
+
+/// What a server asks of a client on the client's own connection (a callback frame);
+/// the client carries it out and acks it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Callback {
+    /// Stop relying on lease `lease` of directory `dir`: another client is about to
+    /// change its entries.
+    RevokeLease { dir: Fid, lease: u64 },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

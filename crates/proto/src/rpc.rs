@@ -8,6 +8,12 @@
 //! clean [`RpcError::Unavailable`]. A retried request keeps its request id (the xid),
 //! which the MDS reply cache uses to answer a retried non-idempotent operation
 //! without applying it twice.
+//!
+//! A server may call the client back on the same connection (a lease revoked by the
+//! MDS): the reader hands the callback to the client's [`CallbackHandler`] before it
+//! reads on, then acks it. Each answer names the [`Session`] it came on, which tells
+//! whether state granted in it can still be relied on (see
+//! [`crate::server::CALLBACK_TIMEOUT`]).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -23,8 +29,8 @@ use crate::auth::{client_handshake, Secret, HANDSHAKE_TIMEOUT};
 use crate::error::{Errno, RpcError};
 use crate::frame::{read_frame, write_frame, Frame, FrameKind, FrameLimits};
 use crate::local::{joined, Dispatch};
-use crate::msg::{Request, Response};
-use crate::server::{guarded, RequestCtx};
+use crate::msg::{Callback, Request, Response};
+use crate::server::{guarded, RequestCtx, CALLBACK_TIMEOUT, IN_PROCESS_CONN};
 
 #[derive(Debug, Clone)]
 pub struct RpcOptions {
@@ -87,14 +93,85 @@ impl Identity {
 pub struct Reply {
     pub response: Response,
     pub payload: Bytes,
+    /// Where the answer came from.
+    pub session: Session,
+    /// The request was sent more than once (a connection was lost or a try timed
+    /// out): the answer may come from the server's reply cache, and state it granted
+    /// may have been taken back since.
+    pub resent: bool,
+}
+
+/// Carries out what a server asks of this client ([`Callback`]). Called by the
+/// connection's reader before it reads the next frame, so it must be quick and must
+/// not wait on anything the connection delivers.
+pub trait CallbackHandler: Send + Sync {
+    fn callback(&self, cb: &Callback);
+}
+
+/// The connection (or the in-process delivery) an answer came on: state a server
+/// granted in it and may revoke by callback is to be relied on only while
+/// [`Session::trusted`] says so.
+#[derive(Clone)]
+pub enum Session {
+    /// A server of this process: its callbacks are direct calls, so nothing is ever
+    /// missed.
+    InProcess,
+    Tcp(Arc<Shared>),
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Session::InProcess => f.write_str("in-process"),
+            Session::Tcp(s) => write!(f, "tcp {}", s.addr),
+        }
+    }
+}
+
+impl Session {
+    /// Whether its connection still stands (in-process delivery always does).
+    pub fn alive(&self) -> bool {
+        match self {
+            Session::InProcess => true,
+            Session::Tcp(s) => s.alive.load(Ordering::Acquire),
+        }
+    }
+
+    /// Whether state granted in this session still holds: its connection is alive,
+    /// and an answer to a request sent less than (a margin under)
+    /// [`CALLBACK_TIMEOUT`] ago came on it since, so the server cannot have evicted
+    /// this client without its knowing.
+    pub fn trusted(&self) -> bool {
+        match self {
+            Session::InProcess => true,
+            Session::Tcp(s) => self.alive() && now_ms() < s.fresh_until_ms.load(Ordering::Acquire),
+        }
+    }
+}
+
+/// How much sooner than [`CALLBACK_TIMEOUT`] a client stops trusting a session:
+/// room for clock drift and for the server's side of an ack.
+const TRUST_MARGIN: Duration = Duration::from_millis(300);
+
+/// Milliseconds on this process's monotonic clock.
+fn now_ms() -> u64 {
+    static BASE: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    BASE.get_or_init(Instant::now).elapsed().as_millis() as u64
 }
 
 type Waiter = oneshot::Sender<Result<Frame, RpcError>>;
 
-struct Shared {
+/// What the callers and the reader of one connection share.
+pub struct Shared {
     addr: String,
     alive: AtomicBool,
     pending: Mutex<HashMap<u64, Waiter>>,
+    /// The sending half: a caller writes its own frame (no hop through a writer task);
+    /// the reader writes callback acks.
+    writer: tokio::sync::Mutex<Sender>,
+    handler: Option<Arc<dyn CallbackHandler>>,
+    /// Until when (see [`now_ms`]) revocable state granted on this connection holds.
+    fresh_until_ms: AtomicU64,
 }
 
 impl Shared {
@@ -119,8 +196,6 @@ struct Sender {
 }
 
 struct Conn {
-    /// The sending half: a caller writes its own frame (no hop through a writer task).
-    writer: tokio::sync::Mutex<Sender>,
     shared: Arc<Shared>,
     slots: Semaphore,
 }
@@ -133,6 +208,8 @@ pub struct RpcClient {
     conn: tokio::sync::Mutex<Option<Arc<Conn>>>,
     /// The server itself when it runs in this process ([`crate::local`]).
     local: Option<Arc<dyn Dispatch>>,
+    /// Who carries out this server's callbacks, for connections made from now on.
+    handler: Mutex<Option<Arc<dyn CallbackHandler>>>,
 }
 
 /// How one call reaches its server.
@@ -155,7 +232,17 @@ impl RpcClient {
         if local.is_some() {
             tracing::debug!(%addr, role = %identity.role, "requests to {addr} are delivered in-process");
         }
-        RpcClient { addr, identity, opts, conn: tokio::sync::Mutex::new(None), local }
+        RpcClient { addr, identity, opts, conn: tokio::sync::Mutex::new(None), local, handler: Mutex::new(None) }
+    }
+
+    /// Has `handler` carry out this server's callbacks. Set it before the first call.
+    /// False when callbacks cannot reach it (a server of this process with too many
+    /// clients registered): the caller must then not ask for revocable state.
+    pub fn set_callback_handler(&self, handler: Arc<dyn CallbackHandler>) -> bool {
+        let ok =
+            self.local.is_none() || crate::local::register_client(self.identity.client_id, Arc::downgrade(&handler));
+        *self.handler.lock().expect("callback handler") = Some(handler);
+        ok
     }
 
     /// Whether requests go to a server in this process rather than over TCP.
@@ -189,18 +276,25 @@ impl RpcClient {
         };
         let started = Instant::now();
         let mut backoff = Duration::from_millis(20);
+        let mut resent = false;
         loop {
             let attempt = match &route {
                 Route::Tcp(msg) => self.try_once(xid, msg.clone(), payload.clone()).await,
                 Route::InProcess(svc) => self.try_in_process(svc, xid, req, &payload).await,
             };
             let err = match attempt {
-                Ok(reply) => match reply.response {
+                Ok(mut reply) => match reply.response {
                     Response::Error(e) if e.code == Errno::Again => RpcError::Remote(e),
                     Response::Error(e) => return Err(RpcError::Remote(e)),
-                    _ => return Ok(reply),
+                    _ => {
+                        reply.resent = resent;
+                        return Ok(reply);
+                    }
                 },
-                Err(e) => e,
+                Err(e) => {
+                    resent = true;
+                    e
+                }
             };
             if !err.is_retryable() {
                 return Err(err);
@@ -226,10 +320,12 @@ impl RpcClient {
         req: &Request,
         payload: &[Bytes],
     ) -> Result<Reply, RpcError> {
-        let ctx = RequestCtx { client_id: self.identity.client_id, xid, peer: LOOPBACK_PEER };
+        let ctx = RequestCtx { client_id: self.identity.client_id, xid, peer: LOOPBACK_PEER, conn_id: IN_PROCESS_CONN };
         let handler = svc.dispatch(ctx, req.clone(), joined(payload.to_vec()));
         match tokio::time::timeout(self.opts.request_timeout, guarded(&self.addr, req.op_name(), handler)).await {
-            Ok((response, payload)) => Ok(Reply { response, payload: joined(payload) }),
+            Ok((response, payload)) => {
+                Ok(Reply { response, payload: joined(payload), session: Session::InProcess, resent: false })
+            }
             Err(_) => Err(RpcError::Timeout {
                 addr: self.addr.clone(),
                 timeout_ms: self.opts.request_timeout.as_millis() as u64,
@@ -250,8 +346,9 @@ impl RpcClient {
             conn.shared.pending.lock().expect("pending lock").remove(&xid);
             return Err(RpcError::ConnectionLost { addr: self.addr.clone(), reason: "connection closed".into() });
         }
+        let sent_at_ms = now_ms();
         let sent = {
-            let mut s = conn.writer.lock().await;
+            let mut s = conn.shared.writer.lock().await;
             if s.in_frame {
                 Err(std::io::Error::other("an interrupted request left a partial frame"))
             } else {
@@ -286,7 +383,10 @@ impl RpcClient {
         };
         let response: Response = postcard::from_bytes(&frame.msg)
             .map_err(|e| RpcError::Protocol { addr: self.addr.clone(), reason: format!("malformed response: {e}") })?;
-        Ok(Reply { response, payload: frame.payload })
+        // The reader handed over every callback sent before this answer already.
+        let trust = (CALLBACK_TIMEOUT - TRUST_MARGIN).as_millis() as u64;
+        conn.shared.fresh_until_ms.fetch_max(sent_at_ms + trust, Ordering::AcqRel);
+        Ok(Reply { response, payload: frame.payload, session: Session::Tcp(conn.shared.clone()), resent: false })
     }
 
     async fn connection(&self) -> Result<Arc<Conn>, RpcError> {
@@ -323,17 +423,59 @@ impl RpcClient {
             addr: self.addr.clone(),
             alive: AtomicBool::new(true),
             pending: Mutex::new(HashMap::new()),
+            writer: tokio::sync::Mutex::new(Sender { w: BufWriter::with_capacity(64 * 1024, wr), in_frame: false }),
+            handler: self.handler.lock().expect("callback handler").clone(),
+            fresh_until_ms: AtomicU64::new(0),
         });
         tokio::spawn(reader(rd, shared.clone(), self.opts.limits));
-        let writer = tokio::sync::Mutex::new(Sender { w: BufWriter::with_capacity(64 * 1024, wr), in_frame: false });
-        Ok(Conn { writer, shared, slots: Semaphore::new(self.opts.max_in_flight) })
+        Ok(Conn { shared, slots: Semaphore::new(self.opts.max_in_flight) })
     }
+}
+
+/// Carries out a callback from the server, then acks it (from a task of its own, so
+/// the reader goes on reading while the ack waits for the socket).
+fn handle_callback(shared: &Arc<Shared>, frame: Frame) -> Result<(), String> {
+    let cb: Callback = postcard::from_bytes(&frame.msg).map_err(|e| format!("malformed callback: {e}"))?;
+    if let Some(h) = &shared.handler {
+        h.callback(&cb);
+    }
+    let shared = shared.clone();
+    tokio::spawn(async move {
+        let sent = {
+            let mut s = shared.writer.lock().await;
+            if s.in_frame {
+                Err(std::io::Error::other("an interrupted request left a partial frame"))
+            } else {
+                s.in_frame = true;
+                let r = match write_frame(&mut s.w, FrameKind::CallbackAck, frame.request_id, &[], &[]).await {
+                    Ok(()) => s.w.flush().await,
+                    Err(e) => Err(e),
+                };
+                s.in_frame = r.is_err();
+                r
+            }
+        };
+        if let Err(e) = sent {
+            shared.fail_all(&format!("callback ack failed: {e}"));
+        }
+    });
+    Ok(())
 }
 
 async fn reader(rd: tokio::net::tcp::OwnedReadHalf, shared: Arc<Shared>, limits: FrameLimits) {
     let mut r = BufReader::with_capacity(256 * 1024, rd);
     loop {
         match read_frame(&mut r, &limits).await {
+            Ok(Some(f)) if f.kind == FrameKind::Callback => {
+                if let Err(why) = handle_callback(&shared, f) {
+                    shared.fail_all(&why);
+                    return;
+                }
+            }
+            Ok(Some(f)) if f.kind != FrameKind::Response => {
+                shared.fail_all(&format!("unexpected {:?} frame from the server", f.kind));
+                return;
+            }
             Ok(Some(f)) => {
                 let waiter = shared.pending.lock().expect("pending lock").remove(&f.request_id);
                 match waiter {

@@ -3,26 +3,34 @@
 //! Each accepted connection is authenticated, then its frames are read one after the
 //! other and each request is handled in its own task, at most `max_in_flight_per_conn`
 //! at once (the reader stops reading when that many are pending: backpressure on a
-//! client that floods). Answers go back through one writer task per connection.
+//! client that floods). Handler tasks write their answers themselves.
+//!
+//! A service that hands out revocable state (the MDS's directory leases) keeps a
+//! [`Callbacks`] registry: every connection of a client is registered there, and the
+//! service can call the client back on it (a callback frame, answered by an ack) or
+//! evict a client that does not answer in [`CALLBACK_TIMEOUT`].
 //!
 //! Hostile input: a frame that breaks framing (bad magic, checksum, oversize length)
 //! closes that connection after a best-effort error reply; a frame whose message does
 //! not decode (unknown operation, garbage) gets an error reply and the connection
 //! stays. A handler that panics is answered with an error; the server keeps serving.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::sync::{oneshot, Semaphore};
 
 use crate::auth::{server_handshake, Secret, HANDSHAKE_TIMEOUT};
 use crate::error::Errno;
 use crate::frame::{read_frame, write_frame, FrameError, FrameKind, FrameLimits};
-use crate::msg::{Request, Response};
+use crate::msg::{Callback, Request, Response};
 
 /// Who sent a request.
 #[derive(Debug, Clone)]
@@ -30,7 +38,16 @@ pub struct RequestCtx {
     pub client_id: u64,
     pub xid: u64,
     pub peer: SocketAddr,
+    /// The connection it came on (unique in this process; [`IN_PROCESS_CONN`] for
+    /// requests delivered in-process).
+    pub conn_id: u64,
 }
+
+/// The connection id of requests delivered in-process ([`crate::local`]).
+pub const IN_PROCESS_CONN: u64 = 0;
+
+/// Ids of accepted connections (0 is [`IN_PROCESS_CONN`]).
+static NEXT_CONN_ID: AtomicU64 = AtomicU64::new(1);
 
 /// What a handler returns: the response and its bulk payload.
 pub type Answer = (Response, Vec<Bytes>);
@@ -42,6 +59,116 @@ pub trait Service: Send + Sync + 'static {
     /// The last connection of client `client_id` closed (the client died or went
     /// away): state held for it, such as locks, can be released.
     fn client_gone(&self, _client_id: u64) {}
+
+    /// Connection `conn_id` of client `client_id` closed (called before
+    /// [`Service::client_gone`] when it was the last).
+    fn connection_closed(&self, _client_id: u64, _conn_id: u64) {}
+
+    /// Where the connections of this service's clients are registered, if the
+    /// service calls clients back.
+    fn callbacks(&self) -> Option<&Callbacks> {
+        None
+    }
+}
+
+/// How long a server waits for a client to ack a callback before evicting it (its
+/// connections are closed). A client relies on revocable state only until a little
+/// less than this long after it sent a request whose answer it has received since:
+/// a revocation sent before that answer reached it first (one connection keeps
+/// order), and one sent after it cannot have been given up on yet.
+pub const CALLBACK_TIMEOUT: Duration = Duration::from_secs(2);
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CallbackError {
+    #[error("client {0:#x} has no connection")]
+    NoConnection(u64),
+    #[error("client {0:#x} did not answer a callback in time")]
+    Timeout(u64),
+    #[error("callback to client {client:#x} failed: {reason}")]
+    Io { client: u64, reason: String },
+}
+
+/// One connection of a client, as callbacks reach it.
+struct ClientConn {
+    id: u64,
+    out: Out,
+    /// Callbacks sent and not acked yet, by callback id (bounded by the callers
+    /// waiting, each for at most [`CALLBACK_TIMEOUT`]).
+    acks: Mutex<HashMap<u64, oneshot::Sender<()>>>,
+}
+
+/// The connections of a service's clients, for calling them back.
+#[derive(Default)]
+pub struct Callbacks {
+    conns: Mutex<HashMap<u64, Vec<Arc<ClientConn>>>>,
+    next_id: AtomicU64,
+}
+
+impl Callbacks {
+    fn attach(&self, client_id: u64, conn: Arc<ClientConn>) {
+        self.conns.lock().expect("callback connections").entry(client_id).or_default().push(conn);
+    }
+
+    fn detach(&self, client_id: u64, conn: &Arc<ClientConn>) {
+        let mut m = self.conns.lock().expect("callback connections");
+        if let Some(list) = m.get_mut(&client_id) {
+            list.retain(|c| !Arc::ptr_eq(c, conn));
+            if list.is_empty() {
+                m.remove(&client_id);
+            }
+        }
+    }
+
+    /// Delivers `cb` to client `client_id` on connection `conn_id` and waits for its
+    /// ack; a client of this process ([`IN_PROCESS_CONN`]) is called directly.
+    pub async fn call(&self, client_id: u64, conn_id: u64, cb: &Callback) -> Result<(), CallbackError> {
+        if conn_id == IN_PROCESS_CONN {
+            let h = crate::local::client_handler(client_id).ok_or(CallbackError::NoConnection(client_id))?;
+            h.callback(cb);
+            return Ok(());
+        }
+        let conn = {
+            let m = self.conns.lock().expect("callback connections");
+            m.get(&client_id)
+                .and_then(|l| l.iter().find(|c| c.id == conn_id).cloned())
+                .ok_or(CallbackError::NoConnection(client_id))?
+        };
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        conn.acks.lock().expect("callback acks").insert(id, tx);
+        let msg =
+            postcard::to_stdvec(cb).map_err(|e| CallbackError::Io { client: client_id, reason: e.to_string() })?;
+        let sent = async {
+            let mut w = conn.out.lock().await;
+            write_frame(&mut *w, FrameKind::Callback, id, &msg, &[]).await?;
+            w.flush().await
+        };
+        let outcome = match tokio::time::timeout(CALLBACK_TIMEOUT, async {
+            sent.await.map_err(|e| CallbackError::Io { client: client_id, reason: e.to_string() })?;
+            rx.await.map_err(|_| CallbackError::NoConnection(client_id))
+        })
+        .await
+        {
+            Ok(r) => r,
+            Err(_) => Err(CallbackError::Timeout(client_id)),
+        };
+        conn.acks.lock().expect("callback acks").remove(&id);
+        outcome
+    }
+
+    /// Closes connection `conn_id` of `client_id` (it did not answer a callback): the
+    /// client sees its connection end, stops relying on what it was granted on it,
+    /// and reconnects.
+    pub async fn evict(&self, client_id: u64, conn_id: u64) {
+        let conn = {
+            let m = self.conns.lock().expect("callback connections");
+            m.get(&client_id).and_then(|l| l.iter().find(|c| c.id == conn_id).cloned())
+        };
+        if let Some(c) = conn {
+            let _ = c.out.lock().await.shutdown().await;
+            c.acks.lock().expect("callback acks").clear();
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -116,6 +243,12 @@ async fn serve_conn<S: Service>(
     *per_client.lock().expect("client counts").entry(hello.client_id).or_default() += 1;
     let (rd, wr) = stream.into_split();
     let out = Arc::new(tokio::sync::Mutex::new(BufWriter::with_capacity(64 * 1024, wr)));
+    let conn_id = NEXT_CONN_ID.fetch_add(1, Ordering::Relaxed);
+    let callbacks = svc.callbacks().map(|registry| {
+        let conn = Arc::new(ClientConn { id: conn_id, out: out.clone(), acks: Mutex::default() });
+        registry.attach(hello.client_id, conn.clone());
+        conn
+    });
     let slots = Arc::new(Semaphore::new(cfg.max_in_flight_per_conn));
     let mut r = BufReader::with_capacity(256 * 1024, rd);
     loop {
@@ -132,6 +265,13 @@ async fn serve_conn<S: Service>(
                 break;
             }
         };
+        if let (FrameKind::CallbackAck, Some(conn)) = (frame.kind, &callbacks) {
+            // An ack nobody waits for any more (it came after the timeout) is dropped.
+            if let Some(tx) = conn.acks.lock().expect("callback acks").remove(&frame.request_id) {
+                let _ = tx.send(());
+            }
+            continue;
+        }
         if frame.kind != FrameKind::Request {
             tracing::warn!(server = %cfg.name, %peer, "unexpected frame kind {:?}, closing", frame.kind);
             let answer = Response::error(Errno::Proto, "expected a request frame");
@@ -152,7 +292,7 @@ async fn serve_conn<S: Service>(
         let Ok(slot) = slots.clone().acquire_owned().await else {
             break;
         };
-        let ctx = RequestCtx { client_id: hello.client_id, xid: frame.request_id, peer };
+        let ctx = RequestCtx { client_id: hello.client_id, xid: frame.request_id, peer, conn_id };
         let (svc, out, name) = (svc.clone(), out.clone(), cfg.name.clone());
         tokio::spawn(async move {
             let op = req.op_name();
@@ -164,6 +304,10 @@ async fn serve_conn<S: Service>(
     // Let requests in flight finish (their answers go out) before the client counts
     // as gone.
     let _ = slots.acquire_many(cfg.max_in_flight_per_conn as u32).await;
+    if let (Some(registry), Some(conn)) = (svc.callbacks(), callbacks) {
+        registry.detach(hello.client_id, &conn);
+    }
+    svc.connection_closed(hello.client_id, conn_id);
     if let Ok(mut w) = Arc::try_unwrap(out).map(|m| m.into_inner()) {
         let _ = w.shutdown().await;
     }
@@ -208,4 +352,86 @@ async fn send(out: &Out, id: u64, resp: Response, payload: Vec<Bytes>) -> std::i
     let mut w = out.lock().await;
     write_frame(&mut *w, FrameKind::Response, id, &msg, &payload).await?;
     w.flush().await
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::*;
+    use crate::rpc::{CallbackHandler, Identity, RpcClient, RpcOptions};
+    use crate::Fid;
+
+    /// Remembers who pinged it last, so the test can call that client back.
+    #[derive(Default)]
+    struct Caller {
+        callbacks: Callbacks,
+        last: Mutex<Option<(u64, u64)>>,
+    }
+
+    impl Service for Caller {
+        async fn handle(&self, ctx: RequestCtx, _req: Request, _payload: Bytes) -> Answer {
+            *self.last.lock().unwrap() = Some((ctx.client_id, ctx.conn_id));
+            (Response::Ok, vec![])
+        }
+
+        fn callbacks(&self) -> Option<&Callbacks> {
+            Some(&self.callbacks)
+        }
+    }
+
+    #[derive(Default)]
+    struct Heard(Mutex<Vec<Callback>>);
+
+    impl CallbackHandler for Heard {
+        fn callback(&self, cb: &Callback) {
+            self.0.lock().unwrap().push(cb.clone());
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn callbacks_reach_the_client_and_a_session_is_trusted_only_while_fresh() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let svc = Arc::new(Caller::default());
+        let server = tokio::spawn(serve(listener, Arc::new(ServerConfig::new("test", Secret::Insecure)), svc.clone()));
+
+        let client = RpcClient::new(addr, Identity::new("test", Secret::Insecure), RpcOptions::default());
+        let heard = Arc::new(Heard::default());
+        assert!(client.set_callback_handler(heard.clone()));
+        let reply = client.call(&Request::Ping, vec![]).await.unwrap();
+        assert!(reply.session.trusted(), "just answered");
+        let (client_id, conn_id) = svc.last.lock().unwrap().expect("the server saw the ping");
+
+        // The server calls the client back on its connection and hears the ack.
+        let cb = Callback::RevokeLease { dir: Fid::new(0, 0x400, 9), lease: 3 };
+        svc.callbacks.call(client_id, conn_id, &cb).await.expect("callback acked");
+        assert_eq!(*heard.0.lock().unwrap(), std::slice::from_ref(&cb));
+        assert!(matches!(
+            svc.callbacks.call(client_id, conn_id + 1000, &cb).await,
+            Err(CallbackError::NoConnection(_))
+        ));
+
+        // Without a fresh answer the session stops being trusted before the server
+        // could give up on the client; the next answer makes it trusted again.
+        let since = Instant::now();
+        while reply.session.trusted() {
+            assert!(since.elapsed() < CALLBACK_TIMEOUT, "still trusted a whole callback timeout after its answer");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(reply.session.alive());
+        client.call(&Request::Ping, vec![]).await.unwrap();
+        assert!(reply.session.trusted(), "one connection, one freshness");
+
+        // A connection that ended is never trusted again.
+        server.abort();
+        let _ = server.await;
+        svc.callbacks.evict(client_id, conn_id).await;
+        let since = Instant::now();
+        while reply.session.alive() {
+            assert!(since.elapsed() < Duration::from_secs(10), "the client did not notice its connection end");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(!reply.session.trusted());
+    }
 }

@@ -1,0 +1,251 @@
+//! Directory leases through real processes. A client that makes a directory holds a
+//! lease on it and answers lookups of names it did not put there with ENOENT, without
+//! asking the MDS; every change to the directory's entries by anyone else must first
+//! take the lease back. These tests make the other client change the directory in
+//! every way there is, and check that the holder sees the change at once — also when
+//! the holder is stopped (it must be evicted, and must not trust its lease when it
+//! wakes), killed, or when the MDS restarts under it.
+
+use std::fs;
+use std::io::ErrorKind;
+use std::path::Path;
+use std::time::Duration;
+
+use client::{Client, ClientConfig};
+use proto::auth::Secret;
+use proto::msg::{OpenFlags, RenameFlags};
+use proto::{Errno, Fid};
+use testkit::{wait_for, Cluster, ClusterSpec, Mount};
+
+/// Bound on anything that must finish (a hang fails the test instead of the suite).
+const WAIT: Duration = Duration::from_secs(30);
+
+fn cluster() -> Cluster {
+    Cluster::start(Path::new(env!("CARGO_BIN_EXE_braid")), ClusterSpec::default())
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime")
+}
+
+fn connect(rt: &tokio::runtime::Runtime, c: &Cluster, dir_leases: bool) -> Client {
+    let secret = Secret::load(&c.secret).expect("load the cluster secret");
+    let mut cfg = ClientConfig::new(c.mgs_addr.clone(), secret);
+    cfg.rpc.recovery_timeout = WAIT;
+    cfg.dir_leases = dir_leases;
+    rt.block_on(Client::connect(cfg)).expect("connect a client")
+}
+
+/// Runs `f` on `rt`, failing the test if it takes longer than [`WAIT`].
+fn within<T>(rt: &tokio::runtime::Runtime, what: &str, f: impl std::future::Future<Output = T>) -> T {
+    rt.block_on(async { tokio::time::timeout(WAIT, f).await })
+        .unwrap_or_else(|_| panic!("{what}: not done in {WAIT:?}"))
+}
+
+const RW: OpenFlags = OpenFlags { read: true, write: true, truncate: false };
+
+#[derive(Debug, Clone, Copy)]
+enum Change {
+    Create,
+    Mkdir,
+    Symlink,
+    Link,
+    RenameInto,
+    Unlink,
+}
+
+#[test]
+fn every_entry_change_by_another_client_revokes_the_lease_and_the_holder_sees_it() {
+    let c = cluster();
+    let rt = runtime();
+    let creds = client::process_creds();
+    let holder = connect(&rt, &c, true);
+    let other = connect(&rt, &c, false);
+    // Sources for the other client's link and rename, outside any leased directory.
+    let (f, src, _) = rt.block_on(other.create(&creds, Fid::ROOT, "src", 0o644, true, RW, None)).unwrap();
+    rt.block_on(other.close(f)).unwrap();
+
+    for (i, change) in
+        [Change::Create, Change::Mkdir, Change::Symlink, Change::Link, Change::RenameInto, Change::Unlink]
+            .into_iter()
+            .enumerate()
+    {
+        let job = rt.block_on(holder.mkdir(&creds, Fid::ROOT, &format!("job{i}"), 0o755)).unwrap();
+        assert_eq!(holder.dir_leases_held(), 1, "{change:?}: mkdir granted a lease (earlier ones were revoked)");
+        // The holder's own names do not disturb its lease, and it still finds them.
+        for n in 0..20 {
+            let (f, _, _) =
+                rt.block_on(holder.create(&creds, job.fid, &format!("mine{n}"), 0o644, true, RW, None)).unwrap();
+            rt.block_on(holder.close(f)).unwrap();
+        }
+        let mine = rt.block_on(holder.lookup(&creds, job.fid, "mine7")).expect("a name the holder made");
+        let absent = rt.block_on(holder.lookup(&creds, job.fid, "x")).unwrap_err();
+        assert_eq!(absent.errno(), Errno::NoEnt);
+        assert_eq!(holder.dir_leases_held(), 1, "{change:?}: the holder's own changes keep the lease");
+
+        // The other client changes the directory; it must not wait for a timeout,
+        // the holder acks the revocation.
+        let made = within(&rt, &format!("{change:?} by the other client"), async {
+            match change {
+                Change::Create => {
+                    let (f, a, _) = other.create(&creds, job.fid, "x", 0o644, true, RW, None).await?;
+                    other.close(f).await?;
+                    Ok(Some(a.fid))
+                }
+                Change::Mkdir => other.mkdir(&creds, job.fid, "x", 0o755).await.map(|a| Some(a.fid)),
+                Change::Symlink => other.symlink(&creds, job.fid, "x", "target").await.map(|a| Some(a.fid)),
+                Change::Link => other.link(&creds, src.fid, job.fid, "x").await.map(|a| Some(a.fid)),
+                Change::RenameInto => {
+                    let (f, a, _) = other.create(&creds, Fid::ROOT, "moving", 0o644, true, RW, None).await?;
+                    other.close(f).await?;
+                    other.rename(&creds, Fid::ROOT, "moving", job.fid, "x", RenameFlags { noreplace: false }).await?;
+                    Ok(Some(a.fid))
+                }
+                Change::Unlink => other.unlink(&creds, job.fid, "mine7").await.map(|()| None),
+            }
+        })
+        .unwrap_or_else(|e| panic!("{change:?} by the other client: {e}"));
+
+        assert_eq!(holder.dir_leases_held(), 0, "{change:?}: the lease was revoked");
+        match made {
+            Some(fid) => {
+                let seen = rt
+                    .block_on(holder.lookup(&creds, job.fid, "x"))
+                    .unwrap_or_else(|e| panic!("{change:?}: the holder does not see the other client's name: {e}"));
+                assert_eq!(seen.fid, fid, "{change:?}");
+            }
+            None => {
+                let gone = rt.block_on(holder.lookup(&creds, job.fid, "mine7")).unwrap_err();
+                assert_eq!(gone.errno(), Errno::NoEnt, "{change:?}: {mine:?} was removed");
+                // And the holder, without its lease, can make the name again.
+                let (f, _, _) = rt.block_on(holder.create(&creds, job.fid, "mine7", 0o644, true, RW, None)).unwrap();
+                rt.block_on(holder.close(f)).unwrap();
+            }
+        }
+        // A revoked lease is not granted again: the directory is shared now.
+        let (f, _, _) = rt.block_on(holder.create(&creds, job.fid, "after", 0o644, true, RW, None)).unwrap();
+        rt.block_on(holder.close(f)).unwrap();
+        assert_eq!(holder.dir_leases_held(), 0);
+    }
+}
+
+#[test]
+fn a_client_without_leases_asks_for_none() {
+    let c = cluster();
+    let rt = runtime();
+    let creds = client::process_creds();
+    let plain = connect(&rt, &c, false);
+    rt.block_on(plain.mkdir(&creds, Fid::ROOT, "d", 0o755)).unwrap();
+    assert_eq!(plain.dir_leases_held(), 0);
+}
+
+/// Makes `job` through mount `a` and has `a` look up an absent name in it (answered
+/// from its lease).
+fn lease_through_the_mount(a: &Mount) {
+    fs::create_dir(a.path("job")).unwrap();
+    fs::write(a.path("job/mine"), b"a's file").unwrap();
+    assert_eq!(fs::metadata(a.path("job/x")).unwrap_err().kind(), ErrorKind::NotFound);
+}
+
+#[test]
+fn a_holder_that_stops_answering_is_evicted_and_does_not_trust_its_lease_when_it_wakes() {
+    let c = cluster();
+    let rt = runtime();
+    let creds = client::process_creds();
+    let a = Mount::new(&c, "");
+    lease_through_the_mount(&a);
+    let other = connect(&rt, &c, false);
+    let job = within(&rt, "lookup", other.lookup(&creds, Fid::ROOT, "job")).unwrap();
+
+    // The holder can ack nothing while stopped: the MDS must evict it rather than wait.
+    a.signal(libc::SIGSTOP);
+    let made = within(&rt, "a create in the stopped holder's directory", async {
+        let (f, attr, _) = other.create(&creds, job.fid, "x", 0o644, true, RW, None).await?;
+        other.write(&f, 0, bytes::Bytes::from_static(b"from the other client")).await?;
+        other.close(f).await?;
+        client::Result::Ok(attr)
+    });
+    a.signal(libc::SIGCONT);
+    made.expect("the other client's create went through");
+
+    // Awake, the holder's first look at the directory goes to the MDS.
+    assert_eq!(fs::read(a.path("job/x")).expect("the holder sees the new file"), b"from the other client");
+    fs::write(a.path("job/y"), b"still works").unwrap();
+    assert_eq!(within(&rt, "lookup", other.lookup(&creds, job.fid, "y")).unwrap().size, 11);
+    let mut names: Vec<String> =
+        fs::read_dir(a.path("job")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    names.sort();
+    assert_eq!(names, ["mine", "x", "y"]);
+}
+
+#[test]
+fn a_dead_holder_does_not_hold_up_other_clients() {
+    let c = cluster();
+    let rt = runtime();
+    let creds = client::process_creds();
+    let mut a = Mount::new(&c, "");
+    lease_through_the_mount(&a);
+    a.kill();
+    let other = connect(&rt, &c, false);
+    let job = within(&rt, "lookup", other.lookup(&creds, Fid::ROOT, "job")).unwrap();
+    within(&rt, "a mkdir in the dead holder's directory", other.mkdir(&creds, job.fid, "x", 0o755))
+        .expect("the other client's mkdir went through");
+    let names: Vec<String> =
+        within(&rt, "readdir", other.readdir_all(&creds, job.fid)).unwrap().into_iter().map(|e| e.name).collect();
+    assert!(names.contains(&"x".to_string()) && names.contains(&"mine".to_string()), "{names:?}");
+}
+
+#[test]
+fn leases_end_with_an_mds_restart() {
+    let mut c = cluster();
+    let rt = runtime();
+    let creds = client::process_creds();
+    let holder = connect(&rt, &c, true);
+    let job = rt.block_on(holder.mkdir(&creds, Fid::ROOT, "job", 0o755)).unwrap();
+    assert_eq!(holder.dir_leases_held(), 1);
+    assert_eq!(rt.block_on(holder.lookup(&creds, job.fid, "x")).unwrap_err().errno(), Errno::NoEnt);
+
+    c.kill("mds");
+    c.restart("mds");
+    let other = connect(&rt, &c, false);
+    let made = within(&rt, "a create after the MDS restart", async {
+        let (f, a, _) = other.create(&creds, job.fid, "x", 0o644, true, RW, None).await?;
+        other.close(f).await?;
+        client::Result::Ok(a)
+    })
+    .expect("create after the restart");
+    let seen = within(&rt, "the holder's lookup", holder.lookup(&creds, job.fid, "x"))
+        .expect("the holder's lease did not outlive the MDS it was granted by");
+    assert_eq!(seen.fid, made.fid);
+}
+
+#[test]
+fn two_mounts_take_turns_in_one_directory() {
+    let c = cluster();
+    let a = Mount::new(&c, "");
+    let b = Mount::new(&c, "");
+    fs::create_dir(a.path("shared")).unwrap();
+    fs::create_dir(b.path("theirs")).unwrap();
+    // Each side makes a name the other must see at once: the first change by the
+    // other side revokes each lease, and no lease comes back.
+    for i in 0..20 {
+        fs::write(a.path(&format!("shared/a{i}")), format!("a{i}")).unwrap();
+        assert_eq!(fs::read_to_string(b.path(&format!("shared/a{i}"))).unwrap(), format!("a{i}"));
+        fs::write(b.path(&format!("shared/b{i}")), format!("b{i}")).unwrap();
+        assert_eq!(fs::read_to_string(a.path(&format!("shared/b{i}"))).unwrap(), format!("b{i}"));
+
+        fs::write(b.path(&format!("theirs/b{i}")), "").unwrap();
+        assert!(a.path(&format!("theirs/b{i}")).exists());
+        fs::create_dir(a.path(&format!("theirs/a{i}"))).unwrap();
+        assert!(b.path(&format!("theirs/a{i}")).is_dir());
+    }
+    wait_for("both listings to agree", WAIT, || {
+        let list = |m: &Mount| {
+            let mut v: Vec<_> = fs::read_dir(m.path("shared")).unwrap().map(|e| e.unwrap().file_name()).collect();
+            v.sort();
+            v
+        };
+        let (la, lb) = (list(&a), list(&b));
+        la.len() == 40 && la == lb
+    });
+}

@@ -1,0 +1,168 @@
+//! Directory leases: Lustre's lookup/update lock on a directory, as a lease.
+//!
+//! A client that makes a directory may ask for a lease on it. While it holds the
+//! lease, every change to the directory's entries is its own: before another client
+//! changes them, the MDS revokes the lease with a callback on the connection it was
+//! granted on. The holder thus knows every name in the directory and answers lookups
+//! of absent names itself, which removes the LOOKUP round trip that precedes every
+//! `open(O_CREAT)` in a directory a job made for its output.
+//!
+//! The MDS side is this table, consulted by the committer: a batch's change to the
+//! entries of a directory leased by another client is taken back and answered with
+//! [`crate::mdt::OpError::Leased`]; the request's handler revokes the lease and
+//! submits the change again. A client relies on a lease only while its session is
+//! trusted ([`proto::rpc::Session::trusted`]); so a lease whose connection closed, or
+//! whose holder did not ack a revocation (evicted), is dropped only
+//! [`CALLBACK_TIMEOUT`] after that. Leases are not stored: after a restart the MDS
+//! lets no change to any directory's entries through for [`CALLBACK_TIMEOUT`] (its
+//! recovery window), by which time no client trusts a lease of the previous run.
+//! Leases are granted only on new directories (the holder saw them empty); one that
+//! was revoked is never granted again.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use proto::server::CALLBACK_TIMEOUT;
+use proto::Fid;
+
+/// A lease on one directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lease {
+    pub holder: u64,
+    /// The connection it was granted on: revocations go there, and it ends with it.
+    pub conn: u64,
+    pub id: u64,
+}
+
+/// Most leases one MDT holds; past this, new directories get none.
+pub const LEASES_MAX: usize = 1 << 20;
+
+/// The leases of one MDT.
+#[derive(Debug, Default)]
+pub struct DirLeases {
+    by_dir: HashMap<Fid, Lease>,
+    next_id: u64,
+    /// Connections (holder, connection id) that closed while leases were granted on
+    /// them, and when: those leases stay until [`CALLBACK_TIMEOUT`] has passed since.
+    /// The holder is part of the key because every in-process client has the same
+    /// connection id ([`proto::server::IN_PROCESS_CONN`]).
+    closed: HashMap<(u64, u64), Instant>,
+}
+
+impl DirLeases {
+    pub fn get(&self, dir: Fid) -> Option<Lease> {
+        self.by_dir.get(&dir).copied()
+    }
+
+    /// Grants a lease on the new directory `dir`; `None` when the table is full.
+    pub fn grant(&mut self, dir: Fid, holder: u64, conn: u64) -> Option<u64> {
+        if self.by_dir.len() >= LEASES_MAX {
+            return None;
+        }
+        self.next_id += 1;
+        let id = self.next_id;
+        self.by_dir.insert(dir, Lease { holder, conn, id });
+        Some(id)
+    }
+
+    /// Drops the lease on `dir` if it is still lease `id`.
+    pub fn remove(&mut self, dir: Fid, id: u64) {
+        if self.by_dir.get(&dir).is_some_and(|l| l.id == id) {
+            self.by_dir.remove(&dir);
+        }
+    }
+
+    /// The directory is gone (removed, or a batch that made it was taken back).
+    pub fn forget(&mut self, dir: Fid) {
+        self.by_dir.remove(&dir);
+    }
+
+    /// Connection `conn` of client `holder` closed at `at`.
+    pub fn connection_closed(&mut self, holder: u64, conn: u64, at: Instant) {
+        if self.by_dir.values().any(|l| (l.holder, l.conn) == (holder, conn)) {
+            self.closed.insert((holder, conn), at);
+        }
+    }
+
+    /// When connection `conn` of `holder` closed, if it did while holding leases.
+    pub fn closed_at(&self, holder: u64, conn: u64) -> Option<Instant> {
+        self.closed.get(&(holder, conn)).copied()
+    }
+
+    /// Drops every lease `holder` was granted on connection `conn` (it closed, or was
+    /// evicted, at least [`CALLBACK_TIMEOUT`] ago).
+    pub fn drop_connection(&mut self, holder: u64, conn: u64) {
+        self.by_dir.retain(|_, l| (l.holder, l.conn) != (holder, conn));
+        self.closed.remove(&(holder, conn));
+    }
+
+    /// Drops the leases of connections that closed [`CALLBACK_TIMEOUT`] or more before
+    /// `now`.
+    pub fn sweep(&mut self, now: Instant) {
+        let done: Vec<(u64, u64)> = self
+            .closed
+            .iter()
+            .filter(|(_, at)| now.duration_since(**at) >= CALLBACK_TIMEOUT)
+            .map(|(c, _)| *c)
+            .collect();
+        for (holder, conn) in done {
+            self.drop_connection(holder, conn);
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_dir.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_dir.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    const D: Fid = Fid::new(0, 0x400, 7);
+    const E: Fid = Fid::new(0, 0x400, 8);
+
+    #[test]
+    fn leases_end_by_id_by_directory_and_after_their_connection_closed() {
+        let mut t = DirLeases::default();
+        let a = t.grant(D, 1, 10).unwrap();
+        let b = t.grant(E, 1, 11).unwrap();
+        assert_ne!(a, b);
+        assert_eq!(t.get(D), Some(Lease { holder: 1, conn: 10, id: a }));
+
+        t.remove(D, a + 100);
+        assert!(t.get(D).is_some(), "a stale id removes nothing");
+        t.remove(D, a);
+        assert!(t.get(D).is_none());
+
+        // A closed connection's leases stay until the callback timeout has passed.
+        let t0 = Instant::now();
+        t.connection_closed(1, 12, t0);
+        assert_eq!(t.closed_at(1, 12), None, "a connection without leases is not tracked");
+        t.connection_closed(2, 11, t0);
+        assert_eq!(t.closed_at(2, 11), None, "another client's connection of the same id");
+        t.connection_closed(1, 11, t0);
+        assert_eq!(t.closed_at(1, 11), Some(t0));
+        t.sweep(t0 + CALLBACK_TIMEOUT - Duration::from_millis(1));
+        assert!(t.get(E).is_some());
+        t.sweep(t0 + CALLBACK_TIMEOUT);
+        assert!(t.get(E).is_none() && t.closed_at(1, 11).is_none());
+        assert!(t.is_empty());
+    }
+
+    #[test]
+    fn in_process_holders_share_a_connection_id_but_not_their_leases() {
+        let mut t = DirLeases::default();
+        let conn = proto::server::IN_PROCESS_CONN;
+        t.grant(D, 1, conn).unwrap();
+        t.grant(E, 2, conn).unwrap();
+        t.drop_connection(1, conn);
+        assert!(t.get(D).is_none());
+        assert_eq!(t.get(E).map(|l| l.holder), Some(2), "client 2's lease is its own");
+    }
+}
