@@ -75,8 +75,10 @@ pub fn local(data: &Path, l: &Local, mount: Option<(PathBuf, crate::mount::Mount
         let mdt_dirs: Vec<PathBuf> = (0..mdts).map(|i| data.join(format!("mdt{i}"))).collect();
         let ost_dirs: Vec<PathBuf> = (0..osts).map(|i| data.join(format!("ost{i}"))).collect();
         let cfg = mds::MdsConfig { default_layout: LayoutSpec::raid0(Some(1), Some(1 << 20)), ..Default::default() };
-        serve::start_mds("127.0.0.1:0", None, &mgs, &mdt_dirs, &common, cfg).await?;
+        // OSTs first: the MDS's first look at the configuration then finds every one
+        // of them, so the mount's first files are striped over all the OSTs asked for.
         serve::start_oss("127.0.0.1:0", None, &mgs, &ost_dirs, &common).await?;
+        serve::start_mds("127.0.0.1:0", None, &mgs, &mdt_dirs, &common, cfg).await?;
         let abs = std::fs::canonicalize(&secret_path).unwrap_or(secret_path.clone());
         println!(
             "braid local: file system '{fsname}' with {mdts} MDT(s) and {osts} OST(s), data in {}",
