@@ -1,8 +1,8 @@
 #!/bin/bash
-# The issue-3 comparison: braid's mount (in-process and over TCP), the local disk,
-# MooseFS and GlusterFS measured in one run with the peers' own bench.sh
-# (../shared/peers), systems alternated round by round, memory settled the same 15 s
-# before every phase, medians over the rounds.
+# The issue-3 comparison: braid's mount (in-process, and a separate `braid mount`
+# process over TCP), the local disk, MooseFS and GlusterFS measured in one run with
+# the peers' own bench.sh (../shared/peers), systems alternated round by round, memory
+# settled the same 15 s before every phase, medians over the rounds.
 #
 #   scripts/bench-peers.sh [ROUNDS]        (root; peers installed with install.sh)
 #
@@ -20,28 +20,37 @@ OUT=$WORK/results/final
 export MEM_SETTLE=${MEM_SETTLE:-15} REPS=1
 mkdir -p "$OUT" "$WORK/local"
 
-# braid local twice: its own mount reaching the servers in-process (the default, as
-# Lustre's 0@lo) and, with --tcp, over loopback TCP as a client on another node would.
-braid_up() {  # braid_up NAME PORT [ARGS...]
-    local d=$WORK/$1 port=$2; shift 2
+# braid twice: `braid local --mount`, whose own mount reaches the servers in-process (as
+# Lustre's 0@lo), and `braid local` serving alone with a separate `braid mount` process
+# reaching it over loopback TCP, as a client on another node does.
+braid_up() {  # braid_up NAME PORT in-process|tcp
+    local d=$WORK/$1 port=$2 mode=$3
     rm -rf "$d/data"; mkdir -p "$d/data" "$d/mnt"
-    "$BRAID" local --data "$d/data" --osts 4 --listen 127.0.0.1:$port --mount "$d/mnt" "$@" \
-        > "$d/local.log" 2>&1 &
-    echo $! > "$d/pid"
+    if [ "$mode" = in-process ]; then
+        "$BRAID" local --data "$d/data" --osts 4 --listen 127.0.0.1:$port --mount "$d/mnt" \
+            > "$d/local.log" 2>&1 &
+        echo $! > "$d/pid"
+    else
+        "$BRAID" local --data "$d/data" --osts 4 --listen 127.0.0.1:$port > "$d/local.log" 2>&1 &
+        echo $! > "$d/pid"
+        for _ in $(seq 1 100); do grep -q "^MGS at" "$d/local.log" && break; sleep 0.2; done
+        "$BRAID" mount "braid://127.0.0.1:$port/" "$d/mnt" --secret-file "$d/data/cluster.secret" \
+            --log "$d/mount.log" || { echo "braid mount ($1) failed" >&2; return 1; }
+    fi
     for _ in $(seq 1 100); do mountpoint -q "$d/mnt" && return 0; sleep 0.2; done
     echo "braid ($1) did not mount" >&2; return 1
 }
 braid_down() {  # braid_down NAME
     local d=$WORK/$1
-    mountpoint -q "$d/mnt" && umount "$d/mnt"
+    mountpoint -q "$d/mnt" && "$BRAID" umount "$d/mnt"
     [ -f "$d/pid" ] && kill "$(cat "$d/pid")" 2>/dev/null
     sleep 2
 }
 cleanup() { braid_down braid; braid_down braid-tcp; bash "$PEERS/moosefs.sh" stop; bash "$PEERS/gluster.sh" stop; }
 trap cleanup EXIT
 
-braid_up braid 19500 || exit 1
-braid_up braid-tcp 19600 --tcp || exit 1
+braid_up braid 19500 in-process || exit 1
+braid_up braid-tcp 19600 tcp || exit 1
 bash "$PEERS/moosefs.sh" start || exit 1
 bash "$PEERS/gluster.sh" start || exit 1
 
