@@ -130,6 +130,30 @@ fn every_entry_change_by_another_client_revokes_the_lease_and_the_holder_sees_it
 }
 
 #[test]
+fn a_long_lived_holder_gives_back_the_leases_it_pushes_out_and_keeps_getting_new_ones() {
+    let c = cluster();
+    let rt = runtime();
+    let creds = client::process_creds();
+    let holder = connect(&rt, &c, true);
+    let top = rt.block_on(holder.mkdir(&creds, Fid::ROOT, "many", 0o755)).unwrap();
+    // More directories than the MDS grants one connection (8,192) while the client
+    // keeps 4,096: only the leases it gives back make room for new ones.
+    let mkdirs = async {
+        let mut last = None;
+        for i in 0..9_000 {
+            last = Some(holder.mkdir(&creds, top.fid, &format!("d{i}"), 0o755).await?);
+        }
+        client::Result::Ok(last)
+    };
+    let dirs = rt.block_on(async { tokio::time::timeout(Duration::from_secs(300), mkdirs).await });
+    let newest = dirs.expect("9,000 mkdirs within 5 minutes").expect("mkdirs").expect("a directory");
+    assert!(holder.holds_dir_lease(newest.fid), "the newest directory is leased");
+    assert_eq!(holder.dir_leases_held(), 4096);
+    let absent = rt.block_on(holder.lookup(&creds, newest.fid, "x")).unwrap_err();
+    assert_eq!(absent.errno(), Errno::NoEnt);
+}
+
+#[test]
 fn a_client_without_leases_asks_for_none() {
     let c = cluster();
     let rt = runtime();

@@ -79,7 +79,9 @@ pub struct ClientConfig {
     pub max_dirty_bytes: u64,
     /// Ask for a lease on each directory this client makes, and answer lookups of
     /// names absent from it without the MDS (see the `lease` module). Worth it for a
-    /// client that lives on (a mount), not for a one-shot command.
+    /// client that lives on (a mount), not for a one-shot command. Such an answer
+    /// skips the MDS's check of search permission on the directory: the mount has the
+    /// kernel check it (`default_permissions`).
     pub dir_leases: bool,
 }
 
@@ -233,6 +235,7 @@ impl Client {
         let identity = Identity::new("client", cfg.secret.clone());
         let mgs = RpcClient::new(cfg.mgs.clone(), identity.clone(), cfg.rpc.clone());
         let config = fetch_config(&mgs).await?;
+        let leases = Arc::new(lease::DirLeases::new(cfg.rpc.request_timeout));
         Ok(Client {
             inner: Arc::new(Inner {
                 cfg,
@@ -245,7 +248,7 @@ impl Client {
                 open_files: Mutex::new(HashMap::new()),
                 closes: Mutex::new(Vec::new()),
                 recent_dirs: Mutex::new(HashMap::new()),
-                leases: Arc::default(),
+                leases,
                 leases_reachable: AtomicBool::new(true),
             }),
         })
@@ -366,19 +369,46 @@ impl Client {
     }
 
     /// Keeps this client's directory leases true to an operation that changed (or
-    /// tried to change) entries of `dirs`: on success `then` records the change; on
-    /// any failure the leases of `dirs` are dropped (the outcome is unknown, or the
-    /// MDS's answer contradicts what the lease said).
-    fn track_entries<T>(&self, r: &Result<T>, dirs: &[Fid], then: impl FnOnce(&lease::DirLeases)) {
-        match r {
-            Ok(_) => then(&self.inner.leases),
-            Err(_) => dirs.iter().for_each(|d| self.inner.leases.forget(*d)),
+    /// tried to change) entries of `dirs`, whose names went into the leases before it
+    /// was sent: on any failure the leases of `dirs` are dropped (the outcome is
+    /// unknown, or the MDS's answer contradicts what the lease said).
+    fn track_entries<T>(&self, r: &Result<T>, dirs: &[Fid]) {
+        if r.is_err() {
+            dirs.iter().for_each(|d| self.inner.leases.forget(*d));
+        }
+    }
+
+    /// Gives the MDS back the leases this client stopped relying on, once a batch of
+    /// them is ready, in the background (a lost cancel only leaves the MDS a lease
+    /// until it revokes it or the connection ends).
+    fn give_back_leases(&self) {
+        let cancels = self.inner.leases.take_cancels(false);
+        if cancels.is_empty() {
+            return;
+        }
+        let mut by_mdt: HashMap<u32, Vec<(Fid, u64)>> = HashMap::new();
+        for c in cancels {
+            by_mdt.entry(c.0.mdt()).or_default().push(c);
+        }
+        for leases in by_mdt.into_values() {
+            let this = self.clone();
+            tokio::spawn(async move {
+                let n = leases.len();
+                if let Err(e) = this.md(leases[0].0, Request::MdsLeaseCancel { leases }).await {
+                    tracing::debug!("{n} lease cancel(s) not delivered: {e}");
+                }
+            });
         }
     }
 
     /// Directory leases this client holds now.
     pub fn dir_leases_held(&self) -> usize {
         self.inner.leases.len()
+    }
+
+    /// Whether this client holds a lease on directory `dir` now.
+    pub fn holds_dir_lease(&self, dir: Fid) -> bool {
+        self.inner.leases.holds(dir)
     }
 
     // ---- namespace ----
@@ -432,13 +462,13 @@ impl Client {
                 flags,
                 layout,
             };
+            let unknown = self.inner.leases.add(parent, name);
             let r = self.md(parent, req).await;
-            self.track_entries(&r, &[parent], |l| match &r {
-                Ok(Response::Created { existed: false, .. }) => l.added(parent, name),
-                // An existing name this client did not know of: the lease was wrong.
-                Ok(Response::Created { existed: true, .. }) if l.absent(parent, name) => l.forget(parent),
-                _ => {}
-            });
+            self.track_entries(&r, &[parent]);
+            if unknown && matches!(r, Ok(Response::Created { existed: true, .. })) {
+                // An existing name the lease did not know of: the lease was wrong.
+                self.inner.leases.forget(parent);
+            }
             match r? {
                 Response::Created { attr, existed, dir } => {
                     match dir {
@@ -480,10 +510,14 @@ impl Client {
     pub async fn mkdir(&self, creds: &Creds, parent: Fid, name: &str, mode: u32) -> Result<Attr> {
         self.observe("mkdir", Some(parent), 0, 0, async {
             self.forget_dir(parent);
+            // The server first: making its connection is what tells whether its
+            // callbacks can reach this client.
+            let mdt = self.mdt(parent).await?;
             let lease = self.inner.cfg.dir_leases && self.inner.leases_reachable.load(Ordering::Acquire);
             let req = Request::MdsMkdir { creds: creds.clone(), parent, name: name.to_string(), mode, lease };
-            let r = self.md_reply(parent, req).await;
-            self.track_entries(&r, &[parent], |l| l.added(parent, name));
+            self.inner.leases.add(parent, name);
+            let r = mdt.call(&req, vec![]).await.map_err(ClientError::from);
+            self.track_entries(&r, &[parent]);
             let reply = r?;
             match reply.response {
                 Response::DirMade { attr, parent: dir, lease } => {
@@ -492,6 +526,7 @@ impl Client {
                     // lease the MDS dropped with the connection the first try was on.
                     if let (Some(id), false) = (lease, reply.resent) {
                         self.inner.leases.install(attr.fid, id, reply.session);
+                        self.give_back_leases();
                     }
                     Ok(attr)
                 }
@@ -510,8 +545,9 @@ impl Client {
                 name: name.to_string(),
                 target: target.to_string(),
             };
+            self.inner.leases.add(parent, name);
             let r = self.md(parent, req).await;
-            self.track_entries(&r, &[parent], |l| l.added(parent, name));
+            self.track_entries(&r, &[parent]);
             match r? {
                 Response::Attr(a) => Ok(a),
                 r => Err(unexpected("symlink", &r)),
@@ -533,9 +569,10 @@ impl Client {
     pub async fn link(&self, creds: &Creds, fid: Fid, parent: Fid, name: &str) -> Result<Attr> {
         self.observe("link", Some(fid), 0, 0, async {
             self.forget_dir(parent);
+            self.inner.leases.add(parent, name);
             let r =
                 self.md(parent, Request::MdsLink { creds: creds.clone(), fid, parent, name: name.to_string() }).await;
-            self.track_entries(&r, &[parent], |l| l.added(parent, name));
+            self.track_entries(&r, &[parent]);
             match r? {
                 Response::Attr(a) => Ok(a),
                 r => Err(unexpected("link", &r)),
@@ -548,7 +585,7 @@ impl Client {
         self.observe("unlink", Some(parent), 0, 0, async {
             self.settle_closes().await;
             let r = self.md(parent, Request::MdsUnlink { creds: creds.clone(), parent, name: name.to_string() }).await;
-            self.track_entries(&r, &[parent], |l| l.removed(parent, name));
+            self.track_entries(&r, &[parent]);
             match r? {
                 Response::DirChanged { dir } => {
                     self.note_dir(dir);
@@ -563,7 +600,7 @@ impl Client {
     pub async fn rmdir(&self, creds: &Creds, parent: Fid, name: &str) -> Result<()> {
         self.observe("rmdir", Some(parent), 0, 0, async {
             let r = self.md(parent, Request::MdsRmdir { creds: creds.clone(), parent, name: name.to_string() }).await;
-            self.track_entries(&r, &[parent], |l| l.removed(parent, name));
+            self.track_entries(&r, &[parent]);
             match r? {
                 Response::DirChanged { dir } => {
                     self.note_dir(dir);
@@ -599,11 +636,9 @@ impl Client {
                 new_name: new_name.to_string(),
                 flags,
             };
+            self.inner.leases.add(new_parent, new_name);
             let r = self.md(parent, req).await;
-            // The old name stays among the known ones: renaming one link of an inode
-            // onto another leaves both names, and the MDS's answer does not say which
-            // happened (a lookup of a known name just asks the MDS).
-            self.track_entries(&r, &[parent, new_parent], |l| l.added(new_parent, new_name));
+            self.track_entries(&r, &[parent, new_parent]);
             match r? {
                 Response::Ok => Ok(()),
                 r => Err(unexpected("rename", &r)),

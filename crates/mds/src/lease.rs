@@ -17,9 +17,12 @@
 //! lets no change to any directory's entries through for [`CALLBACK_TIMEOUT`] (its
 //! recovery window), by which time no client trusts a lease of the previous run.
 //! Leases are granted only on new directories (the holder saw them empty); one that
-//! was revoked is never granted again.
+//! was revoked is never granted again. A holder gives up leases it no longer wants
+//! (`MdsLeaseCancel`), and holds at most [`HOLDER_MAX`] per connection. A directory
+//! that is removed loses its lease without a revocation: its entries cannot change
+//! any more, and a lookup in it is ENOENT whoever answers.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
 use proto::server::CALLBACK_TIMEOUT;
@@ -37,16 +40,27 @@ pub struct Lease {
 /// Most leases one MDT holds; past this, new directories get none.
 pub const LEASES_MAX: usize = 1 << 20;
 
+/// Most leases one client holds on one connection; past this, its new directories
+/// get none until it cancels some. Twice what a client keeps (its table pushes old
+/// leases out and cancels them), so cancels on their way do not stop new grants.
+pub const HOLDER_MAX: usize = 8192;
+
+/// A client's connection: (holder, connection id). The holder is part of the key
+/// because every in-process client has the same connection id
+/// ([`proto::server::IN_PROCESS_CONN`]).
+type Holder = (u64, u64);
+
 /// The leases of one MDT.
 #[derive(Debug, Default)]
 pub struct DirLeases {
     by_dir: HashMap<Fid, Lease>,
+    /// The directories leased to each holder: what a closed connection or an
+    /// eviction drops, found without scanning every lease.
+    by_holder: HashMap<Holder, HashSet<Fid>>,
     next_id: u64,
-    /// Connections (holder, connection id) that closed while leases were granted on
-    /// them, and when: those leases stay until [`CALLBACK_TIMEOUT`] has passed since.
-    /// The holder is part of the key because every in-process client has the same
-    /// connection id ([`proto::server::IN_PROCESS_CONN`]).
-    closed: HashMap<(u64, u64), Instant>,
+    /// Holders whose connection closed while leases were granted on it, and when:
+    /// those leases stay until [`CALLBACK_TIMEOUT`] has passed since.
+    closed: HashMap<Holder, Instant>,
 }
 
 impl DirLeases {
@@ -54,32 +68,53 @@ impl DirLeases {
         self.by_dir.get(&dir).copied()
     }
 
-    /// Grants a lease on the new directory `dir`; `None` when the table is full.
+    /// Grants a lease on the new directory `dir`; `None` when the MDT's table or the
+    /// holder's share of it is full.
     pub fn grant(&mut self, dir: Fid, holder: u64, conn: u64) -> Option<u64> {
-        if self.by_dir.len() >= LEASES_MAX {
+        let held = self.by_holder.get(&(holder, conn)).map_or(0, HashSet::len);
+        if self.by_dir.len() >= LEASES_MAX || held >= HOLDER_MAX {
             return None;
         }
+        self.forget(dir);
         self.next_id += 1;
         let id = self.next_id;
         self.by_dir.insert(dir, Lease { holder, conn, id });
+        self.by_holder.entry((holder, conn)).or_default().insert(dir);
         Some(id)
     }
 
     /// Drops the lease on `dir` if it is still lease `id`.
     pub fn remove(&mut self, dir: Fid, id: u64) {
         if self.by_dir.get(&dir).is_some_and(|l| l.id == id) {
-            self.by_dir.remove(&dir);
+            self.forget(dir);
+        }
+    }
+
+    /// Drops lease `id` on `dir` if `holder` holds it on `conn`: the holder gave it up
+    /// itself. A lease of another holder stays, whatever the request says.
+    pub fn cancel(&mut self, dir: Fid, id: u64, holder: u64, conn: u64) {
+        if self.by_dir.get(&dir) == Some(&Lease { holder, conn, id }) {
+            self.forget(dir);
         }
     }
 
     /// The directory is gone (removed, or a batch that made it was taken back).
     pub fn forget(&mut self, dir: Fid) {
-        self.by_dir.remove(&dir);
+        if let Some(l) = self.by_dir.remove(&dir) {
+            let key = (l.holder, l.conn);
+            if let Some(dirs) = self.by_holder.get_mut(&key) {
+                dirs.remove(&dir);
+                if dirs.is_empty() {
+                    self.by_holder.remove(&key);
+                    self.closed.remove(&key);
+                }
+            }
+        }
     }
 
     /// Connection `conn` of client `holder` closed at `at`.
     pub fn connection_closed(&mut self, holder: u64, conn: u64, at: Instant) {
-        if self.by_dir.values().any(|l| (l.holder, l.conn) == (holder, conn)) {
+        if self.by_holder.contains_key(&(holder, conn)) {
             self.closed.insert((holder, conn), at);
         }
     }
@@ -90,16 +125,19 @@ impl DirLeases {
     }
 
     /// Drops every lease `holder` was granted on connection `conn` (it closed, or was
-    /// evicted, at least [`CALLBACK_TIMEOUT`] ago).
+    /// evicted, at least [`CALLBACK_TIMEOUT`] ago; or it is an in-process client that
+    /// is gone).
     pub fn drop_connection(&mut self, holder: u64, conn: u64) {
-        self.by_dir.retain(|_, l| (l.holder, l.conn) != (holder, conn));
+        for dir in self.by_holder.remove(&(holder, conn)).unwrap_or_default() {
+            self.by_dir.remove(&dir);
+        }
         self.closed.remove(&(holder, conn));
     }
 
     /// Drops the leases of connections that closed [`CALLBACK_TIMEOUT`] or more before
     /// `now`.
     pub fn sweep(&mut self, now: Instant) {
-        let done: Vec<(u64, u64)> = self
+        let done: Vec<Holder> = self
             .closed
             .iter()
             .filter(|(_, at)| now.duration_since(**at) >= CALLBACK_TIMEOUT)
@@ -164,5 +202,26 @@ mod tests {
         t.drop_connection(1, conn);
         assert!(t.get(D).is_none());
         assert_eq!(t.get(E).map(|l| l.holder), Some(2), "client 2's lease is its own");
+    }
+
+    #[test]
+    fn only_the_holder_cancels_and_a_holder_has_a_bounded_share() {
+        let mut t = DirLeases::default();
+        let id = t.grant(D, 1, 10).unwrap();
+        t.cancel(D, id, 2, 10);
+        t.cancel(D, id, 1, 11);
+        t.cancel(D, id + 1, 1, 10);
+        assert!(t.get(D).is_some(), "nobody but the holder, on its connection, cancels its lease");
+        t.cancel(D, id, 1, 10);
+        assert!(t.is_empty());
+
+        for i in 0..HOLDER_MAX as u32 {
+            assert!(t.grant(Fid::new(0, 0x400, 1000 + i), 1, 10).is_some());
+        }
+        assert_eq!(t.grant(D, 1, 10), None, "the holder's share is full");
+        assert!(t.grant(D, 2, 20).is_some(), "another holder still gets leases");
+        t.drop_connection(1, 10);
+        assert_eq!(t.len(), 1);
+        assert!(t.grant(E, 1, 10).is_some(), "dropped leases free the share");
     }
 }

@@ -26,7 +26,7 @@ use layout::{LayoutSpec, OstState};
 use proto::msg::Callback;
 use proto::msg::{ClusterConfig, Request, Response};
 use proto::rpc::{Identity, RpcClient, RpcOptions};
-use proto::server::{Answer, CallbackError, Callbacks, RequestCtx, Service, CALLBACK_TIMEOUT};
+use proto::server::{Answer, CallbackError, Callbacks, RequestCtx, Service, CALLBACK_TIMEOUT, IN_PROCESS_CONN};
 use proto::{Errno, Fid};
 use store::wal::Wal;
 use store::{decode, encode, Store, StoreError};
@@ -112,6 +112,24 @@ struct Job {
     reply: oneshot::Sender<Outcome>,
 }
 
+/// A request's part in the revocation of one directory's lease; the last one out,
+/// finished or cancelled, removes the directory from [`Mdt::revoking`].
+struct RevokeTurn<'a> {
+    revoking: &'a Mutex<HashMap<Fid, Arc<tokio::sync::Mutex<()>>>>,
+    dir: Fid,
+    slot: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl Drop for RevokeTurn<'_> {
+    fn drop(&mut self) {
+        let mut m = self.revoking.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // The map's reference and ours: nobody else waits on this directory.
+        if m.get(&self.dir).is_some_and(|s| Arc::ptr_eq(s, &self.slot)) && Arc::strong_count(&self.slot) == 2 {
+            m.remove(&self.dir);
+        }
+    }
+}
+
 /// What a batch answers a job.
 enum Outcome {
     Done(Response),
@@ -142,8 +160,11 @@ pub struct Mdt {
     lock_released: tokio::sync::Notify,
     /// Directory leases (see [`lease`]); the committer consults them in every batch.
     leases: Arc<Mutex<DirLeases>>,
-    /// One revocation at a time.
-    revoking: tokio::sync::Mutex<()>,
+    /// Revocations under way, by directory: requests that find the same lease wait for
+    /// its one revocation rather than each sending their own, and a holder that does
+    /// not answer holds up only changes in its own directories. Bounded by the
+    /// requests in flight.
+    revoking: Mutex<HashMap<Fid, Arc<tokio::sync::Mutex<()>>>>,
     /// After a restart, changes to directory entries wait until then: a client may
     /// still rely on a lease of the previous run until [`CALLBACK_TIMEOUT`] has passed.
     recovery_until: Option<tokio::time::Instant>,
@@ -215,7 +236,7 @@ impl Mdt {
             locks: Mutex::new(locks::LockTable::default()),
             lock_released: tokio::sync::Notify::new(),
             leases,
-            revoking: tokio::sync::Mutex::new(()),
+            revoking: Mutex::default(),
             recovery_until: (!fresh).then(|| tokio::time::Instant::now() + CALLBACK_TIMEOUT),
         }))
     }
@@ -273,26 +294,44 @@ impl Mdt {
         }
     }
 
-    /// Revokes the lease on `dir`, if there is one. The holder acks the callback; or
-    /// its connection is gone, or it does not answer and is evicted: then the lease
-    /// ends [`CALLBACK_TIMEOUT`] after (the holder may rely on it until then).
+    /// The directory leases. A batch that panicked while holding them was undone by
+    /// its writer (grants included), so a poisoned table is still right.
+    fn leases(&self) -> std::sync::MutexGuard<'_, DirLeases> {
+        self.leases.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Revokes the lease on `dir`, if there is one, once for all the requests that
+    /// ask at the same time.
     async fn revoke(&self, dir: Fid, callbacks: &Callbacks) {
-        let _one = self.revoking.lock().await;
-        let Some(lease) = self.leases.lock().expect("leases").get(dir) else { return };
+        let slot =
+            self.revoking.lock().unwrap_or_else(std::sync::PoisonError::into_inner).entry(dir).or_default().clone();
+        let turn = RevokeTurn { revoking: &self.revoking, dir, slot };
+        let _one = turn.slot.lock().await;
+        self.revoke_now(dir, callbacks).await;
+    }
+
+    /// The holder acks the callback; or its connection is gone, or it does not answer
+    /// and is evicted: then the lease ends [`CALLBACK_TIMEOUT`] after (the holder may
+    /// rely on it until then). An in-process holder that is gone relies on nothing.
+    async fn revoke_now(&self, dir: Fid, callbacks: &Callbacks) {
+        let Some(lease) = self.leases().get(dir) else { return };
         let cb = Callback::RevokeLease { dir, lease: lease.id };
         match callbacks.call(lease.holder, lease.conn, &cb).await {
-            Ok(()) => self.leases.lock().expect("leases").remove(dir, lease.id),
+            Ok(()) => self.leases().remove(dir, lease.id),
+            Err(CallbackError::NoConnection(_)) if lease.conn == IN_PROCESS_CONN => {
+                self.leases().drop_connection(lease.holder, lease.conn)
+            }
             Err(CallbackError::NoConnection(_)) => {
-                let closed = self.leases.lock().expect("leases").closed_at(lease.holder, lease.conn);
+                let closed = self.leases().closed_at(lease.holder, lease.conn);
                 let until = closed.unwrap_or_else(std::time::Instant::now) + CALLBACK_TIMEOUT;
                 tokio::time::sleep_until(until.into()).await;
-                self.leases.lock().expect("leases").drop_connection(lease.holder, lease.conn);
+                self.leases().drop_connection(lease.holder, lease.conn);
             }
             Err(e) => {
                 tracing::warn!(mdt = self.index, client = lease.holder, "evicting a directory lease holder: {e}");
-                callbacks.evict(lease.holder, lease.conn).await;
+                callbacks.evict(lease.holder, lease.conn);
                 tokio::time::sleep(CALLBACK_TIMEOUT).await;
-                self.leases.lock().expect("leases").drop_connection(lease.holder, lease.conn);
+                self.leases().drop_connection(lease.holder, lease.conn);
             }
         }
     }
@@ -739,7 +778,7 @@ async fn checkpoint_ticks(mdt: Arc<Mdt>, every: Duration) {
     loop {
         tokio::time::sleep(every).await;
         mdt.submit_own(JobKind::Checkpoint).await;
-        mdt.leases.lock().expect("leases").sweep(std::time::Instant::now());
+        mdt.leases().sweep(std::time::Instant::now());
     }
 }
 
@@ -763,7 +802,7 @@ impl Service for Mds {
     fn connection_closed(&self, client_id: u64, conn_id: u64) {
         let now = std::time::Instant::now();
         for m in self.mdts.values() {
-            m.leases.lock().expect("leases").connection_closed(client_id, conn_id, now);
+            m.leases().connection_closed(client_id, conn_id, now);
         }
     }
 
@@ -861,6 +900,21 @@ impl Mds {
                 }
                 for fid in fids {
                     mdt.closed(*fid, ctx.client_id);
+                }
+                return Response::Ok;
+            }
+            Request::MdsLeaseCancel { leases } => {
+                let Some((first, _)) = leases.first() else { return Response::Ok };
+                let mdt = match self.mdt(*first) {
+                    Ok(m) => m,
+                    Err(r) => return *r,
+                };
+                if leases.iter().any(|(d, _)| d.mdt() != mdt.index) {
+                    return Response::error(Errno::Inval, "a lease cancel names directories of several MDTs");
+                }
+                let mut table = mdt.leases();
+                for (dir, id) in leases {
+                    table.cancel(*dir, *id, ctx.client_id, ctx.conn_id);
                 }
                 return Response::Ok;
             }

@@ -346,6 +346,12 @@ pub enum Request {
     MdsCloseMany {
         fids: Vec<Fid>,
     },
+    /// Directory leases (directory, lease id) this client stopped relying on without
+    /// being asked (its table was full): the MDS may drop them. All directories are on
+    /// one MDT.
+    MdsLeaseCancel {
+        leases: Vec<(Fid, u64)>,
+    },
     /// fsync/fsyncdir: make every operation the MDT holding `fid` has acknowledged
     /// durable (it forces its redo log to disk; see `store::wal`).
     MdsSync {
@@ -430,6 +436,7 @@ impl Request {
             Request::MdsGetLock { .. } => "getlk",
             Request::MdsSync { .. } => "md_sync",
             Request::MdsCloseMany { .. } => "close_many",
+            Request::MdsLeaseCancel { .. } => "lease_cancel",
             Request::OstWrite { .. } => "ost_write",
             Request::OstRead { .. } => "ost_read",
             Request::OstPunch { .. } => "ost_punch",

@@ -16,7 +16,7 @@
 //! [`crate::server::CALLBACK_TIMEOUT`]).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -116,7 +116,16 @@ pub enum Session {
     /// A server of this process: its callbacks are direct calls, so nothing is ever
     /// missed.
     InProcess,
-    Tcp(Arc<Shared>),
+    Tcp(Arc<SessionState>),
+}
+
+/// What a [`Session`] knows of its connection. Kept apart from the socket, so state
+/// that names a dead connection does not keep the socket open.
+pub struct SessionState {
+    addr: String,
+    alive: AtomicBool,
+    /// Until when (see [`now_ms`]) revocable state granted on this connection holds.
+    fresh_until_ms: AtomicU64,
 }
 
 impl std::fmt::Debug for Session {
@@ -153,36 +162,55 @@ impl Session {
 /// room for clock drift and for the server's side of an ack.
 const TRUST_MARGIN: Duration = Duration::from_millis(300);
 
-/// Milliseconds on this process's monotonic clock.
+/// Milliseconds since boot, time suspended included (`CLOCK_BOOTTIME`): a machine
+/// that slept must wake with its trust expired, since the server's clock ran on. On
+/// the impossible failure of the clock, a time after every trust.
 fn now_ms() -> u64 {
-    static BASE: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-    BASE.get_or_init(Instant::now).elapsed().as_millis() as u64
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes only into the timespec we own.
+    if unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) } != 0 {
+        return u64::MAX;
+    }
+    (ts.tv_sec as u64).saturating_mul(1000).saturating_add(ts.tv_nsec as u64 / 1_000_000)
 }
 
 type Waiter = oneshot::Sender<Result<Frame, RpcError>>;
 
+/// Most callback acks waiting to be written on one connection; a server that sends
+/// more callbacks than that without reading the acks loses the connection.
+const ACKS_PENDING_MAX: usize = 256;
+
 /// What the callers and the reader of one connection share.
-pub struct Shared {
-    addr: String,
-    alive: AtomicBool,
+struct Shared {
+    session: Arc<SessionState>,
     pending: Mutex<HashMap<u64, Waiter>>,
     /// The sending half: a caller writes its own frame (no hop through a writer task);
     /// the reader writes callback acks.
     writer: tokio::sync::Mutex<Sender>,
+    /// The socket's descriptor, duplicated: shutting it down ends the connection at
+    /// once, whoever holds the halves and whatever they wait for.
+    socket: std::net::TcpStream,
     handler: Option<Arc<dyn CallbackHandler>>,
-    /// Until when (see [`now_ms`]) revocable state granted on this connection holds.
-    fresh_until_ms: AtomicU64,
+    acks_pending: AtomicUsize,
 }
 
 impl Shared {
+    fn alive(&self) -> bool {
+        self.session.alive.load(Ordering::Acquire)
+    }
+
+    /// Ends the connection: every waiting caller gets `reason`, the reader wakes to
+    /// the end of the stream, and the server sees the connection close.
     fn fail_all(&self, reason: &str) {
-        self.alive.store(false, Ordering::Release);
+        self.session.alive.store(false, Ordering::Release);
+        let _ = self.socket.shutdown(std::net::Shutdown::Both);
         let waiters: Vec<Waiter> = {
             let mut p = self.pending.lock().expect("pending lock");
             p.drain().map(|(_, w)| w).collect()
         };
         for w in waiters {
-            let _ = w.send(Err(RpcError::ConnectionLost { addr: self.addr.clone(), reason: reason.to_string() }));
+            let _ =
+                w.send(Err(RpcError::ConnectionLost { addr: self.session.addr.clone(), reason: reason.to_string() }));
         }
     }
 }
@@ -342,7 +370,7 @@ impl RpcClient {
             .map_err(|_| RpcError::ConnectionLost { addr: self.addr.clone(), reason: "connection closed".into() })?;
         let (tx, rx) = oneshot::channel();
         conn.shared.pending.lock().expect("pending lock").insert(xid, tx);
-        if !conn.shared.alive.load(Ordering::Acquire) {
+        if !conn.shared.alive() {
             conn.shared.pending.lock().expect("pending lock").remove(&xid);
             return Err(RpcError::ConnectionLost { addr: self.addr.clone(), reason: "connection closed".into() });
         }
@@ -385,14 +413,15 @@ impl RpcClient {
             .map_err(|e| RpcError::Protocol { addr: self.addr.clone(), reason: format!("malformed response: {e}") })?;
         // The reader handed over every callback sent before this answer already.
         let trust = (CALLBACK_TIMEOUT - TRUST_MARGIN).as_millis() as u64;
-        conn.shared.fresh_until_ms.fetch_max(sent_at_ms + trust, Ordering::AcqRel);
-        Ok(Reply { response, payload: frame.payload, session: Session::Tcp(conn.shared.clone()), resent: false })
+        let session = &conn.shared.session;
+        session.fresh_until_ms.fetch_max(sent_at_ms.saturating_add(trust), Ordering::AcqRel);
+        Ok(Reply { response, payload: frame.payload, session: Session::Tcp(session.clone()), resent: false })
     }
 
     async fn connection(&self) -> Result<Arc<Conn>, RpcError> {
         let mut guard = self.conn.lock().await;
         if let Some(c) = guard.as_ref() {
-            if c.shared.alive.load(Ordering::Acquire) {
+            if c.shared.alive() {
                 return Ok(c.clone());
             }
         }
@@ -418,14 +447,19 @@ impl RpcClient {
             Ok(Err(e)) => return Err(connect_err(format!("handshake: {}", e.reason))),
             Ok(Ok(())) => {}
         }
+        let socket = crate::server::dup_socket(&stream).map_err(|e| connect_err(e.to_string()))?;
         let (rd, wr) = stream.into_split();
         let shared = Arc::new(Shared {
-            addr: self.addr.clone(),
-            alive: AtomicBool::new(true),
+            session: Arc::new(SessionState {
+                addr: self.addr.clone(),
+                alive: AtomicBool::new(true),
+                fresh_until_ms: AtomicU64::new(0),
+            }),
             pending: Mutex::new(HashMap::new()),
             writer: tokio::sync::Mutex::new(Sender { w: BufWriter::with_capacity(64 * 1024, wr), in_frame: false }),
+            socket,
             handler: self.handler.lock().expect("callback handler").clone(),
-            fresh_until_ms: AtomicU64::new(0),
+            acks_pending: AtomicUsize::new(0),
         });
         tokio::spawn(reader(rd, shared.clone(), self.opts.limits));
         Ok(Conn { shared, slots: Semaphore::new(self.opts.max_in_flight) })
@@ -436,6 +470,9 @@ impl RpcClient {
 /// the reader goes on reading while the ack waits for the socket).
 fn handle_callback(shared: &Arc<Shared>, frame: Frame) -> Result<(), String> {
     let cb: Callback = postcard::from_bytes(&frame.msg).map_err(|e| format!("malformed callback: {e}"))?;
+    if shared.acks_pending.fetch_add(1, Ordering::AcqRel) >= ACKS_PENDING_MAX {
+        return Err(format!("more than {ACKS_PENDING_MAX} callbacks waiting for their acks"));
+    }
     if let Some(h) = &shared.handler {
         h.callback(&cb);
     }
@@ -455,6 +492,7 @@ fn handle_callback(shared: &Arc<Shared>, frame: Frame) -> Result<(), String> {
                 r
             }
         };
+        shared.acks_pending.fetch_sub(1, Ordering::AcqRel);
         if let Err(e) = sent {
             shared.fail_all(&format!("callback ack failed: {e}"));
         }
@@ -483,7 +521,7 @@ async fn reader(rd: tokio::net::tcp::OwnedReadHalf, shared: Arc<Shared>, limits:
                         let _ = w.send(Ok(f));
                     }
                     None => {
-                        tracing::debug!(addr = %shared.addr, id = f.request_id, "response for no waiter")
+                        tracing::debug!(addr = %shared.session.addr, id = f.request_id, "response for no waiter")
                     }
                 }
             }
@@ -496,7 +534,7 @@ async fn reader(rd: tokio::net::tcp::OwnedReadHalf, shared: Arc<Shared>, limits:
                 return;
             }
         }
-        if !shared.alive.load(Ordering::Acquire) {
+        if !shared.alive() {
             shared.fail_all("connection dropped");
             return;
         }

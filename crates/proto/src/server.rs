@@ -92,6 +92,9 @@ pub enum CallbackError {
 struct ClientConn {
     id: u64,
     out: Out,
+    /// The socket's descriptor, duplicated: an eviction shuts it down at once, even
+    /// while an answer to a client that stopped reading holds `out`.
+    socket: std::net::TcpStream,
     /// Callbacks sent and not acked yet, by callback id (bounded by the callers
     /// waiting, each for at most [`CALLBACK_TIMEOUT`]).
     acks: Mutex<HashMap<u64, oneshot::Sender<()>>>,
@@ -158,14 +161,14 @@ impl Callbacks {
 
     /// Closes connection `conn_id` of `client_id` (it did not answer a callback): the
     /// client sees its connection end, stops relying on what it was granted on it,
-    /// and reconnects.
-    pub async fn evict(&self, client_id: u64, conn_id: u64) {
+    /// and reconnects. Writes blocked on the connection fail at once.
+    pub fn evict(&self, client_id: u64, conn_id: u64) {
         let conn = {
             let m = self.conns.lock().expect("callback connections");
             m.get(&client_id).and_then(|l| l.iter().find(|c| c.id == conn_id).cloned())
         };
         if let Some(c) = conn {
-            let _ = c.out.lock().await.shutdown().await;
+            let _ = c.socket.shutdown(std::net::Shutdown::Both);
             c.acks.lock().expect("callback acks").clear();
         }
     }
@@ -240,12 +243,21 @@ async fn serve_conn<S: Service>(
         }
     };
     tracing::debug!(server = %cfg.name, %peer, role = %hello.role, client = hello.client_id, "connected");
+    // A service that calls clients back can evict them: it needs its own handle on
+    // the socket for that.
+    let socket = match svc.callbacks().map(|_| dup_socket(&stream)).transpose() {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(server = %cfg.name, %peer, "cannot duplicate the connection's socket: {e}");
+            return;
+        }
+    };
     *per_client.lock().expect("client counts").entry(hello.client_id).or_default() += 1;
     let (rd, wr) = stream.into_split();
     let out = Arc::new(tokio::sync::Mutex::new(BufWriter::with_capacity(64 * 1024, wr)));
     let conn_id = NEXT_CONN_ID.fetch_add(1, Ordering::Relaxed);
-    let callbacks = svc.callbacks().map(|registry| {
-        let conn = Arc::new(ClientConn { id: conn_id, out: out.clone(), acks: Mutex::default() });
+    let callbacks = svc.callbacks().zip(socket).map(|(registry, socket)| {
+        let conn = Arc::new(ClientConn { id: conn_id, out: out.clone(), socket, acks: Mutex::default() });
         registry.attach(hello.client_id, conn.clone());
         conn
     });
@@ -346,6 +358,13 @@ pub(crate) async fn guarded(server: &str, op: &'static str, handler: impl Future
 
 type Out = Arc<tokio::sync::Mutex<BufWriter<tokio::net::tcp::OwnedWriteHalf>>>;
 
+/// A second descriptor of `stream`'s socket: `shutdown` on it ends the connection for
+/// every holder (a shutdown acts on the socket, not the descriptor).
+pub(crate) fn dup_socket(stream: &TcpStream) -> std::io::Result<std::net::TcpStream> {
+    use std::os::fd::AsFd;
+    Ok(std::net::TcpStream::from(stream.as_fd().try_clone_to_owned()?))
+}
+
 /// Writes one answer on the connection.
 async fn send(out: &Out, id: u64, resp: Response, payload: Vec<Bytes>) -> std::io::Result<()> {
     let msg = postcard::to_stdvec(&resp).map_err(|e| std::io::Error::other(format!("cannot encode response: {e}")))?;
@@ -362,22 +381,88 @@ mod tests {
     use crate::rpc::{CallbackHandler, Identity, RpcClient, RpcOptions};
     use crate::Fid;
 
-    /// Remembers who pinged it last, so the test can call that client back.
+    /// Remembers who pinged it last, so the test can call that client back; answers
+    /// with `answer_bytes` of payload.
     #[derive(Default)]
     struct Caller {
         callbacks: Callbacks,
         last: Mutex<Option<(u64, u64)>>,
+        answer_bytes: usize,
+        closed: Mutex<Vec<u64>>,
     }
 
     impl Service for Caller {
         async fn handle(&self, ctx: RequestCtx, _req: Request, _payload: Bytes) -> Answer {
             *self.last.lock().unwrap() = Some((ctx.client_id, ctx.conn_id));
-            (Response::Ok, vec![])
+            (Response::Ok, vec![Bytes::from(vec![7u8; self.answer_bytes])])
         }
 
         fn callbacks(&self) -> Option<&Callbacks> {
             Some(&self.callbacks)
         }
+
+        fn connection_closed(&self, _client_id: u64, conn_id: u64) {
+            self.closed.lock().unwrap().push(conn_id);
+        }
+    }
+
+    async fn start(svc: Caller) -> (String, Arc<Caller>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let svc = Arc::new(svc);
+        tokio::spawn(serve(listener, Arc::new(ServerConfig::new("test", Secret::Insecure)), svc.clone()));
+        (addr, svc)
+    }
+
+    /// Waits up to 10 s for `ready`.
+    async fn eventually(what: &str, ready: impl Fn() -> bool) {
+        let since = Instant::now();
+        while !ready() {
+            assert!(since.elapsed() < Duration::from_secs(10), "{what}: not within 10 s");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_eviction_ends_at_once_a_connection_whose_client_stopped_reading() {
+        let (addr, svc) = start(Caller { answer_bytes: 8 << 20, ..Default::default() }).await;
+        let mut s = TcpStream::connect(&addr).await.unwrap();
+        crate::auth::client_handshake(&mut s, &Secret::Insecure, 42, "test").await.unwrap();
+        // Ask for large answers and read none: the server's writer blocks on a full
+        // socket, holding the connection's sending half.
+        let msg = postcard::to_stdvec(&Request::Ping).unwrap();
+        for id in 1..=4 {
+            write_frame(&mut s, FrameKind::Request, id, &msg, &[]).await.unwrap();
+        }
+        s.flush().await.unwrap();
+        eventually("the pings to arrive", || svc.last.lock().unwrap().is_some()).await;
+        let (client_id, conn_id) = svc.last.lock().unwrap().unwrap();
+
+        let cb = Callback::RevokeLease { dir: Fid::new(0, 0x400, 9), lease: 3 };
+        let r = svc.callbacks.call(client_id, conn_id, &cb).await;
+        assert!(matches!(r, Err(CallbackError::Timeout(_))), "{r:?}");
+        svc.callbacks.evict(client_id, conn_id);
+        eventually("the evicted connection to close", || svc.closed.lock().unwrap().contains(&conn_id)).await;
+        drop(s);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_client_that_gives_up_on_its_connection_closes_it() {
+        let (addr, svc) = start(Caller::default()).await;
+        let client = RpcClient::new(addr, Identity::new("test", Secret::Insecure), RpcOptions::default());
+        let reply = client.call(&Request::Ping, vec![]).await.unwrap();
+        let (client_id, conn_id) = svc.last.lock().unwrap().unwrap();
+        // A callback the client cannot decode makes it give the connection up; the
+        // server must see it close, though the client makes no further call and the
+        // answer's session lives on.
+        let conn = svc.callbacks.conns.lock().unwrap()[&client_id].iter().find(|c| c.id == conn_id).cloned().unwrap();
+        {
+            let mut w = conn.out.lock().await;
+            write_frame(&mut *w, FrameKind::Callback, 1, b"\xff\xff\xff", &[]).await.unwrap();
+            w.flush().await.unwrap();
+        }
+        eventually("the client to give the connection up", || !reply.session.alive()).await;
+        eventually("the server to see the connection close", || svc.closed.lock().unwrap().contains(&conn_id)).await;
     }
 
     #[derive(Default)]
@@ -391,10 +476,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn callbacks_reach_the_client_and_a_session_is_trusted_only_while_fresh() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
-        let svc = Arc::new(Caller::default());
-        let server = tokio::spawn(serve(listener, Arc::new(ServerConfig::new("test", Secret::Insecure)), svc.clone()));
+        let (addr, svc) = start(Caller::default()).await;
 
         let client = RpcClient::new(addr, Identity::new("test", Secret::Insecure), RpcOptions::default());
         let heard = Arc::new(Heard::default());
@@ -424,14 +506,8 @@ mod tests {
         assert!(reply.session.trusted(), "one connection, one freshness");
 
         // A connection that ended is never trusted again.
-        server.abort();
-        let _ = server.await;
-        svc.callbacks.evict(client_id, conn_id).await;
-        let since = Instant::now();
-        while reply.session.alive() {
-            assert!(since.elapsed() < Duration::from_secs(10), "the client did not notice its connection end");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        svc.callbacks.evict(client_id, conn_id);
+        eventually("the client to notice its connection end", || !reply.session.alive()).await;
         assert!(!reply.session.trusted());
     }
 }
