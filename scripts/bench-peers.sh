@@ -9,14 +9,18 @@
 # Results: $WORK/results/final/<system>/ (fio/fsbench JSON, one file per round), and
 # the Markdown tables of summarize.py in $WORK/results/final/summary.md.
 # Environment: PEERS (the peers' scripts; default ../shared/peers), WORK (default
-# /var/tmp/peers), BRAID (the braid binary; default target/release/braid).
+# /var/tmp/peers), BRAID (the braid binary; default target/release/braid), SYSTEMS
+# (default "local braid braid-tcp moosefs gluster"), WORKLOADS (default "seq rand md
+# small"), RUN (the results' folder under $WORK/results; default final).
 set -uo pipefail
 ROUNDS=${1:-3}
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 PEERS=${PEERS:-$HERE/../shared/peers}
 export WORK=${WORK:-/var/tmp/peers}
 BRAID=${BRAID:-$HERE/target/release/braid}
-OUT=$WORK/results/final
+SYSTEMS=${SYSTEMS:-"local braid braid-tcp moosefs gluster"}
+WORKLOADS=${WORKLOADS:-"seq rand md small"}
+OUT=$WORK/results/${RUN:-final}
 export MEM_SETTLE=${MEM_SETTLE:-15} REPS=1
 mkdir -p "$OUT" "$WORK/local"
 
@@ -44,15 +48,22 @@ braid_down() {  # braid_down NAME
     local d=$WORK/$1
     mountpoint -q "$d/mnt" && "$BRAID" umount "$d/mnt"
     [ -f "$d/pid" ] && kill "$(cat "$d/pid")" 2>/dev/null
+    rm -f "$d/pid"
     sleep 2
 }
-cleanup() { braid_down braid; braid_down braid-tcp; bash "$PEERS/moosefs.sh" stop; bash "$PEERS/gluster.sh" stop; }
+wants() { [[ " $SYSTEMS " == *" $1 "* ]]; }
+cleanup() {
+    if wants braid; then braid_down braid; fi
+    if wants braid-tcp; then braid_down braid-tcp; fi
+    if wants moosefs; then bash "$PEERS/moosefs.sh" stop; fi
+    if wants gluster; then bash "$PEERS/gluster.sh" stop; fi
+}
 trap cleanup EXIT
 
-braid_up braid 19500 in-process || exit 1
-braid_up braid-tcp 19600 tcp || exit 1
-bash "$PEERS/moosefs.sh" start || exit 1
-bash "$PEERS/gluster.sh" start || exit 1
+if wants braid; then braid_up braid 19500 in-process || exit 1; fi
+if wants braid-tcp; then braid_up braid-tcp 19600 tcp || exit 1; fi
+if wants moosefs; then bash "$PEERS/moosefs.sh" start || exit 1; fi
+if wants gluster; then bash "$PEERS/gluster.sh" start || exit 1; fi
 
 declare -A DIRS=(
     [local]=$WORK/local/bench
@@ -62,10 +73,10 @@ declare -A DIRS=(
     [gluster]=$WORK/gluster/mnt/bench
 )
 for r in $(seq 1 "$ROUNDS"); do
-    for sys in local braid braid-tcp moosefs gluster; do
+    for sys in $SYSTEMS; do
         name=$sys-round$r
         rm -rf "$WORK/results/$name"
-        bash "$PEERS/bench.sh" "$name" "${DIRS[$sys]}" "seq rand md small"
+        bash "$PEERS/bench.sh" "$name" "${DIRS[$sys]}" "$WORKLOADS"
         mkdir -p "$OUT/$sys"
         for f in "$WORK/results/$name"/*-r1.json; do
             cp "$f" "$OUT/$sys/$(basename "${f%-r1.json}")-r$r.json"
@@ -73,4 +84,4 @@ for r in $(seq 1 "$ROUNDS"); do
         cp "$WORK/results/$name/env.txt" "$OUT/$sys/env.txt"
     done
 done
-python3 "$PEERS/summarize.py" "$OUT" local braid braid-tcp moosefs gluster | tee "$OUT/summary.md"
+python3 "$PEERS/summarize.py" "$OUT" $SYSTEMS | tee "$OUT/summary.md"
