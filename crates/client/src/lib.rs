@@ -28,7 +28,7 @@ use proto::msg::{
     Attr, ClusterConfig, Creds, DirEntry, LockInfo, LockType, OpenFlags, RenameFlags, Request, Response, SetAttr,
     TargetInfo, TargetKind, Timespec, Usage, XattrMode,
 };
-use proto::rpc::{Identity, Reply, RpcClient, RpcOptions};
+use proto::rpc::{Identity, RpcClient, RpcOptions};
 use proto::{Errno, Fid, ObjectId, RpcError};
 
 pub use proto::auth::Secret;
@@ -359,13 +359,8 @@ impl Client {
 
     /// Sends a metadata request to the MDT of `fid`.
     async fn md(&self, fid: Fid, req: Request) -> Result<Response> {
-        Ok(self.md_reply(fid, req).await?.response)
-    }
-
-    /// Like [`Client::md`], with where the answer came from.
-    async fn md_reply(&self, fid: Fid, req: Request) -> Result<Reply> {
         let c = self.mdt(fid).await?;
-        Ok(c.call(&req, vec![]).await?)
+        Ok(c.call(&req, vec![]).await?.response)
     }
 
     /// Keeps this client's directory leases true to an operation that changed (or
