@@ -70,12 +70,17 @@ impl State {
         if let Some(h) = self.by_dir.remove(&dir) {
             self.names -= h.names.len();
             if give_back && h.session.alive() {
-                if self.cancels.len() >= CANCELS_MAX {
-                    self.cancels.remove(0);
-                }
-                self.cancels.push((dir, h.id));
+                self.give_back(dir, h.id);
             }
         }
+    }
+
+    /// Queues lease `id` on `dir` to be reported to the MDS as given up.
+    fn give_back(&mut self, dir: Fid, id: u64) {
+        if self.cancels.len() >= CANCELS_MAX {
+            self.cancels.remove(0);
+        }
+        self.cancels.push((dir, id));
     }
 
     /// Remembers the revocation of a lease not installed; `keep` is how long its
@@ -126,7 +131,8 @@ impl DirLeases {
             return;
         }
         if s.refuse_until.is_some_and(|t| Instant::now() < t) {
-            s.forget_cancelled(dir, id);
+            // Revocations were forgotten: this grant may be one of theirs.
+            s.give_back(dir, id);
             return;
         }
         if s.by_dir.len() >= DIRS_MAX {
@@ -212,15 +218,6 @@ impl DirLeases {
     /// Whether a lease on `dir` is held now.
     pub fn holds(&self, dir: Fid) -> bool {
         self.lock().by_dir.contains_key(&dir)
-    }
-}
-
-impl State {
-    /// A grant refused while revocations may have been forgotten: give it back.
-    fn forget_cancelled(&mut self, dir: Fid, id: u64) {
-        if self.cancels.len() < CANCELS_MAX {
-            self.cancels.push((dir, id));
-        }
     }
 }
 

@@ -223,6 +223,22 @@ struct Sender {
     in_frame: bool,
 }
 
+impl Sender {
+    /// Writes and flushes one frame, unless an interrupted one went before it.
+    async fn send(&mut self, kind: FrameKind, id: u64, msg: &[u8], payload: &[Bytes]) -> std::io::Result<()> {
+        if self.in_frame {
+            return Err(std::io::Error::other("an interrupted request left a partial frame"));
+        }
+        self.in_frame = true;
+        let r = match write_frame(&mut self.w, kind, id, msg, payload).await {
+            Ok(()) => self.w.flush().await,
+            Err(e) => Err(e),
+        };
+        self.in_frame = r.is_err();
+        r
+    }
+}
+
 struct Conn {
     shared: Arc<Shared>,
     slots: Semaphore,
@@ -375,20 +391,7 @@ impl RpcClient {
             return Err(RpcError::ConnectionLost { addr: self.addr.clone(), reason: "connection closed".into() });
         }
         let sent_at_ms = now_ms();
-        let sent = {
-            let mut s = conn.shared.writer.lock().await;
-            if s.in_frame {
-                Err(std::io::Error::other("an interrupted request left a partial frame"))
-            } else {
-                s.in_frame = true;
-                let r = match write_frame(&mut s.w, FrameKind::Request, xid, &msg, &payload).await {
-                    Ok(()) => s.w.flush().await,
-                    Err(e) => Err(e),
-                };
-                s.in_frame = r.is_err();
-                r
-            }
-        };
+        let sent = conn.shared.writer.lock().await.send(FrameKind::Request, xid, &msg, &payload).await;
         if let Err(e) = sent {
             conn.shared.pending.lock().expect("pending lock").remove(&xid);
             conn.shared.fail_all(&format!("write failed: {e}"));
@@ -478,20 +481,7 @@ fn handle_callback(shared: &Arc<Shared>, frame: Frame) -> Result<(), String> {
     }
     let shared = shared.clone();
     tokio::spawn(async move {
-        let sent = {
-            let mut s = shared.writer.lock().await;
-            if s.in_frame {
-                Err(std::io::Error::other("an interrupted request left a partial frame"))
-            } else {
-                s.in_frame = true;
-                let r = match write_frame(&mut s.w, FrameKind::CallbackAck, frame.request_id, &[], &[]).await {
-                    Ok(()) => s.w.flush().await,
-                    Err(e) => Err(e),
-                };
-                s.in_frame = r.is_err();
-                r
-            }
-        };
+        let sent = shared.writer.lock().await.send(FrameKind::CallbackAck, frame.request_id, &[], &[]).await;
         shared.acks_pending.fetch_sub(1, Ordering::AcqRel);
         if let Err(e) = sent {
             shared.fail_all(&format!("callback ack failed: {e}"));

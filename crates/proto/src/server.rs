@@ -141,13 +141,10 @@ impl Callbacks {
         conn.acks.lock().expect("callback acks").insert(id, tx);
         let msg =
             postcard::to_stdvec(cb).map_err(|e| CallbackError::Io { client: client_id, reason: e.to_string() })?;
-        let sent = async {
-            let mut w = conn.out.lock().await;
-            write_frame(&mut *w, FrameKind::Callback, id, &msg, &[]).await?;
-            w.flush().await
-        };
         let outcome = match tokio::time::timeout(CALLBACK_TIMEOUT, async {
-            sent.await.map_err(|e| CallbackError::Io { client: client_id, reason: e.to_string() })?;
+            send_frame(&conn.out, FrameKind::Callback, id, &msg, &[])
+                .await
+                .map_err(|e| CallbackError::Io { client: client_id, reason: e.to_string() })?;
             rx.await.map_err(|_| CallbackError::NoConnection(client_id))
         })
         .await
@@ -368,8 +365,13 @@ pub(crate) fn dup_socket(stream: &TcpStream) -> std::io::Result<std::net::TcpStr
 /// Writes one answer on the connection.
 async fn send(out: &Out, id: u64, resp: Response, payload: Vec<Bytes>) -> std::io::Result<()> {
     let msg = postcard::to_stdvec(&resp).map_err(|e| std::io::Error::other(format!("cannot encode response: {e}")))?;
+    send_frame(out, FrameKind::Response, id, &msg, &payload).await
+}
+
+/// Writes and flushes one frame on the connection.
+async fn send_frame(out: &Out, kind: FrameKind, id: u64, msg: &[u8], payload: &[Bytes]) -> std::io::Result<()> {
     let mut w = out.lock().await;
-    write_frame(&mut *w, FrameKind::Response, id, &msg, &payload).await?;
+    write_frame(&mut *w, kind, id, msg, payload).await?;
     w.flush().await
 }
 
