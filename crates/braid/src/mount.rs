@@ -51,6 +51,7 @@ pub fn parse_options(list: &[String]) -> Result<MountSettings> {
             "attr_timeout" => s.fuse.attr_ttl = Duration::from_secs_f64(num(v)?.max(0.0)),
             "entry_timeout" => s.fuse.entry_ttl = Duration::from_secs_f64(num(v)?.max(0.0)),
             "allow_other" => s.fuse.allow_other = true,
+            "direct_io" => s.fuse.direct_io = true,
             "ro" => s.fuse.read_only = true,
             "rw" => s.fuse.read_only = false,
             "threads" => s.fuse.threads = (num(v)? as usize).clamp(1, 64),
@@ -64,7 +65,7 @@ pub fn parse_options(list: &[String]) -> Result<MountSettings> {
                     Some(_) => bail!("option {opt}: dir_leases=1 or dir_leases=0"),
                 }
             }
-            _ => bail!("unknown mount option '{opt}' (known: attr_timeout=S, entry_timeout=S, allow_other, ro, rw, threads=N, timeout=S, max_write=BYTES, readahead_kb=KIB, dir_leases=0|1)"),
+            _ => bail!("unknown mount option '{opt}' (known: attr_timeout=S, entry_timeout=S, allow_other, direct_io, ro, rw, threads=N, timeout=S, max_write=BYTES, readahead_kb=KIB, dir_leases=0|1)"),
         }
     }
     Ok(s)

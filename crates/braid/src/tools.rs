@@ -383,6 +383,10 @@ fn mode_string(kind: FileKind, mode: u32) -> String {
         FileKind::Dir => 'd',
         FileKind::Symlink => 'l',
         FileKind::File => '-',
+        FileKind::Fifo => 'p',
+        FileKind::CharDevice => 'c',
+        FileKind::BlockDevice => 'b',
+        FileKind::Socket => 's',
     });
     let bits = [
         (0o400, 'r'),
@@ -537,9 +541,18 @@ pub fn stat(opts: &ClientOpts, path: &str) -> Result<()> {
             FileKind::File => "regular file",
             FileKind::Dir => "directory",
             FileKind::Symlink => "symbolic link",
+            FileKind::Fifo => "fifo",
+            FileKind::CharDevice => "character special file",
+            FileKind::BlockDevice => "block special file",
+            FileKind::Socket => "socket",
         };
         println!("  File: {}", p.path);
         println!("  Size: {:<12} Type: {kind}", a.size);
+        if a.kind.is_device() {
+            // Linux's dev_t encoding: major in bits 8-19 (and 32+), minor in 0-7 and 20-31.
+            let (major, minor) = ((a.rdev >> 8) & 0xfff, (a.rdev & 0xff) | ((a.rdev >> 12) & 0xfff00));
+            println!("Device type: {major},{minor}");
+        }
         println!("   FID: {:<24} Inode: {:<20} Links: {}", a.fid.to_string(), a.fid.ino(), a.nlink);
         println!("Access: ({:04o}/{})  Uid: {:>5}  Gid: {:>5}", a.mode, mode_string(a.kind, a.mode), a.uid, a.gid);
         println!("Access: {}.{:09} UTC", format_time(a.atime), a.atime.nsec);

@@ -313,9 +313,7 @@ fn acknowledged_operations_survive_sigkill_of_the_mds_before_any_checkpoint() {
                 for i in (0..200).step_by(2) {
                     client.unlink(&creds, dir.fid, &format!("f{i}")).await?;
                 }
-                client
-                    .rename(&creds, dir.fid, "f1", dir.fid, "renamed", proto::msg::RenameFlags { noreplace: false })
-                    .await?;
+                client.rename(&creds, dir.fid, "f1", dir.fid, "renamed", proto::msg::RenameFlags::default()).await?;
                 client::Result::Ok(())
             })
             .expect("metadata workload");

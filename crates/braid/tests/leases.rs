@@ -98,7 +98,7 @@ fn every_entry_change_by_another_client_revokes_the_lease_and_the_holder_sees_it
                 Change::RenameInto => {
                     let (f, a, _) = other.create(&creds, Fid::ROOT, "moving", 0o644, true, RW, None).await?;
                     other.close(f).await?;
-                    other.rename(&creds, Fid::ROOT, "moving", job.fid, "x", RenameFlags { noreplace: false }).await?;
+                    other.rename(&creds, Fid::ROOT, "moving", job.fid, "x", RenameFlags::default()).await?;
                     Ok(Some(a.fid))
                 }
                 Change::Unlink => other.unlink(&creds, job.fid, "mine7").await.map(|()| None),

@@ -89,6 +89,11 @@ impl Inflight {
         }
     }
 
+    /// Waits for every in-flight write, leaving any failure to the handle's owner.
+    pub async fn settle(&self) {
+        self.admit(0, u64::MAX, 0, u64::MAX).await;
+    }
+
     /// Waits for every in-flight write; returns the first failure since the last drain.
     pub async fn drain(&self) -> Result<()> {
         self.admit(0, u64::MAX, 0, u64::MAX).await;

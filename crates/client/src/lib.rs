@@ -25,8 +25,8 @@ use std::time::{Duration, Instant, SystemTime};
 use bytes::Bytes;
 use layout::{Layout, LayoutError, LayoutSpec};
 use proto::msg::{
-    Attr, ClusterConfig, Creds, DirEntry, LockInfo, LockType, OpenFlags, RenameFlags, Request, Response, SetAttr,
-    TargetInfo, TargetKind, Timespec, Usage, XattrMode,
+    Attr, ClusterConfig, Creds, DirEntry, FileKind, LockInfo, LockType, OpenFlags, RenameFlags, Request, Response,
+    SetAttr, TargetInfo, TargetKind, Timespec, Usage, XattrMode,
 };
 use proto::rpc::{Identity, RpcClient, RpcOptions};
 use proto::{Errno, Fid, ObjectId, RpcError};
@@ -141,6 +141,10 @@ struct Inner {
 /// Most directories [`Inner::recent_dirs`] remembers.
 const RECENT_DIRS_MAX: usize = 4096;
 
+/// Most size reports one close or fsync makes while truncates from elsewhere keep
+/// moving the file's epoch.
+const EPOCH_RETRIES_MAX: usize = 8;
+
 /// How long a close with nothing to report may wait to share an RPC with others.
 const CLOSE_DELAY: Duration = Duration::from_millis(5);
 /// Most closes one RPC carries; a full queue is sent at once.
@@ -166,13 +170,17 @@ pub struct OpenFile {
     pub(crate) readahead: tokio::sync::Mutex<io::Readahead>,
     /// `data_gen` when the size was last published to the MDS (`u64::MAX`: never).
     published_gen: AtomicU64,
+    /// The file's truncate epoch this handle's size is valid under (see
+    /// [`Attr::trunc_epoch`]).
+    trunc_epoch: AtomicU64,
     pub flags: OpenFlags,
 }
 
 impl OpenFile {
     fn new(attr: &Attr, flags: OpenFlags) -> Result<OpenFile> {
-        let layout = attr.layout.clone().ok_or_else(|| {
-            ClientError::Errno(Errno::IsDir, format!("{} has no layout (not a regular file)", attr.fid))
+        let layout = attr.layout.clone().ok_or_else(|| match attr.kind {
+            FileKind::Dir => ClientError::Errno(Errno::IsDir, format!("{} is a directory", attr.fid)),
+            kind => ClientError::Errno(Errno::NotSup, format!("{} is a {kind:?}: no I/O through braid", attr.fid)),
         })?;
         Ok(OpenFile {
             fid: attr.fid,
@@ -183,6 +191,7 @@ impl OpenFile {
             inflight: Arc::new(io::Inflight::default()),
             readahead: tokio::sync::Mutex::new(io::Readahead::default()),
             published_gen: AtomicU64::new(u64::MAX),
+            trunc_epoch: AtomicU64::new(attr.trunc_epoch),
             flags,
         })
     }
@@ -217,6 +226,31 @@ impl OpenFile {
         self.inflight.data_gen.fetch_add(1, Ordering::AcqRel);
         self.size.store(size, Ordering::Release);
     }
+}
+
+/// Whether `creds` may truncate the inode `attr` describes, as the MDS will decide:
+/// checked before the objects are cut, so a refused truncate loses no data.
+fn check_truncate(attr: &Attr, creds: &Creds, by_writer: bool) -> Result<()> {
+    let refuse = |code, what: &str| Err(ClientError::Errno(code, format!("cannot truncate {}: {what}", attr.fid)));
+    match attr.kind {
+        FileKind::File => {}
+        FileKind::Dir => return refuse(Errno::IsDir, "a directory"),
+        _ => return refuse(Errno::Inval, "not a regular file"),
+    }
+    if by_writer || creds.uid == 0 {
+        return Ok(());
+    }
+    let bits = if creds.uid == attr.uid {
+        attr.mode >> 6
+    } else if creds.in_group(attr.gid) {
+        attr.mode >> 3
+    } else {
+        attr.mode
+    };
+    if bits & 0o2 == 0 {
+        return refuse(Errno::Access, "permission denied");
+    }
+    Ok(())
 }
 
 /// The credentials of this process (uid, gid, supplementary groups).
@@ -470,10 +504,12 @@ impl Client {
                         Some(d) => self.note_dir(d),
                         None => self.forget_dir(parent),
                     }
+                    let mut attr = attr;
                     let f = OpenFile::new(&attr, flags)?;
                     self.register_open(&f);
                     if existed && flags.truncate {
                         self.truncate_open(creds, &f, 0).await?;
+                        attr.size = 0;
                     }
                     Ok((f, attr, existed))
                 }
@@ -488,11 +524,13 @@ impl Client {
     pub async fn open(&self, creds: &Creds, fid: Fid, flags: OpenFlags) -> Result<(OpenFile, Attr)> {
         self.observe("open", Some(fid), 0, 0, async {
             match self.md(fid, Request::MdsOpen { creds: creds.clone(), fid, flags }).await? {
-                Response::Attr(attr) => {
+                Response::Attr(mut attr) => {
                     let f = OpenFile::new(&attr, flags)?;
                     self.register_open(&f);
-                    if flags.truncate && attr.size > 0 {
+                    // Whatever the MDS's size says: it lags unpublished writes.
+                    if flags.truncate {
                         self.truncate_open(creds, &f, 0).await?;
+                        attr.size = 0;
                     }
                     Ok((f, attr))
                 }
@@ -546,6 +584,32 @@ impl Client {
             match r? {
                 Response::Attr(a) => Ok(a),
                 r => Err(unexpected("symlink", &r)),
+            }
+        })
+        .await
+    }
+
+    /// Makes a special file (FIFO, character or block device, socket): an inode in
+    /// the namespace that never touches an OST.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn mknod(
+        &self,
+        creds: &Creds,
+        parent: Fid,
+        name: &str,
+        kind: FileKind,
+        mode: u32,
+        rdev: u64,
+    ) -> Result<Attr> {
+        self.observe("mknod", Some(parent), 0, 0, async {
+            self.forget_dir(parent);
+            let req = Request::MdsMknod { creds: creds.clone(), parent, name: name.to_string(), kind, mode, rdev };
+            self.inner.leases.add(parent, name);
+            let r = self.md(parent, req).await;
+            self.track_entries(&r, &[parent]);
+            match r? {
+                Response::Attr(a) => Ok(a),
+                r => Err(unexpected("mknod", &r)),
             }
         })
         .await
@@ -676,16 +740,20 @@ impl Client {
 
     /// Changes attributes. A size change punches the OST objects first, so a crash in
     /// between leaves zeros (never stale bytes) past the new size.
+    ///
+    /// Every object is cut to the new size whatever size the MDS holds: while a file
+    /// is open for writing the MDS's size lags the bytes on the OSTs (writers publish
+    /// it at close and fsync), and a cut decided from it would leave bytes past the
+    /// new end that a later extension would bring back.
     pub async fn setattr(&self, creds: &Creds, fid: Fid, set: SetAttr) -> Result<Attr> {
         self.observe("setattr", Some(fid), set.size.unwrap_or(0), 0, async {
             self.forget_dir(fid);
             if let Some(size) = set.size {
-                self.drain_file(fid).await?;
                 let attr = self.getattr(fid).await?;
+                // Cut nothing the MDS would refuse to truncate (it checks again).
+                check_truncate(&attr, creds, set.by_writer)?;
                 if let Some(layout) = &attr.layout {
-                    if size < attr.size {
-                        io::punch(self, fid, layout, size).await?;
-                    }
+                    self.cut_objects(fid, layout, size).await?;
                 }
             }
             match self.md(fid, Request::MdsSetattr { creds: creds.clone(), fid, set }).await? {
@@ -696,13 +764,23 @@ impl Client {
         .await
     }
 
+    /// The data half of a truncate: waits for this client's writes to the file still
+    /// on their way (a write that returned before the truncate must not land after
+    /// the cut), drops read-ahead, and cuts every object to what `size` needs.
+    async fn cut_objects(&self, fid: Fid, layout: &Layout, size: u64) -> Result<()> {
+        self.drain_file(fid).await?;
+        io::punch(self, fid, layout, size).await
+    }
+
     async fn truncate_open(&self, creds: &Creds, f: &OpenFile, size: u64) -> Result<()> {
-        self.drain_file(f.fid).await?;
-        io::punch(self, f.fid, &f.layout, size).await?;
-        let set = SetAttr { size: Some(size), ..Default::default() };
+        self.cut_objects(f.fid, &f.layout, size).await?;
+        // Opened for writing (or with O_TRUNC): permission was checked at open.
+        let by_writer = f.flags.write || f.flags.truncate;
+        let set = SetAttr { size: Some(size), by_writer, ..Default::default() };
         match self.md(f.fid, Request::MdsSetattr { creds: creds.clone(), fid: f.fid, set }).await? {
-            Response::Attr(_) => {
+            Response::Attr(a) => {
                 f.set_size(size);
+                f.trunc_epoch.store(a.trunc_epoch, Ordering::Release);
                 Ok(())
             }
             r => Err(unexpected("truncate", &r)),
@@ -874,14 +952,45 @@ impl Client {
         if !f.was_written() || f.published_gen.load(Ordering::Acquire) == gen {
             return Ok(());
         }
-        let req = Request::MdsSizeUpdate { fid: f.fid, size: f.size(), mtime: Timespec::now() };
+        let epoch = f.trunc_epoch.load(Ordering::Acquire);
+        let req = Request::MdsSizeUpdate { fid: f.fid, size: f.size(), mtime: Timespec::now(), trunc_epoch: epoch };
         match self.md(f.fid, req).await? {
             Response::Attr(_) => {
                 f.published_gen.store(gen, Ordering::Release);
                 Ok(())
             }
+            Response::EpochMoved { trunc_epoch } => {
+                self.report_size_from_objects(f, trunc_epoch).await?;
+                f.published_gen.store(gen, Ordering::Release);
+                Ok(())
+            }
             r => Err(unexpected("size update", &r)),
         }
+    }
+
+    /// After a truncate from elsewhere (the MDS answered [`Response::EpochMoved`]),
+    /// the size this handle holds may predate the cut: the objects say what the file
+    /// holds now. Once this client's writes to the file have landed, their sizes are
+    /// glimpsed and reported under the new epoch, which the handle adopts.
+    async fn report_size_from_objects(&self, f: &OpenFile, mut epoch: u64) -> Result<()> {
+        for i in self.file_inflights(f.fid) {
+            i.settle().await;
+        }
+        for _ in 0..EPOCH_RETRIES_MAX {
+            let size = io::glimpse(self, f.fid, &f.layout).await?;
+            let req = Request::MdsSizeUpdate { fid: f.fid, size, mtime: Timespec::now(), trunc_epoch: epoch };
+            match self.md(f.fid, req).await? {
+                Response::Attr(a) => {
+                    f.trunc_epoch.store(epoch, Ordering::Release);
+                    f.set_size(a.size);
+                    return Ok(());
+                }
+                // Truncated again meanwhile: glimpse again.
+                Response::EpochMoved { trunc_epoch } => epoch = trunc_epoch,
+                r => return Err(unexpected("size update", &r)),
+            }
+        }
+        Err(ClientError::Errno(Errno::Again, format!("{}: truncated from elsewhere throughout the size report", f.fid)))
     }
 
     /// Closes a handle: a writer reports the file's new size and mtime to the MDS
@@ -906,8 +1015,13 @@ impl Client {
                 return flushed;
             }
             let (size, mtime) = (Some(f.size()), Some(Timespec::now()));
-            match self.md(f.fid, Request::MdsClose { fid: f.fid, size, mtime }).await? {
+            let trunc_epoch = f.trunc_epoch.load(Ordering::Acquire);
+            match self.md(f.fid, Request::MdsClose { fid: f.fid, size, mtime, trunc_epoch }).await? {
                 Response::Ok => flushed,
+                Response::EpochMoved { trunc_epoch } => {
+                    self.report_size_from_objects(f, trunc_epoch).await?;
+                    flushed
+                }
                 r => Err(unexpected("close", &r)),
             }
         })

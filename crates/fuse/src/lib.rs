@@ -48,6 +48,8 @@ pub struct MountOptions {
     /// How long the kernel may cache name lookups.
     pub entry_ttl: Duration,
     pub allow_other: bool,
+    /// Every open bypasses the kernel's page cache, as if opened `O_DIRECT`.
+    pub direct_io: bool,
     pub read_only: bool,
     /// FUSE request threads.
     pub threads: usize,
@@ -62,6 +64,7 @@ impl Default for MountOptions {
             attr_ttl: Duration::from_secs(1),
             entry_ttl: Duration::from_secs(1),
             allow_other: false,
+            direct_io: false,
             read_only: false,
             threads: 8,
             max_write_bytes: 1 << 20,
@@ -128,6 +131,18 @@ fn inode_errno(e: &ClientError) -> Errno {
     match e.errno().raw() {
         libc::ENOENT => Errno::from_i32(libc::ESTALE),
         n => Errno::from_i32(n),
+    }
+}
+
+fn file_type(kind: FileKind) -> FileType {
+    match kind {
+        FileKind::File => FileType::RegularFile,
+        FileKind::Dir => FileType::Directory,
+        FileKind::Symlink => FileType::Symlink,
+        FileKind::Fifo => FileType::NamedPipe,
+        FileKind::CharDevice => FileType::CharDevice,
+        FileKind::BlockDevice => FileType::BlockDevice,
+        FileKind::Socket => FileType::Socket,
     }
 }
 
@@ -208,16 +223,13 @@ impl BraidFs {
             mtime: system_time(a.mtime),
             ctime: system_time(a.ctime),
             crtime: system_time(a.ctime),
-            kind: match a.kind {
-                FileKind::File => FileType::RegularFile,
-                FileKind::Dir => FileType::Directory,
-                FileKind::Symlink => FileType::Symlink,
-            },
+            kind: file_type(a.kind),
             perm: (a.mode & 0o7777) as u16,
             nlink: a.nlink,
             uid: a.uid,
             gid: a.gid,
-            rdev: 0,
+            // FUSE carries 32 bits: the kernel's new_encode_dev() form.
+            rdev: a.rdev as u32,
             blksize,
             flags: 0,
         }
@@ -249,8 +261,8 @@ impl BraidFs {
         }
     }
 
-    fn fopen_flags(flags: i32) -> FopenFlags {
-        if flags & libc::O_DIRECT != 0 {
+    fn fopen_flags(&self, flags: i32) -> FopenFlags {
+        if self.opts.direct_io || flags & libc::O_DIRECT != 0 {
             FopenFlags::FOPEN_DIRECT_IO
         } else {
             FopenFlags::empty()
@@ -347,7 +359,18 @@ impl fuser::Filesystem for BraidFs {
                 TimeOrNow::SpecificTime(s) => TimeSet::At(timespec(s)),
             })
         };
-        let set = SetAttr { mode: mode.map(|m| m & 0o7777), uid, gid, size, atime: time(atime), mtime: time(mtime) };
+        // ftruncate(2) (the kernel passes the descriptor's handle): permission to
+        // write was checked when it was opened, whatever the mode says now.
+        let by_writer = size.is_some() && fh.and_then(|fh| self.handles.file(fh.0)).is_some_and(|f| f.file.flags.write);
+        let set = SetAttr {
+            mode: mode.map(|m| m & 0o7777),
+            uid,
+            gid,
+            size,
+            atime: time(atime),
+            mtime: time(mtime),
+            by_writer,
+        };
         let r = self.run(async {
             let a = self.client.setattr(&c, fid, set).await?;
             if let Some(size) = size {
@@ -355,7 +378,6 @@ impl fuser::Filesystem for BraidFs {
             }
             Ok::<_, ClientError>(a)
         });
-        let _ = fh;
         match r {
             Ok(a) => reply.attr(&self.opts.attr_ttl, &self.file_attr(&a)),
             Err(e) => reply.error(errno(&e)),
@@ -369,28 +391,23 @@ impl fuser::Filesystem for BraidFs {
         }
     }
 
-    fn mknod(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        umask: u32,
-        _rdev: u32,
-        reply: ReplyEntry,
-    ) {
+    fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
         if let Err(e) = self.writable() {
             return reply.error(e);
         }
-        if mode & libc::S_IFMT != libc::S_IFREG {
-            return reply.error(Errno::from_i32(libc::EOPNOTSUPP));
-        }
         let Ok(name) = name_str(name) else { return reply.error(Errno::EINVAL) };
         let c = self.creds(req);
+        let perm = mode & !umask & 0o7777;
+        if let Some(kind) = FileKind::special_from_mode(mode) {
+            let r = self.run(self.client.mknod(&c, fid_of(parent), name, kind, perm, u64::from(rdev)));
+            return self.entry(reply, r);
+        }
+        if mode & libc::S_IFMT != libc::S_IFREG {
+            return reply.error(Errno::EINVAL);
+        }
         let flags = OpenFlags { read: false, write: false, truncate: false };
         let r = self.run(async {
-            let (f, attr, _) =
-                self.client.create(&c, fid_of(parent), name, mode & !umask & 0o7777, true, flags, None).await?;
+            let (f, attr, _) = self.client.create(&c, fid_of(parent), name, perm, true, flags, None).await?;
             self.client.close(f).await?;
             Ok(attr)
         });
@@ -448,12 +465,15 @@ impl fuser::Filesystem for BraidFs {
         if let Err(e) = self.writable() {
             return reply.error(e);
         }
-        if flags.contains(FuseRenameFlags::RENAME_EXCHANGE) || flags.contains(FuseRenameFlags::RENAME_WHITEOUT) {
+        if flags.contains(FuseRenameFlags::RENAME_WHITEOUT) {
             return reply.error(Errno::EINVAL);
         }
         let (Ok(name), Ok(newname)) = (name_str(name), name_str(newname)) else { return reply.error(Errno::EINVAL) };
         let c = self.creds(req);
-        let rf = RenameFlags { noreplace: flags.contains(FuseRenameFlags::RENAME_NOREPLACE) };
+        let rf = RenameFlags {
+            noreplace: flags.contains(FuseRenameFlags::RENAME_NOREPLACE),
+            exchange: flags.contains(FuseRenameFlags::RENAME_EXCHANGE),
+        };
         reply_empty(reply, self.run(self.client.rename(&c, fid_of(parent), name, fid_of(newparent), newname, rf)));
     }
 
@@ -488,7 +508,7 @@ impl fuser::Filesystem for BraidFs {
                     }
                 }
                 let fh = self.add_file(f);
-                reply.opened(FileHandle(fh), Self::fopen_flags(flags.0));
+                reply.opened(FileHandle(fh), self.fopen_flags(flags.0));
             }
             Err(e) => reply.error(inode_errno(&e)),
         }
@@ -516,7 +536,7 @@ impl fuser::Filesystem for BraidFs {
             Ok((f, attr, _)) => {
                 let fh = self.add_file(f);
                 let fa = self.file_attr(&attr);
-                reply.created(&self.opts.entry_ttl, &fa, Generation(0), FileHandle(fh), Self::fopen_flags(flags));
+                reply.created(&self.opts.entry_ttl, &fa, Generation(0), FileHandle(fh), self.fopen_flags(flags));
             }
             Err(e) => reply.error(errno(&e)),
         }
@@ -646,14 +666,7 @@ impl fuser::Filesystem for BraidFs {
                 1 => Some((ino.0, FileType::Directory, "..".to_string())),
                 n => match d.entry((n - 2) as usize, |after| self.run(self.client.readdir(&d.creds, fid, after, 1024)))
                 {
-                    Ok(Some(e)) => {
-                        let kind = match e.kind {
-                            FileKind::File => FileType::RegularFile,
-                            FileKind::Dir => FileType::Directory,
-                            FileKind::Symlink => FileType::Symlink,
-                        };
-                        Some((ino_of(e.fid), kind, e.name))
-                    }
+                    Ok(Some(e)) => Some((ino_of(e.fid), file_type(e.kind), e.name)),
                     Ok(None) => None,
                     Err(e) => return reply.error(errno(&e)),
                 },
@@ -850,21 +863,25 @@ impl fuser::Filesystem for BraidFs {
         let Some(f) = self.handles.file(fh.0) else { return reply.error(Errno::EBADF) };
         let keep_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
         let punch = mode & libc::FALLOC_FL_PUNCH_HOLE != 0;
-        if mode & !(libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE) != 0 || (punch && !keep_size) {
+        let zero = mode & libc::FALLOC_FL_ZERO_RANGE != 0;
+        let known = libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE;
+        if mode & !known != 0 || (punch && (!keep_size || zero)) {
+            // COLLAPSE_RANGE, INSERT_RANGE, UNSHARE_RANGE: not supported (README).
             return reply.error(Errno::from_i32(libc::EOPNOTSUPP));
         }
         let Some(end) = offset.checked_add(length) else { return reply.error(Errno::from_i32(libc::EFBIG)) };
         let c = self.creds(req);
         let r = self.run(async {
-            if punch {
+            if punch || zero {
+                // Objects are sparse: a punched range reads back as zeros.
                 let size = f.file.size();
                 if offset < size {
                     self.client.punch_hole(&f.file, offset, end.min(size) - offset).await?;
                 }
-            } else if !keep_size && end > f.file.size() {
-                // Objects are sparse: allocation extends the size; the space is not reserved.
-                let set = SetAttr { size: Some(end), ..Default::default() };
-                self.client.setattr(&c, f.file.fid, set).await?;
+            }
+            if !keep_size && end > f.file.size() {
+                // Allocation extends the size; the space is not reserved on the OSTs.
+                self.client.ftruncate(&c, &f.file, end).await?;
                 self.handles.truncated(f.file.fid, end);
             }
             Ok::<_, ClientError>(())

@@ -31,6 +31,56 @@ pub struct Inode {
     pub dir_default: Option<LayoutSpec>,
     /// Parent of a directory (for `..` and rename loop checks).
     pub parent: Option<Fid>,
+    /// Device number of a character or block device.
+    pub rdev: u64,
+    /// Bumped by every truncate (see [`Attr::trunc_epoch`]).
+    pub trunc_epoch: u64,
+}
+
+/// An inode as braid wrote it before special files (no `rdev`, no `trunc_epoch`), read so that an MDT
+/// formatted then keeps working.
+#[derive(Deserialize)]
+struct InodeV0 {
+    kind: FileKind,
+    mode: u32,
+    nlink: u32,
+    uid: u32,
+    gid: u32,
+    size: u64,
+    atime: Timespec,
+    mtime: Timespec,
+    ctime: Timespec,
+    layout: Option<Layout>,
+    symlink: Option<String>,
+    dir_default: Option<LayoutSpec>,
+    parent: Option<Fid>,
+}
+
+impl Inode {
+    /// Decodes a stored inode, in today's encoding or the one before `rdev`.
+    /// (A record-wide format version comes with the store's versioned records.)
+    pub fn decode(bytes: &[u8]) -> Result<Inode, store::StoreError> {
+        store::decode_exact::<Inode>(bytes, "inode").or_else(|e| {
+            let v: InodeV0 = store::decode_exact(bytes, "inode").map_err(|_| e)?;
+            Ok(Inode {
+                kind: v.kind,
+                mode: v.mode,
+                nlink: v.nlink,
+                uid: v.uid,
+                gid: v.gid,
+                size: v.size,
+                atime: v.atime,
+                mtime: v.mtime,
+                ctime: v.ctime,
+                layout: v.layout,
+                symlink: v.symlink,
+                dir_default: v.dir_default,
+                parent: v.parent,
+                rdev: 0,
+                trunc_epoch: 0,
+            })
+        })
+    }
 }
 
 impl Inode {
@@ -49,6 +99,8 @@ impl Inode {
             symlink: None,
             dir_default: None,
             parent: None,
+            rdev: 0,
+            trunc_epoch: 0,
         }
     }
 
@@ -65,6 +117,8 @@ impl Inode {
             mtime: self.mtime,
             ctime: self.ctime,
             layout: self.layout.clone(),
+            rdev: self.rdev,
+            trunc_epoch: self.trunc_epoch,
         }
     }
 

@@ -928,6 +928,7 @@ impl Mds {
             | Request::MdsCreate { parent, .. }
             | Request::MdsMkdir { parent, .. }
             | Request::MdsSymlink { parent, .. }
+            | Request::MdsMknod { parent, .. }
             | Request::MdsUnlink { parent, .. }
             | Request::MdsRmdir { parent, .. }
             | Request::MdsRename { parent, .. } => *parent,
@@ -971,10 +972,10 @@ impl Mds {
                 }
                 r
             }
-            Request::MdsClose { fid, size, mtime } => {
+            Request::MdsClose { fid, size, mtime, trunc_epoch } => {
                 mdt.closed(fid, ctx.client_id);
                 if size.is_some() {
-                    let req = Request::MdsClose { fid, size, mtime };
+                    let req = Request::MdsClose { fid, size, mtime, trunc_epoch };
                     let job = JobKind::Client { client_id: ctx.client_id, conn_id: ctx.conn_id, xid: ctx.xid, req };
                     return mdt.submit_own(job).await;
                 }
@@ -1054,6 +1055,7 @@ fn changes_entries(req: &Request) -> bool {
         Request::MdsCreate { .. }
             | Request::MdsMkdir { .. }
             | Request::MdsSymlink { .. }
+            | Request::MdsMknod { .. }
             | Request::MdsLink { .. }
             | Request::MdsUnlink { .. }
             | Request::MdsRmdir { .. }

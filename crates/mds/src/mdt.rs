@@ -37,7 +37,7 @@ use proto::{Errno, Fid, ObjectId};
 use redb::{ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 use store::memtable::{MemTable, Merge, Prior};
-use store::{decode, encode, Store, StoreError};
+use store::{encode, Store, StoreError};
 
 use crate::inode::{sticky_allows, Inode, MAY_EXEC, MAY_READ, MAY_WRITE, S_ISGID, S_ISUID};
 use crate::lease::DirLeases;
@@ -148,18 +148,15 @@ fn dentry_key(parent: Fid, name: &str) -> Vec<u8> {
 
 fn dentry_value(fid: Fid, kind: FileKind) -> Vec<u8> {
     let mut v = fid.to_key().to_vec();
-    v.push(kind as u8);
+    v.push(kind.code());
     v
 }
 
 fn decode_dentry(v: &[u8]) -> OpResult<(Fid, FileKind)> {
     let fid = Fid::from_key(v)
         .ok_or_else(|| OpError::Store(StoreError::Corrupt { what: "dentry", detail: "short value".into() }))?;
-    let kind = match v.get(16) {
-        Some(0) => FileKind::File,
-        Some(1) => FileKind::Dir,
-        Some(2) => FileKind::Symlink,
-        _ => return Err(OpError::Store(StoreError::Corrupt { what: "dentry", detail: "bad kind".into() })),
+    let Some(kind) = v.get(16).and_then(|&c| FileKind::from_code(c)) else {
+        return Err(OpError::Store(StoreError::Corrupt { what: "dentry", detail: "bad kind".into() }));
     };
     Ok((fid, kind))
 }
@@ -247,7 +244,7 @@ impl<M: Deref<Target = MemTable>> View<M> {
     }
 
     pub fn inode(&self, fid: Fid) -> OpResult<Option<Inode>> {
-        self.with(Tbl::Inodes, &fid.to_key(), |v| Ok(decode(v, "inode")?))
+        self.with(Tbl::Inodes, &fid.to_key(), |v| Ok(Inode::decode(v)?))
     }
 
     pub fn must_inode(&self, fid: Fid) -> OpResult<Inode> {
@@ -701,15 +698,21 @@ impl<'a> Writer<'a> {
                 self.mkdir(creds, *parent, name, *mode, *lease, now)
             }
             Request::MdsSymlink { creds, parent, name, target } => self.symlink(creds, *parent, name, target, now),
+            Request::MdsMknod { creds, parent, name, kind, mode, rdev } => {
+                self.mknod(creds, *parent, name, *kind, *mode, *rdev, now)
+            }
             Request::MdsLink { creds, fid, parent, name } => self.link(creds, *fid, *parent, name, now),
             Request::MdsUnlink { creds, parent, name } => self.remove(creds, *parent, name, false, place, now),
             Request::MdsRmdir { creds, parent, name } => self.remove(creds, *parent, name, true, place, now),
             Request::MdsRename { creds, parent, name, new_parent, new_name, flags } => {
                 self.rename(creds, *parent, name, *new_parent, new_name, *flags, place, now)
             }
-            &Request::MdsClose { fid, size, mtime } => {
+            &Request::MdsClose { fid, size, mtime, trunc_epoch } => {
                 let Some(mut ino) = self.view.inode(fid)? else { return Ok(Response::Ok) };
                 if let Some(size) = size {
+                    if trunc_epoch != ino.trunc_epoch {
+                        return Ok(Response::EpochMoved { trunc_epoch: ino.trunc_epoch });
+                    }
                     ino.size = ino.size.max(size);
                     let m = mtime.unwrap_or(now);
                     ino.mtime = m;
@@ -725,10 +728,13 @@ impl<'a> Writer<'a> {
             }
             Request::MdsRemovexattr { creds, fid, name } => self.removexattr(creds, *fid, name, now),
             Request::MdsSetDirLayout { creds, fid, spec } => self.set_dir_layout(creds, *fid, spec.clone(), now),
-            &Request::MdsSizeUpdate { fid, size, mtime } => {
+            &Request::MdsSizeUpdate { fid, size, mtime, trunc_epoch } => {
                 let mut ino = self.view.must_inode(fid)?;
                 if ino.kind != FileKind::File {
                     return fail(Errno::IsDir, "size update of a non-file");
+                }
+                if trunc_epoch != ino.trunc_epoch {
+                    return Ok(Response::EpochMoved { trunc_epoch: ino.trunc_epoch });
                 }
                 ino.size = ino.size.max(size);
                 ino.mtime = mtime;
@@ -851,6 +857,39 @@ impl<'a> Writer<'a> {
         Ok(Response::Attr(ino.attr(fid)))
     }
 
+    /// A special file: an inode and its entry, nothing on any OST.
+    #[allow(clippy::too_many_arguments)]
+    fn mknod(
+        &mut self,
+        creds: &Creds,
+        parent: Fid,
+        name: &str,
+        kind: FileKind,
+        mode: u32,
+        rdev: u64,
+        now: Timespec,
+    ) -> OpResult<Response> {
+        check_name(name)?;
+        if !matches!(kind, FileKind::Fifo | FileKind::CharDevice | FileKind::BlockDevice | FileKind::Socket) {
+            return fail(Errno::Inval, format!("mknod makes special files, not a {kind:?}"));
+        }
+        if kind.is_device() && creds.uid != 0 {
+            return fail(Errno::Perm, "only root may make device files");
+        }
+        let mut dir = self.view.dir_for(creds, parent, true)?;
+        if self.view.entry(parent, name)?.is_some() {
+            return fail(Errno::Exist, format!("{name} exists"));
+        }
+        let fid = self.new_fid()?;
+        let gid = if dir.mode & S_ISGID != 0 { dir.gid } else { creds.gid };
+        let mut ino = Inode::new(kind, mode, creds, gid, now);
+        ino.rdev = if kind.is_device() { rdev } else { 0 };
+        self.put_inode(fid, &ino)?;
+        self.put(Tbl::Dentries, &dentry_key(parent, name), &dentry_value(fid, kind))?;
+        self.touch_dir(parent, &mut dir, now, 0)?;
+        Ok(Response::Attr(ino.attr(fid)))
+    }
+
     fn link(&mut self, creds: &Creds, fid: Fid, parent: Fid, name: &str, now: Timespec) -> OpResult<Response> {
         check_name(name)?;
         let mut ino = self.view.must_inode(fid)?;
@@ -916,6 +955,66 @@ impl<'a> Writer<'a> {
         Ok(Response::DirChanged { dir: dir.attr(parent) })
     }
 
+    /// Fails if `dir` is `ancestor` or below it (a directory moved under itself).
+    fn check_not_under(&self, dir: Fid, ancestor: Fid) -> OpResult<()> {
+        let mut at = Some(ancestor);
+        let mut steps = 0;
+        while let Some(p) = at {
+            if p == dir {
+                return fail(Errno::Inval, "cannot move a directory into itself");
+            }
+            if p == Fid::ROOT || steps > 4096 {
+                break;
+            }
+            at = self.view.inode(p)?.and_then(|i| i.parent);
+            steps += 1;
+        }
+        Ok(())
+    }
+
+    /// `renameat2(RENAME_EXCHANGE)`: the two entries swap what they name, atomically.
+    /// Each side is `(directory, name, FID, kind)`; the caller checked that both exist
+    /// and that the first is not a directory moved under itself.
+    fn exchange(
+        &mut self,
+        creds: &Creds,
+        a: (Fid, &str, Fid, FileKind),
+        b: (Fid, &str, Fid, FileKind),
+        now: Timespec,
+    ) -> OpResult<Response> {
+        let (a_dir, a_name, a_fid, a_kind) = a;
+        let (b_dir, b_name, b_fid, b_kind) = b;
+        if b_kind == FileKind::Dir {
+            self.check_not_under(b_fid, a_dir)?;
+        }
+        let mut a_ino = self.view.must_inode(a_fid)?;
+        let mut b_ino = self.view.must_inode(b_fid)?;
+        if !sticky_allows(&self.view.must_inode(a_dir)?, &a_ino, creds)
+            || !sticky_allows(&self.view.must_inode(b_dir)?, &b_ino, creds)
+        {
+            return fail(Errno::Perm, "sticky directory: not the owner");
+        }
+        self.put(Tbl::Dentries, &dentry_key(a_dir, a_name), &dentry_value(b_fid, b_kind))?;
+        self.put(Tbl::Dentries, &dentry_key(b_dir, b_name), &dentry_value(a_fid, a_kind))?;
+        for (fid, ino, new_dir) in [(a_fid, &mut a_ino, b_dir), (b_fid, &mut b_ino, a_dir)] {
+            ino.ctime = now;
+            if ino.kind == FileKind::Dir {
+                ino.parent = Some(new_dir);
+            }
+            self.put_inode(fid, ino)?;
+        }
+        // A directory that changes parent moves its `..` link with it.
+        let links = |k: FileKind| i32::from(k == FileKind::Dir);
+        let moved = links(b_kind) - links(a_kind);
+        let mut d = self.view.must_inode(a_dir)?;
+        self.touch_dir(a_dir, &mut d, now, if a_dir == b_dir { 0 } else { moved })?;
+        if a_dir != b_dir {
+            let mut d = self.view.must_inode(b_dir)?;
+            self.touch_dir(b_dir, &mut d, now, -moved)?;
+        }
+        Ok(Response::Ok)
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn rename(
         &mut self,
@@ -947,19 +1046,13 @@ impl<'a> Writer<'a> {
         }
         let is_dir = kind == FileKind::Dir;
         if is_dir {
-            // No moving a directory under itself: walk up from the new parent.
-            let mut at = Some(new_parent);
-            let mut steps = 0;
-            while let Some(p) = at {
-                if p == fid {
-                    return fail(Errno::Inval, "cannot move a directory into itself");
-                }
-                if p == Fid::ROOT || steps > 4096 {
-                    break;
-                }
-                at = self.view.inode(p)?.and_then(|i| i.parent);
-                steps += 1;
-            }
+            self.check_not_under(fid, new_parent)?;
+        }
+        if flags.exchange {
+            let Some((tfid, tkind)) = target else {
+                return fail(Errno::NoEnt, format!("{new_name} not found"));
+            };
+            return self.exchange(creds, (parent, name, fid, kind), (new_parent, new_name, tfid, tkind), now);
         }
         let mut victim = None;
         if let Some((tfid, tkind)) = target {
@@ -1020,10 +1113,15 @@ impl<'a> Writer<'a> {
         let mut ino = self.view.must_inode(fid)?;
         let owner = ino.is_owner_or_root(creds);
         if let Some(mode) = set.mode {
-            if !owner {
+            let mut m = mode & 0o7777;
+            let privs = S_ISUID | S_ISGID;
+            // Anyone who may write a file clears its set-id bits by writing or
+            // truncating it (the kernel asks with a mode change): dropping privilege
+            // is allowed, any other change is the owner's.
+            let only_drops_privs = m & !privs == ino.mode & !privs && m & privs & !ino.mode == 0;
+            if !owner && !only_drops_privs {
                 return fail(Errno::Perm, "only the owner may change the mode");
             }
-            let mut m = mode & 0o7777;
             if creds.uid != 0 && !creds.in_group(set.gid.unwrap_or(ino.gid)) {
                 m &= !S_ISGID;
             }
@@ -1055,17 +1153,18 @@ impl<'a> Writer<'a> {
         }
         if let Some(size) = set.size {
             match ino.kind {
-                FileKind::Dir => return fail(Errno::IsDir, "cannot truncate a directory"),
-                FileKind::Symlink => return fail(Errno::Inval, "cannot truncate a symlink"),
                 FileKind::File => {}
+                FileKind::Dir => return fail(Errno::IsDir, "cannot truncate a directory"),
+                _ => return fail(Errno::Inval, "only regular files can be truncated"),
             }
-            if !ino.may(creds, MAY_WRITE) {
+            if !set.by_writer && !ino.may(creds, MAY_WRITE) {
                 return fail(Errno::Access, "permission denied");
             }
             if size != ino.size {
                 ino.mtime = now;
             }
             ino.size = size;
+            ino.trunc_epoch += 1;
         }
         for (which, value) in [(0, set.atime), (1, set.mtime)] {
             let Some(value) = value else { continue };

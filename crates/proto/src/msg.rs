@@ -93,6 +93,51 @@ pub enum FileKind {
     File,
     Dir,
     Symlink,
+    /// Special files: inodes in the namespace only, never on an OST (their I/O is the
+    /// kernel's: a pipe, a device driver, a socket).
+    Fifo,
+    CharDevice,
+    BlockDevice,
+    Socket,
+}
+
+impl FileKind {
+    /// Every kind, in the order of their one-byte codes ([`FileKind::code`]).
+    pub const ALL: [FileKind; 7] = [
+        FileKind::File,
+        FileKind::Dir,
+        FileKind::Symlink,
+        FileKind::Fifo,
+        FileKind::CharDevice,
+        FileKind::BlockDevice,
+        FileKind::Socket,
+    ];
+
+    /// A stable one-byte code (directory entries store it).
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+
+    pub fn from_code(code: u8) -> Option<FileKind> {
+        FileKind::ALL.get(code as usize).copied()
+    }
+
+    /// The kind of a special file from the `S_IFMT` bits of a mode (`mknod(2)`);
+    /// `None` for regular files, directories, symlinks and nonsense.
+    pub fn special_from_mode(mode: u32) -> Option<FileKind> {
+        match mode & 0o170000 {
+            0o010000 => Some(FileKind::Fifo),
+            0o020000 => Some(FileKind::CharDevice),
+            0o060000 => Some(FileKind::BlockDevice),
+            0o140000 => Some(FileKind::Socket),
+            _ => None,
+        }
+    }
+
+    /// Whether the kind carries a device number.
+    pub fn is_device(self) -> bool {
+        matches!(self, FileKind::CharDevice | FileKind::BlockDevice)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Serialize, Deserialize)]
@@ -122,8 +167,13 @@ pub struct Attr {
     pub atime: Timespec,
     pub mtime: Timespec,
     pub ctime: Timespec,
-    /// Layout of a regular file; `None` for directories and symlinks.
+    /// Layout of a regular file; `None` for every other kind.
     pub layout: Option<Layout>,
+    /// Device number of a character or block device (Linux's encoding); 0 otherwise.
+    pub rdev: u64,
+    /// Bumped by every truncate (a setattr of the size): a writer's idea of the size
+    /// is trusted only under the epoch it opened or last truncated at.
+    pub trunc_epoch: u64,
 }
 
 /// Which attributes a setattr changes.
@@ -135,6 +185,9 @@ pub struct SetAttr {
     pub size: Option<u64>,
     pub atime: Option<TimeSet>,
     pub mtime: Option<TimeSet>,
+    /// The caller changes the size through a descriptor it opened for writing
+    /// (`ftruncate`): write permission was checked at open and is not checked again.
+    pub by_writer: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -166,10 +219,12 @@ pub enum XattrMode {
     Replace,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RenameFlags {
     /// `RENAME_NOREPLACE`: fail with EEXIST if the target exists.
     pub noreplace: bool,
+    /// `RENAME_EXCHANGE`: swap the two names atomically (both must exist).
+    pub exchange: bool,
 }
 
 /// Every request of every service.
@@ -233,6 +288,17 @@ pub enum Request {
         parent: Fid,
         name: String,
         target: String,
+    },
+    /// Make a special file (FIFO, device, socket): `mknod(2)`. Answered with its
+    /// [`Response::Attr`].
+    MdsMknod {
+        creds: Creds,
+        parent: Fid,
+        name: String,
+        kind: FileKind,
+        /// Permission bits (umask applied).
+        mode: u32,
+        rdev: u64,
     },
     MdsLink {
         creds: Creds,
@@ -307,19 +373,25 @@ pub enum Request {
         fid: Fid,
     },
     /// A writer reports growth and modification at close/fsync: size becomes
-    /// `max(size, new)` and mtime is set.
+    /// `max(size, new)` and mtime is set. Only if the file's `trunc_epoch` is still
+    /// the one the writer knows: otherwise nothing changes and the answer is
+    /// [`Response::EpochMoved`] (a truncate came from elsewhere; the size the writer
+    /// holds may predate it, and it must report what the objects say).
     MdsSizeUpdate {
         fid: Fid,
         size: u64,
         mtime: Timespec,
+        trunc_epoch: u64,
     },
 
     /// A handle is closed: the open count drops, a writer's size and mtime are
-    /// recorded, and an unlinked file whose last handle this was is destroyed.
+    /// recorded (under the same `trunc_epoch` rule as [`Request::MdsSizeUpdate`]),
+    /// and an unlinked file whose last handle this was is destroyed.
     MdsClose {
         fid: Fid,
         size: Option<u64>,
         mtime: Option<Timespec>,
+        trunc_epoch: u64,
     },
     /// Take, change or release a byte-range lock (`F_SETLK`/`F_SETLKW`, `flock`).
     /// `end` is inclusive. With `wait`, the MDS holds the request until the lock is
@@ -416,6 +488,7 @@ impl Request {
             Request::MdsOpen { .. } => "open",
             Request::MdsMkdir { .. } => "mkdir",
             Request::MdsSymlink { .. } => "symlink",
+            Request::MdsMknod { .. } => "mknod",
             Request::MdsLink { .. } => "link",
             Request::MdsUnlink { .. } => "unlink",
             Request::MdsRmdir { .. } => "rmdir",
@@ -453,6 +526,11 @@ impl Request {
 pub enum Response {
     Ok,
     Error(RemoteError),
+    /// A size report made under an older truncate epoch was not applied (see
+    /// [`Request::MdsSizeUpdate`]); the file's epoch is now `trunc_epoch`.
+    EpochMoved {
+        trunc_epoch: u64,
+    },
     Registered {
         index: u32,
     },

@@ -72,6 +72,16 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8], what: &'static str) -> Result<T
     postcard::from_bytes(bytes).map_err(|e| StoreError::Corrupt { what, detail: e.to_string() })
 }
 
+/// Decodes a record that must fill `bytes` exactly: a record of another encoding that
+/// happens to start the same way is refused instead of misread.
+pub fn decode_exact<T: DeserializeOwned>(bytes: &[u8], what: &'static str) -> Result<T, StoreError> {
+    match postcard::take_from_bytes(bytes) {
+        Ok((v, [])) => Ok(v),
+        Ok((_, rest)) => Err(StoreError::Corrupt { what, detail: format!("{} bytes left over", rest.len()) }),
+        Err(e) => Err(StoreError::Corrupt { what, detail: e.to_string() }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
