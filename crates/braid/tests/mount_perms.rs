@@ -10,7 +10,7 @@ use std::ffi::CString;
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -333,4 +333,42 @@ fn allow_other_decides_whether_other_users_enter() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("Permission denied"));
     drop(private);
     drop(shared);
+}
+
+#[test]
+fn a_write_by_a_non_owner_clears_set_id_bits_and_ftruncate_needs_only_the_descriptor() {
+    let e = start("allow_other");
+    let f = e.m.path("setid");
+    fs::write(&f, b"0123456789").unwrap();
+    chmod(&f, 0o6777);
+    let target = f.clone();
+    let written = as_user(1000, 1000, &[], move || {
+        let h = OpenOptions::new().write(true).open(&target)?;
+        std::os::unix::fs::FileExt::write_all_at(&h, b"x", 3)
+    });
+    assert_eq!(code(written), 0, "a non-owner who may write, writes");
+    assert_eq!(fs::metadata(&f).unwrap().mode() & 0o7777, 0o0777, "and the set-id bits are gone");
+    assert_eq!(fs::read(&f).unwrap(), b"012x456789");
+    // Nobody but the owner sets them again, or changes other bits.
+    chmod(&f, 0o6777);
+    let target = f.clone();
+    let chmodded = as_user(1000, 1000, &[], move || fs::set_permissions(&target, fs::Permissions::from_mode(0o777)));
+    assert_eq!(code(chmodded), libc::EPERM, "chmod by a non-owner");
+    assert_eq!(fs::metadata(&f).unwrap().mode() & 0o7777, 0o6777);
+
+    // A file created mode 0 by its (non-root) owner, opened O_RDWR at creation:
+    // ftruncate through that descriptor works, a new open for writing does not.
+    let dir = e.m.path("d");
+    fs::create_dir(&dir).unwrap();
+    chmod(&dir, 0o777);
+    let g = dir.join("mode0");
+    let path = g.clone();
+    let r = as_user(1000, 1000, &[], move || {
+        let h = OpenOptions::new().read(true).write(true).create_new(true).mode(0o000).open(&path)?;
+        h.set_len(12345)?;
+        let again = OpenOptions::new().write(true).open(&path).map(|_| ());
+        Ok::<_, std::io::Error>(code(again))
+    });
+    assert_eq!(r.unwrap(), libc::EACCES, "reopening a mode-0 file for writing is refused");
+    assert_eq!(fs::metadata(&g).unwrap().len(), 12345, "ftruncate through the creating descriptor");
 }

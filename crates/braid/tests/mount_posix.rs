@@ -637,3 +637,122 @@ fn files_read_then_removed_leave_no_objects_behind() {
         objects(&e._c) == 0
     });
 }
+
+#[test]
+fn special_files_are_namespace_only_inodes() {
+    let e = start("");
+    let (fifo, chr, blk, sock) = (e.m.path("fifo"), e.m.path("chr"), e.m.path("blk"), e.m.path("sock"));
+    // SAFETY: mkfifo/mknod of NUL-terminated paths.
+    unsafe {
+        assert_eq!(libc::mkfifo(cpath(&fifo).as_ptr(), 0o640), 0, "mkfifo: errno {}", last_errno());
+        assert_eq!(libc::mknod(cpath(&chr).as_ptr(), libc::S_IFCHR | 0o600, libc::makedev(1, 3)), 0);
+        assert_eq!(libc::mknod(cpath(&blk).as_ptr(), libc::S_IFBLK | 0o640, libc::makedev(8, 17)), 0);
+    }
+    let listener = std::os::unix::net::UnixListener::bind(&sock).expect("bind a UNIX socket in the mount");
+    let kinds = [
+        (&fifo, libc::S_IFIFO, 0o640, 0),
+        (&chr, libc::S_IFCHR, 0o600, libc::makedev(1, 3)),
+        (&blk, libc::S_IFBLK, 0o640, libc::makedev(8, 17)),
+    ];
+    for (p, kind, perm, rdev) in kinds {
+        let m = fs::symlink_metadata(p).unwrap();
+        assert_eq!(m.mode() & libc::S_IFMT, kind, "{p:?}: type");
+        assert_eq!(m.mode() & 0o7777, perm, "{p:?}: permissions");
+        assert_eq!(m.rdev(), rdev, "{p:?}: device number");
+    }
+    assert_eq!(fs::symlink_metadata(&sock).unwrap().mode() & libc::S_IFMT, libc::S_IFSOCK);
+    // The socket works: the kernel connects through the name in the mount.
+    let client = std::os::unix::net::UnixStream::connect(&sock).expect("connect through the mount");
+    let (mut server, _) = listener.accept().unwrap();
+    (&client).write_all(b"ping").unwrap();
+    let mut got = [0u8; 4];
+    server.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"ping");
+    // So does the FIFO (the kernel's pipe, named by the mount).
+    let reader = std::thread::spawn({
+        let fifo = fifo.clone();
+        move || fs::read(fifo).unwrap()
+    });
+    fs::write(&fifo, b"through the fifo").unwrap();
+    assert_eq!(reader.join().unwrap(), b"through the fifo");
+
+    // Renamed, linked, chmodded, chowned and listed like any other file.
+    fs::create_dir(e.m.path("dir")).unwrap();
+    fs::rename(&chr, e.m.path("dir/chr2")).unwrap();
+    fs::hard_link(e.m.path("dir/chr2"), e.m.path("chr-link")).unwrap();
+    assert_eq!(fs::symlink_metadata(e.m.path("chr-link")).unwrap().nlink(), 2);
+    fs::set_permissions(&blk, fs::Permissions::from_mode(0o604)).unwrap();
+    std::os::unix::fs::lchown(&fifo, Some(1234), Some(5678)).unwrap();
+    let m = fs::symlink_metadata(&fifo).unwrap();
+    assert_eq!((m.uid(), m.gid()), (1234, 5678));
+    assert_eq!(fs::symlink_metadata(&blk).unwrap().mode() & 0o7777, 0o604);
+    let types: std::collections::BTreeMap<String, bool> = fs::read_dir(e.m.dir.clone())
+        .unwrap()
+        .map(|d| {
+            let d = d.unwrap();
+            let t = d.file_type().unwrap();
+            use std::os::unix::fs::FileTypeExt;
+            (
+                d.file_name().into_string().unwrap(),
+                t.is_fifo() || t.is_char_device() || t.is_block_device() || t.is_socket(),
+            )
+        })
+        .collect();
+    for name in ["fifo", "blk", "sock", "chr-link"] {
+        assert_eq!(types.get(name), Some(&true), "readdir reports {name} as a special file: {types:?}");
+    }
+    // Truncating one is refused as on Linux; none ever reached an OST.
+    assert_eq!(
+        errno(OpenOptions::new().write(true).open(e.m.path("dir/chr2")).and_then(|f| f.set_len(0))),
+        libc::EACCES
+    );
+    let objects: usize = (0..4).map(|i| e._c.ost_objects(i).len()).sum();
+    assert_eq!(objects, 0, "special files have no objects");
+    for p in [e.m.path("dir/chr2"), e.m.path("chr-link"), blk, sock, fifo] {
+        fs::remove_file(&p).unwrap();
+    }
+    assert_eq!(fs::read_dir(e.m.dir.clone()).unwrap().count(), 1, "only dir is left");
+}
+
+#[test]
+fn rename_exchange_swaps_two_names_atomically() {
+    let e = start("");
+    fs::create_dir_all(e.m.path("a/sub")).unwrap();
+    fs::create_dir(e.m.path("b")).unwrap();
+    fs::write(e.m.path("b/file"), b"file").unwrap();
+    fs::write(e.m.path("a/other"), b"other").unwrap();
+    let exchange = |from: &str, to: &str| {
+        // SAFETY: renameat2 of NUL-terminated paths.
+        let r = unsafe {
+            libc::renameat2(
+                libc::AT_FDCWD,
+                cpath(&e.m.path(from)).as_ptr(),
+                libc::AT_FDCWD,
+                cpath(&e.m.path(to)).as_ptr(),
+                libc::RENAME_EXCHANGE,
+            )
+        };
+        if r == 0 {
+            0
+        } else {
+            last_errno()
+        }
+    };
+    // Two files in two directories.
+    assert_eq!(exchange("a/other", "b/file"), 0);
+    assert_eq!(fs::read(e.m.path("a/other")).unwrap(), b"file");
+    assert_eq!(fs::read(e.m.path("b/file")).unwrap(), b"other");
+    // A directory and a file across directories: `..` and the link counts follow.
+    let nlink = |p: &str| fs::metadata(e.m.path(p)).unwrap().nlink();
+    assert_eq!((nlink("a"), nlink("b")), (3, 2));
+    assert_eq!(exchange("a/sub", "b/file"), 0);
+    assert!(fs::metadata(e.m.path("b/file")).unwrap().is_dir());
+    assert!(fs::metadata(e.m.path("a/sub")).unwrap().is_file());
+    assert_eq!((nlink("a"), nlink("b")), (2, 3), "the directory's `..` moved from a to b");
+    fs::write(e.m.path("b/file/inside"), b"x").unwrap();
+    assert_eq!(fs::read(e.m.path("b/file/inside")).unwrap(), b"x");
+    // A missing target, and a directory swapped under itself, are refused.
+    assert_eq!(exchange("a/sub", "b/missing"), libc::ENOENT);
+    assert_eq!(exchange("b", "b/file/inside"), libc::EINVAL);
+    assert!(fs::metadata(e.m.path("b/file/inside")).unwrap().is_file(), "a refused exchange changes nothing");
+}

@@ -173,6 +173,38 @@ mod tests {
     }
 
     #[test]
+    fn inodes_of_the_earlier_encoding_still_read() {
+        // The encoding before rdev and trunc_epoch: the same fields, two fewer at the end.
+        let mut now = file(0o644, 7, 8);
+        now.size = 4096;
+        now.symlink = Some("t".into());
+        let old = (
+            now.kind,
+            now.mode,
+            now.nlink,
+            now.uid,
+            now.gid,
+            now.size,
+            now.atime,
+            now.mtime,
+            now.ctime,
+            now.layout.clone(),
+            now.symlink.clone(),
+            now.dir_default.clone(),
+            now.parent,
+        );
+        let bytes = store::encode(&old);
+        assert_eq!(Inode::decode(&bytes).unwrap(), now, "read with rdev 0 and epoch 0");
+        let mut dev = now.clone();
+        (dev.kind, dev.rdev, dev.trunc_epoch) = (FileKind::CharDevice, 0x0103, 9);
+        assert_eq!(Inode::decode(&store::encode(&dev)).unwrap(), dev, "today's encoding");
+        let mut longer = store::encode(&dev);
+        longer.push(0);
+        assert!(Inode::decode(&longer).is_err(), "trailing bytes are corruption, not another encoding");
+        assert!(Inode::decode(&bytes[..bytes.len() - 1]).is_err(), "a cut record is corruption");
+    }
+
+    #[test]
     fn sticky_rule() {
         let mut dir = file(0o1777, 0, 0);
         dir.kind = FileKind::Dir;
