@@ -9,14 +9,10 @@ pub enum BenchError {
     /// Options that cannot describe a run (block not a multiple of transfer, zero tasks, ...).
     #[error("invalid options: {0}")]
     Usage(String),
-    /// A storage operation failed; carries the operation and the path.
-    #[error("{op} {path}: {source}")]
-    Io {
-        op: &'static str,
-        path: String,
-        #[source]
-        source: io::Error,
-    },
+    /// A storage operation failed; carries the operation and the path. The cause is
+    /// part of the message and not also a `source`, or an error chain prints it twice.
+    #[error("{op} {path}: {cause}")]
+    Io { op: &'static str, path: String, cause: io::Error },
     /// A task process failed or broke the driver protocol.
     #[error("task {task}: {message}")]
     Task { task: usize, message: String },
@@ -30,7 +26,7 @@ pub enum BenchError {
 
 impl BenchError {
     pub fn io(op: &'static str, path: impl Into<String>, source: io::Error) -> Self {
-        BenchError::Io { op, path: path.into(), source }
+        BenchError::Io { op, path: path.into(), cause: source }
     }
 }
 

@@ -318,6 +318,11 @@ pub fn execute(args: &SweepArgs, native: Option<NativeConnect>) -> Result<SweepR
         let dir = crate::backend::join(&target.display(), &format!("braid-bench-{:?}", args.preset).to_lowercase());
         let work = Target::parse(target.api, &dir)?;
         let mut driver = work.connect(native)?;
+        if let Err(e) = driver.stat(&target.path) {
+            let why =
+                if e.kind() == std::io::ErrorKind::NotFound { "does not exist".to_string() } else { e.to_string() };
+            return Err(BenchError::Usage(format!("target {label}={}: the directory {why}", target.display())));
+        }
         match driver.mkdir(&work.path) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}

@@ -151,6 +151,21 @@ fn impossible_options_get_clear_errors() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains(needle), "{args:?}: {stderr}");
     }
+    // A sweep target that does not exist is named once, in plain words; nothing is made.
+    let missing = dir.join("missing");
+    let target = format!("x={missing}");
+    let out = braid(&["sweep", "--preset", "tasks", "--target", &target, "--out", &dir.join("out")]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&format!("target {target}: the directory does not exist")), "{stderr}");
+    assert_eq!(stderr.matches("No such file").count(), 0, "no OS error text, repeated or not: {stderr}");
+    assert!(!Path::new(&missing).exists());
+    // And an OS error reached through the bench engine is printed once, not once per
+    // level of the error chain.
+    let out = braid(&["ior", "-o", &dir.join("no/such/dir/f")]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.matches("No such file or directory").count() <= 1, "{stderr}");
 }
 
 #[test]
