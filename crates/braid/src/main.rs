@@ -151,7 +151,7 @@ enum Command {
         /// Stay in the foreground (otherwise return once the mount is ready).
         #[arg(short = 'f')]
         foreground: bool,
-        /// Options: attr_timeout=S, entry_timeout=S, allow_other, ro, threads=N, timeout=S, max_write=BYTES, readahead_kb=KIB, dir_leases=0|1.
+        /// Options: attr_timeout=S, entry_timeout=S, allow_other, direct_io, ro, threads=N, timeout=S, max_write=BYTES, readahead_kb=KIB, dir_leases=0|1.
         #[arg(short = 'o')]
         options: Vec<String>,
         #[arg(long)]
