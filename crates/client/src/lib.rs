@@ -237,20 +237,10 @@ fn check_truncate(attr: &Attr, creds: &Creds, by_writer: bool) -> Result<()> {
         FileKind::Dir => return refuse(Errno::IsDir, "a directory"),
         _ => return refuse(Errno::Inval, "not a regular file"),
     }
-    if by_writer || creds.uid == 0 {
+    if by_writer || attr.may(creds, 2) {
         return Ok(());
     }
-    let bits = if creds.uid == attr.uid {
-        attr.mode >> 6
-    } else if creds.in_group(attr.gid) {
-        attr.mode >> 3
-    } else {
-        attr.mode
-    };
-    if bits & 0o2 == 0 {
-        return refuse(Errno::Access, "permission denied");
-    }
-    Ok(())
+    refuse(Errno::Access, "permission denied")
 }
 
 /// The credentials of this process (uid, gid, supplementary groups).

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use client::OpenFile;
-use proto::msg::{Attr, Creds, DirEntry, FileKind};
+use proto::msg::{Creds, DirEntry};
 use proto::Fid;
 
 use crate::SizeCell;
@@ -157,19 +157,4 @@ impl Handles {
     pub fn take_lock_owner(&self, fid: Fid, owner: u64) -> bool {
         self.inodes.lock().expect("inodes").get_mut(&fid).is_some_and(|st| st.lock_owners.remove(&owner))
     }
-}
-
-/// POSIX access check for `access(2)` (the MDS applies the same rules to operations).
-pub fn may(a: &Attr, c: &Creds, want: u32) -> bool {
-    if c.uid == 0 {
-        return want & 1 == 0 || a.kind == FileKind::Dir || a.mode & 0o111 != 0;
-    }
-    let bits = if c.uid == a.uid {
-        (a.mode >> 6) & 7
-    } else if c.in_group(a.gid) {
-        (a.mode >> 3) & 7
-    } else {
-        a.mode & 7
-    };
-    bits & want == want
 }

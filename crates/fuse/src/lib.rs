@@ -784,7 +784,7 @@ impl fuser::Filesystem for BraidFs {
         if want & 2 != 0 && self.opts.read_only {
             return reply.error(Errno::from_i32(libc::EROFS));
         }
-        if handles::may(&a, &c, want) {
+        if a.may(&c, want) {
             reply.ok()
         } else {
             reply.error(Errno::EACCES)

@@ -29,6 +29,24 @@ impl Creds {
     pub fn in_group(&self, gid: u32) -> bool {
         self.gid == gid || self.groups.contains(&gid)
     }
+
+    /// The POSIX access check of `want` (4 read, 2 write, 1 execute or search) on an
+    /// inode of `kind` with permission bits `mode`, owned by `uid`:`gid`. The one rule
+    /// the MDS enforces and clients apply ahead of it.
+    pub fn may(&self, kind: FileKind, mode: u32, uid: u32, gid: u32, want: u32) -> bool {
+        if self.uid == 0 {
+            // Root may do anything except execute a file nobody may execute.
+            return want & 1 == 0 || kind == FileKind::Dir || mode & 0o111 != 0;
+        }
+        let bits = if self.uid == uid {
+            mode >> 6
+        } else if self.in_group(gid) {
+            mode >> 3
+        } else {
+            mode
+        };
+        bits & 7 & want == want
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -174,6 +192,13 @@ pub struct Attr {
     /// Bumped by every truncate (a setattr of the size): a writer's idea of the size
     /// is trusted only under the epoch it opened or last truncated at.
     pub trunc_epoch: u64,
+}
+
+impl Attr {
+    /// [`Creds::may`] on these attributes.
+    pub fn may(&self, creds: &Creds, want: u32) -> bool {
+        creds.may(self.kind, self.mode, self.uid, self.gid, want)
+    }
 }
 
 /// Which attributes a setattr changes.
