@@ -306,7 +306,10 @@ impl fuser::Filesystem for BraidFs {
             | InitFlags::FUSE_PARALLEL_DIROPS
             | InitFlags::FUSE_AUTO_INVAL_DATA
             | InitFlags::FUSE_ASYNC_DIO
-            | InitFlags::FUSE_DONT_MASK;
+            | InitFlags::FUSE_DONT_MASK
+            // mmap of a file opened O_DIRECT works as on a local file system (Linux 6.6+;
+            // without it such an mmap fails with ENODEV).
+            | InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP;
         let _ = config.add_capabilities(wanted & config.capabilities());
         Ok(())
     }
