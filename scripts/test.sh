@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the whole braid test suite: formatting, lints, unit, property and integration
-# tests (real server processes, real FUSE mounts). Installs what it needs on a fresh
-# Debian/Ubuntu machine (fuse3) when run as root; otherwise says what is missing.
+# tests (real server processes, real FUSE mounts, the pjdfstest and fsx suites). Installs
+# what it needs on a fresh Debian/Ubuntu machine (fuse3; pjdfstest and fsx with cargo
+# install; the user `tests`) when run as root; otherwise says what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,8 +16,34 @@ need_pkg() {  # need_pkg COMMAND PACKAGE
     exit 1
   fi
 }
+need_cargo_bin() {  # need_cargo_bin COMMAND CRATE[@VERSION]
+  command -v "$1" >/dev/null 2>&1 && return 0
+  [ -x "${CARGO_HOME:-$HOME/.cargo}/bin/$1" ] && return 0
+  echo "installing $2 (for $1)"
+  cargo install --locked --quiet "$2"
+}
+need_user() {  # need_user NAME
+  id "$1" >/dev/null 2>&1 && return 0
+  if [ "$(id -u)" = 0 ] && command -v useradd >/dev/null 2>&1; then
+    echo "creating user $1"
+    useradd --user-group --no-create-home --home-dir / --shell /usr/sbin/nologin --comment "pjdfstest dummy user" "$1"
+  else
+    echo "missing user $1: create it (e.g. sudo useradd -U -M -s /usr/sbin/nologin $1)" >&2
+    exit 1
+  fi
+}
 need_pkg fusermount3 fuse3
 [ -e /dev/fuse ] || { echo "/dev/fuse is missing: load the fuse module (modprobe fuse)" >&2; exit 1; }
+# The POSIX suites (crates/braid/tests/posix_suites.rs): pjdfstest switches to the users
+# nobody and tests, remounts read-only and bind-mounts with mount(8), and finds sleep(1)
+# with which(1); fsx's O_DIRECT runs build a small LD_PRELOAD shim with cc.
+need_cargo_bin pjdfstest pjdfstest@0.2.2
+need_cargo_bin fsx fsx@0.3.2
+need_user tests
+need_user nobody
+need_pkg mount mount
+need_pkg which debianutils
+need_pkg cc gcc
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings

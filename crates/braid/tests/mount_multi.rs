@@ -11,7 +11,7 @@ use std::os::unix::io::AsRawFd;
 use std::path::Path;
 use std::time::Duration;
 
-use testkit::{pattern, wait_for, Cluster, ClusterSpec, Mount};
+use testkit::{pattern, wait_for, Cluster, ClusterSpec, LocalCluster, Mount};
 
 fn cluster() -> Cluster {
     Cluster::start(Path::new(env!("CARGO_BIN_EXE_braid")), ClusterSpec::default())
@@ -309,59 +309,18 @@ fn attributes_cross_clients_within_the_cache_time() {
     });
 }
 
-/// `braid local --mount` (the README's first command) as a running process: its own
-/// mount reaches the servers in-process (`proto::local`), while a second client (a
-/// `braid mount` process) reaches the same servers over TCP.
-struct LocalCluster {
-    daemon: testkit::Daemon,
-    mnt: std::path::PathBuf,
-    data: std::path::PathBuf,
-}
-
-impl LocalCluster {
-    fn start(dir: &Path, extra: &[&str]) -> LocalCluster {
-        let data = dir.join("data");
-        let mnt = dir.join("local-mnt");
-        fs::create_dir_all(&mnt).unwrap();
-        let listen = format!("127.0.0.1:{}", testkit::free_port("127.0.0.1"));
-        let mut args = vec!["local", "--data", data.to_str().unwrap(), "--listen", &listen, "--osts", "2"];
-        args.extend_from_slice(&["--heartbeat-ms", "200", "--mount", mnt.to_str().unwrap()]);
-        args.extend_from_slice(extra);
-        let bin = Path::new(env!("CARGO_BIN_EXE_braid"));
-        let daemon = testkit::Daemon::start(bin, &args, &[], &dir.join("local.log"), "mounted on")
-            .unwrap_or_else(|log| panic!("braid local --mount did not come up:\n{log}"));
-        LocalCluster { daemon, mnt, data }
-    }
-
-    fn url(&self) -> String {
-        let mgs = self.daemon.banner.iter().find_map(|l| l.strip_prefix("MGS at ")).expect("MGS address line");
-        format!("braid://{}/", mgs.trim())
-    }
-
-    fn objects(&self) -> usize {
-        (0..2).map(|i| testkit::objects_in(&self.data.join(format!("ost{i}"))).len()).sum()
-    }
-}
-
-impl Drop for LocalCluster {
-    fn drop(&mut self) {
-        // SIGTERM unmounts cleanly; a mount left behind by a failure is detached.
-        self.daemon.kill(libc::SIGTERM);
-        if testkit::is_mounted(&self.mnt) {
-            let _ = std::process::Command::new("fusermount3").arg("-uz").arg(&self.mnt).status();
-        }
-    }
-}
-
 fn local_and_tcp_clients_share_one_namespace(extra: &[&str], in_process: bool) {
     let dir = testkit::TempDir::new("local-mount");
-    let l = LocalCluster::start(dir.path(), extra);
+    let bin = Path::new(env!("CARGO_BIN_EXE_braid"));
+    // `braid local --mount` as a running process: its own mount reaches the servers
+    // in-process (`proto::local`), while a second client (a `braid mount` process)
+    // reaches the same servers over TCP.
+    let l = LocalCluster::start(bin, dir.path(), extra);
     // The mount's client (role "client") found its servers in this process, or not.
     let log = fs::read_to_string(&l.daemon.log).unwrap();
     let delivered = log.lines().filter(|l| l.contains("delivered in-process") && l.contains("role=client")).count();
     assert_eq!(delivered > 0, in_process, "in-process delivery to the mount's servers:\n{log}");
-    let bin = Path::new(env!("CARGO_BIN_EXE_braid"));
-    let other = Mount::of(bin, &l.url(), &l.data.join("cluster.secret"), dir.path(), "");
+    let other = Mount::of(bin, &l.url(), &l.secret(), dir.path(), "");
     let (here, there) = (|p: &str| l.mnt.join(p), |p: &str| other.path(p));
 
     // Data crosses in both directions at close-to-open, striped over both OSTs.

@@ -246,6 +246,19 @@ impl Daemon {
             let _ = c.wait();
         }
     }
+
+    /// Sends SIGTERM and waits up to `grace` for the process to exit, then SIGKILLs it
+    /// (by PID) and reaps it: a process that hangs on its way out never hangs a test.
+    pub fn stop(&mut self, grace: Duration) {
+        let Some(c) = self.child.as_mut() else { return };
+        // SAFETY: plain kill(2) of a child we started and have not reaped.
+        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        let start = Instant::now();
+        while matches!(c.try_wait(), Ok(None)) && start.elapsed() < grace {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.kill(libc::SIGKILL);
+    }
 }
 
 impl Drop for Daemon {
@@ -727,16 +740,7 @@ impl Drop for Mount {
         if is_mounted(&self.dir) {
             let _ = self.umount();
         }
-        if is_mounted(&self.dir) {
-            let mut cmd = Command::new("fusermount3");
-            cmd.arg("-uz").arg(&self.dir);
-            let _ = run_bounded(&mut cmd, Duration::from_secs(30));
-        }
-        if is_mounted(&self.dir) {
-            let c = std::ffi::CString::new(self.dir.as_os_str().as_encoded_bytes()).expect("mount point");
-            // SAFETY: umount2 with a valid C string; MNT_DETACH never blocks.
-            unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
-        }
+        detach_mount(&self.dir);
         if let Some(c) = self.child.as_mut() {
             // A cleanly unmounted session exits by itself; give it a moment.
             let start = Instant::now();
@@ -746,6 +750,87 @@ impl Drop for Mount {
         }
         self.kill();
         let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// Detaches a mount still on `dir` (`fusermount3 -uz`, then `umount2(MNT_DETACH)`),
+/// for cleanup after a mount process that did not unmount by itself.
+pub fn detach_mount(dir: &Path) {
+    if is_mounted(dir) {
+        let mut cmd = Command::new("fusermount3");
+        cmd.arg("-uz").arg(dir);
+        let _ = run_bounded(&mut cmd, Duration::from_secs(30));
+    }
+    if is_mounted(dir) {
+        let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).expect("mount point");
+        // SAFETY: umount2 with a valid C string; MNT_DETACH never blocks.
+        unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// `braid local --mount` as a child process.
+// ---------------------------------------------------------------------------------------
+
+/// `braid local --mount` (the README's first command) as a running process: a whole
+/// cluster (MGS, one MDT, [`LocalCluster::OSTS`] OSTs) in one process, whose own FUSE
+/// mount reaches its servers in-process (`proto::local`) unless `--tcp` is among the
+/// extra arguments. Other clients (a `braid mount` process, the CLI) reach the same
+/// servers over TCP at [`LocalCluster::url`]. Dropping it stops the process (SIGTERM
+/// unmounts cleanly; SIGKILL by PID if it has not exited after 10 s) and detaches a
+/// mount left behind, also when a test panics.
+pub struct LocalCluster {
+    pub daemon: Daemon,
+    /// The mount point of the process's own mount.
+    pub mnt: PathBuf,
+    /// `--data`: the MGS, MDT and OST directories and `cluster.secret`.
+    pub data: PathBuf,
+}
+
+impl LocalCluster {
+    /// How many OSTs (`--osts`) the cluster has.
+    pub const OSTS: usize = 2;
+
+    /// Starts `bin local --mount` with its data and mount point under `dir` and
+    /// `extra` arguments (e.g. `--tcp`, `-o allow_other`), and waits until it
+    /// printed that it mounted.
+    pub fn start(bin: &Path, dir: &Path, extra: &[&str]) -> LocalCluster {
+        let data = dir.join("data");
+        let mnt = dir.join("local-mnt");
+        std::fs::create_dir_all(&mnt).expect("create the mount point");
+        let listen = format!("127.0.0.1:{}", free_port("127.0.0.1"));
+        let osts = LocalCluster::OSTS.to_string();
+        let (data_arg, mnt_arg) = (path(&data), path(&mnt));
+        let mut args = vec!["local", "--data", &data_arg, "--listen", &listen, "--osts", &osts];
+        args.extend_from_slice(&["--heartbeat-ms", "200", "--mount", &mnt_arg]);
+        args.extend_from_slice(extra);
+        let daemon = Daemon::start(bin, &args, &[], &dir.join("local.log"), "mounted on")
+            .unwrap_or_else(|log| panic!("braid local --mount did not come up:\n{log}"));
+        LocalCluster { daemon, mnt, data }
+    }
+
+    /// `braid://MGS/` of the cluster, for clients of other processes.
+    pub fn url(&self) -> String {
+        let mgs = self.daemon.banner.iter().find_map(|l| l.strip_prefix("MGS at ")).expect("MGS address line");
+        format!("braid://{}/", mgs.trim())
+    }
+
+    /// The cluster's secret file.
+    pub fn secret(&self) -> PathBuf {
+        self.data.join("cluster.secret")
+    }
+
+    /// How many object files the OSTs hold.
+    pub fn objects(&self) -> usize {
+        (0..LocalCluster::OSTS).map(|i| objects_in(&self.data.join(format!("ost{i}"))).len()).sum()
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        // SIGTERM unmounts cleanly; a mount left behind by a failure is detached.
+        self.daemon.stop(Duration::from_secs(10));
+        detach_mount(&self.mnt);
     }
 }
 
