@@ -762,24 +762,44 @@ impl Client {
         io::punch(self, fid, layout, size).await
     }
 
+    /// A setattr through an open handle: with a size, the objects are cut through the
+    /// handle's layout (no layout lookup), and the handle adopts the new size and
+    /// truncate epoch, so its later size reports need no glimpse.
+    async fn setattr_through(&self, creds: &Creds, f: &OpenFile, set: SetAttr) -> Result<Attr> {
+        let size = set.size;
+        if let Some(size) = size {
+            self.cut_objects(f.fid, &f.layout, size).await?;
+        }
+        match self.md(f.fid, Request::MdsSetattr { creds: creds.clone(), fid: f.fid, set }).await? {
+            Response::Attr(a) => {
+                if let Some(size) = size {
+                    f.set_size(size);
+                    f.trunc_epoch.store(a.trunc_epoch, Ordering::Release);
+                }
+                Ok(a)
+            }
+            r => Err(unexpected("setattr", &r)),
+        }
+    }
+
     async fn truncate_open(&self, creds: &Creds, f: &OpenFile, size: u64) -> Result<()> {
-        self.cut_objects(f.fid, &f.layout, size).await?;
         // Opened for writing (or with O_TRUNC): permission was checked at open.
         let by_writer = f.flags.write || f.flags.truncate;
         let set = SetAttr { size: Some(size), by_writer, ..Default::default() };
-        match self.md(f.fid, Request::MdsSetattr { creds: creds.clone(), fid: f.fid, set }).await? {
-            Response::Attr(a) => {
-                f.set_size(size);
-                f.trunc_epoch.store(a.trunc_epoch, Ordering::Release);
-                Ok(())
-            }
-            r => Err(unexpected("truncate", &r)),
-        }
+        self.setattr_through(creds, f, set).await.map(|_| ())
     }
 
     /// Truncates an open file (ftruncate).
     pub async fn ftruncate(&self, creds: &Creds, f: &OpenFile, size: u64) -> Result<()> {
         self.observe("truncate", Some(f.fid), size, 0, self.truncate_open(creds, f, size)).await
+    }
+
+    /// Changes attributes through a handle open for writing (the kernel's `ftruncate`,
+    /// and the truncate of an `O_TRUNC` open, which carries mtime with it): a size
+    /// change is not checked against the mode again (permission was checked at open).
+    pub async fn fsetattr(&self, creds: &Creds, f: &OpenFile, set: SetAttr) -> Result<Attr> {
+        let set = SetAttr { by_writer: set.size.is_some() && (f.flags.write || f.flags.truncate), ..set };
+        self.observe("setattr", Some(f.fid), set.size.unwrap_or(0), 0, self.setattr_through(creds, f, set)).await
     }
 
     pub async fn setxattr(&self, creds: &Creds, fid: Fid, name: &str, value: &[u8], mode: XattrMode) -> Result<()> {

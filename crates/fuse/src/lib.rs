@@ -362,9 +362,6 @@ impl fuser::Filesystem for BraidFs {
                 TimeOrNow::SpecificTime(s) => TimeSet::At(timespec(s)),
             })
         };
-        // ftruncate(2) (the kernel passes the descriptor's handle): permission to
-        // write was checked when it was opened, whatever the mode says now.
-        let by_writer = size.is_some() && fh.and_then(|fh| self.handles.file(fh.0)).is_some_and(|f| f.file.flags.write);
         let set = SetAttr {
             mode: mode.map(|m| m & 0o7777),
             uid,
@@ -372,10 +369,17 @@ impl fuser::Filesystem for BraidFs {
             size,
             atime: time(atime),
             mtime: time(mtime),
-            by_writer,
+            by_writer: false,
         };
+        // ftruncate(2), and the truncate of an O_TRUNC open, come with the handle:
+        // the change goes through it (permission to write was checked at open,
+        // whatever the mode says now, and the handle keeps its size current).
+        let writer = fh.and_then(|fh| self.handles.file(fh.0)).filter(|f| f.file.flags.write);
         let r = self.run(async {
-            let a = self.client.setattr(&c, fid, set).await?;
+            let a = match &writer {
+                Some(f) if size.is_some() => self.client.fsetattr(&c, &f.file, set).await?,
+                _ => self.client.setattr(&c, fid, set).await?,
+            };
             if let Some(size) = size {
                 self.handles.truncated(fid, size);
             }
