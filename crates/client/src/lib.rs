@@ -560,23 +560,9 @@ impl Client {
     }
 
     pub async fn symlink(&self, creds: &Creds, parent: Fid, name: &str, target: &str) -> Result<Attr> {
-        self.observe("symlink", Some(parent), 0, 0, async {
-            self.forget_dir(parent);
-            let req = Request::MdsSymlink {
-                creds: creds.clone(),
-                parent,
-                name: name.to_string(),
-                target: target.to_string(),
-            };
-            self.inner.leases.add(parent, name);
-            let r = self.md(parent, req).await;
-            self.track_entries(&r, &[parent]);
-            match r? {
-                Response::Attr(a) => Ok(a),
-                r => Err(unexpected("symlink", &r)),
-            }
-        })
-        .await
+        let req =
+            Request::MdsSymlink { creds: creds.clone(), parent, name: name.to_string(), target: target.to_string() };
+        self.observe("symlink", Some(parent), 0, 0, self.make_leaf(parent, name, req)).await
     }
 
     /// Makes a special file (FIFO, character or block device, socket): an inode in
@@ -591,18 +577,22 @@ impl Client {
         mode: u32,
         rdev: u64,
     ) -> Result<Attr> {
-        self.observe("mknod", Some(parent), 0, 0, async {
-            self.forget_dir(parent);
-            let req = Request::MdsMknod { creds: creds.clone(), parent, name: name.to_string(), kind, mode, rdev };
-            self.inner.leases.add(parent, name);
-            let r = self.md(parent, req).await;
-            self.track_entries(&r, &[parent]);
-            match r? {
-                Response::Attr(a) => Ok(a),
-                r => Err(unexpected("mknod", &r)),
-            }
-        })
-        .await
+        let req = Request::MdsMknod { creds: creds.clone(), parent, name: name.to_string(), kind, mode, rdev };
+        self.observe("mknod", Some(parent), 0, 0, self.make_leaf(parent, name, req)).await
+    }
+
+    /// Sends `req`, which makes the entry `name` in `parent` for a new inode without
+    /// data (a symlink or a special file), and returns the inode's attributes.
+    async fn make_leaf(&self, parent: Fid, name: &str, req: Request) -> Result<Attr> {
+        let op = req.op_name();
+        self.forget_dir(parent);
+        self.inner.leases.add(parent, name);
+        let r = self.md(parent, req).await;
+        self.track_entries(&r, &[parent]);
+        match r? {
+            Response::Attr(a) => Ok(a),
+            r => Err(unexpected(op, &r)),
+        }
     }
 
     pub async fn readlink(&self, fid: Fid) -> Result<String> {

@@ -842,19 +842,10 @@ impl<'a> Writer<'a> {
         if target.is_empty() || target.len() > SYMLINK_MAX {
             return fail(Errno::NameTooLong, "symlink target empty or too long");
         }
-        let mut dir = self.view.dir_for(creds, parent, true)?;
-        if self.view.entry(parent, name)?.is_some() {
-            return fail(Errno::Exist, format!("{name} exists"));
-        }
-        let fid = self.new_fid()?;
-        let gid = if dir.mode & S_ISGID != 0 { dir.gid } else { creds.gid };
-        let mut ino = Inode::new(FileKind::Symlink, 0o777, creds, gid, now);
-        ino.size = target.len() as u64;
-        ino.symlink = Some(target.to_string());
-        self.put_inode(fid, &ino)?;
-        self.put(Tbl::Dentries, &dentry_key(parent, name), &dentry_value(fid, FileKind::Symlink))?;
-        self.touch_dir(parent, &mut dir, now, 0)?;
-        Ok(Response::Attr(ino.attr(fid)))
+        self.make_leaf(creds, parent, name, FileKind::Symlink, 0o777, now, |ino| {
+            ino.size = target.len() as u64;
+            ino.symlink = Some(target.to_string());
+        })
     }
 
     /// A special file: an inode and its entry, nothing on any OST.
@@ -876,6 +867,24 @@ impl<'a> Writer<'a> {
         if kind.is_device() && creds.uid != 0 {
             return fail(Errno::Perm, "only root may make device files");
         }
+        self.make_leaf(creds, parent, name, kind, mode, now, |ino| {
+            ino.rdev = if kind.is_device() { rdev } else { 0 };
+        })
+    }
+
+    /// A new inode without data on any OST (a symlink or a special file), filled in by
+    /// `fill`, and its entry `name` in `parent`.
+    #[allow(clippy::too_many_arguments)]
+    fn make_leaf(
+        &mut self,
+        creds: &Creds,
+        parent: Fid,
+        name: &str,
+        kind: FileKind,
+        mode: u32,
+        now: Timespec,
+        fill: impl FnOnce(&mut Inode),
+    ) -> OpResult<Response> {
         let mut dir = self.view.dir_for(creds, parent, true)?;
         if self.view.entry(parent, name)?.is_some() {
             return fail(Errno::Exist, format!("{name} exists"));
@@ -883,7 +892,7 @@ impl<'a> Writer<'a> {
         let fid = self.new_fid()?;
         let gid = if dir.mode & S_ISGID != 0 { dir.gid } else { creds.gid };
         let mut ino = Inode::new(kind, mode, creds, gid, now);
-        ino.rdev = if kind.is_device() { rdev } else { 0 };
+        fill(&mut ino);
         self.put_inode(fid, &ino)?;
         self.put(Tbl::Dentries, &dentry_key(parent, name), &dentry_value(fid, kind))?;
         self.touch_dir(parent, &mut dir, now, 0)?;
