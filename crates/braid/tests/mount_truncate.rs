@@ -194,3 +194,46 @@ fn a_truncate_on_one_client_cuts_what_another_wrote_and_has_not_published() {
         (0..4).flat_map(|i| e.c.ost_objects(i)).map(|o| fs::metadata(o).map(|m| m.len()).unwrap_or(0)).sum();
     assert!(stored <= FAR + 1, "objects hold {stored} bytes for a file of {} bytes", FAR + 1);
 }
+
+#[test]
+fn cuts_of_a_file_replaced_or_unlinked_while_open() {
+    let e = start("");
+    let old = pattern(OLD_LEN, 34);
+    // Checks what `f` reads now: the old bytes below the cut, zeros up to FAR, a 1.
+    let check_handle = |f: &fs::File, what: &str| {
+        let mut got = vec![0u8; FAR as usize + 1];
+        f.read_exact_at(&mut got, 0).unwrap();
+        assert!(got[..CUT as usize] == old[..CUT as usize], "{what}: the bytes below the cut changed");
+        let stale = got[CUT as usize..FAR as usize].iter().filter(|&&b| b != 0).count();
+        assert_eq!(stale, 0, "{what}: {stale} old bytes came back");
+        assert_eq!(got[FAR as usize], 1, "{what}: the byte written past the end");
+        assert_eq!(f.metadata().unwrap().len(), FAR + 1, "{what}: size");
+    };
+
+    // A rename replaces a file whose writes are unpublished: the open handle keeps the
+    // replaced file (an orphan now) and cuts it; the name shows the new file, whole.
+    let victim = e.m.path("d/victim");
+    let a = OpenOptions::new().read(true).write(true).create_new(true).open(&victim).unwrap();
+    a.write_all_at(&old, 0).unwrap();
+    fs::write(e.m.path("d/new"), b"the new file").unwrap();
+    fs::rename(e.m.path("d/new"), &victim).unwrap();
+    a.set_len(CUT).unwrap();
+    a.write_all_at(&[1], FAR).unwrap();
+    check_handle(&a, "the replaced file through its handle");
+    drop(a);
+    assert_eq!(fs::read(&victim).unwrap(), b"the new file", "the name holds the file renamed onto it");
+
+    // The same for a file unlinked while open.
+    let gone = e.m.path("d/gone");
+    let b = OpenOptions::new().read(true).write(true).create_new(true).open(&gone).unwrap();
+    b.write_all_at(&old, 0).unwrap();
+    fs::remove_file(&gone).unwrap();
+    b.set_len(CUT).unwrap();
+    b.write_all_at(&[1], FAR).unwrap();
+    check_handle(&b, "an unlinked file through its handle");
+    drop(b);
+    assert_eq!(fs::read_dir(e.m.path("d")).unwrap().count(), 1, "only the renamed-onto file is left");
+    testkit::wait_for("the orphans' objects to be destroyed", std::time::Duration::from_secs(90), || {
+        (0..4).flat_map(|i| e.c.ost_objects(i)).count() == 1
+    });
+}
