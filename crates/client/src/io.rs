@@ -35,6 +35,9 @@ pub struct Inflight {
     /// older generation is dropped. Here, next to the in-flight writes, so a truncate by
     /// FID reaches every handle of the file through the client's registry.
     pub(crate) data_gen: std::sync::atomic::AtomicU64,
+    /// The file's truncate epoch the handle's size is valid under (see
+    /// `Attr::trunc_epoch`); here for the same reason as `data_gen`.
+    pub(crate) trunc_epoch: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Default)]

@@ -170,9 +170,6 @@ pub struct OpenFile {
     pub(crate) readahead: tokio::sync::Mutex<io::Readahead>,
     /// `data_gen` when the size was last published to the MDS (`u64::MAX`: never).
     published_gen: AtomicU64,
-    /// The file's truncate epoch this handle's size is valid under (see
-    /// [`Attr::trunc_epoch`]).
-    trunc_epoch: AtomicU64,
     pub flags: OpenFlags,
 }
 
@@ -182,16 +179,17 @@ impl OpenFile {
             FileKind::Dir => ClientError::Errno(Errno::IsDir, format!("{} is a directory", attr.fid)),
             kind => ClientError::Errno(Errno::NotSup, format!("{} is a {kind:?}: no I/O through braid", attr.fid)),
         })?;
+        let inflight = io::Inflight::default();
+        inflight.trunc_epoch.store(attr.trunc_epoch, Ordering::Release);
         Ok(OpenFile {
             fid: attr.fid,
             layout,
             size: Arc::new(AtomicU64::new(attr.size)),
             written: AtomicBool::new(false),
             dirty: Mutex::new(HashMap::new()),
-            inflight: Arc::new(io::Inflight::default()),
+            inflight: Arc::new(inflight),
             readahead: tokio::sync::Mutex::new(io::Readahead::default()),
             published_gen: AtomicU64::new(u64::MAX),
-            trunc_epoch: AtomicU64::new(attr.trunc_epoch),
             flags,
         })
     }
@@ -764,7 +762,7 @@ impl Client {
             Response::Attr(a) => {
                 if let Some(size) = size {
                     f.set_size(size);
-                    f.trunc_epoch.store(a.trunc_epoch, Ordering::Release);
+                    f.inflight.trunc_epoch.store(a.trunc_epoch, Ordering::Release);
                 }
                 Ok(a)
             }
@@ -784,9 +782,20 @@ impl Client {
         self.observe("truncate", Some(f.fid), size, 0, self.truncate_open(creds, f, size)).await
     }
 
-    /// Changes attributes through a handle open for writing (the kernel's `ftruncate`,
-    /// and the truncate of an `O_TRUNC` open, which carries mtime with it): a size
-    /// change is not checked against the mode again (permission was checked at open).
+    /// Every handle of `fid` in this client takes the truncate epoch of a truncate
+    /// this client just made (`trunc_epoch` from its answer), so their size reports
+    /// need no glimpse. Only for a caller that has also set every such handle's size
+    /// to the new size (the mount, whose handles of one file share one size cell):
+    /// a handle keeping an older, larger size would otherwise publish it again.
+    pub fn adopt_truncate(&self, fid: Fid, trunc_epoch: u64) {
+        for i in self.file_inflights(fid) {
+            i.trunc_epoch.fetch_max(trunc_epoch, Ordering::AcqRel);
+        }
+    }
+
+    /// Changes attributes through a handle open for writing (the kernel's
+    /// `ftruncate`): a size change is not checked against the mode again (permission
+    /// was checked at open).
     pub async fn fsetattr(&self, creds: &Creds, f: &OpenFile, set: SetAttr) -> Result<Attr> {
         let set = SetAttr { by_writer: set.size.is_some() && (f.flags.write || f.flags.truncate), ..set };
         self.observe("setattr", Some(f.fid), set.size.unwrap_or(0), 0, self.setattr_through(creds, f, set)).await
@@ -952,7 +961,7 @@ impl Client {
         if !f.was_written() || f.published_gen.load(Ordering::Acquire) == gen {
             return Ok(());
         }
-        let epoch = f.trunc_epoch.load(Ordering::Acquire);
+        let epoch = f.inflight.trunc_epoch.load(Ordering::Acquire);
         let req = Request::MdsSizeUpdate { fid: f.fid, size: f.size(), mtime: Timespec::now(), trunc_epoch: epoch };
         match self.md(f.fid, req).await? {
             Response::Attr(_) => {
@@ -981,7 +990,7 @@ impl Client {
             let req = Request::MdsSizeUpdate { fid: f.fid, size, mtime: Timespec::now(), trunc_epoch: epoch };
             match self.md(f.fid, req).await? {
                 Response::Attr(a) => {
-                    f.trunc_epoch.store(epoch, Ordering::Release);
+                    f.inflight.trunc_epoch.store(epoch, Ordering::Release);
                     f.set_size(a.size);
                     return Ok(());
                 }
@@ -1015,7 +1024,7 @@ impl Client {
                 return flushed;
             }
             let (size, mtime) = (Some(f.size()), Some(Timespec::now()));
-            let trunc_epoch = f.trunc_epoch.load(Ordering::Acquire);
+            let trunc_epoch = f.inflight.trunc_epoch.load(Ordering::Acquire);
             match self.md(f.fid, Request::MdsClose { fid: f.fid, size, mtime, trunc_epoch }).await? {
                 Response::Ok => flushed,
                 Response::EpochMoved { trunc_epoch } => {

@@ -371,9 +371,9 @@ impl fuser::Filesystem for BraidFs {
             mtime: time(mtime),
             by_writer: false,
         };
-        // ftruncate(2), and the truncate of an O_TRUNC open, come with the handle:
-        // the change goes through it (permission to write was checked at open,
-        // whatever the mode says now, and the handle keeps its size current).
+        // ftruncate(2) comes with the handle: the change goes through it (permission
+        // to write was checked at open, whatever the mode says now). A truncate(2),
+        // and the truncate the kernel sends after an O_TRUNC open, come without one.
         let writer = fh.and_then(|fh| self.handles.file(fh.0)).filter(|f| f.file.flags.write);
         let r = self.run(async {
             let a = match &writer {
@@ -381,7 +381,10 @@ impl fuser::Filesystem for BraidFs {
                 _ => self.client.setattr(&c, fid, set).await?,
             };
             if let Some(size) = size {
+                // Every handle of the file here shares the new size, and so can take
+                // the new truncate epoch (their closes then need no glimpse).
                 self.handles.truncated(fid, size);
+                self.client.adopt_truncate(fid, a.trunc_epoch);
             }
             Ok::<_, ClientError>(a)
         });
