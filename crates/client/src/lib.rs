@@ -565,7 +565,6 @@ impl Client {
 
     /// Makes a special file (FIFO, character or block device, socket): an inode in
     /// the namespace that never touches an OST.
-    #[allow(clippy::too_many_arguments)]
     pub async fn mknod(
         &self,
         creds: &Creds,
