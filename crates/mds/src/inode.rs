@@ -57,9 +57,9 @@ struct InodeV0 {
 }
 
 impl Inode {
-    /// Decodes a stored inode, in today's encoding or the one before `rdev`.
-    /// (A record-wide format version comes with the store's versioned records.)
-    pub fn decode(bytes: &[u8]) -> Result<Inode, store::StoreError> {
+    /// Decodes an inode of database format 0 (no version byte), in its last encoding
+    /// or the one before `rdev`; only [`crate::mdt::schema::upgrade`] reads these.
+    pub fn decode_format0(bytes: &[u8]) -> Result<Inode, store::StoreError> {
         store::decode_exact::<Inode>(bytes, "inode").or_else(|e| {
             let v: InodeV0 = store::decode_exact(bytes, "inode").map_err(|_| e)?;
             Ok(Inode {
@@ -183,14 +183,14 @@ mod tests {
             now.parent,
         );
         let bytes = store::encode(&old);
-        assert_eq!(Inode::decode(&bytes).unwrap(), now, "read with rdev 0 and epoch 0");
+        assert_eq!(Inode::decode_format0(&bytes).unwrap(), now, "read with rdev 0 and epoch 0");
         let mut dev = now.clone();
         (dev.kind, dev.rdev, dev.trunc_epoch) = (FileKind::CharDevice, 0x0103, 9);
-        assert_eq!(Inode::decode(&store::encode(&dev)).unwrap(), dev, "today's encoding");
+        assert_eq!(Inode::decode_format0(&store::encode(&dev)).unwrap(), dev, "today's encoding");
         let mut longer = store::encode(&dev);
         longer.push(0);
-        assert!(Inode::decode(&longer).is_err(), "trailing bytes are corruption, not another encoding");
-        assert!(Inode::decode(&bytes[..bytes.len() - 1]).is_err(), "a cut record is corruption");
+        assert!(Inode::decode_format0(&longer).is_err(), "trailing bytes are corruption, not another encoding");
+        assert!(Inode::decode_format0(&bytes[..bytes.len() - 1]).is_err(), "a cut record is corruption");
     }
 
     #[test]

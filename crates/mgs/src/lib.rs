@@ -1,7 +1,7 @@
 //! The MGS: the cluster's registry.
 //!
 //! Targets (MDTs, OSTs) register here and receive a stable index; the registry lives
-//! in a redb file so indices survive restarts. Targets heartbeat with their usage; a
+//! in the store (`mgs.redb`) so indices survive restarts. Targets heartbeat with their usage; a
 //! target silent for longer than the heartbeat timeout is reported down, and up again
 //! once it heartbeats. Clients and MDSs fetch the whole configuration from here alone
 //! (no configuration file is ever copied to a client).
@@ -15,12 +15,17 @@ use bytes::Bytes;
 use proto::msg::{ClusterConfig, Request, Response, TargetInfo, TargetKind, Usage};
 use proto::server::{Answer, RequestCtx, Service};
 use proto::Errno;
-use redb::{ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
-use store::{decode, encode, Store, StoreError};
+use store::{Batch, Record, Store, StoreError, Table};
 
-const TARGETS: TableDefinition<&str, &[u8]> = TableDefinition::new("targets");
-const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+/// Registered targets: `kind:index` (UTF-8) → [`TargetRecord`].
+const TARGETS: Table = Table::new("targets", 0);
+/// `fsname` → the file system's name (UTF-8); `format` → u64 LE.
+const META: Table = Table::new("meta", 1);
+
+/// The database format this release writes. Format 0 (before versioned records)
+/// keyed both tables by strings and had no version byte in its records.
+const FORMAT: u64 = 1;
 
 #[derive(Debug, Clone)]
 pub struct MgsConfig {
@@ -36,6 +41,42 @@ struct TargetRecord {
     index: u32,
     uuid: String,
     address: String,
+}
+
+impl Record for TargetRecord {
+    const WHAT: &'static str = "target";
+    const VERSION: u8 = 1;
+}
+
+/// Brings a registry of an earlier format to [`FORMAT`], or refuses a later one.
+fn upgrade(b: &mut Batch) -> Result<(), StoreError> {
+    if b.has_string_keyed("meta")? {
+        let meta = b.take_string_keyed("meta")?;
+        let targets = b.take_string_keyed("targets")?;
+        b.create(&[TARGETS, META])?;
+        for (k, v) in meta {
+            b.put(META, k.as_bytes(), &v)?;
+        }
+        for (k, v) in targets {
+            b.put(TARGETS, k.as_bytes(), &store::seal(1, &v))?;
+        }
+        b.put(META, b"format", &FORMAT.to_le_bytes())?;
+        tracing::info!("upgraded the MGS registry from format 0 to {FORMAT}");
+        return Ok(());
+    }
+    b.create(&[TARGETS, META])?;
+    match b.get(META, b"format")? {
+        None => b.put(META, b"format", &FORMAT.to_le_bytes()),
+        Some(v) => {
+            let format = v.as_slice().try_into().map(u64::from_le_bytes).unwrap_or(u64::MAX);
+            if format > FORMAT {
+                return Err(StoreError::Format(format!(
+                    "the MGS registry is in format {format}, written by a later braid; this one reads up to {FORMAT}"
+                )));
+            }
+            Ok(())
+        }
+    }
 }
 
 struct Live {
@@ -80,33 +121,22 @@ impl Mgs {
             .map_err(|e| MgsError::DataDir { path: cfg.data_dir.clone(), detail: e.to_string() })?;
         let store = Store::open(&cfg.data_dir.join("mgs.redb"))?;
         let mut targets = BTreeMap::new();
-        {
-            let w = store.begin_write()?;
-            {
-                let mut meta = w.open_table(META).map_err(|e| StoreError::engine("open meta", e))?;
-                let stored =
-                    meta.get("fsname").map_err(|e| StoreError::engine("read meta", e))?.map(|v| v.value().to_vec());
-                match stored {
-                    Some(name) => {
-                        let name = String::from_utf8_lossy(&name).to_string();
-                        if name != cfg.fsname {
-                            return Err(MgsError::FsName { stored: name, asked: cfg.fsname.clone() });
-                        }
-                    }
-                    None => {
-                        meta.insert("fsname", cfg.fsname.as_bytes())
-                            .map_err(|e| StoreError::engine("write meta", e))?;
-                    }
-                }
-                let t = w.open_table(TARGETS).map_err(|e| StoreError::engine("open targets", e))?;
-                for row in t.iter().map_err(|e| StoreError::engine("scan targets", e))? {
-                    let (_, v) = row.map_err(|e| StoreError::engine("scan targets", e))?;
-                    let rec: TargetRecord = decode(v.value(), "target")?;
-                    targets.insert(key(rec.kind, rec.index), rec);
+        let mut b = store.batch(true)?;
+        upgrade(&mut b)?;
+        match b.get(META, b"fsname")? {
+            Some(name) => {
+                let name = String::from_utf8_lossy(&name).to_string();
+                if name != cfg.fsname {
+                    return Err(MgsError::FsName { stored: name, asked: cfg.fsname.clone() });
                 }
             }
-            w.commit().map_err(|e| StoreError::engine("commit", e))?;
+            None => b.put(META, b"fsname", cfg.fsname.as_bytes())?,
         }
+        for (_, v) in b.rows(TARGETS)? {
+            let rec: TargetRecord = store::decode_record(&v)?;
+            targets.insert(key(rec.kind, rec.index), rec);
+        }
+        b.commit()?;
         tracing::info!(fsname = %cfg.fsname, targets = targets.len(), "MGS registry opened");
         // A restarted MGS has heard no heartbeat yet: presume every registered target
         // alive for one timeout, as it was before the restart; one that really stopped
@@ -117,13 +147,9 @@ impl Mgs {
     }
 
     fn persist(&self, rec: &TargetRecord) -> Result<(), StoreError> {
-        let w = self.store.begin_write()?;
-        {
-            let mut t = w.open_table(TARGETS).map_err(|e| StoreError::engine("open targets", e))?;
-            t.insert(record_key(rec.kind, rec.index).as_str(), encode(rec).as_slice())
-                .map_err(|e| StoreError::engine("write target", e))?;
-        }
-        w.commit().map_err(|e| StoreError::engine("commit", e))
+        let mut b = self.store.batch(true)?;
+        b.put(TARGETS, record_key(rec.kind, rec.index).as_bytes(), &store::encode_record(rec))?;
+        b.commit()
     }
 
     fn register(

@@ -1,0 +1,291 @@
+//! Group commit: mutations queue, and whichever request finds the committer free
+//! applies everything queued in batches of one journal record each.
+//!
+//! No thread of its own: the request that takes the committer applies its own job
+//! and those that arrived meanwhile, on its own task; the others wait for the answer
+//! it sends them. A client working alone thus pays no hand-off between threads, and
+//! many clients share each record. The queue is bounded by the requests in flight
+//! (each waits for its own answer; the server caps them per connection), a batch by
+//! [`crate::MdsConfig::batch_max`].
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+
+use proto::msg::{Request, Response};
+use proto::{Errno, Fid};
+use store::memtable::MemTable;
+use store::Store;
+use tokio::sync::oneshot;
+
+use crate::journal::Journaled;
+use crate::lease::DirLeases;
+use crate::mdt::schema::RedoBatch;
+use crate::mdt::{FidBlock, OpError, OpResult, Placement, Reply, Tbl, Writer};
+use crate::service::ClusterView;
+use crate::MdsConfig;
+
+/// What a job asks of a batch.
+pub enum JobKind {
+    Client {
+        client_id: u64,
+        /// The connection it came on (directory leases are granted per connection).
+        conn_id: u64,
+        xid: u64,
+        req: Request,
+    },
+    /// These destroy-queue entries were destroyed on their OSTs.
+    DestroyDone(Vec<u64>),
+    /// Drop answers kept for reply reconstruction before this time (seconds).
+    PruneReplies { before_secs: u64 },
+    /// Destroy these orphans if nobody holds them open any more (`None`: all).
+    ReapOrphans(Option<Vec<Fid>>),
+    /// Force the journal to stable storage before answering.
+    Sync,
+    /// Nothing to apply; lets a due checkpoint run when no client writes.
+    Checkpoint,
+}
+
+/// What a batch answers a job.
+pub enum Outcome {
+    Done(Response),
+    /// The request changes the entries of a directory another client holds a lease
+    /// on: nothing was applied, and the request comes back to be submitted again once
+    /// the lease is revoked.
+    Leased(Fid, Request),
+}
+
+struct Job {
+    kind: JobKind,
+    reply: oneshot::Sender<Outcome>,
+}
+
+/// Who holds each FID open: FID → client id → handles.
+pub type Opens = Arc<Mutex<HashMap<Fid, HashMap<u64, u32>>>>;
+
+pub fn now_secs() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs()
+}
+
+fn reply_key(client_id: u64, xid: u64) -> [u8; 16] {
+    let mut k = [0u8; 16];
+    k[..8].copy_from_slice(&client_id.to_be_bytes());
+    k[8..].copy_from_slice(&xid.to_be_bytes());
+    k
+}
+
+/// The queue and the committer of one MDT.
+pub struct GroupCommit {
+    index: u32,
+    queue: Mutex<Vec<Job>>,
+    committer: Mutex<Committer>,
+}
+
+impl GroupCommit {
+    pub fn new(committer: Committer) -> GroupCommit {
+        GroupCommit { index: committer.index, queue: Mutex::new(Vec::new()), committer: Mutex::new(committer) }
+    }
+
+    /// Queues a mutation and waits for its answer (see the module note).
+    pub async fn submit(&self, kind: JobKind) -> Outcome {
+        let (tx, rx) = oneshot::channel();
+        self.queue.lock().expect("queue").push(Job { kind, reply: tx });
+        loop {
+            let mut committer = match self.committer.try_lock() {
+                Ok(c) => c,
+                // A panic in a batch aborted its transaction: take back its record.
+                Err(std::sync::TryLockError::Poisoned(p)) => {
+                    let mut c = p.into_inner();
+                    if let Err(e) = c.journal.take_back_unfinished() {
+                        tracing::error!(mdt = self.index, "cannot take back an aborted batch's journal record: {e}");
+                    }
+                    c.fids = FidBlock::default();
+                    self.committer.clear_poison();
+                    c
+                }
+                Err(std::sync::TryLockError::WouldBlock) => break,
+            };
+            loop {
+                let batch: Vec<Job> = {
+                    let mut q = self.queue.lock().expect("queue");
+                    let n = q.len().min(committer.cfg.batch_max);
+                    q.drain(..n).collect()
+                };
+                if batch.is_empty() {
+                    break;
+                }
+                committer.commit_batch(batch);
+            }
+            drop(committer);
+            // A job queued while this task held the committer, whose sender then
+            // found it busy, is this task's to apply.
+            if self.queue.lock().expect("queue").is_empty() {
+                break;
+            }
+        }
+        rx.await.unwrap_or_else(|_| Outcome::Done(Response::error(Errno::Io, "MDT committer dropped the request")))
+    }
+
+    /// Submits a job of the MDS's own (no directory entries change, so no lease stops it).
+    pub async fn submit_own(&self, kind: JobKind) -> Response {
+        match self.submit(kind).await {
+            Outcome::Done(r) => r,
+            Outcome::Leased(dir, _) => Response::error(Errno::Io, format!("internal job stopped by a lease on {dir}")),
+        }
+    }
+}
+
+/// The committer's state: the MDT's database, its journal, and what the batches need
+/// between them. One request task at a time holds it.
+pub struct Committer {
+    pub index: u32,
+    pub store: Arc<Store>,
+    pub mem: Arc<RwLock<MemTable>>,
+    pub leases: Arc<Mutex<DirLeases>>,
+    pub opens: Opens,
+    pub journal: Journaled,
+    /// Where round-robin OST placement starts for the next create.
+    pub cursor: u64,
+    pub cfg: MdsConfig,
+    pub cluster: Arc<RwLock<ClusterView>>,
+    /// FIDs reserved by a committed batch and not handed out yet.
+    pub fids: FidBlock,
+}
+
+impl Committer {
+    /// Applies one batch of mutations: one memtable change and one journal record,
+    /// appended before the replies go out; a due checkpoint follows.
+    fn commit_batch(&mut self, batch: Vec<Job>) {
+        let index = self.index;
+        let replies = match self.apply_batch(&batch) {
+            Ok(r) => r,
+            Err(e) => {
+                // The block may come from a reservation this batch did not commit.
+                self.fids = FidBlock::default();
+                tracing::error!(mdt = index, "batch of {} mutations aborted: {e}", batch.len());
+                for job in batch {
+                    let _ =
+                        job.reply.send(Outcome::Done(Response::error(Errno::Io, format!("MDT commit failed: {e}"))));
+                }
+                return;
+            }
+        };
+        let sync_asked = self.cfg.sync_journal || batch.iter().any(|j| matches!(j.kind, JobKind::Sync));
+        let synced = if sync_asked { self.journal.sync() } else { Ok(()) };
+        if let Err(e) = &synced {
+            tracing::error!(mdt = index, "cannot force the journal to stable storage: {e}");
+        }
+        for (job, resp) in batch.into_iter().zip(replies) {
+            let r = match (&synced, &job.kind) {
+                (Err(e), JobKind::Sync) => Outcome::Done(Response::error(Errno::Io, e.to_string())),
+                _ => resp,
+            };
+            let _ = job.reply.send(r);
+        }
+        self.journal.checkpoint_if_due(&self.store, &self.mem, index);
+    }
+
+    /// Applies every job of `batch` in one writer and journals the changes; the
+    /// writer undoes them all if anything fails before the record is appended.
+    fn apply_batch(&mut self, batch: &[Job]) -> OpResult<Vec<Outcome>> {
+        let opens = self.opens.clone();
+        let is_open = move |fid: Fid| opens.lock().expect("opens").contains_key(&fid);
+        let osts = self.cluster.read().expect("cluster view").osts.clone();
+        let mut place =
+            Placement { osts: &osts, cursor: self.cursor, default_layout: &self.cfg.default_layout, is_open: &is_open };
+        // Readers wait while the batch applies, so they never see a change the
+        // journal does not hold yet. A batch that panicked was undone by its writer.
+        let mut mem = self.mem.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut leases = self.leases.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut w = Writer::new(self.store.snapshot()?, &mut mem, self.index).with_leases(&mut leases);
+        w.fids = std::mem::take(&mut self.fids);
+        let mut replies = Vec::with_capacity(batch.len());
+        for job in batch {
+            replies.push(match &job.kind {
+                JobKind::Client { client_id, conn_id, xid, req } => {
+                    client_job(&mut w, &mut place, (*client_id, *conn_id, *xid), req)?
+                }
+                JobKind::DestroyDone(keys) => {
+                    for k in keys {
+                        w.del(Tbl::Destroy, &k.to_be_bytes())?;
+                    }
+                    Outcome::Done(Response::Ok)
+                }
+                JobKind::ReapOrphans(which) => {
+                    let fids: Vec<Fid> = match which {
+                        Some(list) => list.clone(),
+                        None => w
+                            .view
+                            .scan(Tbl::Orphans, std::ops::Bound::Unbounded)?
+                            .map(|r| r.map(|(k, _)| Fid::from_key(&k)))
+                            .collect::<Result<Vec<_>, _>>()?
+                            .into_iter()
+                            .flatten()
+                            .collect(),
+                    };
+                    for fid in fids {
+                        w.reap_orphan(fid, &place)?;
+                    }
+                    Outcome::Done(Response::Ok)
+                }
+                JobKind::PruneReplies { before_secs } => {
+                    let mut old = Vec::new();
+                    for row in w.view.scan(Tbl::Replies, std::ops::Bound::Unbounded)? {
+                        let (k, v) = row?;
+                        if store::decode_record::<Reply>(&v).map_or(true, |r| r.at < *before_secs) {
+                            old.push(k);
+                        }
+                    }
+                    for k in &old {
+                        w.del(Tbl::Replies, k)?;
+                    }
+                    Outcome::Done(Response::Ok)
+                }
+                JobKind::Sync | JobKind::Checkpoint => Outcome::Done(Response::Ok),
+            });
+        }
+        self.cursor = place.cursor;
+        self.fids = std::mem::take(&mut w.fids);
+        if !w.redo.is_empty() {
+            // The journal first: a batch it does not hold is taken back (the writer
+            // undoes its changes when dropped unfinished).
+            self.journal.log(&RedoBatch(std::mem::take(&mut w.redo)))?;
+            w.finish();
+        }
+        Ok(replies)
+    }
+}
+
+/// Applies one client request in the batch, or answers it from the reply cache.
+fn client_job(
+    w: &mut Writer<'_>,
+    place: &mut Placement<'_>,
+    (client_id, conn_id, xid): (u64, u64, u64),
+    req: &Request,
+) -> OpResult<Outcome> {
+    let key = reply_key(client_id, xid);
+    if let Some(reply) = w.view.with(Tbl::Replies, &key, |v| Ok(store::decode_record::<Reply>(v)?))? {
+        return Ok(Outcome::Done(reply.response));
+    }
+    let start = w.savepoint();
+    (w.client, w.conn) = (client_id, conn_id);
+    let response = match w.apply(req, place) {
+        Ok(r) => r,
+        Err(OpError::Errno(c, m)) => Response::error(c, m),
+        Err(OpError::Leased(dir)) => {
+            w.rollback(start);
+            return Ok(Outcome::Leased(dir, req.clone()));
+        }
+        Err(e @ OpError::Store(_)) => return Err(e),
+    };
+    if matches!(req, Request::MdsCreate { .. }) {
+        place.cursor = place.cursor.wrapping_add(1);
+    }
+    // `Again` means nothing was applied and the client will ask again with the same
+    // xid: it must not find this answer then.
+    let again = matches!(&response, Response::Error(e) if e.code == Errno::Again);
+    let reply = Reply { at: now_secs(), response };
+    if !again {
+        w.put(Tbl::Replies, &key, &store::encode_record(&reply))?;
+    }
+    Ok(Outcome::Done(reply.response))
+}

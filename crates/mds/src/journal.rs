@@ -1,0 +1,174 @@
+//! The journal: where each batch's changes go before its replies, and where they come
+//! back from after a crash.
+//!
+//! A durable redb commit rewrites the touched B-tree pages and fsyncs: a few hundred
+//! microseconds, paid by every metadata operation of a client that works alone. So a
+//! batch is applied to the memtable (readers see it at once), its changes are appended
+//! to the journal as one record, and a periodic checkpoint writes the memtable into
+//! the database in one durable transaction, records the last journal sequence it
+//! covers, and empties the journal. At open, records past that sequence are applied
+//! again ([`recover`]).
+//!
+//! [`Journal`] is the seam: today a local redo log ([`store::wal::Wal`]: an
+//! acknowledged operation survives a crash of the process at once and of the machine
+//! once the log or a checkpoint reached the disk); a replicated MDT puts a Raft log
+//! under the same four calls, leaving group commit and the namespace untouched.
+
+use std::sync::RwLock;
+use std::time::{Duration, Instant};
+
+use store::memtable::MemTable;
+use store::wal::Wal;
+use store::{Store, StoreError};
+
+use crate::mdt::schema::{RedoBatch, TABLES};
+use crate::mdt::{OpResult, Tbl, View, Writer};
+
+/// Where batch records go, in order. Sequence numbers rise by one per record.
+pub trait Journal: Send {
+    /// Appends one batch's record (not necessarily on stable storage yet).
+    fn append(&mut self, seq: u64, record: &[u8]) -> Result<(), StoreError>;
+    /// Puts every appended record on stable storage.
+    fn sync(&mut self) -> Result<(), StoreError>;
+    /// Bytes held since the last checkpoint.
+    fn len(&self) -> u64;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Drops what lies past `len` bytes: an aborted batch's record, or (0) everything
+    /// a checkpoint made durable in the database.
+    fn truncate(&mut self, len: u64) -> Result<(), StoreError>;
+}
+
+impl Journal for Wal {
+    fn append(&mut self, seq: u64, record: &[u8]) -> Result<(), StoreError> {
+        Wal::append(self, seq, record)
+    }
+    fn sync(&mut self) -> Result<(), StoreError> {
+        Wal::sync(self)
+    }
+    fn len(&self) -> u64 {
+        Wal::len(self)
+    }
+    fn truncate(&mut self, len: u64) -> Result<(), StoreError> {
+        Wal::truncate(self, len)
+    }
+}
+
+/// The journal is checkpointed at least this often by size.
+const CHECKPOINT_BYTES: u64 = 64 << 20;
+
+/// `meta` key: the last journal record the durable database holds.
+const JOURNAL_SEQ: &str = "wal_seq";
+
+/// A journal and its bookkeeping: sequence, what is unsynced, when to checkpoint.
+pub struct Journaled {
+    journal: Box<dyn Journal>,
+    /// The last record's sequence number.
+    seq: u64,
+    /// Records appended since the journal was last forced to stable storage.
+    unsynced: bool,
+    /// Length of the journal up to the last committed batch.
+    committed_len: u64,
+    last_checkpoint: Instant,
+    checkpoint_interval: Duration,
+}
+
+impl Journaled {
+    /// Appends one batch's changes; the batch is committed once this returns.
+    pub fn log(&mut self, redo: &RedoBatch) -> Result<(), StoreError> {
+        self.journal.append(self.seq + 1, &store::encode_record(redo))?;
+        self.seq += 1;
+        self.committed_len = self.journal.len();
+        self.unsynced = true;
+        Ok(())
+    }
+
+    /// Forces the journal to stable storage if anything is unsynced.
+    pub fn sync(&mut self) -> Result<(), StoreError> {
+        if self.unsynced {
+            self.journal.sync()?;
+            self.unsynced = false;
+        }
+        Ok(())
+    }
+
+    /// Takes back a record appended by a batch that did not finish (it panicked).
+    pub fn take_back_unfinished(&mut self) -> Result<(), StoreError> {
+        self.journal.truncate(self.committed_len)
+    }
+
+    /// Checkpoints if the interval has passed or the journal grew large.
+    pub fn checkpoint_if_due(&mut self, store: &Store, mem: &RwLock<MemTable>, mdt: u32) {
+        let due = self.last_checkpoint.elapsed() >= self.checkpoint_interval || self.journal.len() >= CHECKPOINT_BYTES;
+        if !due || self.journal.is_empty() {
+            return;
+        }
+        match checkpoint(store, mem, self.journal.as_mut(), self.seq) {
+            Ok(()) => {
+                self.unsynced = false;
+                self.committed_len = 0;
+            }
+            Err(e) => tracing::error!(mdt, "checkpoint failed, the journal is kept: {e}"),
+        }
+        self.last_checkpoint = Instant::now();
+    }
+}
+
+/// Writes the memtable into the database in one durable transaction, records that it
+/// covers the journal up to record `seq`, then empties the memtable and the journal.
+fn checkpoint(store: &Store, mem: &RwLock<MemTable>, journal: &mut dyn Journal, seq: u64) -> OpResult<()> {
+    let started = Instant::now();
+    let mut b = store.batch(true)?;
+    b.write_back(&mem.read().unwrap_or_else(std::sync::PoisonError::into_inner), &TABLES)?;
+    b.put(Tbl::Meta.table(), JOURNAL_SEQ.as_bytes(), &seq.to_le_bytes())?;
+    b.commit()?;
+    // The database now holds what the memtable did: readers see the same either way.
+    let entries = {
+        let mut m = mem.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let n = m.len();
+        m.clear();
+        n
+    };
+    journal.truncate(0)?;
+    tracing::debug!(seq, entries, elapsed_us = started.elapsed().as_micros() as u64, "checkpoint");
+    Ok(())
+}
+
+/// Applies the journal's records the durable database lacks (what the process
+/// acknowledged before it died), written in database format `format`, then
+/// checkpoints; returns the journal ready for new records.
+pub fn recover(
+    store: &Store,
+    mem: &RwLock<MemTable>,
+    mdt: u32,
+    mut journal: Box<dyn Journal>,
+    records: Vec<(u64, Vec<u8>)>,
+    format: u64,
+    checkpoint_interval: Duration,
+) -> OpResult<Journaled> {
+    let durable = View::new(store.snapshot()?, &crate::mdt::new_memtable()).meta_u64(JOURNAL_SEQ)?.unwrap_or(0);
+    let mut seq = durable;
+    let pending: Vec<_> = records.into_iter().filter(|(s, _)| *s > durable).collect();
+    if !pending.is_empty() {
+        let mut m = mem.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut w = Writer::new(store.snapshot()?, &mut m, mdt);
+        for (s, payload) in &pending {
+            for op in &RedoBatch::decode(format, payload)?.0 {
+                w.replay(op);
+            }
+            seq = *s;
+        }
+        w.finish();
+        tracing::info!(mdt, "replayed {} journal record(s) up to {seq}", pending.len());
+    }
+    checkpoint(store, mem, journal.as_mut(), seq)?;
+    Ok(Journaled {
+        journal,
+        seq,
+        unsynced: false,
+        committed_len: 0,
+        last_checkpoint: Instant::now(),
+        checkpoint_interval,
+    })
+}

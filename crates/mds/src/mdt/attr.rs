@@ -1,0 +1,160 @@
+//! Operations on one inode's attributes: setattr (mode, owner, times, size and the
+//! truncate epoch), xattrs, and a directory's default layout.
+use layout::LayoutSpec;
+use proto::msg::{Creds, FileKind, Response, SetAttr, TimeSet, Timespec, XattrMode};
+use proto::{Errno, Fid};
+
+use super::schema::{dentry_key, Tbl};
+use super::view::xattr_access;
+use super::writer::Writer;
+use super::{fail, OpError, OpResult, XATTR_VALUE_MAX};
+use crate::inode::{MAY_WRITE, S_ISGID, S_ISUID};
+
+impl Writer<'_> {
+    pub(super) fn setattr(&mut self, creds: &Creds, fid: Fid, set: SetAttr, now: Timespec) -> OpResult<Response> {
+        let mut ino = self.view.must_inode(fid)?;
+        let owner = ino.is_owner_or_root(creds);
+        if let Some(mode) = set.mode {
+            let mut m = mode & 0o7777;
+            let privs = S_ISUID | S_ISGID;
+            // Anyone who may write a file clears its set-id bits by writing or
+            // truncating it (the kernel asks with a mode change): dropping privilege
+            // is allowed, any other change is the owner's.
+            let only_drops_privs = m & !privs == ino.mode & !privs && m & privs & !ino.mode == 0;
+            if !owner && !only_drops_privs {
+                return fail(Errno::Perm, "only the owner may change the mode");
+            }
+            if creds.uid != 0 && !creds.in_group(set.gid.unwrap_or(ino.gid)) {
+                m &= !S_ISGID;
+            }
+            ino.mode = m;
+        }
+        if set.uid.is_some() || set.gid.is_some() {
+            let uid_change = set.uid.is_some_and(|u| u != ino.uid);
+            if uid_change && creds.uid != 0 {
+                return fail(Errno::Perm, "only root may change the owner");
+            }
+            if let Some(g) = set.gid {
+                if g != ino.gid && creds.uid != 0 && !(creds.uid == ino.uid && creds.in_group(g)) {
+                    return fail(Errno::Perm, "only root or the owner (to one of their groups) may change the group");
+                }
+            }
+            if ino.kind == FileKind::File {
+                // As Linux: a change of owner drops set-user-id and set-group-id.
+                ino.mode &= !S_ISUID;
+                if ino.mode & 0o010 != 0 {
+                    ino.mode &= !S_ISGID;
+                }
+            }
+            if let Some(u) = set.uid {
+                ino.uid = u;
+            }
+            if let Some(g) = set.gid {
+                ino.gid = g;
+            }
+        }
+        if let Some(size) = set.size {
+            match ino.kind {
+                FileKind::File => {}
+                FileKind::Dir => return fail(Errno::IsDir, "cannot truncate a directory"),
+                _ => return fail(Errno::Inval, "only regular files can be truncated"),
+            }
+            if !set.by_writer && !ino.may(creds, MAY_WRITE) {
+                return fail(Errno::Access, "permission denied");
+            }
+            if size != ino.size {
+                ino.mtime = now;
+            }
+            ino.size = size;
+            ino.trunc_epoch += 1;
+        }
+        for (which, value) in [(0, set.atime), (1, set.mtime)] {
+            let Some(value) = value else { continue };
+            let t = match value {
+                TimeSet::Now => {
+                    if !owner && !ino.may(creds, MAY_WRITE) {
+                        return fail(Errno::Access, "permission denied");
+                    }
+                    now
+                }
+                TimeSet::At(t) => {
+                    if !owner {
+                        return fail(Errno::Perm, "only the owner may set times");
+                    }
+                    t
+                }
+            };
+            if which == 0 {
+                ino.atime = t;
+            } else {
+                ino.mtime = t;
+            }
+        }
+        ino.ctime = now;
+        self.put_inode(fid, &ino)?;
+        Ok(Response::Attr(ino.attr(fid)))
+    }
+
+    pub(super) fn setxattr(
+        &mut self,
+        creds: &Creds,
+        fid: Fid,
+        name: &str,
+        value: Vec<u8>,
+        mode: XattrMode,
+        now: Timespec,
+    ) -> OpResult<Response> {
+        let mut ino = self.view.must_inode(fid)?;
+        xattr_access(&ino, creds, name, true)?;
+        if value.len() > XATTR_VALUE_MAX {
+            return fail(Errno::Range, format!("xattr value of {} bytes exceeds {XATTR_VALUE_MAX}", value.len()));
+        }
+        let key = dentry_key(fid, name);
+        let exists = self.view.contains(Tbl::Xattrs, &key)?;
+        match mode {
+            XattrMode::Create if exists => return fail(Errno::Exist, format!("{name} exists")),
+            XattrMode::Replace if !exists => return fail(Errno::NoData, format!("no attribute {name}")),
+            _ => {}
+        }
+        self.put(Tbl::Xattrs, &key, &value)?;
+        ino.ctime = now;
+        self.put_inode(fid, &ino)?;
+        Ok(Response::Ok)
+    }
+
+    pub(super) fn removexattr(&mut self, creds: &Creds, fid: Fid, name: &str, now: Timespec) -> OpResult<Response> {
+        let mut ino = self.view.must_inode(fid)?;
+        xattr_access(&ino, creds, name, true)?;
+        let key = dentry_key(fid, name);
+        if !self.view.contains(Tbl::Xattrs, &key)? {
+            return fail(Errno::NoData, format!("no attribute {name}"));
+        }
+        self.del(Tbl::Xattrs, &key)?;
+        ino.ctime = now;
+        self.put_inode(fid, &ino)?;
+        Ok(Response::Ok)
+    }
+
+    pub(super) fn set_dir_layout(
+        &mut self,
+        creds: &Creds,
+        fid: Fid,
+        spec: Option<LayoutSpec>,
+        now: Timespec,
+    ) -> OpResult<Response> {
+        let mut ino = self.view.must_inode(fid)?;
+        if ino.kind != FileKind::Dir {
+            return fail(Errno::NotDir, "a default layout belongs to a directory");
+        }
+        if !ino.is_owner_or_root(creds) {
+            return fail(Errno::Perm, "only the owner may set a directory's default layout");
+        }
+        if let Some(s) = &spec {
+            s.validate().map_err(|e| OpError::Errno(Errno::Inval, format!("invalid layout: {e}")))?;
+        }
+        ino.dir_default = spec;
+        ino.ctime = now;
+        self.put_inode(fid, &ino)?;
+        Ok(Response::Ok)
+    }
+}

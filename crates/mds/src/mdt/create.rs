@@ -1,0 +1,206 @@
+//! Namespace operations that add a name: create (with the layout a new file gets),
+//! mkdir, symlink, mknod and link.
+use layout::{Layout, LayoutSpec};
+use proto::msg::{Creds, FileKind, OpenFlags, Response, Timespec};
+use proto::{Errno, Fid};
+
+use super::schema::{dentry_key, dentry_value, Tbl};
+use super::view::check_open;
+use super::writer::{Placement, Writer};
+use super::{check_name, fail, OpError, OpResult, SYMLINK_MAX};
+use crate::inode::{Inode, MAY_EXEC, MAY_WRITE, S_ISGID};
+
+impl Writer<'_> {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn create(
+        &mut self,
+        creds: &Creds,
+        parent: Fid,
+        name: &str,
+        mode: u32,
+        exclusive: bool,
+        flags: OpenFlags,
+        spec: Option<LayoutSpec>,
+        place: &Placement<'_>,
+        now: Timespec,
+    ) -> OpResult<Response> {
+        check_name(name)?;
+        let mut dir = self.view.dir_for(creds, parent, false)?;
+        if let Some((fid, _)) = self.view.entry(parent, name)? {
+            if exclusive {
+                return fail(Errno::Exist, format!("{name} exists"));
+            }
+            let ino = self.view.must_inode(fid)?;
+            if ino.kind == FileKind::Dir {
+                return fail(Errno::IsDir, format!("{name} is a directory"));
+            }
+            check_open(&ino, creds, flags)?;
+            return Ok(Response::Created { attr: ino.attr(fid), existed: true, dir: None });
+        }
+        if !dir.may(creds, MAY_WRITE | MAY_EXEC) {
+            return fail(Errno::Access, "permission denied creating in this directory");
+        }
+        let layout = self.choose_layout(&dir, spec, place)?;
+        let fid = self.new_fid()?;
+        let gid = if dir.mode & S_ISGID != 0 { dir.gid } else { creds.gid };
+        let mut ino = Inode::new(FileKind::File, mode, creds, gid, now);
+        ino.layout = Some(layout);
+        self.put_inode(fid, &ino)?;
+        self.put(Tbl::Dentries, &dentry_key(parent, name), &dentry_value(fid, FileKind::File))?;
+        self.touch_dir(parent, &mut dir, now, 0)?;
+        Ok(Response::Created { attr: ino.attr(fid), existed: false, dir: Some(dir.attr(parent)) })
+    }
+
+    /// The layout of a new file: the request, filled from the parent directory's
+    /// default, then from the file system default.
+    pub(super) fn choose_layout(
+        &self,
+        dir: &Inode,
+        spec: Option<LayoutSpec>,
+        place: &Placement<'_>,
+    ) -> OpResult<Layout> {
+        let root_default =
+            if dir.dir_default.is_none() { self.view.inode(Fid::ROOT)?.and_then(|r| r.dir_default) } else { None };
+        let mut fallback = dir.dir_default.clone().or(root_default).unwrap_or_else(|| place.default_layout.clone());
+        fallback = fallback.inherit(place.default_layout);
+        let wanted = spec.unwrap_or_else(|| fallback.clone()).inherit(&fallback);
+        if place.osts.is_empty() {
+            return fail(Errno::Again, "the MDS has not learned the OST list from the MGS yet");
+        }
+        wanted.instantiate(place.osts, place.cursor).map_err(|e| {
+            let code = match e {
+                layout::PlacementError::NoOstUp => Errno::NoSpc,
+                _ => Errno::Inval,
+            };
+            OpError::Errno(code, format!("cannot place file: {e}"))
+        })
+    }
+
+    pub(super) fn mkdir(
+        &mut self,
+        creds: &Creds,
+        parent: Fid,
+        name: &str,
+        mode: u32,
+        want_lease: bool,
+        now: Timespec,
+    ) -> OpResult<Response> {
+        check_name(name)?;
+        let mut dir = self.view.dir_for(creds, parent, true)?;
+        if self.view.entry(parent, name)?.is_some() {
+            return fail(Errno::Exist, format!("{name} exists"));
+        }
+        let fid = self.new_fid()?;
+        let setgid = dir.mode & S_ISGID != 0;
+        let gid = if setgid { dir.gid } else { creds.gid };
+        let mut ino = Inode::new(FileKind::Dir, mode | if setgid { S_ISGID } else { 0 }, creds, gid, now);
+        ino.parent = Some(parent);
+        // Subdirectories inherit their parent's default layout (the root's default is
+        // the file system default and is not copied).
+        if parent != Fid::ROOT {
+            ino.dir_default = dir.dir_default.clone();
+        }
+        self.put_inode(fid, &ino)?;
+        self.put(Tbl::Dentries, &dentry_key(parent, name), &dentry_value(fid, FileKind::Dir))?;
+        self.touch_dir(parent, &mut dir, now, 1)?;
+        let lease = if want_lease { self.grant_lease(fid) } else { None };
+        Ok(Response::DirMade { attr: ino.attr(fid), parent: dir.attr(parent), lease })
+    }
+
+    pub(super) fn symlink(
+        &mut self,
+        creds: &Creds,
+        parent: Fid,
+        name: &str,
+        target: &str,
+        now: Timespec,
+    ) -> OpResult<Response> {
+        check_name(name)?;
+        if target.is_empty() || target.len() > SYMLINK_MAX {
+            return fail(Errno::NameTooLong, "symlink target empty or too long");
+        }
+        self.make_leaf(creds, parent, name, FileKind::Symlink, 0o777, now, |ino| {
+            ino.size = target.len() as u64;
+            ino.symlink = Some(target.to_string());
+        })
+    }
+
+    /// A special file: an inode and its entry, nothing on any OST.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn mknod(
+        &mut self,
+        creds: &Creds,
+        parent: Fid,
+        name: &str,
+        kind: FileKind,
+        mode: u32,
+        rdev: u64,
+        now: Timespec,
+    ) -> OpResult<Response> {
+        check_name(name)?;
+        if !matches!(kind, FileKind::Fifo | FileKind::CharDevice | FileKind::BlockDevice | FileKind::Socket) {
+            return fail(Errno::Inval, format!("mknod makes special files, not a {kind:?}"));
+        }
+        if kind.is_device() && creds.uid != 0 {
+            return fail(Errno::Perm, "only root may make device files");
+        }
+        self.make_leaf(creds, parent, name, kind, mode, now, |ino| {
+            ino.rdev = if kind.is_device() { rdev } else { 0 };
+        })
+    }
+
+    /// A new inode without data on any OST (a symlink or a special file), filled in by
+    /// `fill`, and its entry `name` in `parent`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn make_leaf(
+        &mut self,
+        creds: &Creds,
+        parent: Fid,
+        name: &str,
+        kind: FileKind,
+        mode: u32,
+        now: Timespec,
+        fill: impl FnOnce(&mut Inode),
+    ) -> OpResult<Response> {
+        let mut dir = self.view.dir_for(creds, parent, true)?;
+        if self.view.entry(parent, name)?.is_some() {
+            return fail(Errno::Exist, format!("{name} exists"));
+        }
+        let fid = self.new_fid()?;
+        let gid = if dir.mode & S_ISGID != 0 { dir.gid } else { creds.gid };
+        let mut ino = Inode::new(kind, mode, creds, gid, now);
+        fill(&mut ino);
+        self.put_inode(fid, &ino)?;
+        self.put(Tbl::Dentries, &dentry_key(parent, name), &dentry_value(fid, kind))?;
+        self.touch_dir(parent, &mut dir, now, 0)?;
+        Ok(Response::Attr(ino.attr(fid)))
+    }
+
+    pub(super) fn link(
+        &mut self,
+        creds: &Creds,
+        fid: Fid,
+        parent: Fid,
+        name: &str,
+        now: Timespec,
+    ) -> OpResult<Response> {
+        check_name(name)?;
+        let mut ino = self.view.must_inode(fid)?;
+        if ino.kind == FileKind::Dir {
+            return fail(Errno::Perm, "hard links to directories are not allowed");
+        }
+        let mut dir = self.view.dir_for(creds, parent, true)?;
+        if self.view.entry(parent, name)?.is_some() {
+            return fail(Errno::Exist, format!("{name} exists"));
+        }
+        if ino.nlink >= 65000 {
+            return fail(Errno::Range, "too many links");
+        }
+        ino.nlink += 1;
+        ino.ctime = now;
+        self.put_inode(fid, &ino)?;
+        self.put(Tbl::Dentries, &dentry_key(parent, name), &dentry_value(fid, ino.kind))?;
+        self.touch_dir(parent, &mut dir, now, 0)?;
+        Ok(Response::Attr(ino.attr(fid)))
+    }
+}

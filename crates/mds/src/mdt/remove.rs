@@ -1,0 +1,116 @@
+//! Namespace operations that take a name away (unlink, rmdir), and what happens to an
+//! inode that lost its last name: destroyed with its objects queued for the OSTs, or
+//! kept as an orphan while a client holds it open.
+use proto::msg::{Creds, FileKind, Response, Timespec};
+use proto::{Errno, Fid};
+
+use super::schema::{dentry_key, layout_objects, DestroyRecord, Tbl};
+use super::writer::{Placement, Writer};
+use super::{check_name, fail, OpResult};
+use crate::inode::{sticky_allows, Inode};
+
+impl Writer<'_> {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn remove(
+        &mut self,
+        creds: &Creds,
+        parent: Fid,
+        name: &str,
+        is_rmdir: bool,
+        place: &Placement<'_>,
+        now: Timespec,
+    ) -> OpResult<Response> {
+        check_name(name)?;
+        let mut dir = self.view.dir_for(creds, parent, true)?;
+        let Some((fid, kind)) = self.view.entry(parent, name)? else {
+            return fail(Errno::NoEnt, format!("{name} not found"));
+        };
+        let mut ino = self.view.must_inode(fid)?;
+        match (is_rmdir, kind == FileKind::Dir) {
+            (true, false) => return fail(Errno::NotDir, format!("{name} is not a directory")),
+            (false, true) => return fail(Errno::IsDir, format!("{name} is a directory")),
+            (true, true) if !self.view.dir_is_empty(fid)? => {
+                return fail(Errno::NotEmpty, format!("{name} is not empty"))
+            }
+            _ => {}
+        }
+        if !sticky_allows(&dir, &ino, creds) {
+            return fail(Errno::Perm, "sticky directory: not the owner");
+        }
+        self.del(Tbl::Dentries, &dentry_key(parent, name))?;
+        if is_rmdir {
+            self.drop_inode(fid, &ino)?;
+            self.touch_dir(parent, &mut dir, now, -1)?;
+        } else {
+            ino.nlink = ino.nlink.saturating_sub(1);
+            if ino.nlink == 0 {
+                self.release_last_link(fid, &mut ino, place, now, false)?;
+            } else {
+                ino.ctime = now;
+                self.put_inode(fid, &ino)?;
+            }
+            self.touch_dir(parent, &mut dir, now, 0)?;
+        }
+        Ok(Response::DirChanged { dir: dir.attr(parent) })
+    }
+
+    /// A file lost its last name: destroy it, or keep it as an orphan while open.
+    /// With `grace`, the inode is kept as an orphan even when nobody has it open: a
+    /// rename that replaces a file must not make an `open` fail that looked the name
+    /// up an instant before (the reaper destroys it after a short grace).
+    pub(super) fn release_last_link(
+        &mut self,
+        fid: Fid,
+        ino: &mut Inode,
+        place: &Placement<'_>,
+        now: Timespec,
+        grace: bool,
+    ) -> OpResult<()> {
+        if grace || (place.is_open)(fid) {
+            ino.nlink = 0;
+            ino.ctime = now;
+            self.put_inode(fid, ino)?;
+            self.put(Tbl::Orphans, &fid.to_key(), &(now.sec.max(0) as u64).to_le_bytes())?;
+            Ok(())
+        } else {
+            self.drop_inode(fid, ino)
+        }
+    }
+
+    /// Destroys an orphan nobody holds open any more; a no-op for a linked inode.
+    pub fn reap_orphan(&mut self, fid: Fid, place: &Placement<'_>) -> OpResult<()> {
+        if (place.is_open)(fid) {
+            return Ok(());
+        }
+        if let Some(ino) = self.view.inode(fid)? {
+            if ino.nlink == 0 {
+                self.drop_inode(fid, &ino)?;
+            }
+        }
+        self.del(Tbl::Orphans, &fid.to_key())?;
+        Ok(())
+    }
+
+    /// Removes an inode whose last name is gone; queues its objects for destruction.
+    pub(super) fn drop_inode(&mut self, fid: Fid, ino: &Inode) -> OpResult<()> {
+        self.del(Tbl::Inodes, &fid.to_key())?;
+        if ino.kind == FileKind::Dir {
+            self.removed_dirs.push(fid);
+        }
+        let prefix = fid.to_key();
+        let keys =
+            self.view.scan_prefix(Tbl::Xattrs, &prefix)?.map(|r| r.map(|(k, _)| k)).collect::<OpResult<Vec<_>>>()?;
+        for k in keys {
+            self.del(Tbl::Xattrs, &k)?;
+        }
+        if let Some(layout) = &ino.layout {
+            let objects = layout_objects(fid, layout);
+            if !objects.is_empty() {
+                let seq = self.meta_u64("destroy_seq")?.unwrap_or(0) + 1;
+                self.set_meta_u64("destroy_seq", seq)?;
+                self.put(Tbl::Destroy, &seq.to_be_bytes(), &store::encode_record(&DestroyRecord { objects }))?;
+            }
+        }
+        Ok(())
+    }
+}

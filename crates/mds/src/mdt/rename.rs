@@ -1,0 +1,165 @@
+//! Rename, in its POSIX form and renameat2's NOREPLACE and EXCHANGE, with the
+//! checks that keep the tree a tree.
+use proto::msg::{Creds, FileKind, RenameFlags, Response, Timespec};
+use proto::{Errno, Fid};
+
+use super::schema::{dentry_key, dentry_value, Tbl};
+use super::writer::{Placement, Writer};
+use super::{check_name, fail, OpResult};
+use crate::inode::sticky_allows;
+
+impl Writer<'_> {
+    /// Fails if `dir` is `ancestor` or below it (a directory moved under itself).
+    pub(super) fn check_not_under(&self, dir: Fid, ancestor: Fid) -> OpResult<()> {
+        let mut at = Some(ancestor);
+        let mut steps = 0;
+        while let Some(p) = at {
+            if p == dir {
+                return fail(Errno::Inval, "cannot move a directory into itself");
+            }
+            if p == Fid::ROOT || steps > 4096 {
+                break;
+            }
+            at = self.view.inode(p)?.and_then(|i| i.parent);
+            steps += 1;
+        }
+        Ok(())
+    }
+
+    /// `renameat2(RENAME_EXCHANGE)`: the two entries swap what they name, atomically.
+    /// Each side is `(directory, name, FID, kind)`; the caller checked that both exist
+    /// and that the first is not a directory moved under itself.
+    pub(super) fn exchange(
+        &mut self,
+        creds: &Creds,
+        a: (Fid, &str, Fid, FileKind),
+        b: (Fid, &str, Fid, FileKind),
+        now: Timespec,
+    ) -> OpResult<Response> {
+        let (a_dir, a_name, a_fid, a_kind) = a;
+        let (b_dir, b_name, b_fid, b_kind) = b;
+        if b_kind == FileKind::Dir {
+            self.check_not_under(b_fid, a_dir)?;
+        }
+        let mut a_ino = self.view.must_inode(a_fid)?;
+        let mut b_ino = self.view.must_inode(b_fid)?;
+        if !sticky_allows(&self.view.must_inode(a_dir)?, &a_ino, creds)
+            || !sticky_allows(&self.view.must_inode(b_dir)?, &b_ino, creds)
+        {
+            return fail(Errno::Perm, "sticky directory: not the owner");
+        }
+        self.put(Tbl::Dentries, &dentry_key(a_dir, a_name), &dentry_value(b_fid, b_kind))?;
+        self.put(Tbl::Dentries, &dentry_key(b_dir, b_name), &dentry_value(a_fid, a_kind))?;
+        for (fid, ino, new_dir) in [(a_fid, &mut a_ino, b_dir), (b_fid, &mut b_ino, a_dir)] {
+            ino.ctime = now;
+            if ino.kind == FileKind::Dir {
+                ino.parent = Some(new_dir);
+            }
+            self.put_inode(fid, ino)?;
+        }
+        // A directory that changes parent moves its `..` link with it.
+        let links = |k: FileKind| i32::from(k == FileKind::Dir);
+        let moved = links(b_kind) - links(a_kind);
+        let mut d = self.view.must_inode(a_dir)?;
+        self.touch_dir(a_dir, &mut d, now, if a_dir == b_dir { 0 } else { moved })?;
+        if a_dir != b_dir {
+            let mut d = self.view.must_inode(b_dir)?;
+            self.touch_dir(b_dir, &mut d, now, -moved)?;
+        }
+        Ok(Response::Ok)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn rename(
+        &mut self,
+        creds: &Creds,
+        parent: Fid,
+        name: &str,
+        new_parent: Fid,
+        new_name: &str,
+        flags: RenameFlags,
+        place: &Placement<'_>,
+        now: Timespec,
+    ) -> OpResult<Response> {
+        check_name(name)?;
+        check_name(new_name)?;
+        let src_dir = self.view.dir_for(creds, parent, true)?;
+        let dst_dir = self.view.dir_for(creds, new_parent, true)?;
+        let Some((fid, kind)) = self.view.entry(parent, name)? else {
+            return fail(Errno::NoEnt, format!("{name} not found"));
+        };
+        let mut ino = self.view.must_inode(fid)?;
+        if !sticky_allows(&src_dir, &ino, creds) {
+            return fail(Errno::Perm, "sticky directory: not the owner");
+        }
+        let target = self.view.entry(new_parent, new_name)?;
+        if let Some((tfid, _)) = target {
+            if tfid == fid {
+                return Ok(Response::Ok); // Both names are links to the same inode: no-op.
+            }
+        }
+        let is_dir = kind == FileKind::Dir;
+        if is_dir {
+            self.check_not_under(fid, new_parent)?;
+        }
+        if flags.exchange {
+            let Some((tfid, tkind)) = target else {
+                return fail(Errno::NoEnt, format!("{new_name} not found"));
+            };
+            return self.exchange(creds, (parent, name, fid, kind), (new_parent, new_name, tfid, tkind), now);
+        }
+        let mut victim = None;
+        if let Some((tfid, tkind)) = target {
+            if flags.noreplace {
+                return fail(Errno::Exist, format!("{new_name} exists"));
+            }
+            let t = self.view.must_inode(tfid)?;
+            match (is_dir, tkind == FileKind::Dir) {
+                (true, false) => return fail(Errno::NotDir, format!("{new_name} is not a directory")),
+                (false, true) => return fail(Errno::IsDir, format!("{new_name} is a directory")),
+                (true, true) if !self.view.dir_is_empty(tfid)? => {
+                    return fail(Errno::NotEmpty, format!("{new_name} is not empty"))
+                }
+                _ => {}
+            }
+            if !sticky_allows(&dst_dir, &t, creds) {
+                return fail(Errno::Perm, "sticky directory: not the owner of the target");
+            }
+            victim = Some((tfid, t));
+        }
+        // All checks passed: write.
+        let mut dst_nlink = 0;
+        if let Some((tfid, mut t)) = victim {
+            if t.kind == FileKind::Dir {
+                self.drop_inode(tfid, &t)?;
+                dst_nlink -= 1;
+            } else {
+                t.nlink = t.nlink.saturating_sub(1);
+                if t.nlink == 0 {
+                    self.release_last_link(tfid, &mut t, place, now, true)?;
+                } else {
+                    t.ctime = now;
+                    self.put_inode(tfid, &t)?;
+                }
+            }
+        }
+        self.del(Tbl::Dentries, &dentry_key(parent, name))?;
+        self.put(Tbl::Dentries, &dentry_key(new_parent, new_name), &dentry_value(fid, kind))?;
+        ino.ctime = now;
+        if is_dir {
+            ino.parent = Some(new_parent);
+        }
+        self.put_inode(fid, &ino)?;
+        if parent == new_parent {
+            let mut d = self.view.must_inode(parent)?;
+            self.touch_dir(parent, &mut d, now, dst_nlink)?;
+        } else {
+            let moved = if is_dir { 1 } else { 0 };
+            let mut s = self.view.must_inode(parent)?;
+            self.touch_dir(parent, &mut s, now, -moved)?;
+            let mut d = self.view.must_inode(new_parent)?;
+            self.touch_dir(new_parent, &mut d, now, dst_nlink + moved)?;
+        }
+        Ok(Response::Ok)
+    }
+}

@@ -1,0 +1,256 @@
+//! The MDT's tables, the encoding of their keys and records, and the format of a new
+//! MDT or the upgrade of an older one.
+//!
+//! Format versions: the database records the format it was written in (`meta`
+//! key `format`). Format 0 (braid before versioned records) had no version byte in
+//! its values; opening one rewrites every record once ([`upgrade`]), after the
+//! journal's records of that run were replayed. A database of a format newer than
+//! [`FORMAT`] is refused, as is any record newer than its kind's version.
+
+use layout::{Layout, LayoutSpec};
+use proto::msg::{Creds, FileKind, Response, Timespec};
+use proto::{Errno, Fid, ObjectId};
+use serde::{Deserialize, Serialize};
+use store::memtable::MemTable;
+use store::{Record, Store, StoreError, Table};
+
+use super::{fail, OpError, OpResult};
+use crate::inode::Inode;
+
+/// The database format this release writes (see the module note).
+pub const FORMAT: u64 = 1;
+
+/// The tables of an MDT (see [`super`] for their encodings). The order is part of
+/// the journal's record format: append, never reorder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Tbl {
+    Inodes,
+    Dentries,
+    Xattrs,
+    Destroy,
+    Replies,
+    Meta,
+    Orphans,
+}
+
+impl Tbl {
+    pub const ALL: [Tbl; 7] =
+        [Tbl::Inodes, Tbl::Dentries, Tbl::Xattrs, Tbl::Destroy, Tbl::Replies, Tbl::Meta, Tbl::Orphans];
+
+    /// The store's table.
+    pub const fn table(self) -> Table {
+        Table::new(
+            match self {
+                Tbl::Inodes => "inodes",
+                Tbl::Dentries => "dentries",
+                Tbl::Xattrs => "xattrs",
+                Tbl::Destroy => "destroy",
+                Tbl::Replies => "replies",
+                Tbl::Meta => "meta",
+                Tbl::Orphans => "orphans",
+            },
+            self as usize,
+        )
+    }
+
+    /// The table's index in a [`MemTable`].
+    pub fn slot(self) -> usize {
+        self as usize
+    }
+}
+
+/// Every table of an MDT, as the store names them.
+pub const TABLES: [Table; 7] = [
+    Tbl::Inodes.table(),
+    Tbl::Dentries.table(),
+    Tbl::Xattrs.table(),
+    Tbl::Destroy.table(),
+    Tbl::Replies.table(),
+    Tbl::Meta.table(),
+    Tbl::Orphans.table(),
+];
+
+/// A memtable with a slot for every MDT table.
+pub fn new_memtable() -> MemTable {
+    MemTable::new(Tbl::ALL.len())
+}
+
+impl Record for Inode {
+    const WHAT: &'static str = "inode";
+    const VERSION: u8 = 1;
+}
+
+/// Objects of a deleted file, waiting to be destroyed on their OSTs.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DestroyRecord {
+    pub objects: Vec<(u32, ObjectId)>,
+}
+
+impl Record for DestroyRecord {
+    const WHAT: &'static str = "destroy";
+    const VERSION: u8 = 1;
+}
+
+/// An answer kept for reply reconstruction, with when it was given (seconds).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Reply {
+    pub at: u64,
+    pub response: Response,
+}
+
+impl Record for Reply {
+    const WHAT: &'static str = "reply";
+    const VERSION: u8 = 1;
+}
+
+/// The version of a directory entry's record (child FID + kind code, not postcard:
+/// read on every lookup).
+pub const DENTRY_VERSION: u8 = 1;
+
+pub(super) fn dentry_key(parent: Fid, name: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(16 + name.len());
+    k.extend_from_slice(&parent.to_key());
+    k.extend_from_slice(name.as_bytes());
+    k
+}
+
+pub(super) fn dentry_value(fid: Fid, kind: FileKind) -> Vec<u8> {
+    let mut v = Vec::with_capacity(18);
+    v.push(DENTRY_VERSION);
+    v.extend_from_slice(&fid.to_key());
+    v.push(kind.code());
+    v
+}
+
+pub(super) fn decode_dentry(v: &[u8]) -> OpResult<(Fid, FileKind)> {
+    let (_, body) = store::open_record("dentry", DENTRY_VERSION, v)?;
+    let corrupt = |detail: &str| OpError::Store(StoreError::Corrupt { what: "dentry", detail: detail.into() });
+    let fid = Fid::from_key(body).ok_or_else(|| corrupt("short value"))?;
+    let kind = body.get(16).and_then(|&c| FileKind::from_code(c)).ok_or_else(|| corrupt("bad kind"))?;
+    Ok((fid, kind))
+}
+
+/// One change to one table, as the journal carries it (keys and values in the
+/// tables' own encodings).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Redo {
+    Put(Tbl, Vec<u8>, Vec<u8>),
+    Del(Tbl, Vec<u8>),
+}
+
+/// The changes of one batch: one record of the journal.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RedoBatch(pub Vec<Redo>);
+
+impl Record for RedoBatch {
+    const WHAT: &'static str = "journal";
+    const VERSION: u8 = 1;
+}
+
+impl RedoBatch {
+    /// Decodes a journal record written in database format `format`.
+    pub fn decode(format: u64, payload: &[u8]) -> Result<RedoBatch, StoreError> {
+        match format {
+            0 => store::decode_exact(payload, "journal record of format 0").map(RedoBatch),
+            _ => store::decode_record(payload),
+        }
+    }
+}
+
+/// Every OST object a layout names.
+pub fn layout_objects(fid: Fid, layout: &Layout) -> Vec<(u32, ObjectId)> {
+    let mut out = Vec::new();
+    for c in &layout.components {
+        for (stripe, &ost) in c.osts.iter().enumerate() {
+            out.push((ost, ObjectId { fid, component: c.id, stripe: stripe as u32 }));
+        }
+    }
+    out
+}
+
+const META_INDEX: &[u8] = b"mdt_index";
+const META_FORMAT: &[u8] = b"format";
+
+fn meta_u64(v: &[u8]) -> Option<u64> {
+    v.try_into().ok().map(u64::from_le_bytes)
+}
+
+/// What [`format`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Formatted {
+    /// The database was created now.
+    pub fresh: bool,
+    /// The format its records are in (below [`FORMAT`]: [`upgrade`] is due, after
+    /// the journal is replayed).
+    pub format: u64,
+}
+
+/// Formats a new MDT database (every table, the MDT index, the format and, on MDT 0,
+/// the root directory) or checks that an existing one belongs to this MDT and is of
+/// a format this release reads.
+pub fn format(store: &Store, mdt_index: u32, default_layout: &LayoutSpec) -> OpResult<Formatted> {
+    let mut b = store.batch(true)?;
+    b.create(&TABLES)?;
+    let meta = Tbl::Meta.table();
+    let stored = b.get(meta, META_INDEX)?;
+    let fresh = stored.is_none();
+    match stored {
+        Some(v) => {
+            let stored = u32::from_le_bytes(v.as_slice().try_into().unwrap_or([0xff; 4]));
+            if stored != mdt_index {
+                return fail(Errno::Inval, format!("database belongs to MDT {stored}, not MDT {mdt_index}"));
+            }
+        }
+        None => b.put(meta, META_INDEX, &mdt_index.to_le_bytes())?,
+    }
+    let format = match b.get(meta, META_FORMAT)? {
+        Some(v) => meta_u64(&v).ok_or_else(|| StoreError::Corrupt { what: "format", detail: "not 8 bytes".into() })?,
+        None if fresh => {
+            b.put(meta, META_FORMAT, &FORMAT.to_le_bytes())?;
+            FORMAT
+        }
+        None => 0,
+    };
+    if format > FORMAT {
+        return Err(StoreError::Format(format!(
+            "MDT {mdt_index} is in format {format}, written by a later braid; this one reads formats up to {FORMAT}"
+        ))
+        .into());
+    }
+    let root_key = Fid::ROOT.to_key();
+    if mdt_index == 0 && b.get(Tbl::Inodes.table(), &root_key)?.is_none() {
+        let now = Timespec::now();
+        let mut root = Inode::new(FileKind::Dir, 0o755, &Creds::root(), 0, now);
+        root.dir_default = Some(default_layout.clone());
+        root.parent = Some(Fid::ROOT);
+        b.put(Tbl::Inodes.table(), &root_key, &store::encode_record(&root))?;
+    }
+    b.commit()?;
+    Ok(Formatted { fresh, format })
+}
+
+/// Rewrites every record of a database in format `from` in today's format, in one
+/// durable transaction. The journal must be empty (replayed and checkpointed).
+pub fn upgrade(store: &Store, mdt_index: u32, from: u64) -> OpResult<()> {
+    if from != 0 {
+        return fail(Errno::Inval, format!("MDT {mdt_index}: no upgrade from format {from}"));
+    }
+    let mut b = store.batch(true)?;
+    let mut n = 0usize;
+    for (k, v) in b.rows(Tbl::Inodes.table())? {
+        let ino = Inode::decode_format0(&v)?;
+        b.put(Tbl::Inodes.table(), &k, &store::encode_record(&ino))?;
+        n += 1;
+    }
+    // The other records kept their bodies: they gain the version byte.
+    for t in [Tbl::Dentries, Tbl::Destroy, Tbl::Replies] {
+        for (k, v) in b.rows(t.table())? {
+            b.put(t.table(), &k, &store::seal(1, &v))?;
+            n += 1;
+        }
+    }
+    b.put(Tbl::Meta.table(), META_FORMAT, &FORMAT.to_le_bytes())?;
+    b.commit()?;
+    tracing::info!(mdt = mdt_index, records = n, "upgraded the MDT from format {from} to {FORMAT}");
+    Ok(())
+}

@@ -1,0 +1,177 @@
+//! Batches, undo and leases of the writer, and the refusal of a later database format
+//! or record version.
+
+use layout::{LayoutSpec, OstState};
+use proto::msg::{Creds, FileKind, OpenFlags, Request, Response, SetAttr};
+use proto::Fid;
+use store::Store;
+
+use super::schema::{self, format, Formatted, FORMAT};
+use super::*;
+use crate::lease::DirLeases;
+
+struct Dir(std::path::PathBuf);
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn fresh(tag: &str) -> (Dir, Store) {
+    let d = std::env::temp_dir().join(format!("braid-mdt-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    let store = Store::open(&d.join("mdt.redb")).unwrap();
+    (Dir(d), store)
+}
+
+fn mkdir(name: &str) -> Request {
+    Request::MdsMkdir { creds: Creds::root(), parent: Fid::ROOT, name: name.into(), mode: 0o755, lease: false }
+}
+
+fn no_placement() -> (Vec<OstState>, LayoutSpec) {
+    (vec![], LayoutSpec::raid0(Some(1), Some(1 << 20)))
+}
+
+#[test]
+fn a_writer_dropped_unfinished_takes_its_batch_back_and_a_finished_one_is_written_back() {
+    let (_d, store) = fresh("undo");
+    format(&store, 0, &LayoutSpec::raid0(Some(1), Some(1 << 20))).unwrap();
+    let (osts, default_layout) = no_placement();
+    let is_open = |_: Fid| false;
+    let mut place = Placement { osts: &osts, cursor: 0, default_layout: &default_layout, is_open: &is_open };
+    let mut mem = new_memtable();
+
+    // A batch that made a directory and was never logged leaves nothing behind.
+    {
+        let mut w = Writer::new(store.snapshot().unwrap(), &mut mem, 0);
+        w.apply(&mkdir("lost"), &mut place).unwrap();
+        assert!(w.view.entry(Fid::ROOT, "lost").unwrap().is_some(), "the batch sees its own change");
+    }
+    assert!(mem.is_empty(), "an unfinished batch is undone");
+
+    let mut w = Writer::new(store.snapshot().unwrap(), &mut mem, 0);
+    w.apply(&mkdir("kept"), &mut place).unwrap();
+    w.finish();
+    let view = View::new(store.snapshot().unwrap(), &mem);
+    let (fid, kind) = view.entry(Fid::ROOT, "kept").unwrap().expect("kept is visible through the memtable");
+    assert_eq!(kind, FileKind::Dir);
+    assert!(view.entry(Fid::ROOT, "lost").unwrap().is_none());
+    let (names, eof) = view.readdir(&Creds::root(), Fid::ROOT, None, 100).unwrap();
+    assert_eq!(names.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), ["kept"]);
+    assert!(eof);
+    drop(view);
+
+    // Written back, the database alone answers the same.
+    let mut b = store.batch(true).unwrap();
+    b.write_back(&mem, &schema::TABLES).unwrap();
+    b.commit().unwrap();
+    let empty = new_memtable();
+    let view = View::new(store.snapshot().unwrap(), &empty);
+    assert_eq!(view.entry(Fid::ROOT, "kept").unwrap(), Some((fid, FileKind::Dir)));
+    assert_eq!(view.must_inode(Fid::ROOT).unwrap().nlink, 3);
+}
+
+fn create(parent: Fid, name: &str) -> Request {
+    Request::MdsCreate {
+        creds: Creds::root(),
+        parent,
+        name: name.into(),
+        mode: 0o644,
+        exclusive: true,
+        flags: OpenFlags { read: false, write: true, truncate: false },
+        layout: None,
+    }
+}
+
+#[test]
+fn an_entry_change_in_a_directory_leased_by_another_client_is_refused_and_taken_back() {
+    let (_d, store) = fresh("lease");
+    format(&store, 0, &LayoutSpec::raid0(Some(1), Some(1 << 20))).unwrap();
+    let (_, default_layout) = no_placement();
+    let osts = [OstState { index: 0, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30 }];
+    let is_open = |_: Fid| false;
+    let mut place = Placement { osts: &osts, cursor: 0, default_layout: &default_layout, is_open: &is_open };
+    let mut mem = new_memtable();
+    let mut leases = DirLeases::default();
+
+    // A lease granted in a batch that is dropped unfinished goes with it.
+    {
+        let mut w = Writer::new(store.snapshot().unwrap(), &mut mem, 0).with_leases(&mut leases);
+        (w.client, w.conn) = (1, 10);
+        let req = Request::MdsMkdir {
+            creds: Creds::root(),
+            parent: Fid::ROOT,
+            name: "lost".into(),
+            mode: 0o755,
+            lease: true,
+        };
+        assert!(matches!(w.apply(&req, &mut place).unwrap(), Response::DirMade { lease: Some(_), .. }));
+    }
+    assert!(leases.is_empty(), "an unfinished batch takes its grants back");
+
+    let mut w = Writer::new(store.snapshot().unwrap(), &mut mem, 0).with_leases(&mut leases);
+    (w.client, w.conn) = (1, 10);
+    let req =
+        Request::MdsMkdir { creds: Creds::root(), parent: Fid::ROOT, name: "job".into(), mode: 0o755, lease: true };
+    let Response::DirMade { attr: job, lease: Some(_), .. } = w.apply(&req, &mut place).unwrap() else {
+        panic!("mkdir with a lease asked for grants one")
+    };
+    w.apply(&create(job.fid, "mine"), &mut place).expect("the holder changes its own directory");
+
+    // Another client, and the holder on another connection, are refused; nothing
+    // of the refused operation stays.
+    for (client, conn) in [(2, 11), (1, 12)] {
+        (w.client, w.conn) = (client, conn);
+        let sp = w.savepoint();
+        match w.apply(&create(job.fid, "theirs"), &mut place) {
+            Err(OpError::Leased(dir)) => assert_eq!(dir, job.fid),
+            other => panic!("client {client} conn {conn}: expected Leased, got {other:?}"),
+        }
+        w.rollback(sp);
+        assert!(w.view.entry(job.fid, "theirs").unwrap().is_none());
+        assert_eq!(w.view.must_inode(job.fid).unwrap().nlink, 2, "the parent's link count is untouched");
+    }
+    // What does not change the directory's entries is not stopped by the lease.
+    (w.client, w.conn) = (2, 11);
+    w.apply(&create(Fid::ROOT, "elsewhere"), &mut place).expect("another directory");
+    let set = SetAttr { mode: Some(0o700), ..Default::default() };
+    w.apply(&Request::MdsSetattr { creds: Creds::root(), fid: job.fid, set }, &mut place).expect("a chmod");
+    w.finish();
+    assert_eq!(leases.get(job.fid).map(|l| (l.holder, l.conn)), Some((1, 10)));
+
+    // Removing the directory ends its lease.
+    let mut w = Writer::new(store.snapshot().unwrap(), &mut mem, 0).with_leases(&mut leases);
+    (w.client, w.conn) = (1, 10);
+    let unlink = Request::MdsUnlink { creds: Creds::root(), parent: job.fid, name: "mine".into() };
+    w.apply(&unlink, &mut place).unwrap();
+    w.apply(&Request::MdsRmdir { creds: Creds::root(), parent: Fid::ROOT, name: "job".into() }, &mut place).unwrap();
+    w.finish();
+    assert!(leases.is_empty());
+}
+
+#[test]
+fn a_database_or_a_record_of_a_later_format_is_refused_with_a_clear_error() {
+    let layout = LayoutSpec::raid0(Some(1), Some(1 << 20));
+    let (_d, store) = fresh("format");
+    assert_eq!(format(&store, 0, &layout).unwrap(), Formatted { fresh: true, format: FORMAT });
+    assert_eq!(format(&store, 0, &layout).unwrap(), Formatted { fresh: false, format: FORMAT });
+
+    // An inode record of a later version: reads of it fail and say why.
+    let mut b = store.batch(true).unwrap();
+    let root = b.get(Tbl::Inodes.table(), &Fid::ROOT.to_key()).unwrap().unwrap();
+    b.put(Tbl::Inodes.table(), &Fid::ROOT.to_key(), &store::seal(9, &root[1..])).unwrap();
+    b.commit().unwrap();
+    let empty = new_memtable();
+    let view = View::new(store.snapshot().unwrap(), &empty);
+    let err = view.must_inode(Fid::ROOT).unwrap_err().to_string();
+    assert!(err.contains("inode record of version 9") && err.contains("later release"), "{err}");
+    drop(view);
+
+    // A database of a later format is not opened at all.
+    let mut b = store.batch(true).unwrap();
+    b.put(Tbl::Meta.table(), b"format", &(FORMAT + 1).to_le_bytes()).unwrap();
+    b.commit().unwrap();
+    let err = format(&store, 0, &layout).unwrap_err().to_string();
+    assert!(err.contains(&format!("format {}", FORMAT + 1)) && err.contains("later braid"), "{err}");
+}

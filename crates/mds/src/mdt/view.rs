@@ -1,0 +1,210 @@
+//! Reading an MDT: the database as of the last checkpoint seen through the memtable
+//! of the changes since, and the read-only namespace operations (lookup, readdir,
+//! open, xattr reads) with their permission checks.
+
+use proto::msg::{Attr, Creds, DirEntry, FileKind, OpenFlags};
+use proto::{Errno, Fid};
+
+use super::schema::{decode_dentry, dentry_key, Tbl};
+
+use super::{check_name, fail, OpError, OpResult, READDIR_MAX, XATTR_NAME_MAX};
+use crate::inode::{Inode, MAY_EXEC, MAY_READ, MAY_WRITE};
+use std::ops::{Bound, Deref};
+use store::memtable::{MemTable, Merge};
+use store::Snapshot;
+
+/// Rows of a table in key order, the memtable's changes applied.
+pub type Rows<'a> = Box<dyn Iterator<Item = OpResult<(Vec<u8>, Vec<u8>)>> + 'a>;
+
+/// A consistent read of the MDT: the database seen through the memtable of changes
+/// made since the last checkpoint. Readers hold the memtable's read lock; the
+/// committer's [`Writer`] holds it for writing.
+pub struct View<M> {
+    base: Snapshot,
+    pub(super) mem: M,
+}
+
+impl<M: Deref<Target = MemTable>> View<M> {
+    pub fn new(base: Snapshot, mem: M) -> View<M> {
+        View { base, mem }
+    }
+
+    /// Calls `f` with the value of `key` in table `t`, if there is one.
+    pub fn with<T>(&self, t: Tbl, key: &[u8], f: impl FnOnce(&[u8]) -> OpResult<T>) -> OpResult<Option<T>> {
+        match self.mem.get(t.slot(), key) {
+            Some(Some(v)) => f(v).map(Some),
+            Some(None) => Ok(None),
+            None => self.base.get(t.table(), key, f),
+        }
+    }
+
+    pub fn contains(&self, t: Tbl, key: &[u8]) -> OpResult<bool> {
+        Ok(self.with(t, key, |_| Ok(()))?.is_some())
+    }
+
+    /// The rows of table `t` from `from` on, in key order.
+    pub fn scan(&self, t: Tbl, from: Bound<&[u8]>) -> OpResult<Rows<'_>> {
+        let base = self.base.range(t.table(), from)?.map(|row| row.map_err(OpError::from));
+        Ok(Box::new(Merge::new(base, self.mem.range(t.slot(), from))))
+    }
+
+    /// The rows of table `t` whose keys start with `prefix`.
+    pub fn scan_prefix<'a>(&'a self, t: Tbl, prefix: &'a [u8]) -> OpResult<Rows<'a>> {
+        let rows = self.scan(t, Bound::Included(prefix))?;
+        Ok(Box::new(rows.take_while(move |r| r.as_ref().map_or(true, |(k, _)| k.starts_with(prefix)))))
+    }
+
+    pub fn meta_u64(&self, key: &str) -> OpResult<Option<u64>> {
+        Ok(self.with(Tbl::Meta, key.as_bytes(), |v| Ok(v.try_into().ok().map(u64::from_le_bytes)))?.flatten())
+    }
+
+    pub fn inode(&self, fid: Fid) -> OpResult<Option<Inode>> {
+        self.with(Tbl::Inodes, &fid.to_key(), |v| Ok(store::decode_record::<Inode>(v)?))
+    }
+
+    pub fn must_inode(&self, fid: Fid) -> OpResult<Inode> {
+        self.inode(fid)?.map_or_else(|| fail(Errno::NoEnt, format!("no inode {fid}")), Ok)
+    }
+
+    /// The inode of a directory the caller may search (and, with `write`, modify).
+    pub fn dir_for(&self, creds: &Creds, fid: Fid, write: bool) -> OpResult<Inode> {
+        let dir = self.must_inode(fid)?;
+        if dir.kind != FileKind::Dir {
+            return fail(Errno::NotDir, format!("{fid} is not a directory"));
+        }
+        let want = if write { MAY_WRITE | MAY_EXEC } else { MAY_EXEC };
+        if !dir.may(creds, want) {
+            return fail(Errno::Access, format!("permission denied on directory {fid}"));
+        }
+        Ok(dir)
+    }
+
+    pub fn entry(&self, parent: Fid, name: &str) -> OpResult<Option<(Fid, FileKind)>> {
+        self.with(Tbl::Dentries, &dentry_key(parent, name), decode_dentry)
+    }
+
+    pub fn dir_is_empty(&self, fid: Fid) -> OpResult<bool> {
+        let prefix = fid.to_key();
+        let first = self.scan_prefix(Tbl::Dentries, &prefix)?.next();
+        match first {
+            Some(row) => row.map(|_| false),
+            None => Ok(true),
+        }
+    }
+
+    pub fn lookup(&self, creds: &Creds, parent: Fid, name: &str) -> OpResult<Attr> {
+        check_name(name)?;
+        self.dir_for(creds, parent, false)?;
+        let Some((fid, _)) = self.entry(parent, name)? else {
+            return fail(Errno::NoEnt, format!("{name} not found"));
+        };
+        Ok(self.must_inode(fid)?.attr(fid))
+    }
+
+    pub fn readdir(&self, creds: &Creds, fid: Fid, after: Option<&str>, max: u32) -> OpResult<(Vec<DirEntry>, bool)> {
+        let dir = self.must_inode(fid)?;
+        if dir.kind != FileKind::Dir {
+            return fail(Errno::NotDir, format!("{fid} is not a directory"));
+        }
+        if !dir.may(creds, MAY_READ) {
+            return fail(Errno::Access, format!("permission denied reading directory {fid}"));
+        }
+        let prefix = fid.to_key();
+        let resume = after.map(|a| dentry_key(fid, a));
+        let from = match &resume {
+            Some(k) => Bound::Excluded(k.as_slice()),
+            None => Bound::Included(prefix.as_slice()),
+        };
+        let max = max.clamp(1, READDIR_MAX) as usize;
+        let mut out = Vec::new();
+        let mut eof = true;
+        for row in self.scan(Tbl::Dentries, from)? {
+            let (k, v) = row?;
+            if !k.starts_with(&prefix) {
+                break;
+            }
+            if out.len() == max {
+                eof = false;
+                break;
+            }
+            let name = String::from_utf8_lossy(&k[16..]).into_owned();
+            let (child, kind) = decode_dentry(&v)?;
+            out.push(DirEntry { name, fid: child, kind });
+        }
+        Ok((out, eof))
+    }
+
+    pub fn getxattr(&self, creds: &Creds, fid: Fid, name: &str) -> OpResult<Vec<u8>> {
+        let ino = self.must_inode(fid)?;
+        xattr_access(&ino, creds, name, false)?;
+        match self.with(Tbl::Xattrs, &dentry_key(fid, name), |v| Ok(v.to_vec()))? {
+            Some(v) => Ok(v),
+            None => fail(Errno::NoData, format!("no attribute {name}")),
+        }
+    }
+
+    pub fn listxattr(&self, creds: &Creds, fid: Fid) -> OpResult<Vec<String>> {
+        self.must_inode(fid)?;
+        let prefix = fid.to_key();
+        let mut out = Vec::new();
+        for row in self.scan_prefix(Tbl::Xattrs, &prefix)? {
+            let (k, _) = row?;
+            let name = String::from_utf8_lossy(&k[16..]).into_owned();
+            if name.starts_with("trusted.") && creds.uid != 0 {
+                continue;
+            }
+            out.push(name);
+        }
+        Ok(out)
+    }
+
+    pub fn open(&self, creds: &Creds, fid: Fid, flags: OpenFlags) -> OpResult<Attr> {
+        let ino = self.must_inode(fid)?;
+        check_open(&ino, creds, flags)?;
+        Ok(ino.attr(fid))
+    }
+}
+
+pub(super) fn check_open(ino: &Inode, creds: &Creds, flags: OpenFlags) -> OpResult<()> {
+    if ino.kind == FileKind::Dir && (flags.write || flags.truncate) {
+        return fail(Errno::IsDir, "cannot open a directory for writing");
+    }
+    let mut want = 0;
+    if flags.read {
+        want |= MAY_READ;
+    }
+    if flags.write || flags.truncate {
+        want |= MAY_WRITE;
+    }
+    if !ino.may(creds, want) {
+        return fail(Errno::Access, "permission denied");
+    }
+    Ok(())
+}
+
+pub(super) fn xattr_access(ino: &Inode, creds: &Creds, name: &str, write: bool) -> OpResult<()> {
+    if name.is_empty() || name.len() > XATTR_NAME_MAX {
+        return fail(Errno::Range, "xattr name empty or too long");
+    }
+    if name.starts_with("trusted.") || name.starts_with("security.") {
+        if creds.uid != 0 {
+            return if write {
+                fail(Errno::Perm, "only root may set trusted.* attributes")
+            } else {
+                fail(Errno::NoData, "no such attribute")
+            };
+        }
+        return Ok(());
+    }
+    if name.starts_with("user.") {
+        if ino.kind == FileKind::Symlink {
+            return fail(Errno::Perm, "user.* attributes are not allowed on symlinks");
+        }
+        let want = if write { MAY_WRITE } else { MAY_READ };
+        if !ino.may(creds, want) {
+            return fail(Errno::Access, "permission denied");
+        }
+        return Ok(());
+    }
+    fail(Errno::NotSup, format!("unsupported xattr namespace in {name:?} (user., trusted., security.)"))
+}

@@ -1,0 +1,301 @@
+//! The committer's write view of one batch, and the dispatch of a mutation to the
+//! file of its family of operations.
+
+use layout::LayoutSpec;
+use proto::msg::{FileKind, Request, Response, Timespec};
+use proto::{Errno, Fid};
+
+use super::schema::{Redo, Tbl};
+use super::view::View;
+
+use super::{fail, OpError, OpResult};
+use crate::inode::Inode;
+use crate::lease::DirLeases;
+use layout::OstState;
+use store::memtable::{MemTable, Prior};
+use store::Snapshot;
+
+/// Context the committer passes to a mutation.
+pub struct Placement<'a> {
+    pub osts: &'a [OstState],
+    pub cursor: u64,
+    pub default_layout: &'a LayoutSpec,
+    /// Whether any client holds the FID open (an unlinked open file becomes an orphan
+    /// instead of being destroyed).
+    pub is_open: &'a dyn Fn(Fid) -> bool,
+}
+
+/// The committer's write view of one batch. Every change goes through
+/// [`Writer::put`] or [`Writer::del`]: into the memtable (where the batch's later
+/// reads see it), into `redo` (the batch's record in the redo log), and into an undo
+/// list that takes the batch back if it cannot be logged.
+pub struct Writer<'a> {
+    pub view: View<&'a mut MemTable>,
+    pub mdt_index: u32,
+    pub redo: Vec<Redo>,
+    pub(super) undo: Vec<(Tbl, Vec<u8>, Prior)>,
+    /// Where new FIDs come from; the committer keeps it between batches.
+    pub fids: FidBlock,
+    /// The MDT's directory leases (none while replaying the log): a change to the
+    /// entries of a directory another client leases is refused.
+    pub(super) leases: Option<&'a mut DirLeases>,
+    /// Who the operation being applied comes from, and on which connection.
+    pub client: u64,
+    pub conn: u64,
+    /// Leases granted in this batch (taken back with it).
+    pub(super) granted: Vec<Fid>,
+    /// Directories removed in this batch (their leases end with it).
+    pub(super) removed_dirs: Vec<Fid>,
+}
+
+/// Where one operation of a batch began, to take back just that operation.
+#[derive(Debug, Clone, Copy)]
+pub struct Savepoint {
+    pub(super) undo: usize,
+    redo: usize,
+    pub(super) granted: usize,
+    pub(super) removed_dirs: usize,
+}
+
+/// A batch dropped unfinished (it failed, could not be logged, or panicked) is taken
+/// back, so readers never see a change the redo log does not hold.
+impl Drop for Writer<'_> {
+    fn drop(&mut self) {
+        self.undo();
+    }
+}
+
+/// FIDs reserved in `meta` and not handed out yet: `meta` is written once per
+/// [`FID_BLOCK`] creates instead of on every one (Lustre grants FID sequences in
+/// ranges for the same reason). A restart skips what remained of the block, so a FID
+/// is never handed out twice. After a failed batch the committer drops its block,
+/// since the reservation may not have been logged.
+#[derive(Debug, Default)]
+pub struct FidBlock {
+    pub(super) seq: u64,
+    pub(super) next: u64,
+    pub(super) end: u64,
+}
+
+/// FIDs reserved at a time.
+const FID_BLOCK: u64 = 1024;
+
+impl<'a> Writer<'a> {
+    pub fn new(base: Snapshot, mem: &'a mut MemTable, mdt_index: u32) -> Writer<'a> {
+        Writer {
+            view: View::new(base, mem),
+            mdt_index,
+            redo: Vec::new(),
+            undo: Vec::new(),
+            fids: FidBlock::default(),
+            leases: None,
+            client: 0,
+            conn: 0,
+            granted: Vec::new(),
+            removed_dirs: Vec::new(),
+        }
+    }
+
+    /// Has this batch respect (and grant) the MDT's directory leases.
+    pub fn with_leases(mut self, leases: &'a mut DirLeases) -> Writer<'a> {
+        self.leases = Some(leases);
+        self
+    }
+
+    /// Writes `key` → `value` in `table` and records the change.
+    pub fn put(&mut self, table: Tbl, key: &[u8], value: &[u8]) -> OpResult<()> {
+        self.check_lease(table, key)?;
+        self.set(table, key, Some(value));
+        self.redo.push(Redo::Put(table, key.to_vec(), value.to_vec()));
+        Ok(())
+    }
+
+    /// Removes `key` from `table` and records the change.
+    pub fn del(&mut self, table: Tbl, key: &[u8]) -> OpResult<()> {
+        self.check_lease(table, key)?;
+        self.set(table, key, None);
+        self.redo.push(Redo::Del(table, key.to_vec()));
+        Ok(())
+    }
+
+    /// Applies one recorded change without recording it again (the redo log's replay).
+    pub fn replay(&mut self, op: &Redo) {
+        match op {
+            Redo::Put(t, k, v) => self.set(*t, k, Some(v)),
+            Redo::Del(t, k) => self.set(*t, k, None),
+        }
+    }
+
+    /// Every change to a directory's entries passes here: one another client holds a
+    /// lease on must be revoked first.
+    pub(super) fn check_lease(&self, table: Tbl, key: &[u8]) -> OpResult<()> {
+        if table != Tbl::Dentries {
+            return Ok(());
+        }
+        let (Some(leases), Some(dir)) = (self.leases.as_deref(), Fid::from_key(key)) else { return Ok(()) };
+        match leases.get(dir) {
+            Some(l) if l.holder != self.client || l.conn != self.conn => Err(OpError::Leased(dir)),
+            _ => Ok(()),
+        }
+    }
+
+    pub(super) fn set(&mut self, table: Tbl, key: &[u8], value: Option<&[u8]>) {
+        let prior = self.view.mem.set(table.slot(), key, value);
+        self.undo.push((table, key.to_vec(), prior));
+    }
+
+    /// A lease on `dir`, just made by this batch, for the current client.
+    pub(super) fn grant_lease(&mut self, dir: Fid) -> Option<u64> {
+        let id = self.leases.as_deref_mut()?.grant(dir, self.client, self.conn)?;
+        self.granted.push(dir);
+        Some(id)
+    }
+
+    /// Where the next operation begins.
+    pub fn savepoint(&self) -> Savepoint {
+        Savepoint {
+            undo: self.undo.len(),
+            redo: self.redo.len(),
+            granted: self.granted.len(),
+            removed_dirs: self.removed_dirs.len(),
+        }
+    }
+
+    /// Takes back everything since `sp` (one operation that could not be applied).
+    /// The FID block is dropped too: the operation may have reserved it.
+    pub fn rollback(&mut self, sp: Savepoint) {
+        self.undo_to(sp);
+        self.fids = FidBlock::default();
+    }
+
+    pub(super) fn undo_to(&mut self, sp: Savepoint) {
+        for (t, k, prior) in self.undo.drain(sp.undo..).rev() {
+            self.view.mem.restore(t.slot(), &k, prior);
+        }
+        self.redo.truncate(sp.redo);
+        for dir in self.granted.drain(sp.granted..) {
+            if let Some(l) = self.leases.as_deref_mut() {
+                l.forget(dir);
+            }
+        }
+        self.removed_dirs.truncate(sp.removed_dirs);
+    }
+
+    /// Keeps the batch's changes: the redo log holds them now.
+    pub fn finish(mut self) {
+        self.undo.clear();
+        self.granted.clear();
+        if let Some(l) = self.leases.as_deref_mut() {
+            for dir in self.removed_dirs.drain(..) {
+                l.forget(dir);
+            }
+        }
+    }
+
+    /// Takes back every change of this batch.
+    pub(super) fn undo(&mut self) {
+        self.undo_to(Savepoint { undo: 0, redo: 0, granted: 0, removed_dirs: 0 });
+    }
+
+    pub(super) fn put_inode(&mut self, fid: Fid, ino: &Inode) -> OpResult<()> {
+        self.put(Tbl::Inodes, &fid.to_key(), &store::encode_record(ino))
+    }
+
+    pub(super) fn meta_u64(&self, key: &str) -> OpResult<Option<u64>> {
+        self.view.meta_u64(key)
+    }
+
+    pub(super) fn set_meta_u64(&mut self, key: &str, v: u64) -> OpResult<()> {
+        self.put(Tbl::Meta, key.as_bytes(), &v.to_le_bytes())
+    }
+
+    /// Allocates a new FID on this MDT: a sequence holds 2^32 - 1 object ids. They
+    /// come from the block in `fids`; an exhausted block reserves the next one in
+    /// `meta` (in this batch's transaction and redo record).
+    pub(super) fn new_fid(&mut self) -> OpResult<Fid> {
+        if self.fids.next >= self.fids.end {
+            let mut seq = self.meta_u64("seq")?.unwrap_or(proto::fid::FIRST_SEQ as u64);
+            let mut oid = self.meta_u64("next_oid")?.unwrap_or(2);
+            if oid > u32::MAX as u64 {
+                seq += 1;
+                oid = 1;
+            }
+            if seq > 0xffff {
+                return fail(Errno::NoSpc, "this MDT has used all of its FID sequences");
+            }
+            let end = (oid + FID_BLOCK).min(u32::MAX as u64 + 1);
+            self.set_meta_u64("seq", seq)?;
+            self.set_meta_u64("next_oid", end)?;
+            self.fids = FidBlock { seq, next: oid, end };
+        }
+        let oid = self.fids.next;
+        self.fids.next += 1;
+        Ok(Fid::new(self.mdt_index, self.fids.seq as u32, oid as u32))
+    }
+
+    pub(super) fn touch_dir(&mut self, fid: Fid, dir: &mut Inode, now: Timespec, nlink_delta: i32) -> OpResult<()> {
+        dir.mtime = now;
+        dir.ctime = now;
+        dir.nlink = (dir.nlink as i64 + nlink_delta as i64).max(0) as u32;
+        self.put_inode(fid, dir)
+    }
+
+    /// Applies one mutation. Errno errors are returned before anything is written.
+    pub fn apply(&mut self, req: &Request, place: &mut Placement<'_>) -> OpResult<Response> {
+        let now = Timespec::now();
+        match req {
+            Request::MdsCreate { creds, parent, name, mode, exclusive, flags, layout } => {
+                self.create(creds, *parent, name, *mode, *exclusive, *flags, layout.clone(), place, now)
+            }
+            Request::MdsMkdir { creds, parent, name, mode, lease } => {
+                self.mkdir(creds, *parent, name, *mode, *lease, now)
+            }
+            Request::MdsSymlink { creds, parent, name, target } => self.symlink(creds, *parent, name, target, now),
+            Request::MdsMknod { creds, parent, name, kind, mode, rdev } => {
+                self.mknod(creds, *parent, name, *kind, *mode, *rdev, now)
+            }
+            Request::MdsLink { creds, fid, parent, name } => self.link(creds, *fid, *parent, name, now),
+            Request::MdsUnlink { creds, parent, name } => self.remove(creds, *parent, name, false, place, now),
+            Request::MdsRmdir { creds, parent, name } => self.remove(creds, *parent, name, true, place, now),
+            Request::MdsRename { creds, parent, name, new_parent, new_name, flags } => {
+                self.rename(creds, *parent, name, *new_parent, new_name, *flags, place, now)
+            }
+            &Request::MdsClose { fid, size, mtime, trunc_epoch } => {
+                let Some(mut ino) = self.view.inode(fid)? else { return Ok(Response::Ok) };
+                if let Some(size) = size {
+                    if trunc_epoch != ino.trunc_epoch {
+                        return Ok(Response::EpochMoved { trunc_epoch: ino.trunc_epoch });
+                    }
+                    ino.size = ino.size.max(size);
+                    let m = mtime.unwrap_or(now);
+                    ino.mtime = m;
+                    ino.ctime = now.max(m);
+                    self.put_inode(fid, &ino)?;
+                }
+                // An orphan is left to the reaper (see `reap_replaced`).
+                Ok(Response::Ok)
+            }
+            Request::MdsSetattr { creds, fid, set } => self.setattr(creds, *fid, set.clone(), now),
+            Request::MdsSetxattr { creds, fid, name, value, mode } => {
+                self.setxattr(creds, *fid, name, value.clone(), *mode, now)
+            }
+            Request::MdsRemovexattr { creds, fid, name } => self.removexattr(creds, *fid, name, now),
+            Request::MdsSetDirLayout { creds, fid, spec } => self.set_dir_layout(creds, *fid, spec.clone(), now),
+            &Request::MdsSizeUpdate { fid, size, mtime, trunc_epoch } => {
+                let mut ino = self.view.must_inode(fid)?;
+                if ino.kind != FileKind::File {
+                    return fail(Errno::IsDir, "size update of a non-file");
+                }
+                if trunc_epoch != ino.trunc_epoch {
+                    return Ok(Response::EpochMoved { trunc_epoch: ino.trunc_epoch });
+                }
+                ino.size = ino.size.max(size);
+                ino.mtime = mtime;
+                ino.ctime = now.max(mtime);
+                self.put_inode(fid, &ino)?;
+                Ok(Response::Attr(ino.attr(fid)))
+            }
+            other => fail(Errno::Proto, format!("{} is not a mutation", other.op_name())),
+        }
+    }
+}

@@ -1,0 +1,292 @@
+//! The metadata service of one process: routes each request to the MDT that owns its
+//! FID, runs reads inline and hands mutations to the MDT's group commit, and starts
+//! the background workers.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+
+use bytes::Bytes;
+use layout::OstState;
+use proto::msg::{ClusterConfig, Request, Response};
+use proto::rpc::{Identity, RpcClient};
+use proto::server::{Answer, Callbacks, RequestCtx, Service};
+use proto::Errno;
+use proto::Fid;
+
+use crate::commit::{JobKind, Outcome};
+use crate::target::Mdt;
+use crate::workers::{CheckpointTick, ClusterRefresh, DestroyDrain, OrphanReap, ReplyPrune, Workers};
+use crate::{MdsConfig, MdsError};
+
+/// What the MDS knows of the cluster, refreshed from the MGS.
+#[derive(Default)]
+pub struct ClusterView {
+    pub osts: Vec<OstState>,
+    pub config: Option<ClusterConfig>,
+}
+
+/// The metadata service of one process.
+pub struct Mds {
+    mdts: HashMap<u32, Arc<Mdt>>,
+    dirs: HashMap<u32, PathBuf>,
+    /// Clients' connections, for revoking directory leases.
+    callbacks: Callbacks,
+    /// Stopped when the MDS is dropped.
+    workers: Workers,
+}
+
+impl Mds {
+    /// Opens every registered MDT and starts the background workers. Must run inside
+    /// a tokio runtime.
+    pub fn start(
+        targets: &[(u32, PathBuf)],
+        cfg: MdsConfig,
+        identity: Arc<Identity>,
+        mgs: Arc<RpcClient>,
+    ) -> Result<Arc<Mds>, MdsError> {
+        let cluster = Arc::new(RwLock::new(ClusterView::default()));
+        let mut mdts = HashMap::new();
+        let mut dirs = HashMap::new();
+        for (index, dir) in targets {
+            mdts.insert(*index, Mdt::open(*index, dir, &cfg, cluster.clone())?);
+            dirs.insert(*index, dir.clone());
+        }
+        let workers = Workers::default();
+        workers.spawn(ClusterRefresh { mgs, cluster: cluster.clone(), every: cfg.config_refresh });
+        for m in mdts.values() {
+            // Open counts do not survive a restart: orphans left by the previous run
+            // are destroyed once clients had a grace period to come back.
+            let mdt = m.clone();
+            workers.once("orphan-grace", cfg.orphan_grace, async move {
+                mdt.submit_own(JobKind::ReapOrphans(None)).await;
+            });
+            workers.spawn(DestroyDrain::new(m.clone(), cluster.clone(), identity.clone(), cfg.destroy_interval));
+            workers.spawn(ReplyPrune { mdt: m.clone(), keep: cfg.reply_keep });
+            workers.spawn(CheckpointTick { mdt: m.clone(), every: cfg.checkpoint_interval });
+            workers.spawn(OrphanReap { mdt: m.clone() });
+        }
+        Ok(Arc::new(Mds { mdts, dirs, callbacks: Callbacks::default(), workers }))
+    }
+
+    /// Stops the background workers (dropping the MDS does too).
+    pub fn stop(&self) {
+        self.workers.stop();
+    }
+
+    fn mdt(&self, fid: Fid) -> Result<&Arc<Mdt>, Box<Response>> {
+        self.mdts
+            .get(&fid.mdt())
+            .ok_or_else(|| Box::new(Response::error(Errno::Stale, format!("MDT {} is not served here", fid.mdt()))))
+    }
+}
+
+impl Service for Mds {
+    async fn handle(&self, ctx: RequestCtx, req: Request, _payload: Bytes) -> Answer {
+        (self.dispatch(ctx, req).await, vec![])
+    }
+
+    fn callbacks(&self) -> Option<&Callbacks> {
+        Some(&self.callbacks)
+    }
+
+    fn connection_closed(&self, client_id: u64, conn_id: u64) {
+        let now = std::time::Instant::now();
+        for m in self.mdts.values() {
+            m.leases().connection_closed(client_id, conn_id, now);
+        }
+    }
+
+    fn client_gone(&self, client_id: u64) {
+        for m in self.mdts.values() {
+            let dropped = m.locks.lock().expect("locks").release_client(client_id);
+            if dropped > 0 {
+                tracing::info!(mdt = m.index, client = client_id, "released {dropped} lock(s) of a departed client");
+                m.lock_released.notify_waiters();
+            }
+            // Its opens end here; orphans among them are destroyed by the reaper.
+            m.opens.lock().expect("opens").retain(|_, holders| {
+                holders.remove(&client_id);
+                !holders.is_empty()
+            });
+        }
+    }
+}
+
+impl Mds {
+    async fn dispatch(&self, ctx: RequestCtx, req: Request) -> Response {
+        let target = match &req {
+            Request::Ping => return Response::Ok,
+            Request::MdsCloseMany { fids } => {
+                let Some(first) = fids.first() else { return Response::Ok };
+                let mdt = match self.mdt(*first) {
+                    Ok(m) => m,
+                    Err(r) => return *r,
+                };
+                if fids.iter().any(|f| f.mdt() != mdt.index) {
+                    return Response::error(Errno::Inval, "a close batch names FIDs of several MDTs");
+                }
+                for fid in fids {
+                    mdt.closed(*fid, ctx.client_id);
+                }
+                return Response::Ok;
+            }
+            Request::MdsLeaseCancel { leases } => {
+                let Some((first, _)) = leases.first() else { return Response::Ok };
+                let mdt = match self.mdt(*first) {
+                    Ok(m) => m,
+                    Err(r) => return *r,
+                };
+                if leases.iter().any(|(d, _)| d.mdt() != mdt.index) {
+                    return Response::error(Errno::Inval, "a lease cancel names directories of several MDTs");
+                }
+                let mut table = mdt.leases();
+                for (dir, id) in leases {
+                    table.cancel(*dir, *id, ctx.client_id, ctx.conn_id);
+                }
+                return Response::Ok;
+            }
+            Request::MdsStatfs { mdt } => {
+                return match self.dirs.get(mdt) {
+                    Some(d) => Response::Usage(proto::target::dir_usage(d)),
+                    None => Response::error(Errno::NoEnt, format!("MDT {mdt} is not served here")),
+                }
+            }
+            Request::MdsLookup { parent, .. }
+            | Request::MdsCreate { parent, .. }
+            | Request::MdsMkdir { parent, .. }
+            | Request::MdsSymlink { parent, .. }
+            | Request::MdsMknod { parent, .. }
+            | Request::MdsUnlink { parent, .. }
+            | Request::MdsRmdir { parent, .. }
+            | Request::MdsRename { parent, .. } => *parent,
+            Request::MdsLink { fid, parent, .. } => {
+                if fid.mdt() != parent.mdt() {
+                    return Response::error(Errno::XDev, "hard link across MDTs is not supported yet");
+                }
+                *fid
+            }
+            Request::MdsGetattr { fid }
+            | Request::MdsOpen { fid, .. }
+            | Request::MdsReaddir { fid, .. }
+            | Request::MdsSetattr { fid, .. }
+            | Request::MdsReadlink { fid }
+            | Request::MdsSetxattr { fid, .. }
+            | Request::MdsGetxattr { fid, .. }
+            | Request::MdsListxattr { fid, .. }
+            | Request::MdsRemovexattr { fid, .. }
+            | Request::MdsSetDirLayout { fid, .. }
+            | Request::MdsGetDirLayout { fid }
+            | Request::MdsSizeUpdate { fid, .. }
+            | Request::MdsClose { fid, .. }
+            | Request::MdsSetLock { fid, .. }
+            | Request::MdsGetLock { fid, .. }
+            | Request::MdsSync { fid } => *fid,
+            other => return Response::error(Errno::Proto, format!("an MDS does not serve {}", other.op_name())),
+        };
+        let mdt = match self.mdt(target) {
+            Ok(m) => m,
+            Err(r) => return *r,
+        };
+        match req {
+            Request::MdsLookup { creds, parent, name } => {
+                mdt.read(move |v| Ok(Response::Attr(v.lookup(&creds, parent, &name)?))).await
+            }
+            Request::MdsGetattr { fid } => mdt.read(move |v| Ok(Response::Attr(v.must_inode(fid)?.attr(fid)))).await,
+            Request::MdsOpen { creds, fid, flags } => {
+                let r = mdt.read(move |v| Ok(Response::Attr(v.open(&creds, fid, flags)?))).await;
+                if matches!(r, Response::Attr(_)) {
+                    mdt.opened(fid, ctx.client_id);
+                }
+                r
+            }
+            Request::MdsClose { fid, size, mtime, trunc_epoch } => {
+                mdt.closed(fid, ctx.client_id);
+                if size.is_some() {
+                    let req = Request::MdsClose { fid, size, mtime, trunc_epoch };
+                    let job = JobKind::Client { client_id: ctx.client_id, conn_id: ctx.conn_id, xid: ctx.xid, req };
+                    return mdt.submit_own(job).await;
+                }
+                // An orphan whose last handle this was is destroyed by the reaper once
+                // the grace has passed, not here: a rename's victim must outlive it even
+                // when a late close (FUSE sends RELEASE asynchronously) comes right after.
+                Response::Ok
+            }
+            Request::MdsSetLock { fid, owner, pid, lock, start, end, wait } => {
+                mdt.set_lock(fid, ctx.client_id, owner, pid, lock, start, end, wait).await
+            }
+            Request::MdsGetLock { fid, owner, lock, start, end } => {
+                Response::Lock(mdt.locks.lock().expect("locks").conflict(fid, ctx.client_id, owner, lock, start, end))
+            }
+            Request::MdsReaddir { creds, fid, after, max } => {
+                mdt.read(move |v| {
+                    let (entries, eof) = v.readdir(&creds, fid, after.as_deref(), max)?;
+                    Ok(Response::Dirents { entries, eof })
+                })
+                .await
+            }
+            Request::MdsReadlink { fid } => {
+                mdt.read(move |v| match v.must_inode(fid)?.symlink {
+                    Some(t) => Ok(Response::Link(t)),
+                    None => Ok(Response::error(Errno::Inval, "not a symlink")),
+                })
+                .await
+            }
+            Request::MdsGetxattr { creds, fid, name } => {
+                mdt.read(move |v| Ok(Response::Xattr(v.getxattr(&creds, fid, &name)?))).await
+            }
+            Request::MdsListxattr { creds, fid } => {
+                mdt.read(move |v| Ok(Response::XattrNames(v.listxattr(&creds, fid)?))).await
+            }
+            Request::MdsGetDirLayout { fid } => {
+                mdt.read(move |v| Ok(Response::DirLayout(v.must_inode(fid)?.dir_default))).await
+            }
+            Request::MdsSync { .. } => mdt.submit_own(JobKind::Sync).await,
+            mutation => {
+                let create = matches!(mutation, Request::MdsCreate { .. });
+                if let Some(until) = mdt.recovery_until.filter(|_| changes_entries(&mutation)) {
+                    tokio::time::sleep_until(until).await;
+                }
+                let mut req = mutation;
+                let mut revoked = 0;
+                let r = loop {
+                    let job = JobKind::Client { client_id: ctx.client_id, conn_id: ctx.conn_id, xid: ctx.xid, req };
+                    match mdt.submit(job).await {
+                        Outcome::Done(r) => break r,
+                        Outcome::Leased(dir, back) if revoked < REVOKES_MAX => {
+                            mdt.revoke(dir, &self.callbacks).await;
+                            revoked += 1;
+                            req = back;
+                        }
+                        Outcome::Leased(dir, _) => {
+                            break Response::error(Errno::Again, format!("directory {dir} is leased by another client"))
+                        }
+                    }
+                };
+                if let (true, Response::Created { attr, .. }) = (create, &r) {
+                    mdt.opened(attr.fid, ctx.client_id);
+                }
+                r
+            }
+        }
+    }
+}
+
+/// Most leases one request revokes before it gives up (a rename touches two
+/// directories; a lease once revoked is never granted again).
+const REVOKES_MAX: usize = 8;
+
+/// Whether `req` may change a directory's entries (what a directory lease covers).
+fn changes_entries(req: &Request) -> bool {
+    matches!(
+        req,
+        Request::MdsCreate { .. }
+            | Request::MdsMkdir { .. }
+            | Request::MdsSymlink { .. }
+            | Request::MdsMknod { .. }
+            | Request::MdsLink { .. }
+            | Request::MdsUnlink { .. }
+            | Request::MdsRmdir { .. }
+            | Request::MdsRename { .. }
+    )
+}

@@ -1,0 +1,267 @@
+//! One MDT as this MDS serves it: its group commit, its readers, who holds what open,
+//! its POSIX locks and the revocation of its directory leases.
+//!
+//! Reads (lookup, getattr, readdir, xattr reads, open) run on a snapshot of the
+//! database seen through the memtable, in parallel, inline on the request's task.
+//! Mutations go through [`GroupCommit`]; see [`crate::commit`] and [`crate::journal`].
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use proto::msg::{Callback, LockType, Response};
+use proto::server::{CallbackError, Callbacks, CALLBACK_TIMEOUT, IN_PROCESS_CONN};
+use proto::{Errno, Fid};
+use store::memtable::MemTable;
+use store::wal::Wal;
+use store::{Store, StoreError};
+
+use crate::commit::{now_secs, Committer, GroupCommit, JobKind, Opens, Outcome};
+use crate::lease::DirLeases;
+use crate::mdt::{self, DestroyRecord, FidBlock, OpError, Tbl, View};
+use crate::service::ClusterView;
+use crate::{journal, locks, MdsConfig, MdsError};
+
+pub struct Mdt {
+    pub index: u32,
+    store: Arc<Store>,
+    /// Changes since the last checkpoint, in front of the database (see [`mdt::View`]).
+    mem: Arc<RwLock<MemTable>>,
+    commit: GroupCommit,
+    pub(crate) opens: Opens,
+    pub(crate) locks: Mutex<locks::LockTable>,
+    pub(crate) lock_released: tokio::sync::Notify,
+    /// Directory leases (see [`crate::lease`]); the committer consults them in every batch.
+    leases: Arc<Mutex<DirLeases>>,
+    /// Revocations under way, by directory: requests that find the same lease wait for
+    /// its one revocation rather than each sending their own, and a holder that does
+    /// not answer holds up only changes in its own directories. Bounded by the
+    /// requests in flight.
+    revoking: Mutex<HashMap<Fid, Arc<tokio::sync::Mutex<()>>>>,
+    /// After a restart, changes to directory entries wait until then: a client may
+    /// still rely on a lease of the previous run until [`CALLBACK_TIMEOUT`] has passed.
+    pub(crate) recovery_until: Option<tokio::time::Instant>,
+}
+
+/// A request's part in the revocation of one directory's lease; the last one out,
+/// finished or cancelled, removes the directory from [`Mdt::revoking`].
+struct RevokeTurn<'a> {
+    revoking: &'a Mutex<HashMap<Fid, Arc<tokio::sync::Mutex<()>>>>,
+    dir: Fid,
+    slot: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl Drop for RevokeTurn<'_> {
+    fn drop(&mut self) {
+        let mut m = self.revoking.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // The map's reference and ours: nobody else waits on this directory.
+        if m.get(&self.dir).is_some_and(|s| Arc::ptr_eq(s, &self.slot)) && Arc::strong_count(&self.slot) == 2 {
+            m.remove(&self.dir);
+        }
+    }
+}
+
+fn op_error(e: OpError) -> Response {
+    match e {
+        OpError::Errno(code, msg) => Response::error(code, msg),
+        OpError::Store(e) => Response::error(Errno::Io, format!("MDT storage error: {e}")),
+        e @ OpError::Leased(_) => Response::error(Errno::Again, e.to_string()),
+    }
+}
+
+impl Mdt {
+    /// Opens the MDT in `dir`: formats a new one or checks an existing one, replays
+    /// its journal, and upgrades a database of an earlier format.
+    pub(crate) fn open(
+        index: u32,
+        dir: &Path,
+        cfg: &MdsConfig,
+        cluster: Arc<RwLock<ClusterView>>,
+    ) -> Result<Arc<Mdt>, MdsError> {
+        let failed = |what: &str, e: OpError| MdsError::Format {
+            index,
+            dir: dir.to_path_buf(),
+            detail: if what.is_empty() { e.to_string() } else { format!("{what}: {e}") },
+        };
+        let store = Arc::new(Store::open(&dir.join("mdt.redb"))?);
+        let formatted = mdt::schema::format(&store, index, &cfg.default_layout).map_err(|e| failed("", e))?;
+        let mem = Arc::new(RwLock::new(mdt::new_memtable()));
+        let (wal, records) =
+            Wal::open(&dir.join("mdt.wal")).map_err(|e| failed("cannot open the journal", e.into()))?;
+        let journal =
+            journal::recover(&store, &mem, index, Box::new(wal), records, formatted.format, cfg.checkpoint_interval)
+                .map_err(|e| failed("cannot recover from the journal", e))?;
+        if formatted.format < mdt::schema::FORMAT {
+            mdt::schema::upgrade(&store, index, formatted.format).map_err(|e| failed("cannot upgrade", e))?;
+        }
+        let opens: Opens = Default::default();
+        let leases: Arc<Mutex<DirLeases>> = Default::default();
+        let committer = Committer {
+            index,
+            store: store.clone(),
+            mem: mem.clone(),
+            leases: leases.clone(),
+            opens: opens.clone(),
+            journal,
+            cursor: now_secs(),
+            cfg: cfg.clone(),
+            cluster,
+            fids: FidBlock::default(),
+        };
+        Ok(Arc::new(Mdt {
+            index,
+            store,
+            mem,
+            commit: GroupCommit::new(committer),
+            opens,
+            locks: Mutex::new(locks::LockTable::default()),
+            lock_released: tokio::sync::Notify::new(),
+            leases,
+            revoking: Mutex::default(),
+            recovery_until: (!formatted.fresh).then(|| tokio::time::Instant::now() + CALLBACK_TIMEOUT),
+        }))
+    }
+
+    /// Queues a mutation and waits for its answer (see [`crate::commit`]).
+    pub(crate) async fn submit(&self, kind: JobKind) -> Outcome {
+        self.commit.submit(kind).await
+    }
+
+    /// Submits a job of the MDS's own (no directory entries change, so no lease stops it).
+    pub(crate) async fn submit_own(&self, kind: JobKind) -> Response {
+        self.commit.submit_own(kind).await
+    }
+
+    /// The directory leases. A batch that panicked while holding them was undone by
+    /// its writer (grants included), so a poisoned table is still right.
+    pub(crate) fn leases(&self) -> std::sync::MutexGuard<'_, DirLeases> {
+        self.leases.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Revokes the lease on `dir`, if there is one, once for all the requests that
+    /// ask at the same time.
+    pub(crate) async fn revoke(&self, dir: Fid, callbacks: &Callbacks) {
+        let slot =
+            self.revoking.lock().unwrap_or_else(std::sync::PoisonError::into_inner).entry(dir).or_default().clone();
+        let turn = RevokeTurn { revoking: &self.revoking, dir, slot };
+        let _one = turn.slot.lock().await;
+        self.revoke_now(dir, callbacks).await;
+    }
+
+    /// The holder acks the callback; or its connection is gone, or it does not answer
+    /// and is evicted: then the lease ends [`CALLBACK_TIMEOUT`] after (the holder may
+    /// rely on it until then). An in-process holder that is gone relies on nothing.
+    async fn revoke_now(&self, dir: Fid, callbacks: &Callbacks) {
+        let Some(lease) = self.leases().get(dir) else { return };
+        let cb = Callback::RevokeLease { dir, lease: lease.id };
+        match callbacks.call(lease.holder, lease.conn, &cb).await {
+            Ok(()) => self.leases().remove(dir, lease.id),
+            Err(CallbackError::NoConnection(_)) if lease.conn == IN_PROCESS_CONN => {
+                self.leases().drop_connection(lease.holder, lease.conn)
+            }
+            Err(CallbackError::NoConnection(_)) => {
+                let closed = self.leases().closed_at(lease.holder, lease.conn);
+                let until = closed.unwrap_or_else(std::time::Instant::now) + CALLBACK_TIMEOUT;
+                tokio::time::sleep_until(until.into()).await;
+                self.leases().drop_connection(lease.holder, lease.conn);
+            }
+            Err(e) => {
+                tracing::warn!(mdt = self.index, client = lease.holder, "evicting a directory lease holder: {e}");
+                callbacks.evict(lease.holder, lease.conn);
+                tokio::time::sleep(CALLBACK_TIMEOUT).await;
+                self.leases().drop_connection(lease.holder, lease.conn);
+            }
+        }
+    }
+
+    /// A consistent view of the MDT for reading.
+    pub(crate) fn view(&self) -> Result<View<std::sync::RwLockReadGuard<'_, MemTable>>, OpError> {
+        let mem = self.mem.read().expect("memtable");
+        Ok(View::new(self.store.snapshot()?, mem))
+    }
+
+    pub(crate) async fn read<F>(&self, f: F) -> Response
+    where
+        F: FnOnce(&View<std::sync::RwLockReadGuard<'_, MemTable>>) -> Result<Response, OpError> + Send + 'static,
+    {
+        // Inline on the runtime's thread: a read of a few cached B-tree pages takes
+        // microseconds, less than handing it to a blocking thread and back (two
+        // thread wake-ups, which dominate a lookup's latency).
+        self.view().and_then(|v| f(&v)).unwrap_or_else(op_error)
+    }
+
+    pub(crate) fn pending_destroys(&self, max: usize) -> Result<Vec<(u64, DestroyRecord)>, OpError> {
+        let view = self.view()?;
+        let mut out = Vec::new();
+        for row in view.scan(Tbl::Destroy, std::ops::Bound::Unbounded)?.take(max) {
+            let (k, v) = row?;
+            let seq = k.as_slice().try_into().map(u64::from_be_bytes).map_err(|_| {
+                OpError::Store(StoreError::Corrupt { what: "destroy", detail: "key is not 8 bytes".into() })
+            })?;
+            out.push((seq, store::decode_record(&v)?));
+        }
+        Ok(out)
+    }
+
+    pub(crate) fn opened(&self, fid: Fid, client: u64) {
+        *self.opens.lock().expect("opens").entry(fid).or_default().entry(client).or_default() += 1;
+    }
+
+    /// Drops one handle of `client`.
+    pub(crate) fn closed(&self, fid: Fid, client: u64) {
+        let mut opens = self.opens.lock().expect("opens");
+        let Some(holders) = opens.get_mut(&fid) else { return };
+        if let Some(n) = holders.get_mut(&client) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                holders.remove(&client);
+            }
+        }
+        if holders.is_empty() {
+            opens.remove(&fid);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn set_lock(
+        &self,
+        fid: Fid,
+        client: u64,
+        owner: u64,
+        pid: u32,
+        lock: LockType,
+        start: u64,
+        end: u64,
+        wait: bool,
+    ) -> Response {
+        if end < start {
+            return Response::error(Errno::Inval, "lock range ends before it starts");
+        }
+        let deadline = tokio::time::Instant::now() + LOCK_WAIT_SLICE;
+        loop {
+            let notified = self.lock_released.notified();
+            {
+                let mut t = self.locks.lock().expect("locks");
+                match t.conflict(fid, client, owner, lock, start, end) {
+                    None => {
+                        if !t.set(fid, client, owner, pid, lock, start, end) {
+                            return Response::error(Errno::NoSpc, "too many locks held on this MDT");
+                        }
+                        drop(t);
+                        if matches!(lock, LockType::Unlock | LockType::Read) {
+                            self.lock_released.notify_waiters();
+                        }
+                        return Response::Ok;
+                    }
+                    Some(c) if !wait || tokio::time::Instant::now() >= deadline => return Response::Lock(Some(c)),
+                    Some(_) => {}
+                }
+            }
+            let _ = tokio::time::timeout_at(deadline, notified).await;
+        }
+    }
+}
+
+/// How long an `F_SETLKW` request waits on the MDS before the client asks again.
+const LOCK_WAIT_SLICE: Duration = Duration::from_secs(10);
