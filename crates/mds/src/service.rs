@@ -192,7 +192,7 @@ impl Mds {
             Request::MdsLookup { creds, parent, name } => {
                 mdt.read(move |v| Ok(Response::Attr(v.lookup(&creds, parent, &name)?))).await
             }
-            Request::MdsGetattr { fid } => mdt.read(move |v| Ok(Response::Attr(v.must_inode(fid)?.attr(fid)))).await,
+            Request::MdsGetattr { fid } => mdt.read(move |v| Ok(Response::Attr(v.must_inode(fid)?.attr))).await,
             Request::MdsOpen { creds, fid, flags } => {
                 let r = mdt.read(move |v| Ok(Response::Attr(v.open(&creds, fid, flags)?))).await;
                 if matches!(r, Response::Attr(_)) {

@@ -20,41 +20,41 @@ impl Writer<'_> {
             // Anyone who may write a file clears its set-id bits by writing or
             // truncating it (the kernel asks with a mode change): dropping privilege
             // is allowed, any other change is the owner's.
-            let only_drops_privs = m & !privs == ino.mode & !privs && m & privs & !ino.mode == 0;
+            let only_drops_privs = m & !privs == ino.attr.mode & !privs && m & privs & !ino.attr.mode == 0;
             if !owner && !only_drops_privs {
                 return fail(Errno::Perm, "only the owner may change the mode");
             }
-            if creds.uid != 0 && !creds.in_group(set.gid.unwrap_or(ino.gid)) {
+            if creds.uid != 0 && !creds.in_group(set.gid.unwrap_or(ino.attr.gid)) {
                 m &= !S_ISGID;
             }
-            ino.mode = m;
+            ino.attr.mode = m;
         }
         if set.uid.is_some() || set.gid.is_some() {
-            let uid_change = set.uid.is_some_and(|u| u != ino.uid);
+            let uid_change = set.uid.is_some_and(|u| u != ino.attr.uid);
             if uid_change && creds.uid != 0 {
                 return fail(Errno::Perm, "only root may change the owner");
             }
             if let Some(g) = set.gid {
-                if g != ino.gid && creds.uid != 0 && !(creds.uid == ino.uid && creds.in_group(g)) {
+                if g != ino.attr.gid && creds.uid != 0 && !(creds.uid == ino.attr.uid && creds.in_group(g)) {
                     return fail(Errno::Perm, "only root or the owner (to one of their groups) may change the group");
                 }
             }
-            if ino.kind == FileKind::File {
+            if ino.attr.kind == FileKind::File {
                 // As Linux: a change of owner drops set-user-id and set-group-id.
-                ino.mode &= !S_ISUID;
-                if ino.mode & 0o010 != 0 {
-                    ino.mode &= !S_ISGID;
+                ino.attr.mode &= !S_ISUID;
+                if ino.attr.mode & 0o010 != 0 {
+                    ino.attr.mode &= !S_ISGID;
                 }
             }
             if let Some(u) = set.uid {
-                ino.uid = u;
+                ino.attr.uid = u;
             }
             if let Some(g) = set.gid {
-                ino.gid = g;
+                ino.attr.gid = g;
             }
         }
         if let Some(size) = set.size {
-            match ino.kind {
+            match ino.attr.kind {
                 FileKind::File => {}
                 FileKind::Dir => return fail(Errno::IsDir, "cannot truncate a directory"),
                 _ => return fail(Errno::Inval, "only regular files can be truncated"),
@@ -62,11 +62,11 @@ impl Writer<'_> {
             if !set.by_writer && !ino.may(creds, MAY_WRITE) {
                 return fail(Errno::Access, "permission denied");
             }
-            if size != ino.size {
-                ino.mtime = now;
+            if size != ino.attr.size {
+                ino.attr.mtime = now;
             }
-            ino.size = size;
-            ino.trunc_epoch += 1;
+            ino.attr.size = size;
+            ino.attr.trunc_epoch += 1;
         }
         for (which, value) in [(0, set.atime), (1, set.mtime)] {
             let Some(value) = value else { continue };
@@ -85,14 +85,14 @@ impl Writer<'_> {
                 }
             };
             if which == 0 {
-                ino.atime = t;
+                ino.attr.atime = t;
             } else {
-                ino.mtime = t;
+                ino.attr.mtime = t;
             }
         }
-        ino.ctime = now;
+        ino.attr.ctime = now;
         self.put_inode(fid, &ino)?;
-        Ok(Response::Attr(ino.attr(fid)))
+        Ok(Response::Attr(ino.attr.clone()))
     }
 
     pub(super) fn setxattr(
@@ -117,7 +117,7 @@ impl Writer<'_> {
             _ => {}
         }
         self.put(Tbl::Xattrs, &key, &value)?;
-        ino.ctime = now;
+        ino.attr.ctime = now;
         self.put_inode(fid, &ino)?;
         Ok(Response::Ok)
     }
@@ -130,7 +130,7 @@ impl Writer<'_> {
             return fail(Errno::NoData, format!("no attribute {name}"));
         }
         self.del(Tbl::Xattrs, &key)?;
-        ino.ctime = now;
+        ino.attr.ctime = now;
         self.put_inode(fid, &ino)?;
         Ok(Response::Ok)
     }
@@ -143,7 +143,7 @@ impl Writer<'_> {
         now: Timespec,
     ) -> OpResult<Response> {
         let mut ino = self.view.must_inode(fid)?;
-        if ino.kind != FileKind::Dir {
+        if ino.attr.kind != FileKind::Dir {
             return fail(Errno::NotDir, "a default layout belongs to a directory");
         }
         if !ino.is_owner_or_root(creds) {
@@ -153,7 +153,7 @@ impl Writer<'_> {
             s.validate().map_err(|e| OpError::Errno(Errno::Inval, format!("invalid layout: {e}")))?;
         }
         ino.dir_default = spec;
-        ino.ctime = now;
+        ino.attr.ctime = now;
         self.put_inode(fid, &ino)?;
         Ok(Response::Ok)
     }

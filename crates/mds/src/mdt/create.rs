@@ -31,24 +31,24 @@ impl Writer<'_> {
                 return fail(Errno::Exist, format!("{name} exists"));
             }
             let ino = self.view.must_inode(fid)?;
-            if ino.kind == FileKind::Dir {
+            if ino.attr.kind == FileKind::Dir {
                 return fail(Errno::IsDir, format!("{name} is a directory"));
             }
             check_open(&ino, creds, flags)?;
-            return Ok(Response::Created { attr: ino.attr(fid), existed: true, dir: None });
+            return Ok(Response::Created { attr: ino.attr.clone(), existed: true, dir: None });
         }
         if !dir.may(creds, MAY_WRITE | MAY_EXEC) {
             return fail(Errno::Access, "permission denied creating in this directory");
         }
         let layout = self.choose_layout(&dir, spec, place)?;
         let fid = self.new_fid()?;
-        let gid = if dir.mode & S_ISGID != 0 { dir.gid } else { creds.gid };
-        let mut ino = Inode::new(FileKind::File, mode, creds, gid, now);
-        ino.layout = Some(layout);
+        let gid = if dir.attr.mode & S_ISGID != 0 { dir.attr.gid } else { creds.gid };
+        let mut ino = Inode::new(fid, FileKind::File, mode, creds, gid, now);
+        ino.attr.layout = Some(layout);
         self.put_inode(fid, &ino)?;
         self.put(Tbl::Dentries, &dentry_key(parent, name), &dentry_value(fid, FileKind::File))?;
         self.touch_dir(parent, &mut dir, now, 0)?;
-        Ok(Response::Created { attr: ino.attr(fid), existed: false, dir: Some(dir.attr(parent)) })
+        Ok(Response::Created { attr: ino.attr.clone(), existed: false, dir: Some(dir.attr.clone()) })
     }
 
     /// The layout of a new file: the request, filled from the parent directory's
@@ -91,9 +91,9 @@ impl Writer<'_> {
             return fail(Errno::Exist, format!("{name} exists"));
         }
         let fid = self.new_fid()?;
-        let setgid = dir.mode & S_ISGID != 0;
-        let gid = if setgid { dir.gid } else { creds.gid };
-        let mut ino = Inode::new(FileKind::Dir, mode | if setgid { S_ISGID } else { 0 }, creds, gid, now);
+        let setgid = dir.attr.mode & S_ISGID != 0;
+        let gid = if setgid { dir.attr.gid } else { creds.gid };
+        let mut ino = Inode::new(fid, FileKind::Dir, mode | if setgid { S_ISGID } else { 0 }, creds, gid, now);
         ino.parent = Some(parent);
         // Subdirectories inherit their parent's default layout (the root's default is
         // the file system default and is not copied).
@@ -104,7 +104,7 @@ impl Writer<'_> {
         self.put(Tbl::Dentries, &dentry_key(parent, name), &dentry_value(fid, FileKind::Dir))?;
         self.touch_dir(parent, &mut dir, now, 1)?;
         let lease = if want_lease { self.grant_lease(fid) } else { None };
-        Ok(Response::DirMade { attr: ino.attr(fid), parent: dir.attr(parent), lease })
+        Ok(Response::DirMade { attr: ino.attr.clone(), parent: dir.attr.clone(), lease })
     }
 
     pub(super) fn symlink(
@@ -120,7 +120,7 @@ impl Writer<'_> {
             return fail(Errno::NameTooLong, "symlink target empty or too long");
         }
         self.make_leaf(creds, parent, name, FileKind::Symlink, 0o777, now, |ino| {
-            ino.size = target.len() as u64;
+            ino.attr.size = target.len() as u64;
             ino.symlink = Some(target.to_string());
         })
     }
@@ -145,7 +145,7 @@ impl Writer<'_> {
             return fail(Errno::Perm, "only root may make device files");
         }
         self.make_leaf(creds, parent, name, kind, mode, now, |ino| {
-            ino.rdev = if kind.is_device() { rdev } else { 0 };
+            ino.attr.rdev = if kind.is_device() { rdev } else { 0 };
         })
     }
 
@@ -167,13 +167,13 @@ impl Writer<'_> {
             return fail(Errno::Exist, format!("{name} exists"));
         }
         let fid = self.new_fid()?;
-        let gid = if dir.mode & S_ISGID != 0 { dir.gid } else { creds.gid };
-        let mut ino = Inode::new(kind, mode, creds, gid, now);
+        let gid = if dir.attr.mode & S_ISGID != 0 { dir.attr.gid } else { creds.gid };
+        let mut ino = Inode::new(fid, kind, mode, creds, gid, now);
         fill(&mut ino);
         self.put_inode(fid, &ino)?;
         self.put(Tbl::Dentries, &dentry_key(parent, name), &dentry_value(fid, kind))?;
         self.touch_dir(parent, &mut dir, now, 0)?;
-        Ok(Response::Attr(ino.attr(fid)))
+        Ok(Response::Attr(ino.attr.clone()))
     }
 
     pub(super) fn link(
@@ -186,21 +186,21 @@ impl Writer<'_> {
     ) -> OpResult<Response> {
         check_name(name)?;
         let mut ino = self.view.must_inode(fid)?;
-        if ino.kind == FileKind::Dir {
+        if ino.attr.kind == FileKind::Dir {
             return fail(Errno::Perm, "hard links to directories are not allowed");
         }
         let mut dir = self.view.dir_for(creds, parent, true)?;
         if self.view.entry(parent, name)?.is_some() {
             return fail(Errno::Exist, format!("{name} exists"));
         }
-        if ino.nlink >= 65000 {
+        if ino.attr.nlink >= 65000 {
             return fail(Errno::Range, "too many links");
         }
-        ino.nlink += 1;
-        ino.ctime = now;
+        ino.attr.nlink += 1;
+        ino.attr.ctime = now;
         self.put_inode(fid, &ino)?;
-        self.put(Tbl::Dentries, &dentry_key(parent, name), &dentry_value(fid, ino.kind))?;
+        self.put(Tbl::Dentries, &dentry_key(parent, name), &dentry_value(fid, ino.attr.kind))?;
         self.touch_dir(parent, &mut dir, now, 0)?;
-        Ok(Response::Attr(ino.attr(fid)))
+        Ok(Response::Attr(ino.attr.clone()))
     }
 }

@@ -42,16 +42,16 @@ impl Writer<'_> {
             self.drop_inode(fid, &ino)?;
             self.touch_dir(parent, &mut dir, now, -1)?;
         } else {
-            ino.nlink = ino.nlink.saturating_sub(1);
-            if ino.nlink == 0 {
+            ino.attr.nlink = ino.attr.nlink.saturating_sub(1);
+            if ino.attr.nlink == 0 {
                 self.release_last_link(fid, &mut ino, place, now, false)?;
             } else {
-                ino.ctime = now;
+                ino.attr.ctime = now;
                 self.put_inode(fid, &ino)?;
             }
             self.touch_dir(parent, &mut dir, now, 0)?;
         }
-        Ok(Response::DirChanged { dir: dir.attr(parent) })
+        Ok(Response::DirChanged { dir: dir.attr.clone() })
     }
 
     /// A file lost its last name: destroy it, or keep it as an orphan while open.
@@ -67,8 +67,8 @@ impl Writer<'_> {
         grace: bool,
     ) -> OpResult<()> {
         if grace || (place.is_open)(fid) {
-            ino.nlink = 0;
-            ino.ctime = now;
+            ino.attr.nlink = 0;
+            ino.attr.ctime = now;
             self.put_inode(fid, ino)?;
             self.put(Tbl::Orphans, &fid.to_key(), &(now.sec.max(0) as u64).to_le_bytes())?;
             Ok(())
@@ -83,7 +83,7 @@ impl Writer<'_> {
             return Ok(());
         }
         if let Some(ino) = self.view.inode(fid)? {
-            if ino.nlink == 0 {
+            if ino.attr.nlink == 0 {
                 self.drop_inode(fid, &ino)?;
             }
         }
@@ -94,7 +94,7 @@ impl Writer<'_> {
     /// Removes an inode whose last name is gone; queues its objects for destruction.
     pub(super) fn drop_inode(&mut self, fid: Fid, ino: &Inode) -> OpResult<()> {
         self.del(Tbl::Inodes, &fid.to_key())?;
-        if ino.kind == FileKind::Dir {
+        if ino.attr.kind == FileKind::Dir {
             self.removed_dirs.push(fid);
         }
         let prefix = fid.to_key();
@@ -103,7 +103,7 @@ impl Writer<'_> {
         for k in keys {
             self.del(Tbl::Xattrs, &k)?;
         }
-        if let Some(layout) = &ino.layout {
+        if let Some(layout) = &ino.attr.layout {
             let objects = layout_objects(fid, layout);
             if !objects.is_empty() {
                 let seq = self.meta_u64("destroy_seq")?.unwrap_or(0) + 1;

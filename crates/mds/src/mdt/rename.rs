@@ -51,8 +51,8 @@ impl Writer<'_> {
         self.put(Tbl::Dentries, &dentry_key(a_dir, a_name), &dentry_value(b_fid, b_kind))?;
         self.put(Tbl::Dentries, &dentry_key(b_dir, b_name), &dentry_value(a_fid, a_kind))?;
         for (fid, ino, new_dir) in [(a_fid, &mut a_ino, b_dir), (b_fid, &mut b_ino, a_dir)] {
-            ino.ctime = now;
-            if ino.kind == FileKind::Dir {
+            ino.attr.ctime = now;
+            if ino.attr.kind == FileKind::Dir {
                 ino.parent = Some(new_dir);
             }
             self.put_inode(fid, ino)?;
@@ -130,22 +130,22 @@ impl Writer<'_> {
         // All checks passed: write.
         let mut dst_nlink = 0;
         if let Some((tfid, mut t)) = victim {
-            if t.kind == FileKind::Dir {
+            if t.attr.kind == FileKind::Dir {
                 self.drop_inode(tfid, &t)?;
                 dst_nlink -= 1;
             } else {
-                t.nlink = t.nlink.saturating_sub(1);
-                if t.nlink == 0 {
+                t.attr.nlink = t.attr.nlink.saturating_sub(1);
+                if t.attr.nlink == 0 {
                     self.release_last_link(tfid, &mut t, place, now, true)?;
                 } else {
-                    t.ctime = now;
+                    t.attr.ctime = now;
                     self.put_inode(tfid, &t)?;
                 }
             }
         }
         self.del(Tbl::Dentries, &dentry_key(parent, name))?;
         self.put(Tbl::Dentries, &dentry_key(new_parent, new_name), &dentry_value(fid, kind))?;
-        ino.ctime = now;
+        ino.attr.ctime = now;
         if is_dir {
             ino.parent = Some(new_parent);
         }

@@ -220,7 +220,7 @@ pub fn format(store: &Store, mdt_index: u32, default_layout: &LayoutSpec) -> OpR
     let root_key = Fid::ROOT.to_key();
     if mdt_index == 0 && b.get(Tbl::Inodes.table(), &root_key)?.is_none() {
         let now = Timespec::now();
-        let mut root = Inode::new(FileKind::Dir, 0o755, &Creds::root(), 0, now);
+        let mut root = Inode::new(Fid::ROOT, FileKind::Dir, 0o755, &Creds::root(), 0, now);
         root.dir_default = Some(default_layout.clone());
         root.parent = Some(Fid::ROOT);
         b.put(Tbl::Inodes.table(), &root_key, &store::encode_record(&root))?;
@@ -238,7 +238,9 @@ pub fn upgrade(store: &Store, mdt_index: u32, from: u64) -> OpResult<()> {
     let mut b = store.batch(true)?;
     let mut n = 0usize;
     for (k, v) in b.rows(Tbl::Inodes.table())? {
-        let ino = Inode::decode_format0(&v)?;
+        let fid = Fid::from_key(&k)
+            .ok_or_else(|| StoreError::Corrupt { what: "inode", detail: "key is not a FID".into() })?;
+        let ino = Inode::decode_format0(fid, &v)?;
         b.put(Tbl::Inodes.table(), &k, &store::encode_record(&ino))?;
         n += 1;
     }

@@ -69,7 +69,7 @@ fn a_writer_dropped_unfinished_takes_its_batch_back_and_a_finished_one_is_writte
     let empty = new_memtable();
     let view = View::new(store.snapshot().unwrap(), &empty);
     assert_eq!(view.entry(Fid::ROOT, "kept").unwrap(), Some((fid, FileKind::Dir)));
-    assert_eq!(view.must_inode(Fid::ROOT).unwrap().nlink, 3);
+    assert_eq!(view.must_inode(Fid::ROOT).unwrap().attr.nlink, 3);
 }
 
 fn create(parent: Fid, name: &str) -> Request {
@@ -130,7 +130,7 @@ fn an_entry_change_in_a_directory_leased_by_another_client_is_refused_and_taken_
         }
         w.rollback(sp);
         assert!(w.view.entry(job.fid, "theirs").unwrap().is_none());
-        assert_eq!(w.view.must_inode(job.fid).unwrap().nlink, 2, "the parent's link count is untouched");
+        assert_eq!(w.view.must_inode(job.fid).unwrap().attr.nlink, 2, "the parent's link count is untouched");
     }
     // What does not change the directory's entries is not stopped by the lease.
     (w.client, w.conn) = (2, 11);

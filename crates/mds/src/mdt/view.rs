@@ -69,7 +69,7 @@ impl<M: Deref<Target = MemTable>> View<M> {
     /// The inode of a directory the caller may search (and, with `write`, modify).
     pub fn dir_for(&self, creds: &Creds, fid: Fid, write: bool) -> OpResult<Inode> {
         let dir = self.must_inode(fid)?;
-        if dir.kind != FileKind::Dir {
+        if dir.attr.kind != FileKind::Dir {
             return fail(Errno::NotDir, format!("{fid} is not a directory"));
         }
         let want = if write { MAY_WRITE | MAY_EXEC } else { MAY_EXEC };
@@ -98,12 +98,12 @@ impl<M: Deref<Target = MemTable>> View<M> {
         let Some((fid, _)) = self.entry(parent, name)? else {
             return fail(Errno::NoEnt, format!("{name} not found"));
         };
-        Ok(self.must_inode(fid)?.attr(fid))
+        Ok(self.must_inode(fid)?.attr)
     }
 
     pub fn readdir(&self, creds: &Creds, fid: Fid, after: Option<&str>, max: u32) -> OpResult<(Vec<DirEntry>, bool)> {
         let dir = self.must_inode(fid)?;
-        if dir.kind != FileKind::Dir {
+        if dir.attr.kind != FileKind::Dir {
             return fail(Errno::NotDir, format!("{fid} is not a directory"));
         }
         if !dir.may(creds, MAY_READ) {
@@ -161,12 +161,12 @@ impl<M: Deref<Target = MemTable>> View<M> {
     pub fn open(&self, creds: &Creds, fid: Fid, flags: OpenFlags) -> OpResult<Attr> {
         let ino = self.must_inode(fid)?;
         check_open(&ino, creds, flags)?;
-        Ok(ino.attr(fid))
+        Ok(ino.attr.clone())
     }
 }
 
 pub(super) fn check_open(ino: &Inode, creds: &Creds, flags: OpenFlags) -> OpResult<()> {
-    if ino.kind == FileKind::Dir && (flags.write || flags.truncate) {
+    if ino.attr.kind == FileKind::Dir && (flags.write || flags.truncate) {
         return fail(Errno::IsDir, "cannot open a directory for writing");
     }
     let mut want = 0;
@@ -197,7 +197,7 @@ pub(super) fn xattr_access(ino: &Inode, creds: &Creds, name: &str, write: bool) 
         return Ok(());
     }
     if name.starts_with("user.") {
-        if ino.kind == FileKind::Symlink {
+        if ino.attr.kind == FileKind::Symlink {
             return fail(Errno::Perm, "user.* attributes are not allowed on symlinks");
         }
         let want = if write { MAY_WRITE } else { MAY_READ };

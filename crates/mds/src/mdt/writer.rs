@@ -198,6 +198,7 @@ impl<'a> Writer<'a> {
     }
 
     pub(super) fn put_inode(&mut self, fid: Fid, ino: &Inode) -> OpResult<()> {
+        debug_assert_eq!(ino.attr.fid, fid, "an inode is stored under its own FID");
         self.put(Tbl::Inodes, &fid.to_key(), &store::encode_record(ino))
     }
 
@@ -234,9 +235,9 @@ impl<'a> Writer<'a> {
     }
 
     pub(super) fn touch_dir(&mut self, fid: Fid, dir: &mut Inode, now: Timespec, nlink_delta: i32) -> OpResult<()> {
-        dir.mtime = now;
-        dir.ctime = now;
-        dir.nlink = (dir.nlink as i64 + nlink_delta as i64).max(0) as u32;
+        dir.attr.mtime = now;
+        dir.attr.ctime = now;
+        dir.attr.nlink = (dir.attr.nlink as i64 + nlink_delta as i64).max(0) as u32;
         self.put_inode(fid, dir)
     }
 
@@ -263,13 +264,13 @@ impl<'a> Writer<'a> {
             &Request::MdsClose { fid, size, mtime, trunc_epoch } => {
                 let Some(mut ino) = self.view.inode(fid)? else { return Ok(Response::Ok) };
                 if let Some(size) = size {
-                    if trunc_epoch != ino.trunc_epoch {
-                        return Ok(Response::EpochMoved { trunc_epoch: ino.trunc_epoch });
+                    if trunc_epoch != ino.attr.trunc_epoch {
+                        return Ok(Response::EpochMoved { trunc_epoch: ino.attr.trunc_epoch });
                     }
-                    ino.size = ino.size.max(size);
+                    ino.attr.size = ino.attr.size.max(size);
                     let m = mtime.unwrap_or(now);
-                    ino.mtime = m;
-                    ino.ctime = now.max(m);
+                    ino.attr.mtime = m;
+                    ino.attr.ctime = now.max(m);
                     self.put_inode(fid, &ino)?;
                 }
                 // An orphan is left to the reaper (see `reap_replaced`).
@@ -283,17 +284,17 @@ impl<'a> Writer<'a> {
             Request::MdsSetDirLayout { creds, fid, spec } => self.set_dir_layout(creds, *fid, spec.clone(), now),
             &Request::MdsSizeUpdate { fid, size, mtime, trunc_epoch } => {
                 let mut ino = self.view.must_inode(fid)?;
-                if ino.kind != FileKind::File {
+                if ino.attr.kind != FileKind::File {
                     return fail(Errno::IsDir, "size update of a non-file");
                 }
-                if trunc_epoch != ino.trunc_epoch {
-                    return Ok(Response::EpochMoved { trunc_epoch: ino.trunc_epoch });
+                if trunc_epoch != ino.attr.trunc_epoch {
+                    return Ok(Response::EpochMoved { trunc_epoch: ino.attr.trunc_epoch });
                 }
-                ino.size = ino.size.max(size);
-                ino.mtime = mtime;
-                ino.ctime = now.max(mtime);
+                ino.attr.size = ino.attr.size.max(size);
+                ino.attr.mtime = mtime;
+                ino.attr.ctime = now.max(mtime);
                 self.put_inode(fid, &ino)?;
-                Ok(Response::Attr(ino.attr(fid)))
+                Ok(Response::Attr(ino.attr.clone()))
             }
             other => fail(Errno::Proto, format!("{} is not a mutation", other.op_name())),
         }
