@@ -241,7 +241,7 @@ fn ost_added_while_a_client_runs_is_used_for_new_files() {
     let osts_before = rt.block_on(async {
         let (f, _, _) = client.create(&creds, Fid::ROOT, "before", 0o644, true, rw(), wide()).await?;
         client.write(&f, 0, Bytes::from(before.clone())).await?;
-        let mut osts = f.layout.components[0].osts.clone();
+        let mut osts = f.layout().components[0].osts.clone();
         osts.sort();
         client.close(f).await?;
         client::Result::Ok(osts)
@@ -261,7 +261,7 @@ fn ost_added_while_a_client_runs_is_used_for_new_files() {
             .block_on(client.create(&creds, Fid::ROOT, &name, 0o644, true, rw(), wide()))
             .expect("create a probe file")
             .0;
-        let mut osts = f.layout.components[0].osts.clone();
+        let mut osts = f.layout().components[0].osts.clone();
         osts.sort();
         osts == [0, 1, 2]
     });

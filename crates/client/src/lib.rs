@@ -8,16 +8,19 @@
 //! Structure:
 //! - [`Client`]: connections, configuration, and every operation. Each public
 //!   operation passes through [`Client::observe`] — the one place a tracer hooks in.
-//! - [`io`]: the data path (striped reads and writes), the layer a read cache wraps.
+//! - [`io`]: the data path (striped reads and writes, truncates, hole punches).
+//! - [`objio`]: where each piece of a file lives and the I/O on one piece: the one
+//!   place DoM, mirrors and a read cache plug in.
 //! - `lease`: directory leases, which answer lookups of absent names locally.
 //! - [`path`]: path resolution over lookups, symlinks included.
-//! - [`OpenFile`]: an open file's layout and the size it knows.
+//! - [`OpenFile`]: an open file's layout (replaceable) and the size it knows.
 
 pub mod io;
 mod lease;
+pub mod objio;
 pub mod path;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime};
@@ -29,7 +32,7 @@ use proto::msg::{
     SetAttr, TargetInfo, TargetKind, Timespec, Usage, XattrMode,
 };
 use proto::rpc::{Identity, RpcClient, RpcOptions};
-use proto::{Errno, Fid, ObjectId, RpcError};
+use proto::{Errno, Fid, RpcError};
 
 pub use proto::auth::Secret;
 
@@ -159,11 +162,14 @@ pub struct Client {
 /// An open file: what the client needs to do I/O without asking the MDS again.
 pub struct OpenFile {
     pub fid: Fid,
-    pub layout: Layout,
+    /// The file's layout as this handle knows it. Each request takes it once (see
+    /// [`OpenFile::layout`]); [`OpenFile::replace_layout`] swaps in a newer generation.
+    layout: RwLock<Arc<Layout>>,
     size: Arc<AtomicU64>,
     written: AtomicBool,
-    /// OSTs and objects this handle wrote to (fsync syncs only those).
-    dirty: Mutex<HashMap<u32, Vec<ObjectId>>>,
+    /// Objects this handle wrote to (fsync syncs only those). At most the objects of
+    /// the file, whatever the number of writes.
+    dirty: Mutex<HashSet<objio::Target>>,
     /// Writes sent but not yet acknowledged by their OSTs (write-behind).
     pub(crate) inflight: Arc<io::Inflight>,
     /// Sequential read-ahead state.
@@ -183,15 +189,35 @@ impl OpenFile {
         inflight.trunc_epoch.store(attr.trunc_epoch, Ordering::Release);
         Ok(OpenFile {
             fid: attr.fid,
-            layout,
+            layout: RwLock::new(Arc::new(layout)),
             size: Arc::new(AtomicU64::new(attr.size)),
             written: AtomicBool::new(false),
-            dirty: Mutex::new(HashMap::new()),
+            dirty: Mutex::new(HashSet::new()),
             inflight: Arc::new(inflight),
             readahead: tokio::sync::Mutex::new(io::Readahead::default()),
             published_gen: AtomicU64::new(u64::MAX),
             flags,
         })
+    }
+
+    /// The file's layout now. A request takes it once and cuts all of its range by it.
+    pub fn layout(&self) -> Arc<Layout> {
+        self.layout.read().expect("layout").clone()
+    }
+
+    /// Takes `layout` if its generation is newer than the handle's (an older or equal
+    /// one is a stale answer and is ignored); returns whether it was taken. Read-ahead
+    /// cut by the old layout is dropped. Where a PFL instantiation or a mirror change
+    /// reaches the handle: an MDS answer carrying the file's layout (an open, a getattr,
+    /// an instantiation after `LayoutError::NotInstantiated`) passes it here.
+    pub fn replace_layout(&self, layout: Layout) -> bool {
+        let mut current = self.layout.write().expect("layout");
+        if layout.generation <= current.generation {
+            return false;
+        }
+        *current = Arc::new(layout);
+        self.inflight.data_gen.fetch_add(1, Ordering::AcqRel);
+        true
     }
 
     /// The file size as this handle knows it: the size at open, grown by its writes.
@@ -755,7 +781,7 @@ impl Client {
     async fn setattr_through(&self, creds: &Creds, f: &OpenFile, set: SetAttr) -> Result<Attr> {
         let size = set.size;
         if let Some(size) = size {
-            self.cut_objects(f.fid, &f.layout, size).await?;
+            self.cut_objects(f.fid, &f.layout(), size).await?;
         }
         match self.md(f.fid, Request::MdsSetattr { creds: creds.clone(), fid: f.fid, set }).await? {
             Response::Attr(a) => {
@@ -917,24 +943,10 @@ impl Client {
     pub async fn fsync(&self, f: &OpenFile) -> Result<()> {
         self.observe("fsync", Some(f.fid), 0, 0, async {
             f.inflight.drain().await?;
-            let dirty: Vec<(u32, Vec<ObjectId>)> = f.dirty.lock().expect("dirty").drain().collect();
-            let synced = async {
-                let mut set = tokio::task::JoinSet::new();
-                for (ost, objects) in dirty.iter().cloned() {
-                    let c = self.ost(ost).await?;
-                    set.spawn(async move { c.call(&Request::OstSync { ost, objects }, vec![]).await });
-                }
-                while let Some(r) = set.join_next().await {
-                    r.map_err(|e| ClientError::Errno(Errno::Io, format!("sync task failed: {e}")))??;
-                }
-                Ok::<_, ClientError>(())
-            };
-            if let Err(e) = synced.await {
+            let dirty: Vec<objio::Target> = f.dirty.lock().expect("dirty").drain().collect();
+            if let Err(e) = objio::sync(self, &dirty).await {
                 // Not synced: a later fsync must try these objects again.
-                let mut d = f.dirty.lock().expect("dirty");
-                for (ost, objects) in dirty {
-                    d.entry(ost).or_default().extend(objects);
-                }
+                f.dirty.lock().expect("dirty").extend(dirty);
                 return Err(e);
             }
             self.report_size(f).await?;
@@ -985,7 +997,7 @@ impl Client {
             i.settle().await;
         }
         for _ in 0..EPOCH_RETRIES_MAX {
-            let size = io::glimpse(self, f.fid, &f.layout).await?;
+            let size = io::glimpse(self, f.fid, &f.layout()).await?;
             let req = Request::MdsSizeUpdate { fid: f.fid, size, mtime: Timespec::now(), trunc_epoch: epoch };
             match self.md(f.fid, req).await? {
                 Response::Attr(a) => {
