@@ -295,7 +295,7 @@ impl Readahead {
 
 /// Reads `[offset, offset+len)` of a file; holes and bytes past an object's end read
 /// as zeros.
-pub async fn read_extents(c: &Client, fid: Fid, layout: &Layout, offset: u64, len: u64) -> Result<Bytes> {
+pub(crate) async fn read_extents(c: &Client, fid: Fid, layout: &Layout, offset: u64, len: u64) -> Result<Bytes> {
     let extents = objio::extents(fid, layout, offset, len, c.inner.cfg.max_rpc_bytes)?;
     let mut set = JoinSet::new();
     for (i, extent) in extents.iter().enumerate() {

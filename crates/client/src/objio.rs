@@ -163,7 +163,7 @@ impl ObjectIo {
 }
 
 /// Makes the writes to `targets` durable: one request per OST, all OSTs at once.
-pub async fn sync(c: &Client, targets: &[Target]) -> Result<()> {
+pub(crate) async fn sync(c: &Client, targets: &[Target]) -> Result<()> {
     let mut by_ost: HashMap<u32, Vec<ObjectId>> = HashMap::new();
     for &Target::Ost { ost, object } in targets {
         by_ost.entry(ost).or_default().push(object);
