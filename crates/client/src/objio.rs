@@ -189,3 +189,66 @@ pub(crate) async fn join_all<T: 'static>(mut set: JoinSet<Result<T>>) -> Result<
 pub(crate) fn join_err(e: tokio::task::JoinError) -> ClientError {
     ClientError::Errno(Errno::Io, format!("I/O task failed: {e}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use layout::{Component, Layout, Pattern, EOF};
+
+    use super::*;
+
+    fn two_stripes() -> Layout {
+        let comp = Component {
+            id: 1,
+            extent_start: 0,
+            extent_end: EOF,
+            pattern: Pattern::Raid0,
+            stripe_size: 64 << 10,
+            osts: vec![3, 1],
+            stripe_count_wanted: 2,
+            pool: None,
+        };
+        Layout { generation: 0, components: vec![comp] }
+    }
+
+    fn ost_object(fid: Fid, ost: u32, stripe: u32) -> Target {
+        Target::Ost { ost, object: ObjectId { fid, component: 1, stripe } }
+    }
+
+    #[test]
+    fn a_range_over_three_stripe_units_is_one_extent_per_object() {
+        let fid = Fid::new(1, 2, 0);
+        let s = 64 << 10;
+        // Units 0 (stripe 0), 1 (stripe 1) and 2 (stripe 0 again, adjacent in its object).
+        let e = extents(fid, &two_stripes(), 1000, 3 * s - 1000, 4 << 20).expect("extents");
+        assert_eq!(e.len(), 2, "{e:?}");
+        assert_eq!(e[0].target, ost_object(fid, 3, 0));
+        assert_eq!((e[0].object_offset, e[0].len), (1000, 2 * s - 1000));
+        assert_eq!(e[0].spans, vec![(0, s - 1000), (2 * s - 1000, s)]);
+        assert_eq!(e[1].target, ost_object(fid, 1, 1));
+        assert_eq!((e[1].object_offset, e[1].len), (0, s));
+        assert_eq!(e[1].spans, vec![(s - 1000, s)]);
+        // The RPC bound cuts an extent, never crosses objects.
+        let cut = extents(fid, &two_stripes(), 0, 3 * s, s / 2).expect("extents");
+        assert!(cut.iter().all(|x| x.len <= s / 2));
+        assert_eq!(cut.iter().map(|x| x.len).sum::<u64>(), 3 * s);
+    }
+
+    #[test]
+    fn every_object_of_a_file_is_listed_with_its_size_arithmetic() {
+        let fid = Fid::new(1, 2, 0);
+        let layout = two_stripes();
+        let objs: Vec<FileObject> = objects(fid, &layout).collect();
+        let targets: Vec<Target> = objs.iter().map(|o| o.target).collect();
+        assert_eq!(targets, vec![ost_object(fid, 3, 0), ost_object(fid, 1, 1)]);
+        let s = 64 << 10;
+        // A file of 1.5 units: all of unit 0 on stripe 0, half a unit on stripe 1.
+        assert_eq!(objs[0].size_for_file_size(s + s / 2), s);
+        assert_eq!(objs[1].size_for_file_size(s + s / 2), s / 2);
+        assert_eq!(objs[1].file_size_from(s / 2), s + s / 2);
+        let empty = Layout {
+            generation: 0,
+            components: vec![Component { osts: vec![], ..two_stripes().components[0].clone() }],
+        };
+        assert_eq!(objects(fid, &empty).count(), 0, "a component not instantiated has no objects");
+    }
+}
