@@ -7,34 +7,20 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use bytes::Bytes;
-use client::{Client, ClientConfig, OpObserver, OpRecord};
+use client::{OpObserver, OpRecord};
 use layout::LayoutSpec;
-use proto::auth::Secret;
 use proto::msg::{FileKind, LockType, OpenFlags, RenameFlags, SetAttr, XattrMode};
 use proto::{Errno, Fid};
 use testkit::{Cluster, ClusterSpec};
 
-/// Bound on anything that must finish (a hang fails the test instead of the suite).
-const WAIT: Duration = Duration::from_secs(30);
+mod common;
 
 const RW: OpenFlags = OpenFlags { read: true, write: true, truncate: false };
 
 fn cluster() -> Cluster {
     Cluster::start(Path::new(env!("CARGO_BIN_EXE_braid")), ClusterSpec::default())
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime")
-}
-
-fn connect(rt: &tokio::runtime::Runtime, c: &Cluster) -> Client {
-    let secret = Secret::load(&c.secret).expect("load the cluster secret");
-    let mut cfg = ClientConfig::new(c.mgs_addr.clone(), secret);
-    cfg.rpc.recovery_timeout = WAIT;
-    rt.block_on(Client::connect(cfg)).expect("connect a client")
 }
 
 /// Keeps every record the client reports.
@@ -77,8 +63,8 @@ impl Calls {
 #[test]
 fn every_client_operation_reports_once_to_the_observer() {
     let c = cluster();
-    let rt = runtime();
-    let client = connect(&rt, &c);
+    let rt = common::runtime();
+    let client = common::connect(&rt, &c, false);
     let recorder = Arc::new(Recorder::default());
     client.set_observer(Some(recorder.clone()));
     let creds = client::process_creds();
@@ -165,8 +151,8 @@ fn every_client_operation_reports_once_to_the_observer() {
 #[test]
 fn an_open_files_layout_is_replaced_by_a_newer_generation_only() {
     let c = cluster();
-    let rt = runtime();
-    let client = connect(&rt, &c);
+    let rt = common::runtime();
+    let client = common::connect(&rt, &c, false);
     let creds = client::process_creds();
     let data = Bytes::from((0..300u32 << 10).map(|i| (i % 251) as u8).collect::<Vec<u8>>());
     rt.block_on(async {
