@@ -8,12 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use client::{Client, ClientConfig};
 use layout::LayoutSpec;
-use proto::auth::Secret;
 use proto::msg::OpenFlags;
 use proto::Fid;
 use testkit::{getstripe_objects, output_within, pattern, stderr, stdout, wait_for, Cluster, ClusterSpec};
+
+mod common;
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -190,26 +190,15 @@ fn create_right_after_startup_waits_for_the_ost_list() {
     assert_eq!(c.get("/early"), data);
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime")
-}
-
-fn connect(rt: &tokio::runtime::Runtime, c: &Cluster) -> Client {
-    let secret = Secret::load(&c.secret).expect("load the cluster secret");
-    let mut cfg = ClientConfig::new(c.mgs_addr.clone(), secret);
-    cfg.rpc.recovery_timeout = WAIT;
-    rt.block_on(Client::connect(cfg)).expect("connect a client")
-}
-
 #[test]
 fn fsynced_data_and_metadata_survive_sigkill_of_every_server() {
     let mut c = Cluster::start(bin(), two_oss());
-    let rt = runtime();
+    let rt = common::runtime();
     let creds = client::process_creds();
     let data = pattern((1 << 20) + 333, 21);
     let rw = OpenFlags { read: true, write: true, truncate: false };
     {
-        let client = connect(&rt, &c);
+        let client = common::connect(&rt, &c, false);
         rt.block_on(async {
             let dir = client.mkdir(&creds, Fid::ROOT, "kept", 0o750).await?;
             let spec = Some(LayoutSpec::raid0(Some(-1), Some(64 << 10)));
@@ -297,12 +286,12 @@ fn acknowledged_operations_survive_sigkill_of_the_mds_before_any_checkpoint() {
     // back from the log, twice over (the second run appends after a replay).
     let spec = ClusterSpec { mds_args: vec!["--checkpoint-ms".into(), "3600000".into()], ..Default::default() };
     let mut c = Cluster::start(bin(), spec);
-    let rt = runtime();
+    let rt = common::runtime();
     let creds = client::process_creds();
     let rw = OpenFlags { read: true, write: true, truncate: false };
     for round in 0..2 {
         {
-            let client = connect(&rt, &c);
+            let client = common::connect(&rt, &c, false);
             rt.block_on(async {
                 let dir = client.mkdir(&creds, Fid::ROOT, &format!("d{round}"), 0o755).await?;
                 for i in 0..200 {
@@ -341,12 +330,12 @@ fn torn_or_garbled_redo_log_tail_is_cut_and_the_mds_serves_what_came_before() {
     // garbled one. The MDS must start, replay every whole record before it, and serve.
     let spec = ClusterSpec { mds_args: vec!["--checkpoint-ms".into(), "3600000".into()], ..Default::default() };
     let mut c = Cluster::start(bin(), spec);
-    let rt = runtime();
+    let rt = common::runtime();
     let creds = client::process_creds();
     let rw = OpenFlags { read: true, write: true, truncate: false };
     let wal = c.dir.path().join("mdt0").join("mdt.wal");
     let workload = |c: &Cluster, dir: &str| {
-        let client = connect(&rt, c);
+        let client = common::connect(&rt, c, false);
         rt.block_on(async {
             let d = client.mkdir(&creds, Fid::ROOT, dir, 0o755).await?;
             for i in 0..50 {

@@ -11,29 +11,17 @@ use std::io::ErrorKind;
 use std::path::Path;
 use std::time::Duration;
 
-use client::{Client, ClientConfig};
-use proto::auth::Secret;
 use proto::msg::{OpenFlags, RenameFlags};
 use proto::{Errno, Fid};
 use testkit::{wait_for, Cluster, ClusterSpec, Mount};
+
+mod common;
 
 /// Bound on anything that must finish (a hang fails the test instead of the suite).
 const WAIT: Duration = Duration::from_secs(30);
 
 fn cluster() -> Cluster {
     Cluster::start(Path::new(env!("CARGO_BIN_EXE_braid")), ClusterSpec::default())
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime")
-}
-
-fn connect(rt: &tokio::runtime::Runtime, c: &Cluster, dir_leases: bool) -> Client {
-    let secret = Secret::load(&c.secret).expect("load the cluster secret");
-    let mut cfg = ClientConfig::new(c.mgs_addr.clone(), secret);
-    cfg.rpc.recovery_timeout = WAIT;
-    cfg.dir_leases = dir_leases;
-    rt.block_on(Client::connect(cfg)).expect("connect a client")
 }
 
 /// Runs `f` on `rt`, failing the test if it takes longer than [`WAIT`].
@@ -57,10 +45,10 @@ enum Change {
 #[test]
 fn every_entry_change_by_another_client_revokes_the_lease_and_the_holder_sees_it() {
     let c = cluster();
-    let rt = runtime();
+    let rt = common::runtime();
     let creds = client::process_creds();
-    let holder = connect(&rt, &c, true);
-    let other = connect(&rt, &c, false);
+    let holder = common::connect(&rt, &c, true);
+    let other = common::connect(&rt, &c, false);
     // Sources for the other client's link and rename, outside any leased directory.
     let (f, src, _) = rt.block_on(other.create(&creds, Fid::ROOT, "src", 0o644, true, RW, None)).unwrap();
     rt.block_on(other.close(f)).unwrap();
@@ -132,9 +120,9 @@ fn every_entry_change_by_another_client_revokes_the_lease_and_the_holder_sees_it
 #[test]
 fn a_long_lived_holder_gives_back_the_leases_it_pushes_out_and_keeps_getting_new_ones() {
     let c = cluster();
-    let rt = runtime();
+    let rt = common::runtime();
     let creds = client::process_creds();
-    let holder = connect(&rt, &c, true);
+    let holder = common::connect(&rt, &c, true);
     let top = rt.block_on(holder.mkdir(&creds, Fid::ROOT, "many", 0o755)).unwrap();
     // More directories than the MDS grants one connection (8,192) while the client
     // keeps 4,096: only the leases it gives back make room for new ones.
@@ -156,9 +144,9 @@ fn a_long_lived_holder_gives_back_the_leases_it_pushes_out_and_keeps_getting_new
 #[test]
 fn a_client_without_leases_asks_for_none() {
     let c = cluster();
-    let rt = runtime();
+    let rt = common::runtime();
     let creds = client::process_creds();
-    let plain = connect(&rt, &c, false);
+    let plain = common::connect(&rt, &c, false);
     rt.block_on(plain.mkdir(&creds, Fid::ROOT, "d", 0o755)).unwrap();
     assert_eq!(plain.dir_leases_held(), 0);
 }
@@ -174,11 +162,11 @@ fn lease_through_the_mount(a: &Mount) {
 #[test]
 fn a_holder_that_stops_answering_is_evicted_and_does_not_trust_its_lease_when_it_wakes() {
     let c = cluster();
-    let rt = runtime();
+    let rt = common::runtime();
     let creds = client::process_creds();
     let a = Mount::new(&c, "");
     lease_through_the_mount(&a);
-    let other = connect(&rt, &c, false);
+    let other = common::connect(&rt, &c, false);
     let job = within(&rt, "lookup", other.lookup(&creds, Fid::ROOT, "job")).unwrap();
 
     // The holder can ack nothing while stopped: the MDS must evict it rather than wait.
@@ -205,12 +193,12 @@ fn a_holder_that_stops_answering_is_evicted_and_does_not_trust_its_lease_when_it
 #[test]
 fn a_dead_holder_does_not_hold_up_other_clients() {
     let c = cluster();
-    let rt = runtime();
+    let rt = common::runtime();
     let creds = client::process_creds();
     let mut a = Mount::new(&c, "");
     lease_through_the_mount(&a);
     a.kill();
-    let other = connect(&rt, &c, false);
+    let other = common::connect(&rt, &c, false);
     let job = within(&rt, "lookup", other.lookup(&creds, Fid::ROOT, "job")).unwrap();
     within(&rt, "a mkdir in the dead holder's directory", other.mkdir(&creds, job.fid, "x", 0o755))
         .expect("the other client's mkdir went through");
@@ -222,16 +210,16 @@ fn a_dead_holder_does_not_hold_up_other_clients() {
 #[test]
 fn leases_end_with_an_mds_restart() {
     let mut c = cluster();
-    let rt = runtime();
+    let rt = common::runtime();
     let creds = client::process_creds();
-    let holder = connect(&rt, &c, true);
+    let holder = common::connect(&rt, &c, true);
     let job = rt.block_on(holder.mkdir(&creds, Fid::ROOT, "job", 0o755)).unwrap();
     assert_eq!(holder.dir_leases_held(), 1);
     assert_eq!(rt.block_on(holder.lookup(&creds, job.fid, "x")).unwrap_err().errno(), Errno::NoEnt);
 
     c.kill("mds");
     c.restart("mds");
-    let other = connect(&rt, &c, false);
+    let other = common::connect(&rt, &c, false);
     let made = within(&rt, "a create after the MDS restart", async {
         let (f, a, _) = other.create(&creds, job.fid, "x", 0o644, true, RW, None).await?;
         other.close(f).await?;

@@ -8,15 +8,15 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use bytes::Bytes;
-use client::{Client, ClientConfig};
 use layout::LayoutSpec;
-use proto::auth::Secret;
 use proto::msg::OpenFlags;
 use proto::Fid;
 use testkit::{
     field, free_port, getstripe_objects, output_within, pattern, stderr, stdout, wait_for, Cluster, ClusterSpec,
     Daemon, TempDir,
 };
+
+mod common;
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -26,17 +26,6 @@ fn bin() -> &'static Path {
 
 fn rw() -> OpenFlags {
     OpenFlags { read: true, write: true, truncate: false }
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime")
-}
-
-fn connect(rt: &tokio::runtime::Runtime, c: &Cluster) -> Client {
-    let secret = Secret::load(&c.secret).expect("load the cluster secret");
-    let mut cfg = ClientConfig::new(c.mgs_addr.clone(), secret);
-    cfg.rpc.recovery_timeout = WAIT;
-    rt.block_on(Client::connect(cfg)).expect("connect a client")
 }
 
 /// The `seq-oid-` prefix of a file's object names, from `braid stat`'s FID.
@@ -233,15 +222,15 @@ fn df_shows_every_target_and_a_summary() {
 #[test]
 fn ost_added_while_a_client_runs_is_used_for_new_files() {
     let mut c = Cluster::start(bin(), ClusterSpec { osts_per_oss: vec![2], ..Default::default() });
-    let rt = runtime();
-    let client = connect(&rt, &c);
+    let rt = common::runtime();
+    let client = common::connect(&rt, &c, false);
     let creds = client::process_creds();
     let wide = || Some(LayoutSpec::raid0(Some(-1), Some(64 << 10)));
     let before = pattern(300 << 10, 3);
     let osts_before = rt.block_on(async {
         let (f, _, _) = client.create(&creds, Fid::ROOT, "before", 0o644, true, rw(), wide()).await?;
         client.write(&f, 0, Bytes::from(before.clone())).await?;
-        let mut osts = f.layout.components[0].osts.clone();
+        let mut osts = f.layout().components[0].osts.clone();
         osts.sort();
         client.close(f).await?;
         client::Result::Ok(osts)
@@ -261,7 +250,7 @@ fn ost_added_while_a_client_runs_is_used_for_new_files() {
             .block_on(client.create(&creds, Fid::ROOT, &name, 0o644, true, rw(), wide()))
             .expect("create a probe file")
             .0;
-        let mut osts = f.layout.components[0].osts.clone();
+        let mut osts = f.layout().components[0].osts.clone();
         osts.sort();
         osts == [0, 1, 2]
     });
@@ -290,8 +279,8 @@ fn ost_added_while_a_client_runs_is_used_for_new_files() {
 #[test]
 fn sparse_file_past_4_gib_reads_holes_as_zeros() {
     let c = Cluster::start(bin(), ClusterSpec::default());
-    let rt = runtime();
-    let client = connect(&rt, &c);
+    let rt = common::runtime();
+    let client = common::connect(&rt, &c, false);
     let creds = client::process_creds();
     let at: u64 = 5 << 30;
     let spec = Some(LayoutSpec::raid0(Some(2), Some(1 << 20)));
@@ -468,8 +457,8 @@ fn readahead_is_dropped_when_the_file_is_truncated_by_fid() {
     // FID (as the mount's truncate does). The handle must read the zeros now there, not
     // the bytes it prefetched before.
     let c = Cluster::start(bin(), ClusterSpec::default());
-    let rt = runtime();
-    let client = connect(&rt, &c);
+    let rt = common::runtime();
+    let client = common::connect(&rt, &c, false);
     let creds = client::process_creds();
     let data = pattern(8 << 20, 7);
     rt.block_on(async {
@@ -498,8 +487,8 @@ fn a_read_through_one_handle_sees_writes_just_made_through_another() {
     // that returned before them. Small reads are served faster than large writes, so
     // without waiting for the other handle's writes the read overtakes them.
     let c = Cluster::start(bin(), ClusterSpec::default());
-    let rt = runtime();
-    let client = connect(&rt, &c);
+    let rt = common::runtime();
+    let client = common::connect(&rt, &c, false);
     let creds = client::process_creds();
     rt.block_on(async {
         let spec = Some(LayoutSpec::raid0(Some(2), Some(1 << 20)));

@@ -1,25 +1,22 @@
-//! The data path: striped reads and writes straight to the OSTs.
+//! The data path: striped reads and writes, truncates and hole punches of a file.
 //!
-//! A request is cut by the layout into object-contiguous runs of at most
-//! `max_rpc_bytes` (one RPC each) and every run is sent at once; the per-connection
-//! in-flight bound of the RPC layer keeps the pressure on each OST bounded. Writes send
-//! exactly the caller's bytes (no read-modify-write of pages), so clients writing
-//! disjoint ranges of one file never clobber each other. A read cache would wrap
-//! [`read_extents`].
+//! A request is cut by the handle's current layout into extents of at most
+//! `max_rpc_bytes` (one RPC each, see [`crate::objio`], which alone knows where they
+//! live) and every extent is sent at once; the per-connection in-flight bound of the
+//! RPC layer keeps the pressure on each OST bounded. Writes send exactly the caller's
+//! bytes (no read-modify-write of pages), so clients writing disjoint ranges of one
+//! file never clobber each other. Each request takes the layout once, so a layout
+//! replaced meanwhile applies from the next request on.
 
 use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
 use layout::Layout;
-use proto::msg::{Request, Response};
-use proto::{Errno, Fid, ObjectId};
+use proto::{Errno, Fid};
 use tokio::task::JoinSet;
 
+use crate::objio::{self, join_all, join_err};
 use crate::{Client, ClientError, OpenFile, Result};
-
-fn join_err(e: tokio::task::JoinError) -> ClientError {
-    ClientError::Errno(Errno::Io, format!("I/O task failed: {e}"))
-}
 
 /// Writes of one handle that are on their way to the OSTs (write-behind).
 ///
@@ -120,16 +117,18 @@ pub(crate) async fn write(c: &Client, f: &OpenFile, offset: u64, data: Bytes) ->
             other.data_gen.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         }
     }
-    let runs = f.layout.object_extents(offset, len, c.inner.cfg.max_rpc_bytes)?;
+    // A component not instantiated yet fails here: PFL instantiation plugs in at this
+    // point (the MDS instantiates, the handle replaces its layout, the write cuts again).
+    let layout = f.layout();
+    let extents = objio::extents(f.fid, &layout, offset, len, c.inner.cfg.max_rpc_bytes)?;
     let limit = c.inner.cfg.max_dirty_bytes;
     let behind = limit > 0;
     let id = if behind { f.inflight.admit(offset, end, len, limit).await } else { 0 };
     let mut set = JoinSet::new();
-    for run in runs {
-        let object = ObjectId { fid: f.fid, component: run.component_id, stripe: run.stripe };
-        let payload: Vec<Bytes> = run.pieces.iter().map(|&(b, n)| data.slice(b as usize..(b + n) as usize)).collect();
-        let rpc = match c.ost(run.ost).await {
-            Ok(r) => r,
+    for extent in extents {
+        let payload: Vec<Bytes> = extent.spans.iter().map(|&(b, n)| data.slice(b as usize..(b + n) as usize)).collect();
+        let target = match c.object_io(extent.target).await {
+            Ok(t) => t,
             Err(e) => {
                 if behind {
                     f.inflight.finish(id, len, &Ok(()));
@@ -137,23 +136,10 @@ pub(crate) async fn write(c: &Client, f: &OpenFile, offset: u64, data: Bytes) ->
                 return Err(e);
             }
         };
-        f.dirty.lock().expect("dirty").entry(run.ost).or_default().push(object);
-        let req = Request::OstWrite { ost: run.ost, object, offset: run.object_offset, sync: false };
-        set.spawn(async move {
-            match rpc.call(&req, payload).await?.response {
-                Response::Written { bytes } if bytes == run.len => Ok(()),
-                r => {
-                    Err(ClientError::Errno(Errno::Io, format!("short or odd write answer from OST {}: {r:?}", run.ost)))
-                }
-            }
-        });
+        f.dirty.lock().expect("dirty").insert(extent.target);
+        set.spawn(async move { target.write(extent.object_offset, payload, extent.len).await });
     }
-    let wait_all = async move {
-        while let Some(r) = set.join_next().await {
-            r.map_err(join_err)??;
-        }
-        Ok(())
-    };
+    let wait_all = async move { join_all(set).await.map(|_| ()) };
     if behind {
         let inflight = f.inflight.clone();
         tokio::spawn(async move {
@@ -162,14 +148,6 @@ pub(crate) async fn write(c: &Client, f: &OpenFile, offset: u64, data: Bytes) ->
         });
     } else {
         wait_all.await?;
-    }
-    {
-        // Keep each OST's object list short: many writes hit the same objects.
-        let mut d = f.dirty.lock().expect("dirty");
-        for v in d.values_mut() {
-            v.sort_by_key(|o| (o.component, o.stripe));
-            v.dedup();
-        }
     }
     f.written.store(true, std::sync::atomic::Ordering::Release);
     f.grow(end);
@@ -193,9 +171,10 @@ pub(crate) async fn read(c: &Client, f: &OpenFile, offset: u64, len: u64) -> Res
     }
     // One reader at a time uses the read-ahead state; a concurrent reader of the same
     // handle (FUSE issues reads in parallel) reads directly instead of waiting.
+    let layout = f.layout();
     match f.readahead.try_lock() {
-        Ok(mut ra) => ra.read(c, f, offset, len, size).await,
-        Err(_) => read_extents(c, f.fid, &f.layout, offset, len).await,
+        Ok(mut ra) => ra.read(c, f, &layout, offset, len, size).await,
+        Err(_) => read_extents(c, f.fid, &layout, offset, len).await,
     }
 }
 
@@ -233,7 +212,15 @@ impl Readahead {
         self.next = u64::MAX;
     }
 
-    async fn read(&mut self, c: &Client, f: &OpenFile, offset: u64, len: u64, size: u64) -> Result<Bytes> {
+    async fn read(
+        &mut self,
+        c: &Client,
+        f: &OpenFile,
+        layout: &Arc<Layout>,
+        offset: u64,
+        len: u64,
+        size: u64,
+    ) -> Result<Bytes> {
         let gen = f.inflight.data_gen.load(std::sync::atomic::Ordering::Acquire);
         if gen != self.gen {
             // Written or truncated since the prefetch: drop it.
@@ -268,7 +255,7 @@ impl Readahead {
                         _ => {
                             // A failed or short prefetch: read directly from here on.
                             self.reset();
-                            let rest = read_extents(c, f.fid, &f.layout, pos, end - pos).await?;
+                            let rest = read_extents(c, f.fid, layout, pos, end - pos).await?;
                             out.extend_from_slice(&rest);
                             pos = end;
                         }
@@ -278,7 +265,7 @@ impl Readahead {
                     self.pending.pop_front();
                 }
                 _ => {
-                    let rest = read_extents(c, f.fid, &f.layout, pos, end - pos).await?;
+                    let rest = read_extents(c, f.fid, layout, pos, end - pos).await?;
                     out.extend_from_slice(&rest);
                     pos = end;
                     self.issued_until = self.issued_until.max(end);
@@ -293,7 +280,7 @@ impl Readahead {
             while at < limit {
                 let n = READAHEAD_CHUNK_BYTES.min(limit - at);
                 let (tx, rx) = tokio::sync::oneshot::channel();
-                let (client, fid, layout) = (c.clone(), f.fid, f.layout.clone());
+                let (client, fid, layout) = (c.clone(), f.fid, layout.clone());
                 tokio::spawn(async move {
                     let _ = tx.send(read_extents(&client, fid, &layout, at, n).await);
                 });
@@ -308,24 +295,17 @@ impl Readahead {
 
 /// Reads `[offset, offset+len)` of a file; holes and bytes past an object's end read
 /// as zeros.
-pub async fn read_extents(c: &Client, fid: Fid, layout: &Layout, offset: u64, len: u64) -> Result<Bytes> {
-    let runs = layout.object_extents(offset, len, c.inner.cfg.max_rpc_bytes)?;
+pub(crate) async fn read_extents(c: &Client, fid: Fid, layout: &Layout, offset: u64, len: u64) -> Result<Bytes> {
+    let extents = objio::extents(fid, layout, offset, len, c.inner.cfg.max_rpc_bytes)?;
     let mut set = JoinSet::new();
-    for (i, run) in runs.iter().enumerate() {
-        let object = ObjectId { fid, component: run.component_id, stripe: run.stripe };
-        let rpc = c.ost(run.ost).await?;
-        let req = Request::OstRead { ost: run.ost, object, offset: run.object_offset, len: run.len as u32 };
-        set.spawn(async move {
-            let reply = rpc.call(&req, vec![]).await?;
-            match reply.response {
-                Response::Data => Ok((i, reply.payload)),
-                r => Err(ClientError::Errno(Errno::Io, format!("odd read answer: {r:?}"))),
-            }
-        });
+    for (i, extent) in extents.iter().enumerate() {
+        let target = c.object_io(extent.target).await?;
+        let (at, n) = (extent.object_offset, extent.len);
+        set.spawn(async move { target.read(at, n).await.map(|data| (i, data)) });
     }
-    if runs.len() == 1 && runs[0].pieces.len() == 1 {
-        // One object-contiguous run (a read inside one stripe): hand back the payload
-        // as it came off the wire, padded with zeros only if the object was short.
+    if extents.len() == 1 && extents[0].spans.len() == 1 {
+        // One object-contiguous extent (a read inside one stripe): hand back the
+        // payload as it came off the wire, padded with zeros only if the object was short.
         let (_, data) = set.join_next().await.expect("one task").map_err(join_err)??;
         if data.len() as u64 == len {
             return Ok(data);
@@ -335,11 +315,13 @@ pub async fn read_extents(c: &Client, fid: Fid, layout: &Layout, offset: u64, le
         return Ok(buf.freeze());
     }
     let mut buf = BytesMut::zeroed(len as usize);
+    // Scattered as each answer arrives (not after the last), to overlap the copies
+    // with the network.
     while let Some(r) = set.join_next().await {
         let (i, data) = r.map_err(join_err)??;
         // Scatter the object bytes back to their places in the caller's range.
         let mut at = 0usize;
-        for &(b, n) in &runs[i].pieces {
+        for &(b, n) in &extents[i].spans {
             if at >= data.len() {
                 break;
             }
@@ -354,55 +336,33 @@ pub async fn read_extents(c: &Client, fid: Fid, layout: &Layout, offset: u64, le
 /// Cuts every object of a file to what a file of `size` bytes needs.
 pub(crate) async fn punch(c: &Client, fid: Fid, layout: &Layout, size: u64) -> Result<()> {
     let mut set = JoinSet::new();
-    for comp in &layout.components {
-        for (stripe, &ost) in comp.osts.iter().enumerate() {
-            let object = ObjectId { fid, component: comp.id, stripe: stripe as u32 };
-            let object_size = comp.object_size_for_file_size(stripe as u32, size);
-            let rpc = c.ost(ost).await?;
-            set.spawn(async move { rpc.call(&Request::OstPunch { ost, object, size: object_size }, vec![]).await });
-        }
+    for object in objio::objects(fid, layout) {
+        let object_size = object.size_for_file_size(size);
+        let target = c.object_io(object.target).await?;
+        set.spawn(async move { target.cut(object_size).await });
     }
-    while let Some(r) = set.join_next().await {
-        r.map_err(join_err)??;
-    }
-    Ok(())
+    join_all(set).await.map(|_| ())
 }
 
 /// The file size implied by the objects' sizes.
 pub(crate) async fn glimpse(c: &Client, fid: Fid, layout: &Layout) -> Result<u64> {
+    let objects: Vec<objio::FileObject> = objio::objects(fid, layout).collect();
     let mut set = JoinSet::new();
-    for comp in layout.components.iter().cloned() {
-        for (stripe, &ost) in comp.osts.iter().enumerate() {
-            let object = ObjectId { fid, component: comp.id, stripe: stripe as u32 };
-            let rpc = c.ost(ost).await?;
-            let comp = comp.clone();
-            set.spawn(async move {
-                match rpc.call(&Request::OstGetattr { ost, object }, vec![]).await?.response {
-                    Response::ObjectAttr { size, .. } => Ok(comp.file_size_from_object(stripe as u32, size)),
-                    r => Err(ClientError::Errno(Errno::Io, format!("odd getattr answer: {r:?}"))),
-                }
-            });
-        }
+    for (i, object) in objects.iter().enumerate() {
+        let target = c.object_io(object.target).await?;
+        set.spawn(async move { target.size().await.map(|size| (i, size)) });
     }
-    let mut max = 0;
-    while let Some(r) = set.join_next().await {
-        max = max.max(r.map_err(join_err)??);
-    }
-    Ok(max)
+    let sizes = join_all(set).await?;
+    Ok(sizes.into_iter().map(|(i, size)| objects[i].file_size_from(size)).max().unwrap_or(0))
 }
 
 /// Deallocates `[offset, offset+len)` of a file on its OSTs (reads back as zeros).
 pub(crate) async fn punch_hole(c: &Client, f: &OpenFile, offset: u64, len: u64) -> Result<()> {
-    let runs = f.layout.object_extents(offset, len, u64::MAX)?;
+    let extents = objio::extents(f.fid, &f.layout(), offset, len, u64::MAX)?;
     let mut set = JoinSet::new();
-    for run in runs {
-        let object = ObjectId { fid: f.fid, component: run.component_id, stripe: run.stripe };
-        let rpc = c.ost(run.ost).await?;
-        let req = Request::OstTrim { ost: run.ost, object, offset: run.object_offset, len: run.len };
-        set.spawn(async move { rpc.call(&req, vec![]).await });
+    for extent in extents {
+        let target = c.object_io(extent.target).await?;
+        set.spawn(async move { target.trim(extent.object_offset, extent.len).await });
     }
-    while let Some(r) = set.join_next().await {
-        r.map_err(join_err)??;
-    }
-    Ok(())
+    join_all(set).await.map(|_| ())
 }

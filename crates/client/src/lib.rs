@@ -8,16 +8,19 @@
 //! Structure:
 //! - [`Client`]: connections, configuration, and every operation. Each public
 //!   operation passes through [`Client::observe`] — the one place a tracer hooks in.
-//! - [`io`]: the data path (striped reads and writes), the layer a read cache wraps.
+//! - [`io`]: the data path (striped reads and writes, truncates, hole punches).
+//! - [`objio`]: where each piece of a file lives and the I/O on one piece: the one
+//!   place DoM, mirrors and a read cache plug in.
 //! - `lease`: directory leases, which answer lookups of absent names locally.
 //! - [`path`]: path resolution over lookups, symlinks included.
-//! - [`OpenFile`]: an open file's layout and the size it knows.
+//! - [`OpenFile`]: an open file's layout (replaceable) and the size it knows.
 
 pub mod io;
 mod lease;
+pub mod objio;
 pub mod path;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime};
@@ -29,7 +32,7 @@ use proto::msg::{
     SetAttr, TargetInfo, TargetKind, Timespec, Usage, XattrMode,
 };
 use proto::rpc::{Identity, RpcClient, RpcOptions};
-use proto::{Errno, Fid, ObjectId, RpcError};
+use proto::{Errno, Fid, RpcError};
 
 pub use proto::auth::Secret;
 
@@ -64,6 +67,27 @@ pub type Result<T> = std::result::Result<T, ClientError>;
 
 fn unexpected(op: &str, r: &Response) -> ClientError {
     ClientError::Errno(Errno::Proto, format!("unexpected answer to {op}: {r:?}"))
+}
+
+/// Takes the one expected answer to request `op` apart: `answer!(op, response,
+/// Response::Attr(a) => a)`. Any other answer is a protocol error.
+macro_rules! answer {
+    ($op:expr, $response:expr, $expected:pat => $value:expr) => {
+        match $response {
+            $expected => Ok($value),
+            r => Err(unexpected($op, &r)),
+        }
+    };
+}
+
+/// The whole of a metadata operation made of one request: sends `req` to the MDT of
+/// `fid`, observed as `op`, and takes the expected answer apart as [`answer!`] does.
+macro_rules! md_op {
+    ($client:expr, $op:expr, $fid:expr, $req:expr, $expected:pat => $value:expr) => {
+        $client
+            .observe($op, Some($fid), 0, 0, async { answer!($op, $client.md($fid, $req).await?, $expected => $value) })
+            .await
+    };
 }
 
 #[derive(Debug, Clone)]
@@ -108,6 +132,55 @@ pub struct OpRecord {
     pub start: SystemTime,
     pub duration: Duration,
     pub result: std::result::Result<(), Errno>,
+}
+
+/// The name each public operation of [`Client`] reports to the observer, each once. Two
+/// forms of one operation share a name: `close` and `close_shared` report `close`,
+/// `setattr` and `fsetattr` report `setattr`. `Client::connect` reports nothing (no
+/// observer can be set before it).
+pub const OPS: &[&str] = &[
+    "refresh_config",
+    "resolve",
+    "resolve_parent",
+    "lookup",
+    "getattr",
+    "create",
+    "open",
+    "mkdir",
+    "symlink",
+    "mknod",
+    "readlink",
+    "link",
+    "unlink",
+    "rmdir",
+    "rename",
+    "readdir",
+    "readdir_all",
+    "setattr",
+    "truncate",
+    "setxattr",
+    "getxattr",
+    "listxattr",
+    "removexattr",
+    "setstripe",
+    "getstripe",
+    "read",
+    "write",
+    "punch",
+    "flush",
+    "fsync",
+    "sync_metadata",
+    "close",
+    "setlk",
+    "getlk",
+    "glimpse_size",
+    "target_usage",
+    "statfs",
+];
+
+tokio::task_local! {
+    /// Set in a task while an observed operation runs in it (see [`Client::observe`]).
+    static OBSERVING: ();
 }
 
 /// Receives every operation of a client (the I/O tracer implements it). Must be cheap:
@@ -159,11 +232,14 @@ pub struct Client {
 /// An open file: what the client needs to do I/O without asking the MDS again.
 pub struct OpenFile {
     pub fid: Fid,
-    pub layout: Layout,
+    /// The file's layout as this handle knows it. Each request takes it once (see
+    /// [`OpenFile::layout`]); [`OpenFile::replace_layout`] swaps in a newer generation.
+    layout: RwLock<Arc<Layout>>,
     size: Arc<AtomicU64>,
     written: AtomicBool,
-    /// OSTs and objects this handle wrote to (fsync syncs only those).
-    dirty: Mutex<HashMap<u32, Vec<ObjectId>>>,
+    /// Objects this handle wrote to (fsync syncs only those). At most the objects of
+    /// the file, whatever the number of writes.
+    dirty: Mutex<HashSet<objio::Target>>,
     /// Writes sent but not yet acknowledged by their OSTs (write-behind).
     pub(crate) inflight: Arc<io::Inflight>,
     /// Sequential read-ahead state.
@@ -183,15 +259,35 @@ impl OpenFile {
         inflight.trunc_epoch.store(attr.trunc_epoch, Ordering::Release);
         Ok(OpenFile {
             fid: attr.fid,
-            layout,
+            layout: RwLock::new(Arc::new(layout)),
             size: Arc::new(AtomicU64::new(attr.size)),
             written: AtomicBool::new(false),
-            dirty: Mutex::new(HashMap::new()),
+            dirty: Mutex::new(HashSet::new()),
             inflight: Arc::new(inflight),
             readahead: tokio::sync::Mutex::new(io::Readahead::default()),
             published_gen: AtomicU64::new(u64::MAX),
             flags,
         })
+    }
+
+    /// The file's layout now. A request takes it once and cuts all of its range by it.
+    pub fn layout(&self) -> Arc<Layout> {
+        self.layout.read().expect("layout").clone()
+    }
+
+    /// Takes `layout` if its generation is newer than the handle's (an older or equal
+    /// one is a stale answer and is ignored); returns whether it was taken. Read-ahead
+    /// cut by the old layout is dropped. Where a PFL instantiation or a mirror change
+    /// reaches the handle: an MDS answer carrying the file's layout (an open, a getattr,
+    /// an instantiation after `LayoutError::NotInstantiated`) passes it here.
+    pub fn replace_layout(&self, layout: Layout) -> bool {
+        let mut current = self.layout.write().expect("layout");
+        if layout.generation <= current.generation {
+            return false;
+        }
+        *current = Arc::new(layout);
+        self.inflight.data_gen.fetch_add(1, Ordering::AcqRel);
+        true
     }
 
     /// The file size as this handle knows it: the size at open, grown by its writes.
@@ -290,6 +386,10 @@ impl Client {
 
     /// Fetches the configuration from the MGS again.
     pub async fn refresh_config(&self) -> Result<ClusterConfig> {
+        self.observe("refresh_config", None, 0, 0, self.load_config()).await
+    }
+
+    async fn load_config(&self) -> Result<ClusterConfig> {
         let c = fetch_config(&self.inner.mgs).await?;
         *self.inner.config.write().expect("config") = c.clone();
         *self.inner.last_refresh.lock().expect("refresh") = Instant::now();
@@ -297,16 +397,21 @@ impl Client {
     }
 
     /// Runs `f` as operation `op`, reporting it to the observer if one is set. Every
-    /// public operation goes through here.
+    /// public operation goes through here, and reports once: the operations it is
+    /// made of (setattr's getattr, resolve's lookups, statfs's target_usage) are part
+    /// of it and are not reported again.
     pub async fn observe<T, F>(&self, op: &'static str, fid: Option<Fid>, offset: u64, len: u64, f: F) -> Result<T>
     where
         F: std::future::Future<Output = Result<T>>,
     {
         let observer = self.inner.observer.read().expect("observer").clone();
         let Some(obs) = observer else { return f.await };
+        if OBSERVING.try_with(|_| ()).is_ok() {
+            return f.await;
+        }
         let start = SystemTime::now();
         let t0 = Instant::now();
-        let r = f.await;
+        let r = OBSERVING.scope((), f).await;
         obs.record(&OpRecord {
             op,
             fid,
@@ -364,7 +469,7 @@ impl Client {
         let known = self.inner.config.read().expect("config").target(kind, index).map(|t| t.address.clone());
         let address = match known {
             Some(a) => a,
-            None => self.refresh_config().await?.target(kind, index).map(|t| t.address.clone()).ok_or_else(|| {
+            None => self.load_config().await?.target(kind, index).map(|t| t.address.clone()).ok_or_else(|| {
                 ClientError::Errno(Errno::NoEnt, format!("{}{index:04x} is not in the configuration", kind.name()))
             })?,
         };
@@ -383,6 +488,14 @@ impl Client {
     async fn md(&self, fid: Fid, req: Request) -> Result<Response> {
         let c = self.mdt(fid).await?;
         Ok(c.call(&req, vec![]).await?.response)
+    }
+
+    /// Sends `req`, which changes entries of `dirs` (to the MDT of the first), and keeps
+    /// the directory leases true to it (see [`Client::track_entries`]).
+    async fn md_entries(&self, dirs: &[Fid], req: Request) -> Result<Response> {
+        let r = self.md(dirs[0], req).await;
+        self.track_entries(&r, dirs);
+        r
     }
 
     /// Keeps this client's directory leases true to an operation that changed (or
@@ -435,22 +548,14 @@ impl Client {
             if self.inner.leases.absent(parent, name) {
                 return Err(ClientError::Errno(Errno::NoEnt, format!("{name} not found")));
             }
-            match self.md(parent, Request::MdsLookup { creds: creds.clone(), parent, name: name.to_string() }).await? {
-                Response::Attr(a) => Ok(a),
-                r => Err(unexpected("lookup", &r)),
-            }
+            let req = Request::MdsLookup { creds: creds.clone(), parent, name: name.to_string() };
+            answer!("lookup", self.md(parent, req).await?, Response::Attr(a) => a)
         })
         .await
     }
 
     pub async fn getattr(&self, fid: Fid) -> Result<Attr> {
-        self.observe("getattr", Some(fid), 0, 0, async {
-            match self.md(fid, Request::MdsGetattr { fid }).await? {
-                Response::Attr(a) => Ok(a),
-                r => Err(unexpected("getattr", &r)),
-            }
-        })
-        .await
+        md_op!(self, "getattr", fid, Request::MdsGetattr { fid }, Response::Attr(a) => a)
     }
 
     /// Creates (or, without `exclusive`, opens an existing) file: one MDS round trip
@@ -480,8 +585,7 @@ impl Client {
                 layout,
             };
             let unknown = self.inner.leases.add(parent, name);
-            let r = self.md(parent, req).await;
-            self.track_entries(&r, &[parent]);
+            let r = self.md_entries(&[parent], req).await;
             if unknown && matches!(r, Ok(Response::Created { existed: true, .. })) {
                 // An existing name the lease did not know of: the lease was wrong.
                 self.inner.leases.forget(parent);
@@ -511,19 +615,16 @@ impl Client {
     /// file is emptied.
     pub async fn open(&self, creds: &Creds, fid: Fid, flags: OpenFlags) -> Result<(OpenFile, Attr)> {
         self.observe("open", Some(fid), 0, 0, async {
-            match self.md(fid, Request::MdsOpen { creds: creds.clone(), fid, flags }).await? {
-                Response::Attr(mut attr) => {
-                    let f = OpenFile::new(&attr, flags)?;
-                    self.register_open(&f);
-                    // Whatever the MDS's size says: it lags unpublished writes.
-                    if flags.truncate {
-                        self.truncate_open(creds, &f, 0).await?;
-                        attr.size = 0;
-                    }
-                    Ok((f, attr))
-                }
-                r => Err(unexpected("open", &r)),
+            let req = Request::MdsOpen { creds: creds.clone(), fid, flags };
+            let mut attr = answer!("open", self.md(fid, req).await?, Response::Attr(a) => a)?;
+            let f = OpenFile::new(&attr, flags)?;
+            self.register_open(&f);
+            // Whatever the MDS's size says: it lags unpublished writes.
+            if flags.truncate {
+                self.truncate_open(creds, &f, 0).await?;
+                attr.size = 0;
             }
+            Ok((f, attr))
         })
         .await
     }
@@ -581,71 +682,47 @@ impl Client {
     /// Sends `req`, which makes the entry `name` in `parent` for a new inode without
     /// data (a symlink or a special file), and returns the inode's attributes.
     async fn make_leaf(&self, parent: Fid, name: &str, req: Request) -> Result<Attr> {
-        let op = req.op_name();
         self.forget_dir(parent);
         self.inner.leases.add(parent, name);
-        let r = self.md(parent, req).await;
-        self.track_entries(&r, &[parent]);
-        match r? {
-            Response::Attr(a) => Ok(a),
-            r => Err(unexpected(op, &r)),
-        }
+        let op = req.op_name();
+        answer!(op, self.md_entries(&[parent], req).await?, Response::Attr(a) => a)
     }
 
     pub async fn readlink(&self, fid: Fid) -> Result<String> {
-        self.observe("readlink", Some(fid), 0, 0, async {
-            match self.md(fid, Request::MdsReadlink { fid }).await? {
-                Response::Link(t) => Ok(t),
-                r => Err(unexpected("readlink", &r)),
-            }
-        })
-        .await
+        md_op!(self, "readlink", fid, Request::MdsReadlink { fid }, Response::Link(t) => t)
     }
 
     pub async fn link(&self, creds: &Creds, fid: Fid, parent: Fid, name: &str) -> Result<Attr> {
         self.observe("link", Some(fid), 0, 0, async {
             self.forget_dir(parent);
             self.inner.leases.add(parent, name);
-            let r =
-                self.md(parent, Request::MdsLink { creds: creds.clone(), fid, parent, name: name.to_string() }).await;
-            self.track_entries(&r, &[parent]);
-            match r? {
-                Response::Attr(a) => Ok(a),
-                r => Err(unexpected("link", &r)),
-            }
+            let req = Request::MdsLink { creds: creds.clone(), fid, parent, name: name.to_string() };
+            answer!("link", self.md_entries(&[parent], req).await?, Response::Attr(a) => a)
         })
         .await
     }
 
     pub async fn unlink(&self, creds: &Creds, parent: Fid, name: &str) -> Result<()> {
+        let req = Request::MdsUnlink { creds: creds.clone(), parent, name: name.to_string() };
         self.observe("unlink", Some(parent), 0, 0, async {
             self.settle_closes().await;
-            let r = self.md(parent, Request::MdsUnlink { creds: creds.clone(), parent, name: name.to_string() }).await;
-            self.track_entries(&r, &[parent]);
-            match r? {
-                Response::DirChanged { dir } => {
-                    self.note_dir(dir);
-                    Ok(())
-                }
-                r => Err(unexpected("unlink", &r)),
-            }
+            self.remove_entry(parent, req).await
         })
         .await
     }
 
     pub async fn rmdir(&self, creds: &Creds, parent: Fid, name: &str) -> Result<()> {
-        self.observe("rmdir", Some(parent), 0, 0, async {
-            let r = self.md(parent, Request::MdsRmdir { creds: creds.clone(), parent, name: name.to_string() }).await;
-            self.track_entries(&r, &[parent]);
-            match r? {
-                Response::DirChanged { dir } => {
-                    self.note_dir(dir);
-                    Ok(())
-                }
-                r => Err(unexpected("rmdir", &r)),
-            }
-        })
-        .await
+        let req = Request::MdsRmdir { creds: creds.clone(), parent, name: name.to_string() };
+        self.observe("rmdir", Some(parent), 0, 0, self.remove_entry(parent, req)).await
+    }
+
+    /// Sends `req`, which removes a name from `parent` (an unlink or an rmdir), and
+    /// remembers the directory as the MDS left it.
+    async fn remove_entry(&self, parent: Fid, req: Request) -> Result<()> {
+        let op = req.op_name();
+        let dir = answer!(op, self.md_entries(&[parent], req).await?, Response::DirChanged { dir } => dir)?;
+        self.note_dir(dir);
+        Ok(())
     }
 
     pub async fn rename(
@@ -673,12 +750,7 @@ impl Client {
                 flags,
             };
             self.inner.leases.add(new_parent, new_name);
-            let r = self.md(parent, req).await;
-            self.track_entries(&r, &[parent, new_parent]);
-            match r? {
-                Response::Ok => Ok(()),
-                r => Err(unexpected("rename", &r)),
-            }
+            answer!("rename", self.md_entries(&[parent, new_parent], req).await?, Response::Ok => ())
         })
         .await
     }
@@ -691,28 +763,25 @@ impl Client {
         after: Option<&str>,
         max: u32,
     ) -> Result<(Vec<DirEntry>, bool)> {
-        self.observe("readdir", Some(fid), 0, 0, async {
-            let req = Request::MdsReaddir { creds: creds.clone(), fid, after: after.map(str::to_string), max };
-            match self.md(fid, req).await? {
-                Response::Dirents { entries, eof } => Ok((entries, eof)),
-                r => Err(unexpected("readdir", &r)),
-            }
-        })
-        .await
+        let req = Request::MdsReaddir { creds: creds.clone(), fid, after: after.map(str::to_string), max };
+        md_op!(self, "readdir", fid, req, Response::Dirents { entries, eof } => (entries, eof))
     }
 
     /// Every entry of a directory.
     pub async fn readdir_all(&self, creds: &Creds, fid: Fid) -> Result<Vec<DirEntry>> {
-        let mut all = Vec::new();
-        let mut after: Option<String> = None;
-        loop {
-            let (batch, eof) = self.readdir(creds, fid, after.as_deref(), 1024).await?;
-            after = batch.last().map(|e| e.name.clone());
-            all.extend(batch);
-            if eof || after.is_none() {
-                return Ok(all);
+        self.observe("readdir_all", Some(fid), 0, 0, async {
+            let mut all = Vec::new();
+            let mut after: Option<String> = None;
+            loop {
+                let (batch, eof) = self.readdir(creds, fid, after.as_deref(), 1024).await?;
+                after = batch.last().map(|e| e.name.clone());
+                all.extend(batch);
+                if eof || after.is_none() {
+                    return Ok(all);
+                }
             }
-        }
+        })
+        .await
     }
 
     /// Changes attributes. A size change punches the OST objects first, so a crash in
@@ -733,10 +802,8 @@ impl Client {
                     self.cut_objects(fid, layout, size).await?;
                 }
             }
-            match self.md(fid, Request::MdsSetattr { creds: creds.clone(), fid, set }).await? {
-                Response::Attr(a) => Ok(a),
-                r => Err(unexpected("setattr", &r)),
-            }
+            let req = Request::MdsSetattr { creds: creds.clone(), fid, set };
+            answer!("setattr", self.md(fid, req).await?, Response::Attr(a) => a)
         })
         .await
     }
@@ -755,18 +822,15 @@ impl Client {
     async fn setattr_through(&self, creds: &Creds, f: &OpenFile, set: SetAttr) -> Result<Attr> {
         let size = set.size;
         if let Some(size) = size {
-            self.cut_objects(f.fid, &f.layout, size).await?;
+            self.cut_objects(f.fid, &f.layout(), size).await?;
         }
-        match self.md(f.fid, Request::MdsSetattr { creds: creds.clone(), fid: f.fid, set }).await? {
-            Response::Attr(a) => {
-                if let Some(size) = size {
-                    f.set_size(size);
-                    f.inflight.trunc_epoch.store(a.trunc_epoch, Ordering::Release);
-                }
-                Ok(a)
-            }
-            r => Err(unexpected("setattr", &r)),
+        let req = Request::MdsSetattr { creds: creds.clone(), fid: f.fid, set };
+        let a = answer!("setattr", self.md(f.fid, req).await?, Response::Attr(a) => a)?;
+        if let Some(size) = size {
+            f.set_size(size);
+            f.inflight.trunc_epoch.store(a.trunc_epoch, Ordering::Release);
         }
+        Ok(a)
     }
 
     async fn truncate_open(&self, creds: &Creds, f: &OpenFile, size: u64) -> Result<()> {
@@ -805,41 +869,26 @@ impl Client {
             self.forget_dir(fid);
             let req =
                 Request::MdsSetxattr { creds: creds.clone(), fid, name: name.to_string(), value: value.to_vec(), mode };
-            match self.md(fid, req).await? {
-                Response::Ok => Ok(()),
-                r => Err(unexpected("setxattr", &r)),
-            }
+            answer!("setxattr", self.md(fid, req).await?, Response::Ok => ())
         })
         .await
     }
 
     pub async fn getxattr(&self, creds: &Creds, fid: Fid, name: &str) -> Result<Vec<u8>> {
-        self.observe("getxattr", Some(fid), 0, 0, async {
-            match self.md(fid, Request::MdsGetxattr { creds: creds.clone(), fid, name: name.to_string() }).await? {
-                Response::Xattr(v) => Ok(v),
-                r => Err(unexpected("getxattr", &r)),
-            }
-        })
-        .await
+        let req = Request::MdsGetxattr { creds: creds.clone(), fid, name: name.to_string() };
+        md_op!(self, "getxattr", fid, req, Response::Xattr(v) => v)
     }
 
     pub async fn listxattr(&self, creds: &Creds, fid: Fid) -> Result<Vec<String>> {
-        self.observe("listxattr", Some(fid), 0, 0, async {
-            match self.md(fid, Request::MdsListxattr { creds: creds.clone(), fid }).await? {
-                Response::XattrNames(v) => Ok(v),
-                r => Err(unexpected("listxattr", &r)),
-            }
-        })
-        .await
+        let req = Request::MdsListxattr { creds: creds.clone(), fid };
+        md_op!(self, "listxattr", fid, req, Response::XattrNames(v) => v)
     }
 
     pub async fn removexattr(&self, creds: &Creds, fid: Fid, name: &str) -> Result<()> {
         self.observe("removexattr", Some(fid), 0, 0, async {
             self.forget_dir(fid);
-            match self.md(fid, Request::MdsRemovexattr { creds: creds.clone(), fid, name: name.to_string() }).await? {
-                Response::Ok => Ok(()),
-                r => Err(unexpected("removexattr", &r)),
-            }
+            let req = Request::MdsRemovexattr { creds: creds.clone(), fid, name: name.to_string() };
+            answer!("removexattr", self.md(fid, req).await?, Response::Ok => ())
         })
         .await
     }
@@ -849,22 +898,14 @@ impl Client {
             if let Some(s) = &spec {
                 s.validate()?;
             }
-            match self.md(fid, Request::MdsSetDirLayout { creds: creds.clone(), fid, spec }).await? {
-                Response::Ok => Ok(()),
-                r => Err(unexpected("setstripe", &r)),
-            }
+            let req = Request::MdsSetDirLayout { creds: creds.clone(), fid, spec };
+            answer!("setstripe", self.md(fid, req).await?, Response::Ok => ())
         })
         .await
     }
 
     pub async fn get_dir_layout(&self, fid: Fid) -> Result<Option<LayoutSpec>> {
-        self.observe("getstripe", Some(fid), 0, 0, async {
-            match self.md(fid, Request::MdsGetDirLayout { fid }).await? {
-                Response::DirLayout(s) => Ok(s),
-                r => Err(unexpected("getstripe", &r)),
-            }
-        })
-        .await
+        md_op!(self, "getstripe", fid, Request::MdsGetDirLayout { fid }, Response::DirLayout(s) => s)
     }
 
     // ---- data ----
@@ -917,24 +958,10 @@ impl Client {
     pub async fn fsync(&self, f: &OpenFile) -> Result<()> {
         self.observe("fsync", Some(f.fid), 0, 0, async {
             f.inflight.drain().await?;
-            let dirty: Vec<(u32, Vec<ObjectId>)> = f.dirty.lock().expect("dirty").drain().collect();
-            let synced = async {
-                let mut set = tokio::task::JoinSet::new();
-                for (ost, objects) in dirty.iter().cloned() {
-                    let c = self.ost(ost).await?;
-                    set.spawn(async move { c.call(&Request::OstSync { ost, objects }, vec![]).await });
-                }
-                while let Some(r) = set.join_next().await {
-                    r.map_err(|e| ClientError::Errno(Errno::Io, format!("sync task failed: {e}")))??;
-                }
-                Ok::<_, ClientError>(())
-            };
-            if let Err(e) = synced.await {
+            let dirty: Vec<objio::Target> = f.dirty.lock().expect("dirty").drain().collect();
+            if let Err(e) = objio::sync(self, &dirty).await {
                 // Not synced: a later fsync must try these objects again.
-                let mut d = f.dirty.lock().expect("dirty");
-                for (ost, objects) in dirty {
-                    d.entry(ost).or_default().extend(objects);
-                }
+                f.dirty.lock().expect("dirty").extend(dirty);
                 return Err(e);
             }
             self.report_size(f).await?;
@@ -947,10 +974,7 @@ impl Client {
     /// (fsync of a file or a directory): MDTs acknowledge once an operation survives
     /// their own crash, and reach the disk at their next checkpoint or at this call.
     pub async fn sync_metadata(&self, fid: Fid) -> Result<()> {
-        match self.md(fid, Request::MdsSync { fid }).await? {
-            Response::Ok => Ok(()),
-            r => Err(unexpected("metadata sync", &r)),
-        }
+        md_op!(self, "sync_metadata", fid, Request::MdsSync { fid }, Response::Ok => ())
     }
 
     /// Tells the MDS the size and mtime of a written handle, unless nothing was written
@@ -985,7 +1009,7 @@ impl Client {
             i.settle().await;
         }
         for _ in 0..EPOCH_RETRIES_MAX {
-            let size = io::glimpse(self, f.fid, &f.layout).await?;
+            let size = io::glimpse(self, f.fid, &f.layout()).await?;
             let req = Request::MdsSizeUpdate { fid: f.fid, size, mtime: Timespec::now(), trunc_epoch: epoch };
             match self.md(f.fid, req).await? {
                 Response::Attr(a) => {
@@ -1141,10 +1165,8 @@ impl Client {
         end: u64,
     ) -> Result<Option<LockInfo>> {
         self.observe("getlk", Some(fid), start, 0, async {
-            match self.md(fid, Request::MdsGetLock { fid, owner, lock, start, end }).await? {
-                Response::Lock(c) => Ok(c),
-                r => Err(unexpected("getlk", &r)),
-            }
+            let req = Request::MdsGetLock { fid, owner, lock, start, end };
+            answer!("getlk", self.md(fid, req).await?, Response::Lock(c) => c)
         })
         .await
     }
@@ -1152,10 +1174,13 @@ impl Client {
     /// The size of a file as its objects show it (Lustre's glimpse): needed while
     /// another client writes it and has not closed yet.
     pub async fn glimpse_size(&self, attr: &Attr) -> Result<u64> {
-        let Some(layout) = &attr.layout else {
-            return Ok(attr.size);
-        };
-        Ok(attr.size.max(io::glimpse(self, attr.fid, layout).await?))
+        self.observe("glimpse_size", Some(attr.fid), 0, 0, async {
+            let Some(layout) = &attr.layout else {
+                return Ok(attr.size);
+            };
+            Ok(attr.size.max(io::glimpse(self, attr.fid, layout).await?))
+        })
+        .await
     }
 
     // ---- cluster ----
@@ -1163,29 +1188,32 @@ impl Client {
     /// Usage of every target, asked of the target itself; `Err` for one that does not
     /// answer.
     pub async fn target_usage(&self) -> Result<Vec<(TargetInfo, std::result::Result<Usage, String>)>> {
-        let config = self.refresh_config().await?;
-        let mut out = Vec::new();
-        let quick = RpcOptions { recovery_timeout: Duration::from_secs(2), ..self.inner.cfg.rpc.clone() };
-        for t in config.mdts.iter().chain(config.osts.iter()) {
-            let c = RpcClient::new(t.address.clone(), self.inner.identity.clone(), quick.clone());
-            let req = match t.kind {
-                TargetKind::Mdt => Request::MdsStatfs { mdt: t.index },
-                TargetKind::Ost => Request::OstStatfs { ost: t.index },
-            };
-            let u = if !t.up {
-                Err("inactive device".to_string())
-            } else {
-                match c.call(&req, vec![]).await {
-                    Ok(r) => match r.response {
-                        Response::Usage(u) => Ok(u),
-                        other => Err(format!("unexpected answer {other:?}")),
-                    },
-                    Err(e) => Err(e.to_string()),
-                }
-            };
-            out.push((t.clone(), u));
-        }
-        Ok(out)
+        self.observe("target_usage", None, 0, 0, async {
+            let config = self.load_config().await?;
+            let mut out = Vec::new();
+            let quick = RpcOptions { recovery_timeout: Duration::from_secs(2), ..self.inner.cfg.rpc.clone() };
+            for t in config.mdts.iter().chain(config.osts.iter()) {
+                let c = RpcClient::new(t.address.clone(), self.inner.identity.clone(), quick.clone());
+                let req = match t.kind {
+                    TargetKind::Mdt => Request::MdsStatfs { mdt: t.index },
+                    TargetKind::Ost => Request::OstStatfs { ost: t.index },
+                };
+                let u = if !t.up {
+                    Err("inactive device".to_string())
+                } else {
+                    match c.call(&req, vec![]).await {
+                        Ok(r) => match r.response {
+                            Response::Usage(u) => Ok(u),
+                            other => Err(format!("unexpected answer {other:?}")),
+                        },
+                        Err(e) => Err(e.to_string()),
+                    }
+                };
+                out.push((t.clone(), u));
+            }
+            Ok(out)
+        })
+        .await
     }
 
     /// File system totals (statfs): space from the OSTs, inodes from the MDTs.

@@ -11,53 +11,60 @@ impl Client {
     /// Resolves an absolute path inside the file system (`/` is the root). With
     /// `follow_last`, a final symlink is followed too.
     pub async fn resolve(&self, creds: &Creds, path: &str, follow_last: bool) -> Result<Attr> {
-        let mut stack: Vec<Attr> = vec![self.getattr(Fid::ROOT).await.map_err(|e| e.at("/"))?];
-        let mut todo: Vec<String> = components(path).into_iter().rev().collect();
-        let mut links = 0;
-        while let Some(name) = todo.pop() {
-            if name == ".." {
-                if stack.len() > 1 {
-                    stack.pop();
+        self.observe("resolve", None, 0, 0, async {
+            let mut stack: Vec<Attr> = vec![self.getattr(Fid::ROOT).await.map_err(|e| e.at("/"))?];
+            let mut todo: Vec<String> = components(path).into_iter().rev().collect();
+            let mut links = 0;
+            while let Some(name) = todo.pop() {
+                if name == ".." {
+                    if stack.len() > 1 {
+                        stack.pop();
+                    }
+                    continue;
                 }
-                continue;
-            }
-            let here = stack.last().expect("root stays").clone();
-            if here.kind != FileKind::Dir {
-                return Err(ClientError::Errno(Errno::NotDir, format!("{path}: not a directory")));
-            }
-            let attr = self.lookup(creds, here.fid, &name).await.map_err(|e| e.at(path))?;
-            let last = todo.is_empty();
-            if attr.kind == FileKind::Symlink && (!last || follow_last) {
-                links += 1;
-                if links > MAX_SYMLINKS {
-                    return Err(ClientError::Errno(Errno::Loop, format!("{path}: too many levels of symbolic links")));
+                let here = stack.last().expect("root stays").clone();
+                if here.kind != FileKind::Dir {
+                    return Err(ClientError::Errno(Errno::NotDir, format!("{path}: not a directory")));
                 }
-                let target = self.readlink(attr.fid).await?;
-                if target.starts_with('/') {
-                    stack.truncate(1);
+                let attr = self.lookup(creds, here.fid, &name).await.map_err(|e| e.at(path))?;
+                let last = todo.is_empty();
+                if attr.kind == FileKind::Symlink && (!last || follow_last) {
+                    links += 1;
+                    if links > MAX_SYMLINKS {
+                        let msg = format!("{path}: too many levels of symbolic links");
+                        return Err(ClientError::Errno(Errno::Loop, msg));
+                    }
+                    let target = self.readlink(attr.fid).await?;
+                    if target.starts_with('/') {
+                        stack.truncate(1);
+                    }
+                    todo.extend(components(&target).into_iter().rev());
+                    continue;
                 }
-                todo.extend(components(&target).into_iter().rev());
-                continue;
+                stack.push(attr);
             }
-            stack.push(attr);
-        }
-        Ok(stack.pop().expect("at least the root"))
+            Ok(stack.pop().expect("at least the root"))
+        })
+        .await
     }
 
     /// Resolves the parent directory of `path` and returns it with the last name.
     pub async fn resolve_parent(&self, creds: &Creds, path: &str) -> Result<(Attr, String)> {
-        let mut parts = components(path);
-        let Some(name) = parts.pop() else {
-            return Err(ClientError::Errno(Errno::Inval, format!("{path}: the root has no parent")));
-        };
-        if name == ".." {
-            return Err(ClientError::Errno(Errno::Inval, format!("{path}: ends in '..'")));
-        }
-        let parent = self.resolve(creds, &format!("/{}", parts.join("/")), true).await?;
-        if parent.kind != FileKind::Dir {
-            return Err(ClientError::Errno(Errno::NotDir, format!("{path}: parent is not a directory")));
-        }
-        Ok((parent, name))
+        self.observe("resolve_parent", None, 0, 0, async {
+            let mut parts = components(path);
+            let Some(name) = parts.pop() else {
+                return Err(ClientError::Errno(Errno::Inval, format!("{path}: the root has no parent")));
+            };
+            if name == ".." {
+                return Err(ClientError::Errno(Errno::Inval, format!("{path}: ends in '..'")));
+            }
+            let parent = self.resolve(creds, &format!("/{}", parts.join("/")), true).await?;
+            if parent.kind != FileKind::Dir {
+                return Err(ClientError::Errno(Errno::NotDir, format!("{path}: parent is not a directory")));
+            }
+            Ok((parent, name))
+        })
+        .await
     }
 }
 

@@ -1,0 +1,254 @@
+//! The object I/O layer: where each byte range of a file lives, and how one piece of it
+//! is moved. The only place in the client that names an OST request.
+//!
+//! Above this module everything speaks file offsets; below it, one target's RPCs.
+//! [`extents`] cuts a byte range of a file by the layout into [`Extent`]s (one RPC
+//! each), [`objects`] lists every object of a file (for truncates and glimpses), and
+//! [`ObjectIo`] performs one operation on one target. The data path in `io` and the
+//! client's `fsync` reach the OSTs only through here, so each capability that changes
+//! where bytes live, or how they are read, plugs in at one point:
+//! - PFL instantiation: a write past the instantiated components fails here with
+//!   `LayoutError::NotInstantiated`; the MDS instantiates, and the handle takes the
+//!   layout of the new generation through `OpenFile::replace_layout`.
+//! - DoM: a `Target::Mdt` for the first component, chosen in [`extents`] and served in
+//!   [`ObjectIo`] by the MDT of the file.
+//! - Mirrors: [`extents`] picks one mirror's object for a read and every mirror's for
+//!   a write.
+//! - The SSD cache: wraps [`ObjectIo::read`].
+//!
+//! A target's connection is resolved before the task of its piece is spawned, so all
+//! pieces of a request leave at once; the in-flight bound of the RPC layer keeps the
+//! pressure on each target bounded.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use layout::{Component, Layout};
+use proto::msg::{Request, Response};
+use proto::rpc::RpcClient;
+use proto::{Errno, Fid, ObjectId};
+use tokio::task::JoinSet;
+
+use crate::{Client, ClientError, Result};
+
+/// Where a piece of a file lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Target {
+    /// An object on an OST. The variants to come: the MDT of the file for Data on MDT,
+    /// and a mirror's object (an OST object with the mirror's component id).
+    Ost { ost: u32, object: ObjectId },
+}
+
+/// One piece of a byte range: bytes contiguous in one target, possibly gathered from
+/// several places of the request (consecutive stripe units of one object are
+/// `stripe_size * stripe_count` apart in the file but adjacent in the object). One
+/// extent is one RPC.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Extent {
+    pub target: Target,
+    /// Where the extent starts in its target.
+    pub object_offset: u64,
+    pub len: u64,
+    /// `(offset from the start of the request, length)`, in object order: the file
+    /// offset of each is the request's offset plus the first.
+    pub spans: Vec<(u64, u64)>,
+}
+
+/// The extents of `[offset, offset+len)` of file `fid` under `layout`, each at most
+/// `max_rpc_bytes` long.
+pub fn extents(fid: Fid, layout: &Layout, offset: u64, len: u64, max_rpc_bytes: u64) -> Result<Vec<Extent>> {
+    let runs = layout.object_extents(offset, len, max_rpc_bytes)?;
+    Ok(runs
+        .into_iter()
+        .map(|run| Extent {
+            target: Target::Ost {
+                ost: run.ost,
+                object: ObjectId { fid, component: run.component_id, stripe: run.stripe },
+            },
+            object_offset: run.object_offset,
+            len: run.len,
+            spans: run.pieces,
+        })
+        .collect())
+}
+
+/// One object of a file, with the component that maps it (for the size arithmetic).
+pub struct FileObject<'a> {
+    pub target: Target,
+    component: &'a Component,
+    stripe: u32,
+}
+
+impl FileObject<'_> {
+    /// How long this object is in a file of `file_size` bytes.
+    pub fn size_for_file_size(&self, file_size: u64) -> u64 {
+        self.component.object_size_for_file_size(self.stripe, file_size)
+    }
+
+    /// The file size that this object being `object_size` bytes long implies.
+    pub fn file_size_from(&self, object_size: u64) -> u64 {
+        self.component.file_size_from_object(self.stripe, object_size)
+    }
+}
+
+/// Every object of file `fid` under `layout` (none for a component not instantiated).
+pub fn objects(fid: Fid, layout: &Layout) -> impl Iterator<Item = FileObject<'_>> {
+    layout.components.iter().flat_map(move |comp| {
+        comp.osts.iter().enumerate().map(move |(stripe, &ost)| FileObject {
+            target: Target::Ost { ost, object: ObjectId { fid, component: comp.id, stripe: stripe as u32 } },
+            component: comp,
+            stripe: stripe as u32,
+        })
+    })
+}
+
+/// I/O on one target, its connection resolved: what the task of one piece holds.
+pub struct ObjectIo {
+    target: Target,
+    rpc: Arc<RpcClient>,
+}
+
+impl Client {
+    /// The I/O handle of `target`; refreshes the configuration when the target is not
+    /// known yet (e.g. an OST added since we connected).
+    pub(crate) async fn object_io(&self, target: Target) -> Result<ObjectIo> {
+        let Target::Ost { ost, .. } = target;
+        Ok(ObjectIo { target, rpc: self.ost(ost).await? })
+    }
+}
+
+impl ObjectIo {
+    /// Reads `len` bytes at `offset`; fewer come back when the target is shorter.
+    pub async fn read(&self, offset: u64, len: u64) -> Result<Bytes> {
+        let Target::Ost { ost, object } = self.target;
+        let reply = self.rpc.call(&Request::OstRead { ost, object, offset, len: len as u32 }, vec![]).await?;
+        match reply.response {
+            Response::Data => Ok(reply.payload),
+            r => Err(ClientError::Errno(Errno::Io, format!("odd read answer: {r:?}"))),
+        }
+    }
+
+    /// Writes the `len` bytes of `payload` (sent as they are, no copy) at `offset`.
+    pub async fn write(&self, offset: u64, payload: Vec<Bytes>, len: u64) -> Result<()> {
+        let Target::Ost { ost, object } = self.target;
+        match self.rpc.call(&Request::OstWrite { ost, object, offset, sync: false }, payload).await?.response {
+            Response::Written { bytes } if bytes == len => Ok(()),
+            r => Err(ClientError::Errno(Errno::Io, format!("short or odd write answer from OST {ost}: {r:?}"))),
+        }
+    }
+
+    /// Deallocates `[offset, offset+len)` of the target (reads back as zeros).
+    pub async fn trim(&self, offset: u64, len: u64) -> Result<()> {
+        let Target::Ost { ost, object } = self.target;
+        self.rpc.call(&Request::OstTrim { ost, object, offset, len }, vec![]).await?;
+        Ok(())
+    }
+
+    /// Cuts (or extends) the target to `size` bytes.
+    pub async fn cut(&self, size: u64) -> Result<()> {
+        let Target::Ost { ost, object } = self.target;
+        self.rpc.call(&Request::OstPunch { ost, object, size }, vec![]).await?;
+        Ok(())
+    }
+
+    /// How many bytes the target holds (its end, holes included).
+    pub async fn size(&self) -> Result<u64> {
+        let Target::Ost { ost, object } = self.target;
+        match self.rpc.call(&Request::OstGetattr { ost, object }, vec![]).await?.response {
+            Response::ObjectAttr { size, .. } => Ok(size),
+            r => Err(ClientError::Errno(Errno::Io, format!("odd getattr answer: {r:?}"))),
+        }
+    }
+}
+
+/// Makes the writes to `targets` durable: one request per OST, all OSTs at once.
+pub(crate) async fn sync(c: &Client, targets: &[Target]) -> Result<()> {
+    let mut by_ost: HashMap<u32, Vec<ObjectId>> = HashMap::new();
+    for &Target::Ost { ost, object } in targets {
+        by_ost.entry(ost).or_default().push(object);
+    }
+    let mut set = JoinSet::new();
+    for (ost, objects) in by_ost {
+        let rpc = c.ost(ost).await?;
+        set.spawn(async move { rpc.call(&Request::OstSync { ost, objects }, vec![]).await.map_err(ClientError::from) });
+    }
+    join_all(set).await.map(|_| ())
+}
+
+/// Waits for every task of `set`, in the order they finish; the first failure is the
+/// answer (the rest are dropped with the set).
+pub(crate) async fn join_all<T: 'static>(mut set: JoinSet<Result<T>>) -> Result<Vec<T>> {
+    let mut out = Vec::with_capacity(set.len());
+    while let Some(r) = set.join_next().await {
+        out.push(r.map_err(join_err)??);
+    }
+    Ok(out)
+}
+
+pub(crate) fn join_err(e: tokio::task::JoinError) -> ClientError {
+    ClientError::Errno(Errno::Io, format!("I/O task failed: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use layout::{Component, Layout, Pattern, EOF};
+
+    use super::*;
+
+    fn two_stripes() -> Layout {
+        let comp = Component {
+            id: 1,
+            extent_start: 0,
+            extent_end: EOF,
+            pattern: Pattern::Raid0,
+            stripe_size: 64 << 10,
+            osts: vec![3, 1],
+            stripe_count_wanted: 2,
+            pool: None,
+        };
+        Layout { generation: 0, components: vec![comp] }
+    }
+
+    fn ost_object(fid: Fid, ost: u32, stripe: u32) -> Target {
+        Target::Ost { ost, object: ObjectId { fid, component: 1, stripe } }
+    }
+
+    #[test]
+    fn a_range_over_three_stripe_units_is_one_extent_per_object() {
+        let fid = Fid::new(1, 2, 0);
+        let s = 64 << 10;
+        // Units 0 (stripe 0), 1 (stripe 1) and 2 (stripe 0 again, adjacent in its object).
+        let e = extents(fid, &two_stripes(), 1000, 3 * s - 1000, 4 << 20).expect("extents");
+        assert_eq!(e.len(), 2, "{e:?}");
+        assert_eq!(e[0].target, ost_object(fid, 3, 0));
+        assert_eq!((e[0].object_offset, e[0].len), (1000, 2 * s - 1000));
+        assert_eq!(e[0].spans, vec![(0, s - 1000), (2 * s - 1000, s)]);
+        assert_eq!(e[1].target, ost_object(fid, 1, 1));
+        assert_eq!((e[1].object_offset, e[1].len), (0, s));
+        assert_eq!(e[1].spans, vec![(s - 1000, s)]);
+        // The RPC bound cuts an extent, never crosses objects.
+        let cut = extents(fid, &two_stripes(), 0, 3 * s, s / 2).expect("extents");
+        assert!(cut.iter().all(|x| x.len <= s / 2));
+        assert_eq!(cut.iter().map(|x| x.len).sum::<u64>(), 3 * s);
+    }
+
+    #[test]
+    fn every_object_of_a_file_is_listed_with_its_size_arithmetic() {
+        let fid = Fid::new(1, 2, 0);
+        let layout = two_stripes();
+        let objs: Vec<FileObject> = objects(fid, &layout).collect();
+        let targets: Vec<Target> = objs.iter().map(|o| o.target).collect();
+        assert_eq!(targets, vec![ost_object(fid, 3, 0), ost_object(fid, 1, 1)]);
+        let s = 64 << 10;
+        // A file of 1.5 units: all of unit 0 on stripe 0, half a unit on stripe 1.
+        assert_eq!(objs[0].size_for_file_size(s + s / 2), s);
+        assert_eq!(objs[1].size_for_file_size(s + s / 2), s / 2);
+        assert_eq!(objs[1].file_size_from(s / 2), s + s / 2);
+        let empty = Layout {
+            generation: 0,
+            components: vec![Component { osts: vec![], ..two_stripes().components[0].clone() }],
+        };
+        assert_eq!(objects(fid, &empty).count(), 0, "a component not instantiated has no objects");
+    }
+}
