@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use client::{OpObserver, OpRecord};
 use layout::LayoutSpec;
-use proto::msg::{FileKind, LockType, OpenFlags, RenameFlags, SetAttr, XattrMode};
+use proto::msg::{FileKind, LockRequest, LockType, OpenFlags, RenameFlags, SetAttr, XattrMode};
 use proto::{Errno, Fid};
 use testkit::{Cluster, ClusterSpec};
 
@@ -101,9 +101,22 @@ fn every_client_operation_reports_once_to_the_observer() {
         assert_eq!(calls.ok("setattr", cl.fsetattr(creds, &f, set)).await.size, 50 << 10);
         let set = SetAttr { mode: Some(0o600), ..Default::default() };
         assert_eq!(calls.ok("setattr", cl.setattr(creds, f.fid, set)).await.mode & 0o777, 0o600);
-        calls.ok("setlk", cl.set_lock(f.fid, 1, 1, LockType::Write, 0, 99, false)).await;
-        assert!(calls.ok("getlk", cl.get_lock(f.fid, 2, LockType::Read, 0, 9)).await.is_some());
-        calls.ok("setlk", cl.set_lock(f.fid, 1, 1, LockType::Unlock, 0, 99, false)).await;
+        calls
+            .ok(
+                "setlk",
+                cl.set_lock(f.fid, LockRequest { owner: 1, pid: 1, lock: LockType::Write, start: 0, end: 99 }, false),
+            )
+            .await;
+        assert!(calls
+            .ok("getlk", cl.get_lock(f.fid, LockRequest { owner: 2, pid: 0, lock: LockType::Read, start: 0, end: 9 }))
+            .await
+            .is_some());
+        calls
+            .ok(
+                "setlk",
+                cl.set_lock(f.fid, LockRequest { owner: 1, pid: 1, lock: LockType::Unlock, start: 0, end: 99 }, false),
+            )
+            .await;
         calls.ok("close", cl.close_shared(&f)).await;
         let (g, _) = calls.ok("open", cl.open(creds, f.fid, RW)).await;
         calls.ok("close", cl.close(g)).await;

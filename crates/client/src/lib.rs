@@ -28,7 +28,7 @@ use std::time::{Duration, Instant, SystemTime};
 use bytes::Bytes;
 use layout::{Layout, LayoutError, LayoutSpec};
 use proto::msg::{
-    Attr, ClusterConfig, Creds, DirEntry, FileKind, LockInfo, LockType, OpenFlags, RenameFlags, Request, Response,
+    Attr, ClusterConfig, Creds, DirEntry, FileKind, LockInfo, LockRequest, OpenFlags, RenameFlags, Request, Response,
     SetAttr, TargetInfo, TargetKind, Timespec, Usage, XattrMode,
 };
 use proto::rpc::{Identity, RpcClient, RpcOptions};
@@ -1131,19 +1131,11 @@ impl Client {
     /// Takes, changes or releases a byte-range lock (`end` inclusive). Returns the
     /// conflicting lock when it cannot be granted; with `wait`, keeps asking until it is.
     #[allow(clippy::too_many_arguments)]
-    pub async fn set_lock(
-        &self,
-        fid: Fid,
-        owner: u64,
-        pid: u32,
-        lock: LockType,
-        start: u64,
-        end: u64,
-        wait: bool,
-    ) -> Result<Option<LockInfo>> {
-        self.observe("setlk", Some(fid), start, end.saturating_sub(start).saturating_add(1), async {
+    pub async fn set_lock(&self, fid: Fid, lock: LockRequest, wait: bool) -> Result<Option<LockInfo>> {
+        let len = lock.end.saturating_sub(lock.start).saturating_add(1);
+        self.observe("setlk", Some(fid), lock.start, len, async {
             loop {
-                let req = Request::MdsSetLock { fid, owner, pid, lock, start, end, wait };
+                let req = Request::MdsSetLock { fid, lock, wait };
                 match self.md(fid, req).await? {
                     Response::Ok => return Ok(None),
                     Response::Lock(Some(c)) if !wait => return Ok(Some(c)),
@@ -1156,16 +1148,9 @@ impl Client {
     }
 
     /// The first lock that would conflict with the described one (`F_GETLK`).
-    pub async fn get_lock(
-        &self,
-        fid: Fid,
-        owner: u64,
-        lock: LockType,
-        start: u64,
-        end: u64,
-    ) -> Result<Option<LockInfo>> {
-        self.observe("getlk", Some(fid), start, 0, async {
-            let req = Request::MdsGetLock { fid, owner, lock, start, end };
+    pub async fn get_lock(&self, fid: Fid, lock: LockRequest) -> Result<Option<LockInfo>> {
+        self.observe("getlk", Some(fid), lock.start, 0, async {
+            let req = Request::MdsGetLock { fid, lock };
             answer!("getlk", self.md(fid, req).await?, Response::Lock(c) => c)
         })
         .await

@@ -35,7 +35,9 @@ use fuser::{
     ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
     TimeOrNow, WriteFlags,
 };
-use proto::msg::{Attr, Creds, FileKind, LockType, OpenFlags, RenameFlags, SetAttr, TimeSet, Timespec, XattrMode};
+use proto::msg::{
+    Attr, Creds, FileKind, LockRequest, LockType, OpenFlags, RenameFlags, SetAttr, TimeSet, Timespec, XattrMode,
+};
 use proto::Fid;
 
 use handles::{DirHandle, FileState, Handles, InodeState};
@@ -284,6 +286,11 @@ fn read_groups(pid: u32) -> Vec<u32> {
         .find_map(|l| l.strip_prefix("Groups:"))
         .map(|g| g.split_whitespace().filter_map(|x| x.parse().ok()).take(256).collect())
         .unwrap_or_default()
+}
+
+/// Releases every lock of `owner` on a file (close and flock release).
+fn unlock_all(owner: u64) -> LockRequest {
+    LockRequest { owner, pid: 0, lock: LockType::Unlock, start: 0, end: u64::MAX }
 }
 
 fn lock_type(typ: i32) -> Result<LockType, Errno> {
@@ -609,7 +616,7 @@ impl fuser::Filesystem for BraidFs {
         // close(2) of any descriptor drops the process's POSIX locks on the file.
         let fid = fid_of(ino);
         if self.handles.take_lock_owner(fid, lock_owner.0) {
-            if let Err(e) = self.run(self.client.set_lock(fid, lock_owner.0, 0, LockType::Unlock, 0, u64::MAX, false)) {
+            if let Err(e) = self.run(self.client.set_lock(fid, unlock_all(lock_owner.0), false)) {
                 return reply.error(errno(&e));
             }
         }
@@ -631,8 +638,7 @@ impl fuser::Filesystem for BraidFs {
         let mut result = Ok(());
         if let Some(owner) = lock_owner {
             if self.handles.take_lock_owner(fid, owner.0) {
-                result =
-                    self.run(self.client.set_lock(fid, owner.0, 0, LockType::Unlock, 0, u64::MAX, false)).map(|_| ());
+                result = self.run(self.client.set_lock(fid, unlock_all(owner.0), false)).map(|_| ());
             }
         }
         // A reader may still hold the handle for an instant after answering the kernel
@@ -817,7 +823,8 @@ impl fuser::Filesystem for BraidFs {
             Ok(l) => l,
             Err(e) => return reply.error(e),
         };
-        match self.run(self.client.get_lock(fid_of(ino), lock_owner.0, lock, start, end)) {
+        match self.run(self.client.get_lock(fid_of(ino), LockRequest { owner: lock_owner.0, pid: 0, lock, start, end }))
+        {
             Ok(None) => reply.locked(start, end, libc::F_UNLCK, 0),
             Ok(Some(c)) => {
                 let t = if c.lock == LockType::Write { libc::F_WRLCK } else { libc::F_RDLCK };
@@ -845,7 +852,7 @@ impl fuser::Filesystem for BraidFs {
             Err(e) => return reply.error(e),
         };
         let fid = fid_of(ino);
-        match self.run(self.client.set_lock(fid, lock_owner.0, pid, lock, start, end, sleep)) {
+        match self.run(self.client.set_lock(fid, LockRequest { owner: lock_owner.0, pid, lock, start, end }, sleep)) {
             Ok(None) => {
                 if lock != LockType::Unlock {
                     self.handles.add_lock_owner(fid, lock_owner.0);

@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 
-use proto::msg::{LockInfo, LockType};
+use proto::msg::{LockInfo, LockRequest, LockType};
 use proto::Fid;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,15 +38,8 @@ fn overlaps(a_start: u64, a_end: u64, b_start: u64, b_end: u64) -> bool {
 
 impl LockTable {
     /// The first lock of another owner that conflicts with the request.
-    pub fn conflict(
-        &self,
-        fid: Fid,
-        client: u64,
-        owner: u64,
-        lock: LockType,
-        start: u64,
-        end: u64,
-    ) -> Option<LockInfo> {
+    pub fn conflict(&self, fid: Fid, client: u64, req: &LockRequest) -> Option<LockInfo> {
+        let &LockRequest { owner, lock, start, end, .. } = req;
         let want_write = match lock {
             LockType::Unlock => return None,
             LockType::Write => true,
@@ -65,8 +58,8 @@ impl LockTable {
 
     /// Applies a lock change of one owner (no conflict check). False when the table
     /// is full.
-    #[allow(clippy::too_many_arguments)]
-    pub fn set(&mut self, fid: Fid, client: u64, owner: u64, pid: u32, lock: LockType, start: u64, end: u64) -> bool {
+    pub fn set(&mut self, fid: Fid, client: u64, req: &LockRequest) -> bool {
+        let &LockRequest { owner, pid, lock, start, end } = req;
         if lock != LockType::Unlock && self.count >= MAX_LOCKS {
             return false;
         }
@@ -117,25 +110,29 @@ mod tests {
 
     const F: Fid = Fid::new(0, 1, 9);
 
+    fn req(owner: u64, pid: u32, lock: LockType, start: u64, end: u64) -> LockRequest {
+        LockRequest { owner, pid, lock, start, end }
+    }
+
     #[test]
     fn conflicts_and_splits() {
         let mut t = LockTable::default();
-        assert!(t.set(F, 1, 10, 100, LockType::Write, 0, 99));
-        assert!(t.conflict(F, 2, 20, LockType::Read, 50, 60).is_some());
-        assert!(t.conflict(F, 1, 10, LockType::Write, 50, 60).is_none(), "own locks never conflict");
-        assert!(t.conflict(F, 2, 20, LockType::Read, 100, 200).is_none());
+        assert!(t.set(F, 1, &req(10, 100, LockType::Write, 0, 99)));
+        assert!(t.conflict(F, 2, &req(20, 0, LockType::Read, 50, 60)).is_some());
+        assert!(t.conflict(F, 1, &req(10, 0, LockType::Write, 50, 60)).is_none(), "own locks never conflict");
+        assert!(t.conflict(F, 2, &req(20, 0, LockType::Read, 100, 200)).is_none());
         // Unlocking the middle leaves two pieces.
-        t.set(F, 1, 10, 100, LockType::Unlock, 40, 59);
-        assert!(t.conflict(F, 2, 20, LockType::Write, 45, 50).is_none());
-        assert!(t.conflict(F, 2, 20, LockType::Write, 30, 45).is_some());
-        assert!(t.conflict(F, 2, 20, LockType::Write, 55, 70).is_some());
+        t.set(F, 1, &req(10, 100, LockType::Unlock, 40, 59));
+        assert!(t.conflict(F, 2, &req(20, 0, LockType::Write, 45, 50)).is_none());
+        assert!(t.conflict(F, 2, &req(20, 0, LockType::Write, 30, 45)).is_some());
+        assert!(t.conflict(F, 2, &req(20, 0, LockType::Write, 55, 70)).is_some());
         // Shared read locks coexist.
-        t.set(F, 1, 10, 100, LockType::Unlock, 0, u64::MAX);
-        t.set(F, 1, 10, 100, LockType::Read, 0, u64::MAX);
-        assert!(t.conflict(F, 2, 20, LockType::Read, 0, 10).is_none());
-        assert!(t.conflict(F, 2, 20, LockType::Write, 0, 10).is_some());
+        t.set(F, 1, &req(10, 100, LockType::Unlock, 0, u64::MAX));
+        t.set(F, 1, &req(10, 100, LockType::Read, 0, u64::MAX));
+        assert!(t.conflict(F, 2, &req(20, 0, LockType::Read, 0, 10)).is_none());
+        assert!(t.conflict(F, 2, &req(20, 0, LockType::Write, 0, 10)).is_some());
         assert_eq!(t.release_client(1), 1);
-        assert!(t.conflict(F, 2, 20, LockType::Write, 0, 10).is_none());
+        assert!(t.conflict(F, 2, &req(20, 0, LockType::Write, 0, 10)).is_none());
         assert_eq!(t.count, 0);
     }
 }

@@ -212,11 +212,9 @@ impl Mds {
                 // when a late close (FUSE sends RELEASE asynchronously) comes right after.
                 Response::Ok
             }
-            Request::MdsSetLock { fid, owner, pid, lock, start, end, wait } => {
-                mdt.set_lock(fid, ctx.client_id, owner, pid, lock, start, end, wait).await
-            }
-            Request::MdsGetLock { fid, owner, lock, start, end } => {
-                Response::Lock(mdt.locks.lock().expect("locks").conflict(fid, ctx.client_id, owner, lock, start, end))
+            Request::MdsSetLock { fid, lock, wait } => mdt.set_lock(fid, ctx.client_id, lock, wait).await,
+            Request::MdsGetLock { fid, lock } => {
+                Response::Lock(mdt.locks.lock().expect("locks").conflict(fid, ctx.client_id, &lock))
             }
             Request::MdsReaddir { creds, fid, after, max } => {
                 mdt.read(move |v| {

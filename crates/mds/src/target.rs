@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use proto::msg::{Callback, LockType, Response};
+use proto::msg::{Callback, LockRequest, LockType, Response};
 use proto::server::{CallbackError, Callbacks, CALLBACK_TIMEOUT, IN_PROCESS_CONN};
 use proto::{Errno, Fid};
 use store::memtable::MemTable;
@@ -224,18 +224,8 @@ impl Mdt {
     }
 
     #[allow(clippy::too_many_arguments)]
-    pub(crate) async fn set_lock(
-        &self,
-        fid: Fid,
-        client: u64,
-        owner: u64,
-        pid: u32,
-        lock: LockType,
-        start: u64,
-        end: u64,
-        wait: bool,
-    ) -> Response {
-        if end < start {
+    pub(crate) async fn set_lock(&self, fid: Fid, client: u64, lock: LockRequest, wait: bool) -> Response {
+        if lock.end < lock.start {
             return Response::error(Errno::Inval, "lock range ends before it starts");
         }
         let deadline = tokio::time::Instant::now() + LOCK_WAIT_SLICE;
@@ -243,13 +233,13 @@ impl Mdt {
             let notified = self.lock_released.notified();
             {
                 let mut t = self.locks.lock().expect("locks");
-                match t.conflict(fid, client, owner, lock, start, end) {
+                match t.conflict(fid, client, &lock) {
                     None => {
-                        if !t.set(fid, client, owner, pid, lock, start, end) {
+                        if !t.set(fid, client, &lock) {
                             return Response::error(Errno::NoSpc, "too many locks held on this MDT");
                         }
                         drop(t);
-                        if matches!(lock, LockType::Unlock | LockType::Read) {
+                        if matches!(lock.lock, LockType::Unlock | LockType::Read) {
                             self.lock_released.notify_waiters();
                         }
                         return Response::Ok;

@@ -423,20 +423,13 @@ pub enum Request {
     /// granted or a while passes (then answers `Again` and the client asks again).
     MdsSetLock {
         fid: Fid,
-        owner: u64,
-        pid: u32,
-        lock: LockType,
-        start: u64,
-        end: u64,
+        lock: LockRequest,
         wait: bool,
     },
     /// `F_GETLK`: the first lock that would conflict, if any.
     MdsGetLock {
         fid: Fid,
-        owner: u64,
-        lock: LockType,
-        start: u64,
-        end: u64,
+        lock: LockRequest,
     },
     /// Handles closed with nothing to report (no size, no mtime), sent together: the
     /// open counts drop. All FIDs are on one MDT.
@@ -618,6 +611,20 @@ pub enum LockType {
     Read,
     Write,
     Unlock,
+}
+
+/// A byte-range lock as one lock owner asks for it (`fcntl`'s `struct flock`):
+/// `[start, end]`, `end` inclusive; [`LockType::Unlock`] releases the range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockRequest {
+    /// The client's lock owner (the kernel's `lock_owner`): locks of one owner never
+    /// conflict with each other.
+    pub owner: u64,
+    /// The process, reported to `F_GETLK` callers of other owners.
+    pub pid: u32,
+    pub lock: LockType,
+    pub start: u64,
+    pub end: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
