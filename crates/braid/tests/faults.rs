@@ -8,14 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use client::{Client, ClientConfig};
 use layout::LayoutSpec;
-use proto::auth::Secret;
 use proto::msg::OpenFlags;
 use proto::Fid;
-use testkit::{getstripe_objects, output_within, pattern, stderr, stdout, wait_for, Cluster, ClusterSpec};
-
-const WAIT: Duration = Duration::from_secs(30);
+use testkit::{
+    getstripe_objects, output_within, pattern, runtime, stderr, stdout, wait_for, Cluster, ClusterSpec, WAIT,
+};
 
 fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_braid"))
@@ -190,17 +188,6 @@ fn create_right_after_startup_waits_for_the_ost_list() {
     assert_eq!(c.get("/early"), data);
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime")
-}
-
-fn connect(rt: &tokio::runtime::Runtime, c: &Cluster) -> Client {
-    let secret = Secret::load(&c.secret).expect("load the cluster secret");
-    let mut cfg = ClientConfig::new(c.mgs_addr.clone(), secret);
-    cfg.rpc.recovery_timeout = WAIT;
-    rt.block_on(Client::connect(cfg)).expect("connect a client")
-}
-
 #[test]
 fn fsynced_data_and_metadata_survive_sigkill_of_every_server() {
     let mut c = Cluster::start(bin(), two_oss());
@@ -209,7 +196,7 @@ fn fsynced_data_and_metadata_survive_sigkill_of_every_server() {
     let data = pattern((1 << 20) + 333, 21);
     let rw = OpenFlags { read: true, write: true, truncate: false };
     {
-        let client = connect(&rt, &c);
+        let client = c.connect(&rt);
         rt.block_on(async {
             let dir = client.mkdir(&creds, Fid::ROOT, "kept", 0o750).await?;
             let spec = Some(LayoutSpec::raid0(Some(-1), Some(64 << 10)));
@@ -302,7 +289,7 @@ fn acknowledged_operations_survive_sigkill_of_the_mds_before_any_checkpoint() {
     let rw = OpenFlags { read: true, write: true, truncate: false };
     for round in 0..2 {
         {
-            let client = connect(&rt, &c);
+            let client = c.connect(&rt);
             rt.block_on(async {
                 let dir = client.mkdir(&creds, Fid::ROOT, &format!("d{round}"), 0o755).await?;
                 for i in 0..200 {
@@ -346,7 +333,7 @@ fn torn_or_garbled_redo_log_tail_is_cut_and_the_mds_serves_what_came_before() {
     let rw = OpenFlags { read: true, write: true, truncate: false };
     let wal = c.dir.path().join("mdt0").join("mdt.wal");
     let workload = |c: &Cluster, dir: &str| {
-        let client = connect(&rt, c);
+        let client = c.connect(&rt);
         rt.block_on(async {
             let d = client.mkdir(&creds, Fid::ROOT, dir, 0o755).await?;
             for i in 0..50 {

@@ -11,35 +11,19 @@ use std::io::ErrorKind;
 use std::path::Path;
 use std::time::Duration;
 
-use client::{Client, ClientConfig};
-use proto::auth::Secret;
+use client::Client;
 use proto::msg::{OpenFlags, RenameFlags};
 use proto::{Errno, Fid};
-use testkit::{wait_for, Cluster, ClusterSpec, Mount};
-
-/// Bound on anything that must finish (a hang fails the test instead of the suite).
-const WAIT: Duration = Duration::from_secs(30);
+use testkit::{runtime, wait_for, within, Cluster, ClusterSpec, Mount, WAIT};
 
 fn cluster() -> Cluster {
     Cluster::start(Path::new(env!("CARGO_BIN_EXE_braid")), ClusterSpec::default())
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime")
-}
-
 fn connect(rt: &tokio::runtime::Runtime, c: &Cluster, dir_leases: bool) -> Client {
-    let secret = Secret::load(&c.secret).expect("load the cluster secret");
-    let mut cfg = ClientConfig::new(c.mgs_addr.clone(), secret);
-    cfg.rpc.recovery_timeout = WAIT;
+    let mut cfg = c.client_config();
     cfg.dir_leases = dir_leases;
-    rt.block_on(Client::connect(cfg)).expect("connect a client")
-}
-
-/// Runs `f` on `rt`, failing the test if it takes longer than [`WAIT`].
-fn within<T>(rt: &tokio::runtime::Runtime, what: &str, f: impl std::future::Future<Output = T>) -> T {
-    rt.block_on(async { tokio::time::timeout(WAIT, f).await })
-        .unwrap_or_else(|_| panic!("{what}: not done in {WAIT:?}"))
+    testkit::connect(rt, cfg)
 }
 
 const RW: OpenFlags = OpenFlags { read: true, write: true, truncate: false };

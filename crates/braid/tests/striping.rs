@@ -5,20 +5,15 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use bytes::Bytes;
-use client::{Client, ClientConfig};
 use layout::LayoutSpec;
-use proto::auth::Secret;
 use proto::msg::OpenFlags;
 use proto::Fid;
 use testkit::{
-    field, free_port, getstripe_objects, output_within, pattern, stderr, stdout, wait_for, Cluster, ClusterSpec,
-    Daemon, TempDir,
+    field, free_port, getstripe_objects, output_within, pattern, runtime, stderr, stdout, wait_for, Cluster,
+    ClusterSpec, Daemon, TempDir, WAIT,
 };
-
-const WAIT: Duration = Duration::from_secs(30);
 
 fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_braid"))
@@ -26,17 +21,6 @@ fn bin() -> &'static Path {
 
 fn rw() -> OpenFlags {
     OpenFlags { read: true, write: true, truncate: false }
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime")
-}
-
-fn connect(rt: &tokio::runtime::Runtime, c: &Cluster) -> Client {
-    let secret = Secret::load(&c.secret).expect("load the cluster secret");
-    let mut cfg = ClientConfig::new(c.mgs_addr.clone(), secret);
-    cfg.rpc.recovery_timeout = WAIT;
-    rt.block_on(Client::connect(cfg)).expect("connect a client")
 }
 
 /// The `seq-oid-` prefix of a file's object names, from `braid stat`'s FID.
@@ -234,7 +218,7 @@ fn df_shows_every_target_and_a_summary() {
 fn ost_added_while_a_client_runs_is_used_for_new_files() {
     let mut c = Cluster::start(bin(), ClusterSpec { osts_per_oss: vec![2], ..Default::default() });
     let rt = runtime();
-    let client = connect(&rt, &c);
+    let client = c.connect(&rt);
     let creds = client::process_creds();
     let wide = || Some(LayoutSpec::raid0(Some(-1), Some(64 << 10)));
     let before = pattern(300 << 10, 3);
@@ -291,7 +275,7 @@ fn ost_added_while_a_client_runs_is_used_for_new_files() {
 fn sparse_file_past_4_gib_reads_holes_as_zeros() {
     let c = Cluster::start(bin(), ClusterSpec::default());
     let rt = runtime();
-    let client = connect(&rt, &c);
+    let client = c.connect(&rt);
     let creds = client::process_creds();
     let at: u64 = 5 << 30;
     let spec = Some(LayoutSpec::raid0(Some(2), Some(1 << 20)));
@@ -469,7 +453,7 @@ fn readahead_is_dropped_when_the_file_is_truncated_by_fid() {
     // the bytes it prefetched before.
     let c = Cluster::start(bin(), ClusterSpec::default());
     let rt = runtime();
-    let client = connect(&rt, &c);
+    let client = c.connect(&rt);
     let creds = client::process_creds();
     let data = pattern(8 << 20, 7);
     rt.block_on(async {
@@ -499,7 +483,7 @@ fn a_read_through_one_handle_sees_writes_just_made_through_another() {
     // without waiting for the other handle's writes the read overtakes them.
     let c = Cluster::start(bin(), ClusterSpec::default());
     let rt = runtime();
-    let client = connect(&rt, &c);
+    let client = c.connect(&rt);
     let creds = client::process_creds();
     rt.block_on(async {
         let spec = Some(LayoutSpec::raid0(Some(2), Some(1 << 20)));
