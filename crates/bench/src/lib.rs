@@ -31,6 +31,13 @@ pub use error::BenchError;
 
 use progress::Progress;
 
+/// Parses `args` as the options of the engine `T` (named `name` in messages):
+/// what each engine's unit tests start from.
+#[cfg(test)]
+pub(crate) fn parse_options<T: clap::Parser>(name: &str, args: &[&str]) -> T {
+    T::try_parse_from(std::iter::once(name).chain(args.iter().copied())).expect("options parse")
+}
+
 /// `braid bench <command>`.
 #[derive(Debug, clap::Subcommand)]
 pub enum BenchCommand {
