@@ -5,7 +5,7 @@
 //! - [`ior`], [`mdtest`], [`iozone`]: the engines, with the option names of the real tools.
 //! - [`task`]: tasks as OS processes with barriers between phases, as MPI ranks run IOR.
 //! - [`backend`]: the storage they measure, a small [`FileBackend`] trait with a POSIX
-//!   implementation; the `braid` binary adds the native client through [`NativeConnect`].
+//!   implementation; `cli::native_bench` adds the native client through [`NativeConnect`].
 //! - [`sweep`]: named experiments over several targets, with [`svg`] plots and a Markdown
 //!   report.
 //!

@@ -331,7 +331,7 @@ pub fn execute(args: &SweepArgs, native: Option<NativeConnect>) -> Result<SweepR
         sweep_targets.push(SweepTarget {
             label: label.clone(),
             location: target.display(),
-            file_system: machine::file_system(&target),
+            file_system: machine::file_system(target),
         });
         let api = if target.api == Api::Native { "native" } else { "posix" };
         let iterations = args.iterations.to_string();

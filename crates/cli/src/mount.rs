@@ -69,8 +69,7 @@ impl MountSettings {
 }
 
 pub fn parse_options(list: &[String]) -> Result<MountSettings> {
-    let mut s =
-        MountSettings { fuse: fuse::MountOptions::default(), timeout_s: 60, dir_leases: true };
+    let mut s = MountSettings { fuse: fuse::MountOptions::default(), timeout_s: 60, dir_leases: true };
     for opt in list.iter().flat_map(|o| o.split(',')).filter(|o| !o.is_empty()) {
         let (k, v) = opt.split_once('=').map_or((opt, None), |(k, v)| (k, Some(v)));
         let num = |v: Option<&str>| -> Result<f64> {

@@ -34,7 +34,8 @@ pub fn connect(rt: &tokio::runtime::Runtime, cfg: ClientConfig) -> Client {
 
 /// Runs `f` on `rt`, failing the test if it takes longer than [`WAIT`].
 pub fn within<T>(rt: &tokio::runtime::Runtime, what: &str, f: impl std::future::Future<Output = T>) -> T {
-    rt.block_on(async { tokio::time::timeout(WAIT, f).await }).unwrap_or_else(|_| panic!("{what}: not done in {WAIT:?}"))
+    rt.block_on(async { tokio::time::timeout(WAIT, f).await })
+        .unwrap_or_else(|_| panic!("{what}: not done in {WAIT:?}"))
 }
 
 impl Cluster {
