@@ -15,7 +15,7 @@ use crate::backend::{
 };
 use crate::clock::{monotonic_ns, seconds_between};
 use crate::error::{usage, BenchError, Result};
-use crate::machine::{self, Machine};
+use crate::machine::{self, RunHeader};
 use crate::offsets::{AccessPattern, IorLayout, SplitMix64, TransferOrder};
 use crate::progress::Progress;
 use crate::stats::{rate, Summary};
@@ -421,14 +421,8 @@ pub struct IorSummaryRow {
 /// Everything a run produced; printed as text or JSON, and collected by sweeps.
 #[derive(Debug, Clone, Serialize)]
 pub struct IorReport {
-    pub tool: &'static str,
-    pub began: String,
-    pub command: String,
-    pub machine: Machine,
-    pub target: String,
-    pub file_system: String,
-    pub caches_dropped: bool,
-    pub api: &'static str,
+    #[serde(flatten)]
+    pub header: RunHeader,
     pub access: &'static str,
     pub pattern: String,
     pub tasks: usize,
@@ -532,18 +526,7 @@ pub fn execute(args: &IorArgs, native: Option<NativeConnect>, progress: &mut Pro
     progress.clear();
     let summary = ["write", "read"].into_iter().filter_map(|operation| summarize(operation, &results)).collect();
     Ok(IorReport {
-        tool: "braid bench ior",
-        began,
-        command: machine::command_line(),
-        machine: Machine::detect(),
-        target: plan.target.display(),
-        file_system: if plan.target.api == Api::Posix {
-            machine::fs_type(&plan.target.path)
-        } else {
-            "braid (native client)".into()
-        },
-        caches_dropped: args.drop_caches,
-        api: plan.target.api.label(),
+        header: RunHeader::new("braid bench ior", began, &plan.target, args.drop_caches),
         access: if plan.layout.file_per_process { "file-per-process" } else { "single-shared-file" },
         pattern: plan.pattern.label(),
         tasks: args.tasks,
@@ -615,15 +598,13 @@ pub fn render_text(report: &IorReport) -> String {
     let mut out = String::new();
     let kib = |b: u64| b as f64 / 1024.0;
     let _ = writeln!(out, "braid bench ior: IOR-style bandwidth benchmark");
-    let _ = writeln!(out, "Began               : {}", report.began);
-    let _ = writeln!(out, "Command line        : {}", report.command);
-    let _ = writeln!(out, "Machine             : {}", report.machine.describe());
-    let _ = writeln!(out, "Caches dropped      : {}", yes_no(report.caches_dropped));
+    report.header.write_opening(&mut out, 20);
+    let _ = writeln!(out, "Caches dropped      : {}", yes_no(report.header.caches_dropped));
     let _ = writeln!(out);
     let _ = writeln!(out, "Options:");
-    let _ = writeln!(out, "api                 : {}", report.api);
-    let _ = writeln!(out, "test filename       : {}", report.target);
-    let _ = writeln!(out, "file system         : {}", report.file_system);
+    let _ = writeln!(out, "api                 : {}", report.header.api);
+    let _ = writeln!(out, "test filename       : {}", report.header.target);
+    let _ = writeln!(out, "file system         : {}", report.header.file_system);
     let _ = writeln!(out, "access              : {}", report.access);
     let _ = writeln!(out, "ordering in a file  : {}", report.pattern);
     let _ = writeln!(out, "tasks               : {}", report.tasks);
@@ -693,7 +674,7 @@ pub fn render_text(report: &IorReport) -> String {
             report.block_bytes,
             report.transfer_bytes,
             report.aggregate_bytes as f64 / (1u64 << 20) as f64,
-            report.api
+            report.header.api
         );
     }
     if report.verify_errors > 0 {
@@ -722,7 +703,7 @@ mod tests {
     use super::*;
 
     fn parse(args: &[&str]) -> IorArgs {
-        IorArgs::try_parse_from(std::iter::once("ior").chain(args.iter().copied())).expect("options parse")
+        crate::parse_options("ior", args)
     }
 
     #[test]

@@ -10,7 +10,7 @@ use serde::Serialize;
 use crate::backend::{read_full_at, write_all_at, AlignedBuf, Api, FileBackend, NativeConnect, OpenFlags, Target};
 use crate::clock::{monotonic_ns, seconds_between};
 use crate::error::{usage, BenchError, Result};
-use crate::machine::{self, Machine};
+use crate::machine::{self, RunHeader};
 use crate::offsets::{AccessPattern, SplitMix64, TransferOrder};
 use crate::progress::Progress;
 use crate::units::{format_size, mib_per_s, parse_size};
@@ -178,14 +178,8 @@ impl IozoneCell {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct IozoneReport {
-    pub tool: &'static str,
-    pub began: String,
-    pub command: String,
-    pub machine: Machine,
-    pub target: String,
-    pub file_system: String,
-    pub caches_dropped: bool,
-    pub api: &'static str,
+    #[serde(flatten)]
+    pub header: RunHeader,
     pub units: &'static str,
     pub options: IozoneArgs,
     pub cells: Vec<IozoneCell>,
@@ -293,18 +287,7 @@ pub fn execute(args: &IozoneArgs, native: Option<NativeConnect>, progress: &mut 
     }
     progress.clear();
     Ok(IozoneReport {
-        tool: "braid bench iozone",
-        began,
-        command: machine::command_line(),
-        machine: Machine::detect(),
-        target: target.display(),
-        file_system: if target.api == Api::Posix {
-            machine::fs_type(&target.path)
-        } else {
-            "braid (native client)".into()
-        },
-        caches_dropped: false,
-        api: target.api.label(),
+        header: RunHeader::new("braid bench iozone", began, &target, false),
         units: "MiB/s",
         options: args.clone(),
         cells: results,
@@ -316,10 +299,8 @@ pub fn render_text(report: &IozoneReport) -> String {
     use std::fmt::Write;
     let mut out = String::new();
     let _ = writeln!(out, "braid bench iozone: IOzone-style file size x record size grid");
-    let _ = writeln!(out, "Began          : {}", report.began);
-    let _ = writeln!(out, "Command line   : {}", report.command);
-    let _ = writeln!(out, "Machine        : {}", report.machine.describe());
-    let _ = writeln!(out, "File           : {} ({})", report.target, report.file_system);
+    report.header.write_opening(&mut out, 15);
+    let _ = writeln!(out, "File           : {} ({})", report.header.target, report.header.file_system);
     let _ = writeln!(out, "O_DIRECT       : {}", if report.options.direct { "yes" } else { "no" });
     let _ = writeln!(out, "fsync in write : {}", if report.options.fsync { "yes" } else { "no" });
     let _ = writeln!(out, "Caches dropped : no (reread measures the cache)");
@@ -359,7 +340,7 @@ mod tests {
     use super::*;
 
     fn parse(args: &[&str]) -> IozoneArgs {
-        IozoneArgs::try_parse_from(std::iter::once("iozone").chain(args.iter().copied())).expect("options parse")
+        crate::parse_options("iozone", args)
     }
 
     #[test]

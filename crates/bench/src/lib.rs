@@ -5,7 +5,7 @@
 //! - [`ior`], [`mdtest`], [`iozone`]: the engines, with the option names of the real tools.
 //! - [`task`]: tasks as OS processes with barriers between phases, as MPI ranks run IOR.
 //! - [`backend`]: the storage they measure, a small [`FileBackend`] trait with a POSIX
-//!   implementation; the `braid` binary adds the native client through [`NativeConnect`].
+//!   implementation; `cli::native_bench` adds the native client through [`NativeConnect`].
 //! - [`sweep`]: named experiments over several targets, with [`svg`] plots and a Markdown
 //!   report.
 //!
@@ -30,6 +30,13 @@ pub use backend::{FileBackend, FileHandle, FileStat, NativeConnect, OpenFlags, P
 pub use error::BenchError;
 
 use progress::Progress;
+
+/// Parses `args` as the options of the engine `T` (named `name` in messages):
+/// what each engine's unit tests start from.
+#[cfg(test)]
+pub(crate) fn parse_options<T: clap::Parser>(name: &str, args: &[&str]) -> T {
+    T::try_parse_from(std::iter::once(name).chain(args.iter().copied())).expect("options parse")
+}
 
 /// `braid bench <command>`.
 #[derive(Debug, clap::Subcommand)]

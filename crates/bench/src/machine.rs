@@ -4,6 +4,60 @@
 
 use serde::Serialize;
 
+use crate::backend::{Api, Target};
+
+/// What a report of `ior`, `mdtest` and `iozone` opens with: which tool ran, when,
+/// how, on what machine, against what. Flattened into each report, so their JSON
+/// keeps these fields at the top level.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunHeader {
+    pub tool: &'static str,
+    pub began: String,
+    pub command: String,
+    pub machine: Machine,
+    pub target: String,
+    pub file_system: String,
+    pub caches_dropped: bool,
+    pub api: &'static str,
+}
+
+impl RunHeader {
+    /// The header of a run of `tool` that began at `began` (see [`utc_now`]) against
+    /// `target`; the command line and the machine are this process's.
+    pub fn new(tool: &'static str, began: String, target: &Target, caches_dropped: bool) -> RunHeader {
+        RunHeader {
+            tool,
+            began,
+            command: command_line(),
+            machine: Machine::detect(),
+            target: target.display(),
+            file_system: file_system(target),
+            caches_dropped,
+            api: target.api.label(),
+        }
+    }
+}
+
+impl RunHeader {
+    /// The opening lines of a text report: when, how and where, as `Label : value`
+    /// with the labels padded to `width` (each tool's own column).
+    pub fn write_opening(&self, out: &mut String, width: usize) {
+        use std::fmt::Write;
+        let _ = writeln!(out, "{:<width$}: {}", "Began", self.began);
+        let _ = writeln!(out, "{:<width$}: {}", "Command line", self.command);
+        let _ = writeln!(out, "{:<width$}: {}", "Machine", self.machine.describe());
+    }
+}
+
+/// The file system under `target`: its type for a path, the native client otherwise.
+pub fn file_system(target: &Target) -> String {
+    if target.api == Api::Posix {
+        fs_type(&target.path)
+    } else {
+        "braid (native client)".into()
+    }
+}
+
 /// The machine a benchmark ran on.
 #[derive(Debug, Clone, Serialize)]
 pub struct Machine {

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::backend::{self, read_full_at, write_all_at, Api, FileBackend, NativeConnect, OpenFlags, Target};
 use crate::clock::{monotonic_ns, seconds_between};
 use crate::error::{usage, BenchError, Result};
-use crate::machine::{self, Machine};
+use crate::machine::{self, RunHeader};
 use crate::progress::Progress;
 use crate::stats::{rate, Summary};
 use crate::task::{Phase, PhaseOrder, PhaseResult, TaskGroup, TaskJob, TaskRunner};
@@ -284,14 +284,8 @@ pub struct MdtestSummaryRow {
 /// Everything a run produced.
 #[derive(Debug, Clone, Serialize)]
 pub struct MdtestReport {
-    pub tool: &'static str,
-    pub began: String,
-    pub command: String,
-    pub machine: Machine,
-    pub target: String,
-    pub file_system: String,
-    pub caches_dropped: bool,
-    pub api: &'static str,
+    #[serde(flatten)]
+    pub header: RunHeader,
     pub tasks: usize,
     pub items_per_task: u64,
     pub unique_dir: bool,
@@ -371,18 +365,7 @@ pub fn execute(args: &MdtestArgs, native: Option<NativeConnect>, progress: &mut 
         });
     }
     Ok(MdtestReport {
-        tool: "braid bench mdtest",
-        began,
-        command: machine::command_line(),
-        machine: Machine::detect(),
-        target: target.display(),
-        file_system: if target.api == Api::Posix {
-            machine::fs_type(&target.path)
-        } else {
-            "braid (native client)".into()
-        },
-        caches_dropped: args.drop_caches,
-        api: target.api.label(),
+        header: RunHeader::new("braid bench mdtest", began, &target, args.drop_caches),
         tasks: args.tasks,
         items_per_task: args.items,
         unique_dir: args.unique_dir,
@@ -413,11 +396,9 @@ pub fn render_text(report: &MdtestReport) -> String {
     use std::fmt::Write;
     let mut out = String::new();
     let _ = writeln!(out, "braid bench mdtest: mdtest-style metadata benchmark");
-    let _ = writeln!(out, "Began               : {}", report.began);
-    let _ = writeln!(out, "Command line        : {}", report.command);
-    let _ = writeln!(out, "Machine             : {}", report.machine.describe());
-    let _ = writeln!(out, "Path                : {} ({})", report.target, report.file_system);
-    let _ = writeln!(out, "Caches dropped      : {}", if report.caches_dropped { "yes" } else { "no" });
+    report.header.write_opening(&mut out, 20);
+    let _ = writeln!(out, "Path                : {} ({})", report.header.target, report.header.file_system);
+    let _ = writeln!(out, "Caches dropped      : {}", if report.header.caches_dropped { "yes" } else { "no" });
     let _ = writeln!(
         out,
         "{} tasks, {} items per task, directory: {}",
@@ -450,7 +431,7 @@ mod tests {
     use super::*;
 
     fn parse(args: &[&str]) -> MdtestArgs {
-        MdtestArgs::try_parse_from(std::iter::once("mdtest").chain(args.iter().copied())).expect("options parse")
+        crate::parse_options("mdtest", args)
     }
 
     #[test]

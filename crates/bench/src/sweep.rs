@@ -331,11 +331,7 @@ pub fn execute(args: &SweepArgs, native: Option<NativeConnect>) -> Result<SweepR
         sweep_targets.push(SweepTarget {
             label: label.clone(),
             location: target.display(),
-            file_system: if target.api == Api::Posix {
-                machine::fs_type(&target.path)
-            } else {
-                "braid (native client)".into()
-            },
+            file_system: machine::file_system(target),
         });
         let api = if target.api == Api::Native { "native" } else { "posix" };
         let iterations = args.iterations.to_string();
@@ -684,7 +680,7 @@ mod tests {
     use super::*;
 
     fn parse(args: &[&str]) -> SweepArgs {
-        SweepArgs::try_parse_from(std::iter::once("sweep").chain(args.iter().copied())).expect("options parse")
+        crate::parse_options("sweep", args)
     }
 
     #[test]

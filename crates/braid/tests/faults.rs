@@ -11,11 +11,9 @@ use bytes::Bytes;
 use layout::LayoutSpec;
 use proto::msg::OpenFlags;
 use proto::Fid;
-use testkit::{getstripe_objects, output_within, pattern, stderr, stdout, wait_for, Cluster, ClusterSpec};
-
-mod common;
-
-const WAIT: Duration = Duration::from_secs(30);
+use testkit::{
+    getstripe_objects, output_within, pattern, runtime, stderr, stdout, wait_for, Cluster, ClusterSpec, WAIT,
+};
 
 fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_braid"))
@@ -193,12 +191,12 @@ fn create_right_after_startup_waits_for_the_ost_list() {
 #[test]
 fn fsynced_data_and_metadata_survive_sigkill_of_every_server() {
     let mut c = Cluster::start(bin(), two_oss());
-    let rt = common::runtime();
+    let rt = runtime();
     let creds = client::process_creds();
     let data = pattern((1 << 20) + 333, 21);
     let rw = OpenFlags { read: true, write: true, truncate: false };
     {
-        let client = common::connect(&rt, &c, false);
+        let client = c.connect(&rt);
         rt.block_on(async {
             let dir = client.mkdir(&creds, Fid::ROOT, "kept", 0o750).await?;
             let spec = Some(LayoutSpec::raid0(Some(-1), Some(64 << 10)));
@@ -286,12 +284,12 @@ fn acknowledged_operations_survive_sigkill_of_the_mds_before_any_checkpoint() {
     // back from the log, twice over (the second run appends after a replay).
     let spec = ClusterSpec { mds_args: vec!["--checkpoint-ms".into(), "3600000".into()], ..Default::default() };
     let mut c = Cluster::start(bin(), spec);
-    let rt = common::runtime();
+    let rt = runtime();
     let creds = client::process_creds();
     let rw = OpenFlags { read: true, write: true, truncate: false };
     for round in 0..2 {
         {
-            let client = common::connect(&rt, &c, false);
+            let client = c.connect(&rt);
             rt.block_on(async {
                 let dir = client.mkdir(&creds, Fid::ROOT, &format!("d{round}"), 0o755).await?;
                 for i in 0..200 {
@@ -330,12 +328,12 @@ fn torn_or_garbled_redo_log_tail_is_cut_and_the_mds_serves_what_came_before() {
     // garbled one. The MDS must start, replay every whole record before it, and serve.
     let spec = ClusterSpec { mds_args: vec!["--checkpoint-ms".into(), "3600000".into()], ..Default::default() };
     let mut c = Cluster::start(bin(), spec);
-    let rt = common::runtime();
+    let rt = runtime();
     let creds = client::process_creds();
     let rw = OpenFlags { read: true, write: true, truncate: false };
     let wal = c.dir.path().join("mdt0").join("mdt.wal");
     let workload = |c: &Cluster, dir: &str| {
-        let client = common::connect(&rt, c, false);
+        let client = c.connect(&rt);
         rt.block_on(async {
             let d = client.mkdir(&creds, Fid::ROOT, dir, 0o755).await?;
             for i in 0..50 {

@@ -11,23 +11,19 @@ use std::io::ErrorKind;
 use std::path::Path;
 use std::time::Duration;
 
+use client::Client;
 use proto::msg::{OpenFlags, RenameFlags};
 use proto::{Errno, Fid};
-use testkit::{wait_for, Cluster, ClusterSpec, Mount};
-
-mod common;
-
-/// Bound on anything that must finish (a hang fails the test instead of the suite).
-const WAIT: Duration = Duration::from_secs(30);
+use testkit::{runtime, wait_for, within, Cluster, ClusterSpec, Mount, WAIT};
 
 fn cluster() -> Cluster {
     Cluster::start(Path::new(env!("CARGO_BIN_EXE_braid")), ClusterSpec::default())
 }
 
-/// Runs `f` on `rt`, failing the test if it takes longer than [`WAIT`].
-fn within<T>(rt: &tokio::runtime::Runtime, what: &str, f: impl std::future::Future<Output = T>) -> T {
-    rt.block_on(async { tokio::time::timeout(WAIT, f).await })
-        .unwrap_or_else(|_| panic!("{what}: not done in {WAIT:?}"))
+fn connect(rt: &tokio::runtime::Runtime, c: &Cluster, dir_leases: bool) -> Client {
+    let mut cfg = c.client_config();
+    cfg.dir_leases = dir_leases;
+    testkit::connect(rt, cfg)
 }
 
 const RW: OpenFlags = OpenFlags { read: true, write: true, truncate: false };
@@ -45,10 +41,10 @@ enum Change {
 #[test]
 fn every_entry_change_by_another_client_revokes_the_lease_and_the_holder_sees_it() {
     let c = cluster();
-    let rt = common::runtime();
+    let rt = runtime();
     let creds = client::process_creds();
-    let holder = common::connect(&rt, &c, true);
-    let other = common::connect(&rt, &c, false);
+    let holder = connect(&rt, &c, true);
+    let other = connect(&rt, &c, false);
     // Sources for the other client's link and rename, outside any leased directory.
     let (f, src, _) = rt.block_on(other.create(&creds, Fid::ROOT, "src", 0o644, true, RW, None)).unwrap();
     rt.block_on(other.close(f)).unwrap();
@@ -120,9 +116,9 @@ fn every_entry_change_by_another_client_revokes_the_lease_and_the_holder_sees_it
 #[test]
 fn a_long_lived_holder_gives_back_the_leases_it_pushes_out_and_keeps_getting_new_ones() {
     let c = cluster();
-    let rt = common::runtime();
+    let rt = runtime();
     let creds = client::process_creds();
-    let holder = common::connect(&rt, &c, true);
+    let holder = connect(&rt, &c, true);
     let top = rt.block_on(holder.mkdir(&creds, Fid::ROOT, "many", 0o755)).unwrap();
     // More directories than the MDS grants one connection (8,192) while the client
     // keeps 4,096: only the leases it gives back make room for new ones.
@@ -144,9 +140,9 @@ fn a_long_lived_holder_gives_back_the_leases_it_pushes_out_and_keeps_getting_new
 #[test]
 fn a_client_without_leases_asks_for_none() {
     let c = cluster();
-    let rt = common::runtime();
+    let rt = runtime();
     let creds = client::process_creds();
-    let plain = common::connect(&rt, &c, false);
+    let plain = connect(&rt, &c, false);
     rt.block_on(plain.mkdir(&creds, Fid::ROOT, "d", 0o755)).unwrap();
     assert_eq!(plain.dir_leases_held(), 0);
 }
@@ -162,11 +158,11 @@ fn lease_through_the_mount(a: &Mount) {
 #[test]
 fn a_holder_that_stops_answering_is_evicted_and_does_not_trust_its_lease_when_it_wakes() {
     let c = cluster();
-    let rt = common::runtime();
+    let rt = runtime();
     let creds = client::process_creds();
     let a = Mount::new(&c, "");
     lease_through_the_mount(&a);
-    let other = common::connect(&rt, &c, false);
+    let other = connect(&rt, &c, false);
     let job = within(&rt, "lookup", other.lookup(&creds, Fid::ROOT, "job")).unwrap();
 
     // The holder can ack nothing while stopped: the MDS must evict it rather than wait.
@@ -193,12 +189,12 @@ fn a_holder_that_stops_answering_is_evicted_and_does_not_trust_its_lease_when_it
 #[test]
 fn a_dead_holder_does_not_hold_up_other_clients() {
     let c = cluster();
-    let rt = common::runtime();
+    let rt = runtime();
     let creds = client::process_creds();
     let mut a = Mount::new(&c, "");
     lease_through_the_mount(&a);
     a.kill();
-    let other = common::connect(&rt, &c, false);
+    let other = connect(&rt, &c, false);
     let job = within(&rt, "lookup", other.lookup(&creds, Fid::ROOT, "job")).unwrap();
     within(&rt, "a mkdir in the dead holder's directory", other.mkdir(&creds, job.fid, "x", 0o755))
         .expect("the other client's mkdir went through");
@@ -210,16 +206,16 @@ fn a_dead_holder_does_not_hold_up_other_clients() {
 #[test]
 fn leases_end_with_an_mds_restart() {
     let mut c = cluster();
-    let rt = common::runtime();
+    let rt = runtime();
     let creds = client::process_creds();
-    let holder = common::connect(&rt, &c, true);
+    let holder = connect(&rt, &c, true);
     let job = rt.block_on(holder.mkdir(&creds, Fid::ROOT, "job", 0o755)).unwrap();
     assert_eq!(holder.dir_leases_held(), 1);
     assert_eq!(rt.block_on(holder.lookup(&creds, job.fid, "x")).unwrap_err().errno(), Errno::NoEnt);
 
     c.kill("mds");
     c.restart("mds");
-    let other = common::connect(&rt, &c, false);
+    let other = connect(&rt, &c, false);
     let made = within(&rt, "a create after the MDS restart", async {
         let (f, a, _) = other.create(&creds, job.fid, "x", 0o644, true, RW, None).await?;
         other.close(f).await?;

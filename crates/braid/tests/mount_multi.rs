@@ -11,14 +11,10 @@ use std::os::unix::io::AsRawFd;
 use std::path::Path;
 use std::time::Duration;
 
-use testkit::{pattern, wait_for, Cluster, ClusterSpec, LocalCluster, Mount};
+use testkit::{last_errno, pattern, wait_for, Cluster, ClusterSpec, LocalCluster, Mount};
 
 fn cluster() -> Cluster {
     Cluster::start(Path::new(env!("CARGO_BIN_EXE_braid")), ClusterSpec::default())
-}
-
-fn last_errno() -> i32 {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
 
 fn flock_t(typ: i32, start: i64, len: i64) -> libc::flock {

@@ -15,17 +15,10 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use testkit::{Cluster, ClusterSpec, Mount};
+use testkit::{code, last_errno, Cluster, ClusterSpec, Mount, MountedCluster};
 
-struct Env {
-    m: Mount,
-    _c: Cluster,
-}
-
-fn start(opts: &str) -> Env {
-    let c = Cluster::start(Path::new(env!("CARGO_BIN_EXE_braid")), ClusterSpec::default());
-    let m = Mount::new(&c, opts);
-    Env { m, _c: c }
+fn start(opts: &str) -> MountedCluster {
+    MountedCluster::start(Path::new(env!("CARGO_BIN_EXE_braid")), opts)
 }
 
 /// Runs `f` on a new thread acting as `uid:gid` with supplementary `groups` for file
@@ -46,14 +39,6 @@ fn as_user<T: Send + 'static>(uid: u32, gid: u32, groups: &[u32], f: impl FnOnce
     .expect("user thread")
 }
 
-/// The errno of `r` (0 for success).
-fn code<T>(r: std::io::Result<T>) -> i32 {
-    match r {
-        Ok(_) => 0,
-        Err(e) => e.raw_os_error().unwrap_or(-1),
-    }
-}
-
 fn read(p: &Path) -> i32 {
     code(File::open(p))
 }
@@ -68,10 +53,6 @@ fn chown(p: &Path, uid: u32, gid: u32) {
 
 fn chmod(p: &Path, mode: u32) {
     fs::set_permissions(p, fs::Permissions::from_mode(mode)).unwrap();
-}
-
-fn last_errno() -> i32 {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
 
 #[test]

@@ -11,29 +11,14 @@ use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
 
-use testkit::{pattern, Cluster, ClusterSpec, Mount};
+use testkit::{errno, last_errno, pattern, Cluster, MountedCluster};
 
-struct Env {
-    // Field order is drop order: unmount before the servers go.
-    m: Mount,
-    _c: Cluster,
-}
-
-fn start(opts: &str) -> Env {
-    let c = Cluster::start(Path::new(env!("CARGO_BIN_EXE_braid")), ClusterSpec::default());
-    let m = Mount::new(&c, opts);
-    Env { m, _c: c }
+fn start(opts: &str) -> MountedCluster {
+    MountedCluster::start(Path::new(env!("CARGO_BIN_EXE_braid")), opts)
 }
 
 fn cpath(p: &Path) -> CString {
     CString::new(p.as_os_str().as_bytes()).expect("path without NUL")
-}
-
-fn errno<T: std::fmt::Debug>(r: std::io::Result<T>) -> i32 {
-    match r {
-        Ok(v) => panic!("expected an error, got Ok({v:?})"),
-        Err(e) => e.raw_os_error().unwrap_or_else(|| panic!("not an OS error: {e}")),
-    }
 }
 
 /// Asserts two byte strings are equal, reporting lengths and the first difference
@@ -50,10 +35,6 @@ fn same(got: &[u8], want: &[u8], what: &str) {
             want.get(i..(i + 8).min(want.len()))
         );
     }
-}
-
-fn last_errno() -> i32 {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
 
 #[test]
@@ -544,7 +525,7 @@ fn o_direct_fallocate_sparse_and_large_files() {
     let mut b = [0u8; 16];
     assert_eq!(h.read_at(&mut b, far + 70_000).unwrap(), 0);
     // Sparse: the servers did not store the holes.
-    let stored: u64 = (0..4).flat_map(|i| e._c.ost_objects(i)).map(|p| fs::metadata(p).unwrap().blocks() * 512).sum();
+    let stored: u64 = (0..4).flat_map(|i| e.c.ost_objects(i)).map(|p| fs::metadata(p).unwrap().blocks() * 512).sum();
     assert!(stored < 1 << 30, "holes are not stored: {stored} bytes on the OSTs");
 }
 
@@ -577,7 +558,7 @@ fn mmap_reads_and_shared_writes() {
     assert_eq!(fs::metadata(&f).unwrap().len(), len as u64, "shared writes keep the size");
     same(&fs::read(&f).unwrap(), &want, "shared mmap writes reach the file");
     // And they are on the servers, not only in this kernel's page cache.
-    same(&e._c.get("/mapped"), &want, "the native client reads the mmap writes");
+    same(&e.c.get("/mapped"), &want, "the native client reads the mmap writes");
 
     // A private mapping's writes stay private.
     let h = File::open(&f).unwrap();
@@ -634,7 +615,7 @@ fn files_read_then_removed_leave_no_objects_behind() {
         fs::remove_file(&f).unwrap();
     }
     testkit::wait_for("every object of the removed files destroyed", std::time::Duration::from_secs(20), || {
-        objects(&e._c) == 0
+        objects(&e.c) == 0
     });
 }
 
@@ -706,7 +687,7 @@ fn special_files_are_namespace_only_inodes() {
         errno(OpenOptions::new().write(true).open(e.m.path("dir/chr2")).and_then(|f| f.set_len(0))),
         libc::EACCES
     );
-    let objects: usize = (0..4).map(|i| e._c.ost_objects(i).len()).sum();
+    let objects: usize = (0..4).map(|i| e.c.ost_objects(i).len()).sum();
     assert_eq!(objects, 0, "special files have no objects");
     for p in [e.m.path("dir/chr2"), e.m.path("chr-link"), blk, sock, fifo] {
         fs::remove_file(&p).unwrap();

@@ -14,32 +14,25 @@ use std::os::unix::fs::{FileExt, MetadataExt};
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
 
-use testkit::{pattern, Cluster, ClusterSpec, Mount};
+use testkit::{pattern, Mount, MountedCluster};
 
 /// Where the old bytes were cut to, and where the write past the end goes.
 const CUT: u64 = 4096;
 const FAR: u64 = 200_000;
 const OLD_LEN: usize = 256 << 10;
 
-struct Env {
-    // Field order is drop order: unmount before the servers go.
-    m: Mount,
-    c: Cluster,
-}
-
 /// A cluster and one mount, with directory `d` striped over all 4 OSTs in 64 KiB
 /// stripes, so a cut spans several objects of different sizes.
-fn start(opts: &str) -> Env {
-    let c = Cluster::start(Path::new(env!("CARGO_BIN_EXE_braid")), ClusterSpec::default());
-    c.wait_placement(4, std::time::Duration::from_secs(20));
-    let m = Mount::new(&c, opts);
+fn start(opts: &str) -> MountedCluster {
+    let e = MountedCluster::start(Path::new(env!("CARGO_BIN_EXE_braid")), opts);
+    let m = &e.m;
     fs::create_dir(m.path("d")).unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_braid"))
         .args(["setstripe", "-c", "4", "-S", "65536", m.path("d").to_str().unwrap()])
         .output()
         .unwrap();
     assert!(out.status.success(), "setstripe: {}", String::from_utf8_lossy(&out.stderr));
-    Env { m, c }
+    e
 }
 
 fn drop_caches() {

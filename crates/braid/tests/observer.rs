@@ -15,8 +15,6 @@ use proto::msg::{FileKind, LockRequest, LockType, OpenFlags, RenameFlags, SetAtt
 use proto::{Errno, Fid};
 use testkit::{Cluster, ClusterSpec};
 
-mod common;
-
 const RW: OpenFlags = OpenFlags { read: true, write: true, truncate: false };
 
 fn cluster() -> Cluster {
@@ -63,8 +61,8 @@ impl Calls {
 #[test]
 fn every_client_operation_reports_once_to_the_observer() {
     let c = cluster();
-    let rt = common::runtime();
-    let client = common::connect(&rt, &c, false);
+    let rt = testkit::runtime();
+    let client = c.connect(&rt);
     let recorder = Arc::new(Recorder::default());
     client.set_observer(Some(recorder.clone()));
     let creds = client::process_creds();
@@ -164,8 +162,8 @@ fn every_client_operation_reports_once_to_the_observer() {
 #[test]
 fn an_open_files_layout_is_replaced_by_a_newer_generation_only() {
     let c = cluster();
-    let rt = common::runtime();
-    let client = common::connect(&rt, &c, false);
+    let rt = testkit::runtime();
+    let client = c.connect(&rt);
     let creds = client::process_creds();
     let data = Bytes::from((0..300u32 << 10).map(|i| (i % 251) as u8).collect::<Vec<u8>>());
     rt.block_on(async {

@@ -5,20 +5,15 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use bytes::Bytes;
 use layout::LayoutSpec;
 use proto::msg::OpenFlags;
 use proto::Fid;
 use testkit::{
-    field, free_port, getstripe_objects, output_within, pattern, stderr, stdout, wait_for, Cluster, ClusterSpec,
-    Daemon, TempDir,
+    field, free_port, getstripe_objects, output_within, pattern, runtime, stderr, stdout, wait_for, Cluster,
+    ClusterSpec, Daemon, TempDir, WAIT,
 };
-
-mod common;
-
-const WAIT: Duration = Duration::from_secs(30);
 
 fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_braid"))
@@ -222,8 +217,8 @@ fn df_shows_every_target_and_a_summary() {
 #[test]
 fn ost_added_while_a_client_runs_is_used_for_new_files() {
     let mut c = Cluster::start(bin(), ClusterSpec { osts_per_oss: vec![2], ..Default::default() });
-    let rt = common::runtime();
-    let client = common::connect(&rt, &c, false);
+    let rt = runtime();
+    let client = c.connect(&rt);
     let creds = client::process_creds();
     let wide = || Some(LayoutSpec::raid0(Some(-1), Some(64 << 10)));
     let before = pattern(300 << 10, 3);
@@ -279,8 +274,8 @@ fn ost_added_while_a_client_runs_is_used_for_new_files() {
 #[test]
 fn sparse_file_past_4_gib_reads_holes_as_zeros() {
     let c = Cluster::start(bin(), ClusterSpec::default());
-    let rt = common::runtime();
-    let client = common::connect(&rt, &c, false);
+    let rt = runtime();
+    let client = c.connect(&rt);
     let creds = client::process_creds();
     let at: u64 = 5 << 30;
     let spec = Some(LayoutSpec::raid0(Some(2), Some(1 << 20)));
@@ -457,8 +452,8 @@ fn readahead_is_dropped_when_the_file_is_truncated_by_fid() {
     // FID (as the mount's truncate does). The handle must read the zeros now there, not
     // the bytes it prefetched before.
     let c = Cluster::start(bin(), ClusterSpec::default());
-    let rt = common::runtime();
-    let client = common::connect(&rt, &c, false);
+    let rt = runtime();
+    let client = c.connect(&rt);
     let creds = client::process_creds();
     let data = pattern(8 << 20, 7);
     rt.block_on(async {
@@ -487,8 +482,8 @@ fn a_read_through_one_handle_sees_writes_just_made_through_another() {
     // that returned before them. Small reads are served faster than large writes, so
     // without waiting for the other handle's writes the read overtakes them.
     let c = Cluster::start(bin(), ClusterSpec::default());
-    let rt = common::runtime();
-    let client = common::connect(&rt, &c, false);
+    let rt = runtime();
+    let client = c.connect(&rt);
     let creds = client::process_creds();
     rt.block_on(async {
         let spec = Some(LayoutSpec::raid0(Some(2), Some(1 << 20)));

@@ -18,6 +18,9 @@
 //! clients writing disjoint ranges of one file never overwrite each other's bytes).
 
 mod handles;
+pub mod mount;
+
+pub use mount::{mount, unmount, Mounted, Unmounted, Unmounter};
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -57,6 +60,9 @@ pub struct MountOptions {
     pub threads: usize,
     /// Largest write request the kernel sends.
     pub max_write_bytes: u32,
+    /// Kernel read-ahead of the mount, in KiB (the bdi's `read_ahead_kb`; see
+    /// [`mount::tune_readahead`]).
+    pub readahead_kb: u32,
     pub fsname: String,
 }
 
@@ -70,6 +76,7 @@ impl Default for MountOptions {
             read_only: false,
             threads: 8,
             max_write_bytes: 1 << 20,
+            readahead_kb: 4096,
             fsname: "braid".into(),
         }
     }
@@ -908,37 +915,6 @@ impl fuser::Filesystem for BraidFs {
             Err(e) => reply.error(errno(&e)),
         }
     }
-}
-
-/// Mounts `client`'s file system at `mountpoint` and returns the session, ready to run.
-pub fn session(
-    client: Client,
-    rt: tokio::runtime::Handle,
-    mountpoint: &Path,
-    opts: MountOptions,
-) -> std::io::Result<fuser::Session<BraidFs>> {
-    let mut config = fuser::Config::default();
-    config.mount_options = vec![
-        fuser::MountOption::FSName(opts.fsname.clone()),
-        fuser::MountOption::Subtype("braid".into()),
-        fuser::MountOption::NoDev,
-        fuser::MountOption::NoSuid,
-        // See the module comment: cached dentries bypass the MDS's search-bit check.
-        fuser::MountOption::DefaultPermissions,
-    ];
-    if opts.read_only {
-        config.mount_options.push(fuser::MountOption::RO);
-    }
-    if opts.allow_other {
-        config.acl = fuser::SessionACL::All;
-    }
-    config.n_threads = Some(opts.threads.max(1));
-    config.clone_fd = true;
-    let fs = BraidFs::new(client, rt, opts);
-    let notifier = fs.notifier.clone();
-    let session = fuser::Session::new(fs, mountpoint, &config)?;
-    let _ = notifier.set(session.notifier());
-    Ok(session)
 }
 
 /// The size cell shared by one inode's handles in this mount.

@@ -1,6 +1,9 @@
 //! Test harness for integration tests: starts real `braid mgs`, `braid mds` and
 //! `braid oss` processes on 127.0.0.x addresses with temporary directories, kills and
-//! restarts them, and runs the CLI against them.
+//! restarts them, and runs the CLI against them; or a whole cluster inside the test
+//! process ([`InProcessCluster`]) for fast tests of namespace rules through the
+//! native client. [`client`] holds what client-side tests share: a runtime, a
+//! connected client, errnos out of results.
 //!
 //! Everything is cleaned up in `Drop` — processes are killed by PID and the directory
 //! removed — also when a test panics; a failing test prints the tail of each server's
@@ -14,6 +17,14 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
+
+pub mod client;
+pub mod in_process;
+
+pub use client::{
+    client_config, client_errno, code, connect, errno, last_errno, runtime, within, MountedCluster, WAIT,
+};
+pub use in_process::{InProcessCluster, InProcessSpec};
 
 /// A directory removed on drop.
 pub struct TempDir(PathBuf);

@@ -1,9 +1,9 @@
 //! The command-line tools over the native client (`cp`, `ls`, `rm`, `mkdir`, `stat`,
-//! `setstripe`, `getstripe`, `df`) and the all-in-one `local` launcher.
+//! `setstripe`, `getstripe`, `df`), as Lustre's `lfs` and `lctl` are.
 
 use std::collections::HashMap;
 use std::io::{IsTerminal, Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -14,7 +14,6 @@ use layout::{ComponentSpec, Layout, LayoutSpec, EOF};
 use proto::msg::{Attr, Creds, FileKind, OpenFlags, TargetKind, Timespec};
 use proto::{Errno, ObjectId};
 
-use crate::serve::{self, Common};
 use crate::url::BraidPath;
 use crate::ClientOpts;
 
@@ -36,90 +35,6 @@ fn connect(opts: &ClientOpts, mgs: &str) -> Result<BlockingClient> {
 
 fn creds() -> Creds {
     client::process_creds()
-}
-
-/// Shape of a `braid local` cluster.
-pub struct Local {
-    pub osts: u32,
-    pub mdts: u32,
-    pub listen: String,
-    pub fsname: String,
-    pub heartbeat_ms: u64,
-    pub target_timeout_ms: u64,
-    /// The roles and the mount reach each other in-process.
-    pub in_process: bool,
-}
-
-pub fn local(data: &Path, l: &Local, mount: Option<(PathBuf, crate::mount::MountSettings)>) -> Result<()> {
-    let (osts, mdts, listen, fsname) = (l.osts, l.mdts, l.listen.as_str(), l.fsname.as_str());
-    let (heartbeat_ms, target_timeout_ms) = (l.heartbeat_ms, l.target_timeout_ms);
-    if osts == 0 || mdts == 0 {
-        bail!("a cluster needs at least one MDT and one OST");
-    }
-    if osts > 256 || mdts > 16 {
-        bail!("braid local runs at most 16 MDTs and 256 OSTs");
-    }
-    std::fs::create_dir_all(data).with_context(|| format!("cannot create {}", data.display()))?;
-    let secret_path = data.join("cluster.secret");
-    let secret = proto::auth::Secret::create_file(&secret_path).map_err(anyhow::Error::msg)?;
-    let common = Common {
-        fsname: fsname.to_string(),
-        secret,
-        heartbeat: Duration::from_millis(heartbeat_ms.max(1)),
-        in_process: l.in_process,
-    };
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    let r = rt.block_on(async {
-        let mgs =
-            serve::start_mgs(listen, &data.join("mgs"), &common, Duration::from_millis(target_timeout_ms)).await?;
-        let mdt_dirs: Vec<PathBuf> = (0..mdts).map(|i| data.join(format!("mdt{i}"))).collect();
-        let ost_dirs: Vec<PathBuf> = (0..osts).map(|i| data.join(format!("ost{i}"))).collect();
-        let cfg = mds::MdsConfig { default_layout: LayoutSpec::raid0(Some(1), Some(1 << 20)), ..Default::default() };
-        // OSTs first: the MDS's first look at the configuration then finds every one
-        // of them, so the mount's first files are striped over all the OSTs asked for.
-        serve::start_oss("127.0.0.1:0", None, &mgs, &ost_dirs, &common).await?;
-        serve::start_mds("127.0.0.1:0", None, &mgs, &mdt_dirs, &common, cfg).await?;
-        let abs = std::fs::canonicalize(&secret_path).unwrap_or(secret_path.clone());
-        println!(
-            "braid local: file system '{fsname}' with {mdts} MDT(s) and {osts} OST(s), data in {}",
-            data.display()
-        );
-        println!("MGS at {mgs}");
-        println!("client: export BRAID_SECRET_FILE={}", abs.display());
-        println!("        braid ls braid://{mgs}/");
-        let mut mounted = None;
-        if let Some((mp, settings)) = &mount {
-            let cfg = settings.client_config(&mgs, common.secret.clone());
-            let client = Client::connect(cfg).await.context("cannot connect the mount's client")?;
-            let mut opts = settings.fuse.clone();
-            opts.fsname = format!("braid@{mgs}");
-            let handle = tokio::runtime::Handle::current();
-            let mp2 = mp.clone();
-            let session =
-                tokio::task::spawn_blocking(move || fuse::session(client, handle, &mp2, opts)).await?.with_context(
-                    || format!("cannot mount on {} (is fuse3 installed and the directory empty?)", mp.display()),
-                )?;
-            crate::mount::record_secret_file(&mgs, &abs);
-            crate::mount::tune_readahead(mp, settings.readahead_kb);
-            let mut session = session;
-            let unmounter = session.unmount_callable();
-            let thread = std::thread::spawn(move || session.run());
-            println!("mounted on {}", mp.display());
-            mounted = Some((unmounter, thread));
-        }
-        let _ = std::io::stdout().flush();
-        let sig = serve::until_signal().await?;
-        tracing::info!("braid local stopping on {sig}");
-        if let Some((mut unmounter, thread)) = mounted {
-            if let Err(e) = unmounter.unmount() {
-                tracing::warn!("unmount failed: {e}");
-            }
-            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
-        }
-        Ok(())
-    });
-    rt.shutdown_background();
-    r
 }
 
 // ---- cp ----

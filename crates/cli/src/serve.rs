@@ -1,4 +1,6 @@
-//! Starting the server roles (MGS, MDS, OSS) and the all-in-one `local` cluster.
+//! Starting the server roles (MGS, MDS, OSS): `braid mgs`, `braid mds`, `braid oss`,
+//! and the `start_*` functions that `braid local` and the tests' in-process cluster
+//! call to run them all in one process.
 //!
 //! Each role binds its listener first (so it knows the address it advertises),
 //! registers its targets with the MGS, then serves. `local` runs all three roles in
@@ -12,11 +14,145 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+use clap::Args;
 use proto::auth::Secret;
 use proto::msg::TargetKind;
 use proto::rpc::{Identity, RpcClient, RpcOptions};
 use proto::server::ServerConfig;
 use proto::target::{spawn_heartbeat, TargetDir};
+
+use crate::{config, ServerOpts};
+
+/// `braid mgs`.
+#[derive(Args, Debug, Clone)]
+pub struct MgsArgs {
+    #[command(flatten)]
+    pub server: ServerOpts,
+    /// Address to listen on.
+    #[arg(long)]
+    pub listen: Option<String>,
+    /// Directory of the MGS registry.
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// A target silent for this long is marked down, in milliseconds.
+    #[arg(long)]
+    pub target_timeout_ms: Option<u64>,
+}
+
+/// `braid mds`.
+#[derive(Args, Debug, Clone)]
+pub struct MdsArgs {
+    #[command(flatten)]
+    pub server: ServerOpts,
+    #[arg(long)]
+    pub listen: Option<String>,
+    /// Address other nodes use to reach this server (default: the listen address).
+    #[arg(long)]
+    pub advertise: Option<String>,
+    /// MGS address HOST:PORT.
+    #[arg(long)]
+    pub mgs: Option<String>,
+    /// MDT directory (repeat for several MDTs).
+    #[arg(long = "mdt")]
+    pub mdts: Vec<PathBuf>,
+    /// Default stripe count of the file system (-1 = all OSTs).
+    #[arg(long, allow_hyphen_values = true)]
+    pub default_stripe_count: Option<i64>,
+    /// Default stripe size of the file system (e.g. 1M).
+    #[arg(long)]
+    pub default_stripe_size: Option<String>,
+    /// How often each MDT database is made durable and its redo log emptied, in
+    /// milliseconds: the most a machine crash can take back without fsync.
+    #[arg(long)]
+    pub checkpoint_ms: Option<u64>,
+    /// Force the redo log to disk before every reply (every acknowledged operation
+    /// survives a power loss; slower).
+    #[arg(long)]
+    pub sync_journal: bool,
+}
+
+/// `braid oss`.
+#[derive(Args, Debug, Clone)]
+pub struct OssArgs {
+    #[command(flatten)]
+    pub server: ServerOpts,
+    #[arg(long)]
+    pub listen: Option<String>,
+    #[arg(long)]
+    pub advertise: Option<String>,
+    #[arg(long)]
+    pub mgs: Option<String>,
+    /// OST directory (repeat for several OSTs).
+    #[arg(long = "ost")]
+    pub osts: Vec<PathBuf>,
+}
+
+/// Runs the MGS until a signal.
+pub fn run_mgs(a: MgsArgs) -> Result<()> {
+    let file = config::load(a.server.config.as_deref())?;
+    let common = config::common(&a.server, &file)?;
+    let listen = a.listen.or(file.mgs.listen.clone()).unwrap_or_else(|| "127.0.0.1:9400".into());
+    let data = a.data.or(file.mgs.data.clone()).context("the MGS needs --data DIR")?;
+    let timeout = Duration::from_millis(a.target_timeout_ms.or(file.mgs.target_timeout_ms).unwrap_or(5000));
+    run_server("MGS", async move { start_mgs(&listen, &data, &common, timeout).await })
+}
+
+/// Runs an MDS until a signal.
+pub fn run_mds(a: MdsArgs) -> Result<()> {
+    let file = config::load(a.server.config.as_deref())?;
+    let common = config::common(&a.server, &file)?;
+    let listen = a.listen.or(file.mds.listen.clone()).unwrap_or_else(|| "127.0.0.1:0".into());
+    let advertise = a.advertise.or(file.mds.advertise.clone());
+    let mgs = a.mgs.or(file.mds.mgs.clone()).context("the MDS needs --mgs HOST:PORT")?;
+    let mdts = if a.mdts.is_empty() { file.mds.mdts.clone() } else { a.mdts };
+    let size = match a.default_stripe_size.or(file.mds.default_stripe_size.clone()) {
+        Some(s) => Some(layout::parse_size(&s)?),
+        None => None,
+    };
+    let count = a.default_stripe_count.or(file.mds.default_stripe_count).unwrap_or(1);
+    let default = layout::LayoutSpec::raid0(Some(count), Some(size.unwrap_or(1 << 20)));
+    default.validate().context("invalid default layout")?;
+    let checkpoint_ms = a.checkpoint_ms.or(file.mds.checkpoint_ms).unwrap_or(1000);
+    if checkpoint_ms == 0 {
+        bail!("--checkpoint-ms must be at least 1");
+    }
+    let cfg = mds::MdsConfig {
+        default_layout: default,
+        checkpoint_interval: Duration::from_millis(checkpoint_ms),
+        sync_journal: a.sync_journal || file.mds.sync_journal.unwrap_or(false),
+        ..Default::default()
+    };
+    run_server("MDS", async move { start_mds(&listen, advertise.as_deref(), &mgs, &mdts, &common, cfg).await })
+}
+
+/// Runs an OSS until a signal.
+pub fn run_oss(a: OssArgs) -> Result<()> {
+    let file = config::load(a.server.config.as_deref())?;
+    let common = config::common(&a.server, &file)?;
+    let listen = a.listen.or(file.oss.listen.clone()).unwrap_or_else(|| "127.0.0.1:0".into());
+    let advertise = a.advertise.or(file.oss.advertise.clone());
+    let mgs = a.mgs.or(file.oss.mgs.clone()).context("the OSS needs --mgs HOST:PORT")?;
+    let osts = if a.osts.is_empty() { file.oss.osts.clone() } else { a.osts };
+    run_server("OSS", async move { start_oss(&listen, advertise.as_deref(), &mgs, &osts, &common).await })
+}
+
+/// Starts one role with `start`, prints where it listens and serves until a signal.
+fn run_server<F>(what: &str, start: F) -> Result<()>
+where
+    F: std::future::Future<Output = Result<String>>,
+{
+    let rt = crate::runtime()?;
+    let r = rt.block_on(async {
+        let addr = start.await?;
+        println!("{what} listening on {addr}");
+        let sig = until_signal().await?;
+        tracing::info!("{what} stopping on {sig}");
+        Ok(())
+    });
+    // Every acknowledged operation is already committed; do not wait for idle workers.
+    rt.shutdown_background();
+    r
+}
 
 /// Settings every role shares.
 #[derive(Debug, Clone)]

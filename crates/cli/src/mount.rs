@@ -1,4 +1,7 @@
 //! `braid mount`, `braid umount`, and finding the cluster behind a path inside a mount.
+//! How a FUSE mount is made and taken off is the `fuse` crate's ([`fuse::mount`]);
+//! this module parses `-o`, connects the client, and runs the mount in the
+//! foreground or as a background process.
 //!
 //! A mount's source is `braid@MGS_ADDRESS` and its type `fuse` (or `fuse.braid`), so any tool can
 //! tell from `/proc/self/mountinfo` which cluster a path belongs to. The mount also
@@ -9,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use clap::Args;
 use client::{BlockingClient, ClientConfig};
 
 use crate::url::BraidPath;
@@ -16,13 +20,40 @@ use crate::url::BraidPath;
 /// Where mounts record the secret file they use.
 const RUN_DIR: &str = "/run/braid";
 
-/// Parsed `-o` options of `braid mount`.
+/// `braid mount`.
+#[derive(Args, Debug, Clone)]
+pub struct MountArgs {
+    /// braid://HOST:PORT/ of the MGS.
+    pub url: String,
+    pub mountpoint: PathBuf,
+    /// Stay in the foreground (otherwise return once the mount is ready).
+    #[arg(short = 'f')]
+    pub foreground: bool,
+    /// Options: attr_timeout=S, entry_timeout=S, allow_other, direct_io, ro, threads=N, timeout=S, max_write=BYTES, readahead_kb=KIB, dir_leases=0|1.
+    #[arg(short = 'o')]
+    pub options: Vec<String>,
+    #[arg(long)]
+    pub secret_file: Option<PathBuf>,
+    /// Log file of a background mount.
+    #[arg(long)]
+    pub log: Option<PathBuf>,
+}
+
+/// Runs `braid mount`: in this process with `-f`, else in a background process.
+pub fn run(a: MountArgs) -> Result<()> {
+    let settings = parse_options(&a.options)?;
+    if a.foreground {
+        mount_foreground(&a.url, &a.mountpoint, settings, a.secret_file)
+    } else {
+        mount_background(&a.url, &a.mountpoint, &a.options, a.secret_file, a.log)
+    }
+}
+
+/// Parsed `-o` options of `braid mount`: the FUSE mount's and its client's.
 #[derive(Debug, Clone)]
 pub struct MountSettings {
     pub fuse: fuse::MountOptions,
     pub timeout_s: u64,
-    /// Kernel read-ahead of the mount, in KiB (the bdi's `read_ahead_kb`).
-    pub readahead_kb: u32,
     /// Directory leases (see the client's `lease` module): on unless `dir_leases=0`.
     pub dir_leases: bool,
 }
@@ -38,8 +69,7 @@ impl MountSettings {
 }
 
 pub fn parse_options(list: &[String]) -> Result<MountSettings> {
-    let mut s =
-        MountSettings { fuse: fuse::MountOptions::default(), timeout_s: 60, readahead_kb: 4096, dir_leases: true };
+    let mut s = MountSettings { fuse: fuse::MountOptions::default(), timeout_s: 60, dir_leases: true };
     for opt in list.iter().flat_map(|o| o.split(',')).filter(|o| !o.is_empty()) {
         let (k, v) = opt.split_once('=').map_or((opt, None), |(k, v)| (k, Some(v)));
         let num = |v: Option<&str>| -> Result<f64> {
@@ -57,7 +87,7 @@ pub fn parse_options(list: &[String]) -> Result<MountSettings> {
             "threads" => s.fuse.threads = (num(v)? as usize).clamp(1, 64),
             "timeout" => s.timeout_s = (num(v)? as u64).max(1),
             "max_write" => s.fuse.max_write_bytes = (num(v)? as u32).clamp(4096, 1 << 20),
-            "readahead_kb" => s.readahead_kb = (num(v)? as u32).clamp(4, 1 << 20),
+            "readahead_kb" => s.fuse.readahead_kb = (num(v)? as u32).clamp(4, 1 << 20),
             "dir_leases" => {
                 s.dir_leases = match v {
                     None | Some("1") | Some("on") => true,
@@ -111,7 +141,7 @@ pub fn mount_foreground(
     }
     let mut fuse_opts = settings.fuse.clone();
     fuse_opts.fsname = format!("braid@{}", p.mgs);
-    let mut session = fuse::session(bc.client.clone(), bc.handle(), mountpoint, fuse_opts).with_context(|| {
+    let mut mounted = fuse::mount(bc.client.clone(), bc.handle(), mountpoint, fuse_opts).with_context(|| {
         format!(
             "cannot mount on {} (is fuse3 installed and {} an empty directory?)",
             mountpoint.display(),
@@ -122,8 +152,7 @@ pub fn mount_foreground(
         &p.mgs,
         secret_file.clone().or_else(|| std::env::var_os("BRAID_SECRET_FILE").map(PathBuf::from)).as_deref(),
     );
-    tune_readahead(mountpoint, settings.readahead_kb);
-    let mut unmounter = session.unmount_callable();
+    let mut unmounter = mounted.unmounter();
     let mp = mountpoint.to_path_buf();
     let handle = bc.handle();
     std::thread::spawn(move || {
@@ -137,7 +166,7 @@ pub fn mount_foreground(
     println!("braid mounted {} on {}", p.url(), mountpoint.display());
     use std::io::Write;
     let _ = std::io::stdout().flush();
-    session.run().context("FUSE session failed")?;
+    mounted.run().context("FUSE session failed")?;
     Ok(())
 }
 
@@ -191,80 +220,14 @@ pub fn mount_background(
 /// How long `umount` waits before aborting the FUSE connection.
 const UMOUNT_WAIT: Duration = Duration::from_secs(10);
 
-/// Sets the kernel read-ahead of the mount at `mountpoint`. FUSE keeps its bdi at the
-/// kernel default (128 KiB) whatever read-ahead the file system asks for, so sequential
-/// reads arrive as 128 KiB requests; measured here, 4 MiB makes a single reader ~6x
-/// faster. Best effort: a failure is logged and the mount works as before.
-pub fn tune_readahead(mountpoint: &Path, kb: u32) {
-    let target = std::fs::canonicalize(mountpoint).unwrap_or(mountpoint.to_path_buf());
-    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let dev = text.lines().find_map(|l| {
-        let f: Vec<&str> = l.split(' ').collect();
-        (f.len() > 4 && Path::new(&unescape(f[4])) == target).then(|| f[2].to_string())
-    });
-    let Some(dev) = dev else {
-        tracing::warn!("cannot find {} in mountinfo to set its read-ahead", target.display());
-        return;
-    };
-    let knob = Path::new("/sys/class/bdi").join(&dev).join("read_ahead_kb");
-    if let Err(e) = std::fs::write(&knob, kb.to_string()) {
-        tracing::warn!("cannot set {} to {kb}: {e}", knob.display());
-    }
-}
-
-/// Unmounts a braid mount. If the kernel waits on requests the mount cannot answer
-/// (a server is down), the FUSE connection is aborted after a while so the unmount
-/// always finishes; those requests fail with an error.
+/// Unmounts a braid mount (see [`fuse::unmount`]: it always finishes).
 pub fn umount(mountpoint: &Path) -> Result<()> {
     let target = std::fs::canonicalize(mountpoint).unwrap_or(mountpoint.to_path_buf());
-    let c = std::ffi::CString::new(target.as_os_str().as_encoded_bytes()).context("bad mount point")?;
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        // SAFETY: umount2 with a valid C string.
-        let rc = unsafe { libc::umount2(c.as_ptr(), 0) };
-        let _ = tx.send(if rc == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) });
-    });
-    let result = match rx.recv_timeout(UMOUNT_WAIT) {
-        Ok(r) => r,
-        Err(_) => {
-            if abort_connection(&target) {
-                eprintln!(
-                    "braid: {} did not unmount in {UMOUNT_WAIT:?}; aborted its FUSE connection",
-                    target.display()
-                );
-            }
-            rx.recv_timeout(UMOUNT_WAIT).unwrap_or_else(|_| Err(std::io::Error::other("unmount still blocked")))
-        }
-    };
-    match result {
-        Ok(()) => Ok(()),
-        Err(e) => {
-            let status = std::process::Command::new("fusermount3").arg("-u").arg(&target).status();
-            match status {
-                Ok(s) if s.success() => Ok(()),
-                _ => bail!("cannot unmount {}: {e}", target.display()),
-            }
-        }
+    let done = fuse::unmount(&target, UMOUNT_WAIT);
+    if done.aborted {
+        eprintln!("braid: {} did not unmount in {UMOUNT_WAIT:?}; aborted its FUSE connection", target.display());
     }
-}
-
-/// Aborts the FUSE connection of the mount at `target` (through fusectl); true if
-/// it was found and aborted.
-fn abort_connection(target: &Path) -> bool {
-    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let Some(dev) = text.lines().find_map(|l| {
-        let f: Vec<&str> = l.split(' ').collect();
-        (f.len() > 4 && Path::new(&unescape(f[4])) == target).then(|| f[2].to_string())
-    }) else {
-        return false;
-    };
-    let Some((_, minor)) = dev.split_once(':') else { return false };
-    let ctl = Path::new("/sys/fs/fuse/connections");
-    if !ctl.join(minor).exists() {
-        // fusectl may not be mounted yet.
-        let _ = std::process::Command::new("mount").args(["-t", "fusectl", "fusectl"]).arg(ctl).status();
-    }
-    std::fs::write(ctl.join(minor).join("abort"), "1").is_ok()
+    done.result.with_context(|| format!("cannot unmount {}", target.display()))
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -275,39 +238,17 @@ pub struct MountEntry {
 
 /// Every braid mount of this machine.
 pub fn braid_mounts() -> Vec<MountEntry> {
-    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    text.lines().filter_map(parse_mountinfo_line).collect()
+    fuse::mount::mountinfo::entries().iter().filter_map(braid_mount).collect()
 }
 
-fn unescape(s: &str) -> String {
-    // mountinfo escapes space, tab, newline and backslash as \ooo.
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
-            out.push(((b[i + 1] - b'0') << 6) | ((b[i + 2] - b'0') << 3) | (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-fn parse_mountinfo_line(line: &str) -> Option<MountEntry> {
-    let (left, right) = line.split_once(" - ")?;
-    let mountpoint = left.split(' ').nth(4)?;
-    let mut r = right.split(' ');
-    let fstype = r.next()?;
-    let source = r.next()?;
-    // The subtype is not always recorded (mount(2) without fusermount gives "fuse").
-    if fstype != "fuse.braid" && fstype != "fuse" {
+/// A mount that is braid's: type `fuse.braid` (or `fuse`: mount(2) without
+/// fusermount does not always record the subtype) and source `braid@MGS`.
+fn braid_mount(e: &fuse::mount::mountinfo::Entry) -> Option<MountEntry> {
+    if e.fstype != "fuse.braid" && e.fstype != "fuse" {
         return None;
     }
-    let mgs = source.strip_prefix("braid@")?;
-    Some(MountEntry { mountpoint: PathBuf::from(unescape(mountpoint)), mgs: mgs.to_string() })
+    let mgs = e.source.strip_prefix("braid@")?;
+    Some(MountEntry { mountpoint: e.mountpoint.clone(), mgs: mgs.to_string() })
 }
 
 /// Turns a path inside a braid mount into a braid path.
@@ -340,11 +281,12 @@ mod tests {
 
     #[test]
     fn mountinfo_lines() {
+        use fuse::mount::mountinfo::parse_line;
         let l = "36 35 0:44 / /mnt/my\\040fs rw,nosuid,nodev shared:1 - fuse.braid braid@127.0.0.1:9400 rw,user_id=0";
-        let m = parse_mountinfo_line(l).unwrap();
+        let m = braid_mount(&parse_line(l).unwrap()).unwrap();
         assert_eq!(m.mountpoint, PathBuf::from("/mnt/my fs"));
         assert_eq!(m.mgs, "127.0.0.1:9400");
-        assert!(parse_mountinfo_line("22 1 8:1 / / rw - ext4 /dev/vda rw").is_none());
+        assert!(braid_mount(&parse_line("22 1 8:1 / / rw - ext4 /dev/vda rw").unwrap()).is_none());
     }
 
     #[test]
@@ -353,8 +295,8 @@ mod tests {
         assert_eq!(s.fuse.attr_ttl, Duration::from_millis(500));
         assert!(s.fuse.read_only);
         assert_eq!(s.fuse.threads, 4);
-        assert_eq!(s.readahead_kb, 4096);
-        assert_eq!(parse_options(&["readahead_kb=1024".into()]).unwrap().readahead_kb, 1024);
+        assert_eq!(s.fuse.readahead_kb, 4096);
+        assert_eq!(parse_options(&["readahead_kb=1024".into()]).unwrap().fuse.readahead_kb, 1024);
         assert!(parse_options(&["bogus".into()]).is_err());
         assert!(parse_options(&[]).unwrap().dir_leases);
         assert!(!parse_options(&["dir_leases=0".into()]).unwrap().dir_leases);

@@ -1,0 +1,98 @@
+//! braid's command line as library code: everything the `braid` binary does once its
+//! arguments are parsed. The binary stays a parser and a dispatch table; what a
+//! command does lives here, where tests and other front ends (an NBD server, a
+//! second launcher) can call it.
+//!
+//! - [`serve`]: the server roles (MGS, MDS, OSS): bind, register with the MGS, serve.
+//! - [`local`]: `braid local`, every role (and optionally a mount) in one process.
+//! - [`mount`]: `braid mount` and `braid umount`, and which cluster a mounted path is in.
+//! - [`tools`]: the `lfs`-like tools over the native client (`cp`, `ls`, `setstripe`, ...).
+//! - [`native_bench`]: the benchmarks' storage interface over the native client.
+//! - [`config`]: `braid.toml`, the per-node configuration file.
+//! - [`url`]: `braid://HOST:PORT/path` addresses.
+//!
+//! Errors are `anyhow` here: this crate is the binary's other half, and every error
+//! ends as one line on stderr and exit status 1.
+
+pub mod config;
+pub mod local;
+pub mod mount;
+pub mod native_bench;
+pub mod serve;
+pub mod tools;
+pub mod url;
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use proto::auth::Secret;
+
+/// Options shared by every server role.
+#[derive(Args, Debug, Clone)]
+pub struct ServerOpts {
+    /// Configuration file (braid.toml); command-line flags override it.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// File holding the cluster secret (also BRAID_SECRET_FILE).
+    #[arg(long)]
+    pub secret_file: Option<PathBuf>,
+    /// Run without authentication (test clusters only).
+    #[arg(long)]
+    pub insecure: bool,
+    /// File system name.
+    #[arg(long)]
+    pub fsname: Option<String>,
+    /// Heartbeat interval of targets to the MGS, in milliseconds.
+    #[arg(long)]
+    pub heartbeat_ms: Option<u64>,
+}
+
+/// Options of every client tool.
+#[derive(Args, Debug, Clone)]
+pub struct ClientOpts {
+    /// File holding the cluster secret (also BRAID_SECRET_FILE).
+    #[arg(long, global = true)]
+    pub secret_file: Option<PathBuf>,
+    /// How long an operation keeps retrying while a server is unreachable, in seconds.
+    #[arg(long, global = true, default_value_t = 60)]
+    pub timeout_s: u64,
+}
+
+/// The secret a server runs with: a file, or an explicit `--insecure`.
+pub fn server_secret(file: Option<PathBuf>, insecure: bool) -> Result<Secret> {
+    let file = file.or_else(|| std::env::var_os("BRAID_SECRET_FILE").map(PathBuf::from));
+    match (file, insecure) {
+        (Some(f), _) => Secret::load(&f).map_err(anyhow::Error::msg),
+        (None, true) => {
+            tracing::warn!("running without authentication (--insecure)");
+            Ok(Secret::Insecure)
+        }
+        (None, false) => bail!(
+            "no cluster secret: pass --secret-file FILE (make one with `braid gen-secret FILE`) or run with --insecure"
+        ),
+    }
+}
+
+/// The secret a client tool uses: a file if given, else none (an insecure cluster).
+pub fn client_secret(file: &Option<PathBuf>) -> Result<Secret> {
+    match file.clone().or_else(|| std::env::var_os("BRAID_SECRET_FILE").map(PathBuf::from)) {
+        Some(f) => Secret::load(&f).map_err(anyhow::Error::msg),
+        None => Ok(Secret::Insecure),
+    }
+}
+
+/// `braid gen-secret`: a new cluster secret file; never overwrites one.
+pub fn gen_secret(path: &std::path::Path) -> Result<()> {
+    if path.exists() {
+        bail!("{} exists; refusing to overwrite a secret", path.display());
+    }
+    Secret::create_file(path).map_err(anyhow::Error::msg)?;
+    println!("created {}", path.display());
+    Ok(())
+}
+
+/// The runtime of a command: every worker thread the machine offers.
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")
+}

@@ -1,0 +1,169 @@
+//! `braid local`: a whole cluster (MGS, MDTs, OSTs) in one process, the README's first
+//! command, and optionally its own FUSE mount.
+//!
+//! The roles run on one runtime, each on its own TCP port for clients of other
+//! processes; the roles and the mount of this process reach each other in-process
+//! (`proto::local`, as Lustre's `0@lo`) unless `--tcp` asks for sockets all the way.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use client::Client;
+use layout::LayoutSpec;
+use proto::auth::Secret;
+
+use crate::mount::MountSettings;
+use crate::serve::{self, Common};
+
+/// `braid local`.
+#[derive(Args, Debug, Clone)]
+pub struct LocalArgs {
+    /// Directory for all data; created if needed, reused when started again.
+    #[arg(long)]
+    pub data: PathBuf,
+    #[arg(long, default_value_t = 4)]
+    pub osts: u32,
+    #[arg(long, default_value_t = 1)]
+    pub mdts: u32,
+    /// MGS address.
+    #[arg(long, default_value = "127.0.0.1:9400")]
+    pub listen: String,
+    #[arg(long, default_value = "braid")]
+    pub fsname: String,
+    #[arg(long, default_value_t = 1000)]
+    pub heartbeat_ms: u64,
+    #[arg(long, default_value_t = 5000)]
+    pub target_timeout_ms: u64,
+    /// Also mount the file system here (FUSE).
+    #[arg(long)]
+    pub mount: Option<PathBuf>,
+    /// Mount options (see `braid mount`).
+    #[arg(short = 'o')]
+    pub options: Vec<String>,
+    /// Make the roles and the mount of this process talk over TCP, as separate
+    /// nodes do (default: in-process, as Lustre's 0@lo; clients of other
+    /// processes always use TCP).
+    #[arg(long)]
+    pub tcp: bool,
+}
+
+/// Shape of a `braid local` cluster.
+#[derive(Debug, Clone)]
+pub struct Local {
+    pub osts: u32,
+    pub mdts: u32,
+    pub listen: String,
+    pub fsname: String,
+    pub heartbeat_ms: u64,
+    pub target_timeout_ms: u64,
+    /// The roles and the mount reach each other in-process.
+    pub in_process: bool,
+}
+
+/// A local cluster's servers, serving on the runtime that started them.
+pub struct Started {
+    /// Address of the MGS: what clients connect to.
+    pub mgs: String,
+    pub secret: Secret,
+    /// `DATA/cluster.secret`, made absolute.
+    pub secret_file: PathBuf,
+}
+
+/// Runs `braid local` until a signal.
+pub fn run(a: LocalArgs) -> Result<()> {
+    let settings = crate::mount::parse_options(&a.options)?;
+    let l = Local {
+        osts: a.osts,
+        mdts: a.mdts,
+        listen: a.listen,
+        fsname: a.fsname,
+        heartbeat_ms: a.heartbeat_ms,
+        target_timeout_ms: a.target_timeout_ms,
+        in_process: !a.tcp,
+    };
+    local(&a.data, &l, a.mount.map(|m| (m, settings)))
+}
+
+/// Starts the cluster `l` with its data under `data` on the current runtime: the
+/// MGS, then one OSS with every OST, then one MDS with every MDT. The secret
+/// (`DATA/cluster.secret`) is made on the first start and reused after.
+pub async fn start(data: &Path, l: &Local) -> Result<Started> {
+    if l.osts == 0 || l.mdts == 0 {
+        bail!("a cluster needs at least one MDT and one OST");
+    }
+    if l.osts > 256 || l.mdts > 16 {
+        bail!("braid local runs at most 16 MDTs and 256 OSTs");
+    }
+    std::fs::create_dir_all(data).with_context(|| format!("cannot create {}", data.display()))?;
+    let secret_path = data.join("cluster.secret");
+    let secret = Secret::create_file(&secret_path).map_err(anyhow::Error::msg)?;
+    let common = Common {
+        fsname: l.fsname.clone(),
+        secret: secret.clone(),
+        heartbeat: Duration::from_millis(l.heartbeat_ms.max(1)),
+        in_process: l.in_process,
+    };
+    let timeout = Duration::from_millis(l.target_timeout_ms);
+    let mgs = serve::start_mgs(&l.listen, &data.join("mgs"), &common, timeout).await?;
+    let mdt_dirs: Vec<PathBuf> = (0..l.mdts).map(|i| data.join(format!("mdt{i}"))).collect();
+    let ost_dirs: Vec<PathBuf> = (0..l.osts).map(|i| data.join(format!("ost{i}"))).collect();
+    let cfg = mds::MdsConfig { default_layout: LayoutSpec::raid0(Some(1), Some(1 << 20)), ..Default::default() };
+    // OSTs first: the MDS's first look at the configuration then finds every one
+    // of them, so the mount's first files are striped over all the OSTs asked for.
+    serve::start_oss("127.0.0.1:0", None, &mgs, &ost_dirs, &common).await?;
+    serve::start_mds("127.0.0.1:0", None, &mgs, &mdt_dirs, &common, cfg).await?;
+    let secret_file = std::fs::canonicalize(&secret_path).unwrap_or(secret_path);
+    Ok(Started { mgs, secret, secret_file })
+}
+
+/// Runs the cluster `l` with its data under `data`, mounted on the given mount point
+/// if any, until a signal.
+pub fn local(data: &Path, l: &Local, mount: Option<(PathBuf, MountSettings)>) -> Result<()> {
+    let rt = crate::runtime()?;
+    let r = rt.block_on(async {
+        let Started { mgs, secret, secret_file } = start(data, l).await?;
+        println!(
+            "braid local: file system '{}' with {} MDT(s) and {} OST(s), data in {}",
+            l.fsname,
+            l.mdts,
+            l.osts,
+            data.display()
+        );
+        println!("MGS at {mgs}");
+        println!("client: export BRAID_SECRET_FILE={}", secret_file.display());
+        println!("        braid ls braid://{mgs}/");
+        let mut mounted = None;
+        if let Some((mp, settings)) = &mount {
+            let cfg = settings.client_config(&mgs, secret);
+            let client = Client::connect(cfg).await.context("cannot connect the mount's client")?;
+            let mut opts = settings.fuse.clone();
+            opts.fsname = format!("braid@{mgs}");
+            let handle = tokio::runtime::Handle::current();
+            let mp2 = mp.clone();
+            let mut fs =
+                tokio::task::spawn_blocking(move || fuse::mount(client, handle, &mp2, opts)).await?.with_context(
+                    || format!("cannot mount on {} (is fuse3 installed and the directory empty?)", mp.display()),
+                )?;
+            crate::mount::record_secret_file(&mgs, &secret_file);
+            let unmounter = fs.unmounter();
+            let thread = std::thread::spawn(move || fs.run());
+            println!("mounted on {}", mp.display());
+            mounted = Some((unmounter, thread));
+        }
+        let _ = std::io::stdout().flush();
+        let sig = serve::until_signal().await?;
+        tracing::info!("braid local stopping on {sig}");
+        if let Some((mut unmounter, thread)) = mounted {
+            if let Err(e) = unmounter.unmount() {
+                tracing::warn!("unmount failed: {e}");
+            }
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
+        Ok(())
+    });
+    rt.shutdown_background();
+    r
+}
