@@ -309,7 +309,7 @@ fn local_and_tcp_clients_share_one_namespace(extra: &[&str], in_process: bool) {
     let dir = testkit::TempDir::new("local-mount");
     let bin = Path::new(env!("CARGO_BIN_EXE_braid"));
     // `braid local --mount` as a running process: its own mount reaches the servers
-    // in-process (`proto::local`), while a second client (a `braid mount` process)
+    // in-process (`rpc::local`), while a second client (a `braid mount` process)
     // reaches the same servers over TCP.
     let l = LocalCluster::start(bin, dir.path(), extra);
     // The mount's client (role "client") found its servers in this process, or not.

@@ -3,7 +3,7 @@
 //!
 //! The roles run on one runtime, each on its own TCP port for clients of other
 //! processes; the roles and the mount of this process reach each other in-process
-//! (`proto::local`, as Lustre's `0@lo`) unless `--tcp` asks for sockets all the way.
+//! (`rpc::local`, as Lustre's `0@lo`) unless `--tcp` asks for sockets all the way.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

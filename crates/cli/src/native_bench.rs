@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use bench::{FileBackend, FileHandle, FileStat, OpenFlags};
 use bytes::Bytes;
+use client::Fid;
 use client::{BlockingClient, ClientConfig, ClientError, OpenFile};
-use proto::msg::{Creds, FileKind};
-use proto::Fid;
+use client::{Creds, FileKind};
 
 /// Parent directories resolved so far (mdtest works in a few directories).
 const DIR_CACHE_MAX: usize = 4096;
@@ -80,7 +80,7 @@ impl FileBackend for NativeBackend {
     fn open(&mut self, path: &str, flags: OpenFlags) -> io::Result<FileHandle> {
         let (parent, name) = split(path)?;
         let parent = self.dir(parent)?;
-        let of = proto::msg::OpenFlags { read: flags.read, write: flags.write, truncate: flags.truncate };
+        let of = client::OpenFlags { read: flags.read, write: flags.write, truncate: flags.truncate };
         let client = &self.bc.client;
         let f = if flags.create {
             self.bc.run(client.create(&self.creds, parent, name, 0o644, flags.exclusive, of, None)).map_err(io_err)?.0

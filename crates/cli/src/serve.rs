@@ -6,7 +6,7 @@
 //! registers its targets with the MGS, then serves. `local` runs all three roles in
 //! one process and one runtime, each on its own TCP port for clients of other
 //! processes; the roles and the mount of that process reach each other in-process
-//! (`proto::local`) unless `--tcp` asks for sockets all the way.
+//! (`rpc::local`) unless `--tcp` asks for sockets all the way.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -17,9 +17,9 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use proto::auth::Secret;
 use proto::msg::TargetKind;
-use proto::rpc::{Identity, RpcClient, RpcOptions};
-use proto::server::ServerConfig;
-use proto::target::{spawn_heartbeat, TargetDir};
+use rpc::server::ServerConfig;
+use rpc::target::{spawn_heartbeat, TargetDir};
+use rpc::{Identity, RpcClient, RpcOptions};
 
 use crate::{config, ServerOpts};
 
@@ -160,15 +160,15 @@ pub struct Common {
     pub fsname: String,
     pub secret: Secret,
     pub heartbeat: Duration,
-    /// Also serve clients of this process in-process (`proto::local`): what
+    /// Also serve clients of this process in-process (`rpc::local`): what
     /// `braid local` does, as Lustre's `0@lo`.
     pub in_process: bool,
 }
 
 /// Makes a server of this process reachable in-process at `addr`, when asked to.
-fn serve_in_process<S: proto::server::Service>(common: &Common, addr: &str, svc: &Arc<S>) -> Result<()> {
+fn serve_in_process<S: rpc::server::Service>(common: &Common, addr: &str, svc: &Arc<S>) -> Result<()> {
     if common.in_process {
-        proto::local::register(addr, svc.clone()).map_err(anyhow::Error::msg)?;
+        rpc::local::register(addr, svc.clone()).map_err(anyhow::Error::msg)?;
     }
     Ok(())
 }
@@ -247,7 +247,7 @@ pub async fn start_mds(
     let cfg = mds::MdsConfig { config_refresh: common.heartbeat, ..cfg };
     let mds = mds::Mds::start(&list, cfg, Identity::new("mds", common.secret.clone()), mgs.clone())?;
     let usage: Arc<dyn Fn(&TargetDir) -> proto::msg::Usage + Send + Sync> =
-        Arc::new(|t| proto::target::dir_usage(&t.dir));
+        Arc::new(|t| rpc::target::dir_usage(&t.dir));
     spawn_heartbeat(mgs, targets, addr.clone(), common.fsname.clone(), common.heartbeat, usage);
     serve_in_process(common, &addr, &mds)?;
     tokio::spawn(mds::serve(mds, listener, ServerConfig::new("mds", common.secret.clone())));

@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
+use client::{Attr, Creds, FileKind, OpenFlags, TargetKind, Timespec};
 use client::{BlockingClient, Client, ClientConfig};
+use client::{Errno, ObjectId};
 use layout::{ComponentSpec, Layout, LayoutSpec, EOF};
-use proto::msg::{Attr, Creds, FileKind, OpenFlags, TargetKind, Timespec};
-use proto::{Errno, ObjectId};
 
 use crate::url::BraidPath;
 use crate::ClientOpts;
@@ -388,7 +388,7 @@ pub fn ls(opts: &ClientOpts, path: &str, long: bool) -> Result<()> {
     })
 }
 
-async fn remove_tree(client: &Client, c: &Creds, parent: proto::Fid, name: &str, depth: usize) -> client::Result<()> {
+async fn remove_tree(client: &Client, c: &Creds, parent: client::Fid, name: &str, depth: usize) -> client::Result<()> {
     let attr = client.lookup(c, parent, name).await?;
     if attr.kind == FileKind::Dir {
         if depth > 256 {
@@ -430,7 +430,7 @@ pub fn mkdir(opts: &ClientOpts, paths: &[String], parents: bool) -> Result<()> {
                 bc.run(client.mkdir(&c, parent.fid, &name, 0o755)).map_err(|e| e.at(&p.url()))?;
                 return Ok(());
             }
-            let mut at = bc.run(client.getattr(proto::Fid::ROOT))?;
+            let mut at = bc.run(client.getattr(client::Fid::ROOT))?;
             for comp in client::path::components(&p.path) {
                 at = match bc.run(client.lookup(&c, at.fid, &comp)) {
                     Ok(a) if a.kind == FileKind::Dir => a,
@@ -553,7 +553,7 @@ pub fn setstripe(
 
 fn print_raid0(
     out: &mut impl Write,
-    fid: proto::Fid,
+    fid: client::Fid,
     layout_gen: u32,
     comp: &layout::Component,
     indent: &str,
@@ -577,7 +577,7 @@ fn print_raid0(
     Ok(())
 }
 
-fn print_layout(out: &mut impl Write, name: &str, fid: proto::Fid, l: &Layout) -> Result<()> {
+fn print_layout(out: &mut impl Write, name: &str, fid: client::Fid, l: &Layout) -> Result<()> {
     writeln!(out, "{name}")?;
     if l.components.len() == 1 {
         return print_raid0(out, fid, l.generation, &l.components[0], "");

@@ -26,8 +26,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use proto::msg::Callback;
-use proto::rpc::{CallbackHandler, Session};
 use proto::Fid;
+use rpc::{CallbackHandler, Session};
 
 /// Most directories leased at once; a new lease pushes out the least recently used.
 const DIRS_MAX: usize = 4096;

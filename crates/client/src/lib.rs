@@ -27,14 +27,18 @@ use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use layout::{Layout, LayoutError, LayoutSpec};
-use proto::msg::{
-    Attr, ClusterConfig, Creds, DirEntry, FileKind, LockInfo, LockRequest, OpenFlags, RenameFlags, Request, Response,
-    SetAttr, TargetInfo, TargetKind, Timespec, Usage, XattrMode,
-};
-use proto::rpc::{Identity, RpcClient, RpcOptions};
-use proto::{Errno, Fid, RpcError};
+use proto::msg::{Request, Response};
+use proto::RpcError;
+use rpc::{Identity, RpcClient, RpcOptions};
 
+// What front ends (the FUSE mount, the CLI tools, the coming NBD server) need of the
+// wire's types, so that they depend on this crate alone and never on messages.
 pub use proto::auth::Secret;
+pub use proto::msg::{
+    Attr, ClusterConfig, Creds, DirEntry, FileKind, LockInfo, LockRequest, LockType, OpenFlags, RenameFlags, SetAttr,
+    TargetInfo, TargetKind, TimeSet, Timespec, Usage, XattrMode,
+};
+pub use proto::{Errno, Fid, ObjectId};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {

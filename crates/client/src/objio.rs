@@ -26,8 +26,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use layout::{Component, Layout};
 use proto::msg::{Request, Response};
-use proto::rpc::RpcClient;
 use proto::{Errno, Fid, ObjectId};
+use rpc::RpcClient;
 use tokio::task::JoinSet;
 
 use crate::{Client, ClientError, Result};

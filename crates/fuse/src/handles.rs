@@ -5,9 +5,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use client::Fid;
 use client::OpenFile;
-use proto::msg::{Creds, DirEntry};
-use proto::Fid;
+use client::{Creds, DirEntry};
 
 use crate::SizeCell;
 

@@ -31,6 +31,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
+use client::Fid;
+use client::{
+    Attr, Creds, FileKind, LockRequest, LockType, OpenFlags, RenameFlags, SetAttr, TimeSet, Timespec, XattrMode,
+};
 use client::{Client, ClientError, OpenFile};
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
@@ -38,10 +42,6 @@ use fuser::{
     ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
     TimeOrNow, WriteFlags,
 };
-use proto::msg::{
-    Attr, Creds, FileKind, LockRequest, LockType, OpenFlags, RenameFlags, SetAttr, TimeSet, Timespec, XattrMode,
-};
-use proto::Fid;
 
 use handles::{DirHandle, FileState, Handles, InodeState};
 

@@ -17,11 +17,11 @@ use store::memtable::MemTable;
 use store::Store;
 use tokio::sync::oneshot;
 
+use crate::cluster::ClusterView;
 use crate::journal::Journaled;
 use crate::lease::DirLeases;
 use crate::mdt::schema::RedoBatch;
 use crate::mdt::{FidBlock, OpError, OpResult, Placement, Reply, Tbl, Writer};
-use crate::service::ClusterView;
 use crate::MdsConfig;
 
 /// What a job asks of a batch.

@@ -11,7 +11,7 @@
 //! entries of a directory leased by another client is taken back and answered with
 //! [`crate::mdt::OpError::Leased`]; the request's handler revokes the lease and
 //! submits the change again. A client relies on a lease only while its session is
-//! trusted ([`proto::rpc::Session::trusted`]); so a lease whose connection closed, or
+//! trusted ([`rpc::Session::trusted`]); so a lease whose connection closed, or
 //! whose holder did not ack a revocation (evicted), is dropped only
 //! [`CALLBACK_TIMEOUT`] after that. Leases are not stored: after a restart the MDS
 //! lets no change to any directory's entries through for [`CALLBACK_TIMEOUT`] (its
@@ -25,8 +25,8 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
-use proto::server::CALLBACK_TIMEOUT;
 use proto::Fid;
+use rpc::server::CALLBACK_TIMEOUT;
 
 /// A lease on one directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,7 +47,7 @@ pub const HOLDER_MAX: usize = 8192;
 
 /// A client's connection: (holder, connection id). The holder is part of the key
 /// because every in-process client has the same connection id
-/// ([`proto::server::IN_PROCESS_CONN`]).
+/// ([`rpc::server::IN_PROCESS_CONN`]).
 type Holder = (u64, u64);
 
 /// The leases of one MDT.
@@ -196,7 +196,7 @@ mod tests {
     #[test]
     fn in_process_holders_share_a_connection_id_but_not_their_leases() {
         let mut t = DirLeases::default();
-        let conn = proto::server::IN_PROCESS_CONN;
+        let conn = rpc::server::IN_PROCESS_CONN;
         t.grant(D, 1, conn).unwrap();
         t.grant(E, 2, conn).unwrap();
         t.drop_connection(1, conn);

@@ -15,10 +15,12 @@
 //!   family of operations);
 //! - [`journal`]: the batch records before the replies, checkpoint and replay, behind
 //!   the [`journal::Journal`] seam;
-//! - [`workers`]: the named background work;
+//! - [`workers`]: the named background work, and [`cluster`] what it learns of the
+//!   cluster;
 //! - [`inode`], [`lease`], [`locks`]: inode records and permissions, directory
 //!   leases, POSIX record locks.
 
+pub mod cluster;
 pub mod commit;
 pub mod config;
 pub mod inode;
@@ -34,6 +36,6 @@ pub use config::{MdsConfig, MdsError};
 pub use service::Mds;
 
 /// Serves on `listener`.
-pub async fn serve(mds: std::sync::Arc<Mds>, listener: tokio::net::TcpListener, server: proto::server::ServerConfig) {
-    proto::server::serve(listener, std::sync::Arc::new(server), mds).await
+pub async fn serve(mds: std::sync::Arc<Mds>, listener: tokio::net::TcpListener, server: rpc::server::ServerConfig) {
+    rpc::server::serve(listener, std::sync::Arc::new(server), mds).await
 }

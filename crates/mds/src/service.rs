@@ -7,24 +7,17 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
-use layout::OstState;
-use proto::msg::{ClusterConfig, Request, Response};
-use proto::rpc::{Identity, RpcClient};
-use proto::server::{Answer, Callbacks, RequestCtx, Service};
+use proto::msg::{Request, Response};
 use proto::Errno;
 use proto::Fid;
+use rpc::server::{Answer, Callbacks, RequestCtx, Service};
+use rpc::{Identity, RpcClient};
 
+use crate::cluster::ClusterView;
 use crate::commit::{JobKind, Outcome};
 use crate::target::Mdt;
 use crate::workers::{CheckpointTick, ClusterRefresh, DestroyDrain, OrphanReap, ReplyPrune, Workers};
 use crate::{MdsConfig, MdsError};
-
-/// What the MDS knows of the cluster, refreshed from the MGS.
-#[derive(Default)]
-pub struct ClusterView {
-    pub osts: Vec<OstState>,
-    pub config: Option<ClusterConfig>,
-}
 
 /// The metadata service of one process.
 pub struct Mds {
@@ -148,7 +141,7 @@ impl Mds {
             }
             Request::MdsStatfs { mdt } => {
                 return match self.dirs.get(mdt) {
-                    Some(d) => Response::Usage(proto::target::dir_usage(d)),
+                    Some(d) => Response::Usage(rpc::target::dir_usage(d)),
                     None => Response::error(Errno::NoEnt, format!("MDT {mdt} is not served here")),
                 }
             }

@@ -11,16 +11,16 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use proto::msg::{Callback, LockRequest, LockType, Response};
-use proto::server::{CallbackError, Callbacks, CALLBACK_TIMEOUT, IN_PROCESS_CONN};
 use proto::{Errno, Fid};
+use rpc::server::{CallbackError, Callbacks, CALLBACK_TIMEOUT, IN_PROCESS_CONN};
 use store::memtable::MemTable;
 use store::wal::Wal;
 use store::{Store, StoreError};
 
+use crate::cluster::ClusterView;
 use crate::commit::{now_secs, Committer, GroupCommit, JobKind, Opens, Outcome};
 use crate::lease::DirLeases;
 use crate::mdt::{self, DestroyRecord, FidBlock, OpError, Tbl, View};
-use crate::service::ClusterView;
 use crate::{journal, locks, MdsConfig, MdsError};
 
 pub struct Mdt {

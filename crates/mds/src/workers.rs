@@ -16,13 +16,13 @@ use std::time::Duration;
 
 use layout::OstState;
 use proto::msg::{Request, Response, TargetKind};
-use proto::rpc::{Identity, RpcClient, RpcOptions};
 use proto::Fid;
+use rpc::{Identity, RpcClient, RpcOptions};
 use tokio::sync::watch;
 
+use crate::cluster::ClusterView;
 use crate::commit::{now_secs, JobKind};
 use crate::mdt::{OpError, Tbl};
-use crate::service::ClusterView;
 use crate::target::Mdt;
 
 /// One kind of background work.

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use proto::msg::{ClusterConfig, Request, Response, TargetInfo, TargetKind, Usage};
-use proto::server::{Answer, RequestCtx, Service};
 use proto::Errno;
+use rpc::server::{Answer, RequestCtx, Service};
 use serde::{Deserialize, Serialize};
 use store::{Batch, Record, Store, StoreError, Table};
 
@@ -267,6 +267,6 @@ impl Service for Mgs {
 }
 
 /// Starts serving on `listener`.
-pub async fn serve(mgs: Arc<Mgs>, listener: tokio::net::TcpListener, server: proto::server::ServerConfig) {
-    proto::server::serve(listener, Arc::new(server), mgs).await
+pub async fn serve(mgs: Arc<Mgs>, listener: tokio::net::TcpListener, server: rpc::server::ServerConfig) {
+    rpc::server::serve(listener, Arc::new(server), mgs).await
 }

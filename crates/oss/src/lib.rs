@@ -18,9 +18,9 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use proto::msg::{Request, Response, TargetKind, Usage};
-use proto::server::{Answer, RequestCtx, Service};
-use proto::target::TargetDir;
 use proto::{Errno, ObjectId};
+use rpc::server::{Answer, RequestCtx, Service};
+use rpc::target::TargetDir;
 
 /// One OST: its index and its directory.
 #[derive(Debug, Clone)]
@@ -255,7 +255,7 @@ impl Oss {
 
 /// Usage of an OST: its file system's space, and inodes as objects.
 pub fn ost_usage(dir: &Path) -> Usage {
-    proto::target::dir_usage(dir)
+    rpc::target::dir_usage(dir)
 }
 
 /// Largest read served on the runtime's own thread.
@@ -280,6 +280,6 @@ impl Service for Oss {
 }
 
 /// Serves on `listener`.
-pub async fn serve(oss: Arc<Oss>, listener: tokio::net::TcpListener, server: proto::server::ServerConfig) {
-    proto::server::serve(listener, Arc::new(server), oss).await
+pub async fn serve(oss: Arc<Oss>, listener: tokio::net::TcpListener, server: rpc::server::ServerConfig) {
+    rpc::server::serve(listener, Arc::new(server), oss).await
 }

@@ -674,3 +674,18 @@ pub enum AuthResult {
     Welcome,
     Denied(String),
 }
+
+/// A message that does not encode or decode.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct CodecError(String);
+
+/// Encodes a message ([`Request`], [`Response`], [`Callback`]) as the frame carries it.
+pub fn encode<T: Serialize + ?Sized>(m: &T) -> Result<Vec<u8>, CodecError> {
+    postcard::to_stdvec(m).map_err(|e| CodecError(e.to_string()))
+}
+
+/// Decodes a message a frame carried.
+pub fn decode<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, CodecError> {
+    postcard::from_bytes(bytes).map_err(|e| CodecError(e.to_string()))
+}

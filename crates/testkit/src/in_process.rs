@@ -6,7 +6,7 @@
 //! a fraction of a second beside the real-process ones.
 //!
 //! The servers listen on loopback TCP ports rather than being registered for
-//! in-process delivery (`proto::local`, what `braid local` uses): that registry keeps
+//! in-process delivery (`rpc::local`, what `braid local` uses): that registry keeps
 //! a server for the life of the process and holds at most 64, and a test binary
 //! starts a cluster per test.
 

@@ -785,7 +785,7 @@ pub fn detach_mount(dir: &Path) {
 
 /// `braid local --mount` (the README's first command) as a running process: a whole
 /// cluster (MGS, one MDT, [`LocalCluster::OSTS`] OSTs) in one process, whose own FUSE
-/// mount reaches its servers in-process (`proto::local`) unless `--tcp` is among the
+/// mount reaches its servers in-process (`rpc::local`) unless `--tcp` is among the
 /// extra arguments. Other clients (a `braid mount` process, the CLI) reach the same
 /// servers over TCP at [`LocalCluster::url`]. Dropping it stops the process (SIGTERM
 /// unmounts cleanly; SIGKILL by PID if it has not exited after 10 s) and detaches a

@@ -4,10 +4,10 @@ use layout::LayoutSpec;
 use proto::msg::{Creds, FileKind, Response, SetAttr, TimeSet, Timespec, XattrMode};
 use proto::{Errno, Fid};
 
-use super::schema::{dentry_key, Tbl};
+use super::error::{fail, OpError, OpResult};
+use super::schema::{dentry_key, Tbl, XATTR_VALUE_MAX};
 use super::view::xattr_access;
 use super::writer::Writer;
-use super::{fail, OpError, OpResult, XATTR_VALUE_MAX};
 use crate::inode::{MAY_WRITE, S_ISGID, S_ISUID};
 
 impl Writer<'_> {

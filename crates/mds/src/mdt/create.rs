@@ -4,10 +4,10 @@ use layout::{Layout, LayoutSpec};
 use proto::msg::{Creds, FileKind, OpenFlags, Response, Timespec};
 use proto::{Errno, Fid};
 
-use super::schema::{dentry_key, dentry_value, Tbl};
+use super::error::{fail, OpError, OpResult};
+use super::schema::{check_name, dentry_key, dentry_value, Tbl, SYMLINK_MAX};
 use super::view::check_open;
 use super::writer::{Placement, Writer};
-use super::{check_name, fail, OpError, OpResult, SYMLINK_MAX};
 use crate::inode::{Inode, MAY_EXEC, MAY_WRITE, S_ISGID};
 
 impl Writer<'_> {

@@ -4,9 +4,9 @@
 use proto::msg::{Creds, FileKind, Response, Timespec};
 use proto::{Errno, Fid};
 
-use super::schema::{dentry_key, layout_objects, DestroyRecord, Tbl};
+use super::error::{fail, OpResult};
+use super::schema::{check_name, dentry_key, layout_objects, DestroyRecord, Tbl};
 use super::writer::{Placement, Writer};
-use super::{check_name, fail, OpResult};
 use crate::inode::{sticky_allows, Inode};
 
 impl Writer<'_> {

@@ -3,9 +3,9 @@
 use proto::msg::{Creds, FileKind, RenameFlags, Response, Timespec};
 use proto::{Errno, Fid};
 
-use super::schema::{dentry_key, dentry_value, Tbl};
+use super::error::{fail, OpResult};
+use super::schema::{check_name, dentry_key, dentry_value, Tbl};
 use super::writer::{Placement, Writer};
-use super::{check_name, fail, OpResult};
 use crate::inode::sticky_allows;
 
 impl Writer<'_> {

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use store::memtable::MemTable;
 use store::{Record, Store, StoreError, Table};
 
-use super::{fail, OpError, OpResult};
+use super::error::{fail, OpError, OpResult};
 use crate::inode::Inode;
 
 /// The database format this release writes (see the module note).
@@ -254,5 +254,26 @@ pub fn upgrade(store: &Store, mdt_index: u32, from: u64) -> OpResult<()> {
     b.put(Tbl::Meta.table(), META_FORMAT, &FORMAT.to_le_bytes())?;
     b.commit()?;
     tracing::info!(mdt = mdt_index, records = n, "upgraded the MDT from format {from} to {FORMAT}");
+    Ok(())
+}
+
+/// Longest name of one directory entry (as Linux).
+pub const NAME_MAX: usize = 255;
+/// Largest symlink target (as Linux's PATH_MAX).
+pub const SYMLINK_MAX: usize = 4096;
+/// Largest xattr value and name.
+pub const XATTR_VALUE_MAX: usize = 64 * 1024;
+pub const XATTR_NAME_MAX: usize = 255;
+/// Most entries one readdir answer carries.
+pub const READDIR_MAX: u32 = 4096;
+
+/// Refuses a name no directory entry may have.
+pub(super) fn check_name(name: &str) -> OpResult<()> {
+    if name.is_empty() || name == "." || name == ".." || name.contains('/') || name.contains('\0') {
+        return fail(Errno::Inval, format!("invalid name {name:?}"));
+    }
+    if name.len() > NAME_MAX {
+        return fail(Errno::NameTooLong, format!("name of {} bytes exceeds {NAME_MAX}", name.len()));
+    }
     Ok(())
 }

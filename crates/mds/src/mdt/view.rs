@@ -5,9 +5,9 @@
 use proto::msg::{Attr, Creds, DirEntry, FileKind, OpenFlags};
 use proto::{Errno, Fid};
 
-use super::schema::{decode_dentry, dentry_key, Tbl};
+use super::schema::{check_name, decode_dentry, dentry_key, Tbl, READDIR_MAX, XATTR_NAME_MAX};
 
-use super::{check_name, fail, OpError, OpResult, READDIR_MAX, XATTR_NAME_MAX};
+use super::error::{fail, OpError, OpResult};
 use crate::inode::{Inode, MAY_EXEC, MAY_READ, MAY_WRITE};
 use std::ops::{Bound, Deref};
 use store::memtable::{MemTable, Merge};

@@ -8,7 +8,7 @@ use proto::{Errno, Fid};
 use super::schema::{Redo, Tbl};
 use super::view::View;
 
-use super::{fail, OpError, OpResult};
+use super::error::{fail, OpError, OpResult};
 use crate::inode::Inode;
 use crate::lease::DirLeases;
 use layout::OstState;

@@ -13,7 +13,7 @@
 //! MDS): the reader hands the callback to the client's [`CallbackHandler`] before it
 //! reads on, then acks it. Each answer names the [`Session`] it came on, which tells
 //! whether state granted in it can still be relied on (see
-//! [`crate::server::CALLBACK_TIMEOUT`]).
+//! [`crate::service::CALLBACK_TIMEOUT`]).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -25,12 +25,14 @@ use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::TcpStream;
 use tokio::sync::{oneshot, Semaphore};
 
-use crate::auth::{client_handshake, Secret, HANDSHAKE_TIMEOUT};
-use crate::error::{Errno, RpcError};
-use crate::frame::{read_frame, write_frame, Frame, FrameKind, FrameLimits};
+use proto::auth::{client_handshake, Secret, HANDSHAKE_TIMEOUT};
+use proto::frame::{read_frame, write_frame, Frame, FrameKind, FrameLimits};
+use proto::msg::{Callback, Request, Response};
+use proto::{Errno, RpcError};
+
 use crate::local::{joined, Dispatch};
-use crate::msg::{Callback, Request, Response};
-use crate::server::{guarded, RequestCtx, CALLBACK_TIMEOUT, IN_PROCESS_CONN};
+pub use crate::service::CallbackHandler;
+use crate::service::{dup_socket, guarded, RequestCtx, CALLBACK_TIMEOUT, IN_PROCESS_CONN};
 
 #[derive(Debug, Clone)]
 pub struct RpcOptions {
@@ -99,13 +101,6 @@ pub struct Reply {
     /// out): the answer may come from the server's reply cache, and state it granted
     /// may have been taken back since.
     pub resent: bool,
-}
-
-/// Carries out what a server asks of this client ([`Callback`]). Called by the
-/// connection's reader before it reads the next frame, so it must be quick and must
-/// not wait on anything the connection delivers.
-pub trait CallbackHandler: Send + Sync {
-    fn callback(&self, cb: &Callback);
 }
 
 /// The connection (or the in-process delivery) an answer came on: state a server
@@ -313,7 +308,7 @@ impl RpcClient {
         // In-process requests are handed over as they are; over TCP they are encoded once.
         let route = match &self.local {
             Some(svc) => Route::InProcess(svc),
-            None => Route::Tcp(Arc::new(postcard::to_stdvec(req).map_err(|e| RpcError::Protocol {
+            None => Route::Tcp(Arc::new(proto::msg::encode(req).map_err(|e| RpcError::Protocol {
                 addr: self.addr.clone(),
                 reason: format!("cannot encode {}: {e}", req.op_name()),
             })?)),
@@ -412,7 +407,7 @@ impl RpcClient {
                 });
             }
         };
-        let response: Response = postcard::from_bytes(&frame.msg)
+        let response: Response = proto::msg::decode(&frame.msg)
             .map_err(|e| RpcError::Protocol { addr: self.addr.clone(), reason: format!("malformed response: {e}") })?;
         // The reader handed over every callback sent before this answer already.
         let trust = (CALLBACK_TIMEOUT - TRUST_MARGIN).as_millis() as u64;
@@ -450,7 +445,7 @@ impl RpcClient {
             Ok(Err(e)) => return Err(connect_err(format!("handshake: {}", e.reason))),
             Ok(Ok(())) => {}
         }
-        let socket = crate::server::dup_socket(&stream).map_err(|e| connect_err(e.to_string()))?;
+        let socket = dup_socket(&stream).map_err(|e| connect_err(e.to_string()))?;
         let (rd, wr) = stream.into_split();
         let shared = Arc::new(Shared {
             session: Arc::new(SessionState {
@@ -472,7 +467,7 @@ impl RpcClient {
 /// Carries out a callback from the server, then acks it (from a task of its own, so
 /// the reader goes on reading while the ack waits for the socket).
 fn handle_callback(shared: &Arc<Shared>, frame: Frame) -> Result<(), String> {
-    let cb: Callback = postcard::from_bytes(&frame.msg).map_err(|e| format!("malformed callback: {e}"))?;
+    let cb: Callback = proto::msg::decode(&frame.msg).map_err(|e| format!("malformed callback: {e}"))?;
     if shared.acks_pending.fetch_add(1, Ordering::AcqRel) >= ACKS_PENDING_MAX {
         return Err(format!("more than {ACKS_PENDING_MAX} callbacks waiting for their acks"));
     }

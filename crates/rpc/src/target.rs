@@ -6,9 +6,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::error::{Errno, RpcError};
-use crate::msg::{Request, Response, TargetKind, Usage};
-use crate::rpc::RpcClient;
+use proto::msg::{Request, Response, TargetKind, Usage};
+use proto::{Errno, RpcError};
+
+use crate::client::RpcClient;
 
 /// A target's directory with its persistent identity.
 #[derive(Debug, Clone)]

@@ -20,37 +20,23 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{oneshot, Semaphore};
 
-use crate::auth::{server_handshake, Secret, HANDSHAKE_TIMEOUT};
-use crate::error::Errno;
-use crate::frame::{read_frame, write_frame, FrameError, FrameKind, FrameLimits};
-use crate::msg::{Callback, Request, Response};
+use proto::auth::{server_handshake, Secret, HANDSHAKE_TIMEOUT};
+use proto::frame::{read_frame, write_frame, FrameError, FrameKind, FrameLimits};
+use proto::msg::{Callback, Request, Response};
+use proto::Errno;
 
-/// Who sent a request.
-#[derive(Debug, Clone)]
-pub struct RequestCtx {
-    pub client_id: u64,
-    pub xid: u64,
-    pub peer: SocketAddr,
-    /// The connection it came on (unique in this process; [`IN_PROCESS_CONN`] for
-    /// requests delivered in-process).
-    pub conn_id: u64,
-}
-
-/// The connection id of requests delivered in-process ([`crate::local`]).
-pub const IN_PROCESS_CONN: u64 = 0;
+use crate::local::Dispatch;
+use crate::service::{dup_socket, guarded};
+pub use crate::service::{Answer, RequestCtx, CALLBACK_TIMEOUT, IN_PROCESS_CONN};
 
 /// Ids of accepted connections (0 is [`IN_PROCESS_CONN`]).
 static NEXT_CONN_ID: AtomicU64 = AtomicU64::new(1);
-
-/// What a handler returns: the response and its bulk payload.
-pub type Answer = (Response, Vec<Bytes>);
 
 /// A service answers requests. Implemented by the MGS, MDS and OSS.
 pub trait Service: Send + Sync + 'static {
@@ -71,12 +57,17 @@ pub trait Service: Send + Sync + 'static {
     }
 }
 
-/// How long a server waits for a client to ack a callback before evicting it (its
-/// connections are closed). A client relies on revocable state only until a little
-/// less than this long after it sent a request whose answer it has received since:
-/// a revocation sent before that answer reached it first (one connection keeps
-/// order), and one sent after it cannot have been given up on yet.
-pub const CALLBACK_TIMEOUT: Duration = Duration::from_secs(2);
+/// Every service can be called in-process ([`crate::local`]).
+impl<S: Service> Dispatch for S {
+    fn dispatch(
+        &self,
+        ctx: RequestCtx,
+        req: Request,
+        payload: Bytes,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Answer> + Send + '_>> {
+        Box::pin(self.handle(ctx, req, payload))
+    }
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CallbackError {
@@ -139,8 +130,7 @@ impl Callbacks {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         conn.acks.lock().expect("callback acks").insert(id, tx);
-        let msg =
-            postcard::to_stdvec(cb).map_err(|e| CallbackError::Io { client: client_id, reason: e.to_string() })?;
+        let msg = proto::msg::encode(cb).map_err(|e| CallbackError::Io { client: client_id, reason: e.to_string() })?;
         let outcome = match tokio::time::timeout(CALLBACK_TIMEOUT, async {
             send_frame(&conn.out, FrameKind::Callback, id, &msg, &[])
                 .await
@@ -287,7 +277,7 @@ async fn serve_conn<S: Service>(
             let _ = send(&out, frame.request_id, answer, vec![]).await;
             break;
         }
-        let req: Request = match postcard::from_bytes(&frame.msg) {
+        let req: Request = match proto::msg::decode(&frame.msg) {
             Ok(r) => r,
             Err(e) => {
                 tracing::warn!(server = %cfg.name, %peer, "undecodable request: {e}");
@@ -337,34 +327,11 @@ async fn serve_conn<S: Service>(
     }
 }
 
-/// Runs a handler; one that panics is answered with an error instead of taking the
-/// answer (or the server) with it.
-pub(crate) async fn guarded(server: &str, op: &'static str, handler: impl Future<Output = Answer>) -> Answer {
-    let mut handler = std::pin::pin!(handler);
-    let caught = std::future::poll_fn(move |cx| {
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler.as_mut().poll(cx))) {
-            Ok(p) => p.map(Ok),
-            Err(_) => std::task::Poll::Ready(Err(())),
-        }
-    });
-    caught.await.unwrap_or_else(|()| {
-        tracing::error!(server, op, "handler panicked");
-        (Response::error(Errno::Io, format!("internal server error in {op}")), vec![])
-    })
-}
-
 type Out = Arc<tokio::sync::Mutex<BufWriter<tokio::net::tcp::OwnedWriteHalf>>>;
-
-/// A second descriptor of `stream`'s socket: `shutdown` on it ends the connection for
-/// every holder (a shutdown acts on the socket, not the descriptor).
-pub(crate) fn dup_socket(stream: &TcpStream) -> std::io::Result<std::net::TcpStream> {
-    use std::os::fd::AsFd;
-    Ok(std::net::TcpStream::from(stream.as_fd().try_clone_to_owned()?))
-}
 
 /// Writes one answer on the connection.
 async fn send(out: &Out, id: u64, resp: Response, payload: Vec<Bytes>) -> std::io::Result<()> {
-    let msg = postcard::to_stdvec(&resp).map_err(|e| std::io::Error::other(format!("cannot encode response: {e}")))?;
+    let msg = proto::msg::encode(&resp).map_err(|e| std::io::Error::other(format!("cannot encode response: {e}")))?;
     send_frame(out, FrameKind::Response, id, &msg, &payload).await
 }
 
@@ -377,11 +344,11 @@ async fn send_frame(out: &Out, kind: FrameKind, id: u64, msg: &[u8], payload: &[
 
 #[cfg(test)]
 mod tests {
-    use std::time::Instant;
+    use std::time::{Duration, Instant};
 
     use super::*;
-    use crate::rpc::{CallbackHandler, Identity, RpcClient, RpcOptions};
-    use crate::Fid;
+    use crate::client::{CallbackHandler, Identity, RpcClient, RpcOptions};
+    use proto::Fid;
 
     /// Remembers who pinged it last, so the test can call that client back; answers
     /// with `answer_bytes` of payload.
@@ -429,10 +396,10 @@ mod tests {
     async fn an_eviction_ends_at_once_a_connection_whose_client_stopped_reading() {
         let (addr, svc) = start(Caller { answer_bytes: 8 << 20, ..Default::default() }).await;
         let mut s = TcpStream::connect(&addr).await.unwrap();
-        crate::auth::client_handshake(&mut s, &Secret::Insecure, 42, "test").await.unwrap();
+        proto::auth::client_handshake(&mut s, &Secret::Insecure, 42, "test").await.unwrap();
         // Ask for large answers and read none: the server's writer blocks on a full
         // socket, holding the connection's sending half.
-        let msg = postcard::to_stdvec(&Request::Ping).unwrap();
+        let msg = proto::msg::encode(&Request::Ping).unwrap();
         for id in 1..=4 {
             write_frame(&mut s, FrameKind::Request, id, &msg, &[]).await.unwrap();
         }

@@ -22,7 +22,7 @@
 //! next await point, where over TCP the server would finish it unseen. Handlers must
 //! allow that, as the MDS and OSS do (see `docs/design.md`, "Wire protocol").
 //!
-//! [`RpcClient`]: crate::rpc::RpcClient
+//! [`RpcClient`]: crate::client::RpcClient
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -31,11 +31,12 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use bytes::{Bytes, BytesMut};
 
-use crate::msg::Request;
-use crate::rpc::CallbackHandler;
-use crate::server::{Answer, RequestCtx, Service};
+use proto::msg::Request;
 
-/// A [`Service`] behind a pointer: what an in-process caller invokes.
+use crate::service::{Answer, CallbackHandler, RequestCtx};
+
+/// A service behind a pointer: what an in-process caller invokes (every
+/// [`crate::server::Service`] is one).
 pub trait Dispatch: Send + Sync {
     fn dispatch(
         &self,
@@ -43,17 +44,6 @@ pub trait Dispatch: Send + Sync {
         req: Request,
         payload: Bytes,
     ) -> Pin<Box<dyn Future<Output = Answer> + Send + '_>>;
-}
-
-impl<S: Service> Dispatch for S {
-    fn dispatch(
-        &self,
-        ctx: RequestCtx,
-        req: Request,
-        payload: Bytes,
-    ) -> Pin<Box<dyn Future<Output = Answer> + Send + '_>> {
-        Box::pin(self.handle(ctx, req, payload))
-    }
 }
 
 /// Most servers one process registers (`braid local` runs three roles).
@@ -66,7 +56,7 @@ fn registry() -> &'static Mutex<HashMap<String, Arc<dyn Dispatch>>> {
 
 /// Makes `svc` reachable in-process at `addr`, the address it advertises. Clients
 /// created afterwards in this process for `addr` call it directly.
-pub fn register<S: Service>(addr: &str, svc: Arc<S>) -> Result<(), String> {
+pub fn register(addr: &str, svc: Arc<dyn Dispatch>) -> Result<(), String> {
     let mut r = registry().lock().unwrap_or_else(|p| p.into_inner());
     if r.len() >= MAX_REGISTERED && !r.contains_key(addr) {
         return Err(format!("cannot serve {addr} in-process: {MAX_REGISTERED} servers are registered already"));
@@ -130,10 +120,12 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::auth::Secret;
-    use crate::error::{Errno, RpcError};
-    use crate::msg::Response;
-    use crate::rpc::{Identity, RpcClient, RpcOptions};
+    use proto::auth::Secret;
+    use proto::msg::Response;
+    use proto::{Errno, RpcError};
+
+    use crate::client::{Identity, RpcClient, RpcOptions};
+    use crate::server::Service;
 
     /// Answers `Ping` after `busy` tries with `Again`, echoes a write's payload back,
     /// panics on `Statfs`-like requests it does not know, and sleeps on a read.
@@ -175,8 +167,8 @@ mod tests {
         (RpcClient::new(addr, id, opts), client_id)
     }
 
-    fn object() -> crate::ObjectId {
-        crate::ObjectId { fid: crate::Fid::new(0, 0x400, 7), component: 0, stripe: 0 }
+    fn object() -> proto::ObjectId {
+        proto::ObjectId { fid: proto::Fid::new(0, 0x400, 7), component: 0, stripe: 0 }
     }
 
     #[tokio::test]

@@ -1,0 +1,37 @@
+//! What a namespace operation fails with: an errno answer (nothing written), a
+//! storage failure (the batch aborts), or a directory another client leases.
+
+use proto::{Errno, Fid};
+use store::StoreError;
+
+/// Either an errno answer (nothing written) or a storage failure (abort the batch).
+#[derive(Debug)]
+pub enum OpError {
+    Errno(Errno, String),
+    Store(StoreError),
+    /// The operation changes the entries of a directory another client holds a lease
+    /// on: nothing was written; revoke the lease and apply it again.
+    Leased(Fid),
+}
+
+impl std::fmt::Display for OpError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OpError::Errno(_, m) => f.write_str(m),
+            OpError::Store(e) => e.fmt(f),
+            OpError::Leased(dir) => write!(f, "directory {dir} is leased by another client"),
+        }
+    }
+}
+
+impl From<StoreError> for OpError {
+    fn from(e: StoreError) -> Self {
+        OpError::Store(e)
+    }
+}
+
+pub type OpResult<T> = Result<T, OpError>;
+
+pub(super) fn fail<T>(code: Errno, msg: impl Into<String>) -> OpResult<T> {
+    Err(OpError::Errno(code, msg.into()))
+}

@@ -1,0 +1,67 @@
+//! What both ends of a connection share: who sent a request, what a handler answers,
+//! how a client is called back, and how long a callback may take. The bottom of the
+//! runtime: [`crate::local`], [`crate::server`] and [`crate::client`] build on it, and
+//! it builds on nothing of theirs.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use proto::msg::{Callback, Response};
+use proto::Errno;
+use tokio::net::TcpStream;
+
+/// Who sent a request.
+#[derive(Debug, Clone)]
+pub struct RequestCtx {
+    pub client_id: u64,
+    pub xid: u64,
+    pub peer: SocketAddr,
+    /// The connection it came on (unique in this process; [`IN_PROCESS_CONN`] for
+    /// requests delivered in-process).
+    pub conn_id: u64,
+}
+
+/// The connection id of requests delivered in-process ([`crate::local`]).
+pub const IN_PROCESS_CONN: u64 = 0;
+
+/// What a handler returns: the response and its bulk payload.
+pub type Answer = (Response, Vec<Bytes>);
+
+/// How long a server waits for a client to ack a callback before evicting it (its
+/// connections are closed). A client relies on revocable state only until a little
+/// less than this long after it sent a request whose answer it has received since:
+/// a revocation sent before that answer reached it first (one connection keeps
+/// order), and one sent after it cannot have been given up on yet.
+pub const CALLBACK_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Carries out what a server asks of this client ([`Callback`]). Called by the
+/// connection's reader before it reads the next frame, so it must be quick and must
+/// not wait on anything the connection delivers.
+pub trait CallbackHandler: Send + Sync {
+    fn callback(&self, cb: &Callback);
+}
+
+/// Runs a handler; one that panics is answered with an error instead of taking the
+/// answer (or the server) with it.
+pub async fn guarded(server: &str, op: &'static str, handler: impl Future<Output = Answer>) -> Answer {
+    let mut handler = std::pin::pin!(handler);
+    let caught = std::future::poll_fn(move |cx| {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler.as_mut().poll(cx))) {
+            Ok(p) => p.map(Ok),
+            Err(_) => std::task::Poll::Ready(Err(())),
+        }
+    });
+    caught.await.unwrap_or_else(|()| {
+        tracing::error!(server, op, "handler panicked");
+        (Response::error(Errno::Io, format!("internal server error in {op}")), vec![])
+    })
+}
+
+/// A second descriptor of `stream`'s socket: `shutdown` on it ends the connection for
+/// every holder (a shutdown acts on the socket, not the descriptor).
+pub fn dup_socket(stream: &TcpStream) -> std::io::Result<std::net::TcpStream> {
+    use std::os::fd::AsFd;
+    Ok(std::net::TcpStream::from(stream.as_fd().try_clone_to_owned()?))
+}
