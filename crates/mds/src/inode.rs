@@ -31,22 +31,12 @@ pub struct Inode {
 }
 
 /// An inode as database format 0 stored it (no version byte, no FID), in its last
-/// encoding; [`InodeV0`] is the one before `rdev` and `trunc_epoch`.
+/// encoding: the one before special files and truncate epochs, then those two.
+/// (postcard writes a nested struct as its fields in order, so this reads the same
+/// bytes as the flat struct braid wrote.)
 #[derive(Deserialize)]
 struct InodeFormat0 {
-    kind: FileKind,
-    mode: u32,
-    nlink: u32,
-    uid: u32,
-    gid: u32,
-    size: u64,
-    atime: Timespec,
-    mtime: Timespec,
-    ctime: Timespec,
-    layout: Option<Layout>,
-    symlink: Option<String>,
-    dir_default: Option<LayoutSpec>,
-    parent: Option<Fid>,
+    before: InodeV0,
     rdev: u64,
     trunc_epoch: u64,
 }
@@ -73,26 +63,11 @@ impl Inode {
     /// Decodes the inode `fid` of database format 0, in its last encoding or the one
     /// before `rdev`; only [`crate::mdt::schema::upgrade`] reads these.
     pub fn decode_format0(fid: Fid, bytes: &[u8]) -> Result<Inode, store::StoreError> {
-        let v = store::decode_exact::<InodeFormat0>(bytes, "inode").or_else(|e| {
-            let v: InodeV0 = store::decode_exact(bytes, "inode").map_err(|_| e)?;
-            Ok::<_, store::StoreError>(InodeFormat0 {
-                kind: v.kind,
-                mode: v.mode,
-                nlink: v.nlink,
-                uid: v.uid,
-                gid: v.gid,
-                size: v.size,
-                atime: v.atime,
-                mtime: v.mtime,
-                ctime: v.ctime,
-                layout: v.layout,
-                symlink: v.symlink,
-                dir_default: v.dir_default,
-                parent: v.parent,
-                rdev: 0,
-                trunc_epoch: 0,
-            })
-        })?;
+        let InodeFormat0 { before: v, rdev, trunc_epoch } = store::decode_exact::<InodeFormat0>(bytes, "inode")
+            .or_else(|e| {
+                let before: InodeV0 = store::decode_exact(bytes, "inode").map_err(|_| e)?;
+                Ok::<_, store::StoreError>(InodeFormat0 { before, rdev: 0, trunc_epoch: 0 })
+            })?;
         Ok(Inode {
             attr: Attr {
                 fid,
@@ -106,8 +81,8 @@ impl Inode {
                 mtime: v.mtime,
                 ctime: v.ctime,
                 layout: v.layout,
-                rdev: v.rdev,
-                trunc_epoch: v.trunc_epoch,
+                rdev,
+                trunc_epoch,
             },
             symlink: v.symlink,
             dir_default: v.dir_default,

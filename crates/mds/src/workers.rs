@@ -294,3 +294,47 @@ impl Worker for ReplyPrune {
         self.mdt.submit_own(JobKind::PruneReplies { before_secs }).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use super::*;
+
+    struct Counter(Arc<AtomicU64>);
+
+    impl Worker for Counter {
+        const NAME: &'static str = "counter";
+        fn period(&self) -> Duration {
+            Duration::from_millis(5)
+        }
+        fn eager(&self) -> bool {
+            true
+        }
+        async fn tick(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[tokio::test]
+    async fn workers_run_until_the_stop_signal_and_not_after() {
+        let n = Arc::new(AtomicU64::new(0));
+        let once = Arc::new(AtomicU64::new(0));
+        let workers = Workers::default();
+        workers.spawn(Counter(n.clone()));
+        let o = once.clone();
+        workers.once("late", Duration::from_secs(3600), async move {
+            o.fetch_add(1, Ordering::SeqCst);
+        });
+        while n.load(Ordering::SeqCst) < 3 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        drop(workers);
+        // Let the workers see the signal, then check that nothing runs any more.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let stopped_at = n.load(Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(n.load(Ordering::SeqCst), stopped_at, "a stopped worker ticked");
+        assert_eq!(once.load(Ordering::SeqCst), 0, "a stopped one-shot ran");
+    }
+}
