@@ -9,15 +9,19 @@
 # Results: $WORK/results/final/<system>/ (fio/fsbench JSON, one file per round), and
 # the Markdown tables of summarize.py in $WORK/results/final/summary.md.
 # Environment: PEERS (the peers' scripts; default ../shared/peers), WORK (default
-# /var/tmp/peers), BRAID (the braid binary; default target/release/braid), SYSTEMS
-# (default "local braid braid-tcp moosefs gluster"), WORKLOADS (default "seq rand md
-# small"), RUN (the results' folder under $WORK/results; default final).
+# /var/tmp/peers), BRAID (the braid binary; default target/release/braid), BRAID_BASE
+# (a braid binary of an earlier commit, for an A/B run: systems braid-base and
+# braid-tcp-base run it as braid and braid-tcp run $BRAID), SYSTEMS (default "local
+# braid braid-tcp moosefs gluster"), WORKLOADS (default "seq rand md small"), RUN (the
+# results' folder under $WORK/results; default final). Even rounds run the systems in
+# the reverse order, so neither side of a pair always goes first.
 set -uo pipefail
 ROUNDS=${1:-3}
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 PEERS=${PEERS:-$HERE/../shared/peers}
 export WORK=${WORK:-/var/tmp/peers}
 BRAID=${BRAID:-$HERE/target/release/braid}
+BRAID_BASE=${BRAID_BASE:-}
 SYSTEMS=${SYSTEMS:-"local braid braid-tcp moosefs gluster"}
 WORKLOADS=${WORKLOADS:-"seq rand md small"}
 OUT=$WORK/results/${RUN:-final}
@@ -27,8 +31,8 @@ mkdir -p "$OUT" "$WORK/local"
 # braid twice: `braid local --mount`, whose own mount reaches the servers in-process (as
 # Lustre's 0@lo), and `braid local` serving alone with a separate `braid mount` process
 # reaching it over loopback TCP, as a client on another node does.
-braid_up() {  # braid_up NAME PORT in-process|tcp
-    local d=$WORK/$1 port=$2 mode=$3
+braid_up() {  # braid_up NAME PORT in-process|tcp [BINARY]
+    local d=$WORK/$1 port=$2 mode=$3 BRAID=${4:-$BRAID}
     rm -rf "$d/data"; mkdir -p "$d/data" "$d/mnt"
     if [ "$mode" = in-process ]; then
         "$BRAID" local --data "$d/data" --osts 4 --listen 127.0.0.1:$port --mount "$d/mnt" \
@@ -55,6 +59,8 @@ wants() { [[ " $SYSTEMS " == *" $1 "* ]]; }
 cleanup() {
     if wants braid; then braid_down braid; fi
     if wants braid-tcp; then braid_down braid-tcp; fi
+    if wants braid-base; then braid_down braid-base; fi
+    if wants braid-tcp-base; then braid_down braid-tcp-base; fi
     if wants moosefs; then bash "$PEERS/moosefs.sh" stop; fi
     if wants gluster; then bash "$PEERS/gluster.sh" stop; fi
 }
@@ -62,6 +68,8 @@ trap cleanup EXIT
 
 if wants braid; then braid_up braid 19500 in-process || exit 1; fi
 if wants braid-tcp; then braid_up braid-tcp 19600 tcp || exit 1; fi
+if wants braid-base; then braid_up braid-base 19700 in-process "$BRAID_BASE" || exit 1; fi
+if wants braid-tcp-base; then braid_up braid-tcp-base 19800 tcp "$BRAID_BASE" || exit 1; fi
 if wants moosefs; then bash "$PEERS/moosefs.sh" start || exit 1; fi
 if wants gluster; then bash "$PEERS/gluster.sh" start || exit 1; fi
 
@@ -69,11 +77,16 @@ declare -A DIRS=(
     [local]=$WORK/local/bench
     [braid]=$WORK/braid/mnt/bench
     [braid-tcp]=$WORK/braid-tcp/mnt/bench
+    [braid-base]=$WORK/braid-base/mnt/bench
+    [braid-tcp-base]=$WORK/braid-tcp-base/mnt/bench
     [moosefs]=$WORK/mfs/mnt/bench
     [gluster]=$WORK/gluster/mnt/bench
 )
+REVERSED=$(echo "$SYSTEMS" | tr ' ' '\n' | tac | tr '\n' ' ')
 for r in $(seq 1 "$ROUNDS"); do
-    for sys in $SYSTEMS; do
+    order=$SYSTEMS
+    if (( r % 2 == 0 )); then order=$REVERSED; fi
+    for sys in $order; do
         name=$sys-round$r
         rm -rf "$WORK/results/$name"
         bash "$PEERS/bench.sh" "$name" "${DIRS[$sys]}" "$WORKLOADS"
