@@ -1,6 +1,7 @@
 //! The house's rule that arrows point one way, checked on the source: within each
-//! crate, no file imports (through `crate::` or `super::` paths outside comments and
-//! test modules) a file that imports it back, directly or through others. A newcomer
+//! crate, no file below the crate root imports (through `crate::` or `super::` paths
+//! outside comments and test modules) a file that imports it back, directly or
+//! through others. A newcomer
 //! following a request from the FUSE handler to the disk never climbs back up.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -99,7 +100,9 @@ fn no_file_imports_one_that_imports_it_back() {
             continue;
         }
         let mods = modules(&src);
-        // The crate root only declares and re-exports its modules.
+        // The crate root is left out: in most crates it only declares and re-exports
+        // its modules, but `client`'s holds the `Client` itself, which `io`, `objio`
+        // and `path` extend and import (a known exception, not checked here).
         let graph: BTreeMap<String, BTreeSet<String>> =
             mods.iter().filter(|(n, _)| !n.is_empty()).map(|(n, f)| (n.clone(), refs(n, f, &mods))).collect();
         if let Some(c) = cycle(&graph) {
