@@ -20,7 +20,7 @@ mod parse;
 mod spec;
 
 pub use parse::{format_size, parse_ost_list, parse_size};
-pub use spec::{choose_osts, ComponentSpec, LayoutSpec, OstState, PlacementError};
+pub use spec::{choose_osts, ComponentSpec, LayoutChange, LayoutSpec, OstState, PlacementError, TEMPLATES};
 
 use serde::{Deserialize, Serialize};
 
@@ -32,6 +32,8 @@ pub const STRIPE_SIZE_MAX: u64 = 4 << 30;
 pub const STRIPE_COUNT_MAX: u32 = 2000;
 /// Extent end meaning "to the end of the file, however large".
 pub const EOF: u64 = u64::MAX;
+/// Most components in one layout (Lustre's limit for a composite layout).
+pub const COMPONENTS_MAX: usize = 64;
 
 /// Errors of layout validation and mapping.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -46,8 +48,21 @@ pub enum LayoutError {
     CountExceedsList { count: i64, list: usize },
     #[error("OST index {0} appears twice in the OST list")]
     DuplicateOst(u32),
-    #[error("component extents must increase and the last must end at EOF: {0}")]
+    /// Extents out of order or with a gap.
+    #[error("{0}")]
     Extents(String),
+    #[error("extent end {0} is not a multiple of 64 KiB")]
+    ExtentUnaligned(u64),
+    /// An error of one component of a composite layout (1 for the first). The inner
+    /// error is part of the text, not a separate `source`.
+    #[error("component {index}: {error}")]
+    Component { index: usize, error: Box<LayoutError> },
+    #[error("byte {0} is past the end of the file's last component (add one with --component-add)")]
+    BeyondLayout(u64),
+    #[error("{0}")]
+    Change(String),
+    #[error("unknown layout template '{0}' (known: {TEMPLATES})")]
+    UnknownTemplate(String),
     #[error("a layout needs at least one component")]
     Empty,
     #[error("too many components ({0}, at most 64)")]
@@ -188,20 +203,30 @@ pub struct ObjectExtent {
 
 impl Layout {
     /// Checks the invariants every stored layout must keep.
+    /// Checks the invariants every stored layout must keep: components follow each
+    /// other from 0 (the last may end before EOF: a write past it fails until a
+    /// component is added), extents 64 KiB aligned, ids unique.
     pub fn validate(&self) -> Result<(), LayoutError> {
         if self.components.is_empty() {
             return Err(LayoutError::Empty);
         }
-        if self.components.len() > 64 {
+        if self.components.len() > COMPONENTS_MAX {
             return Err(LayoutError::TooManyComponents(self.components.len()));
         }
         let mut start = 0;
+        let mut ids = std::collections::HashSet::new();
         for c in &self.components {
             if c.extent_start != start || c.extent_end <= c.extent_start {
                 return Err(LayoutError::Extents(format!(
                     "component {} covers [{}, {}) but should start at {}",
                     c.id, c.extent_start, c.extent_end, start
                 )));
+            }
+            if c.extent_end != EOF && !c.extent_end.is_multiple_of(STRIPE_SIZE_UNIT) {
+                return Err(LayoutError::ExtentUnaligned(c.extent_end));
+            }
+            if !ids.insert(c.id) {
+                return Err(LayoutError::Extents(format!("component id {} appears twice", c.id)));
             }
             check_stripe_size(c.stripe_size)?;
             if c.osts.len() > STRIPE_COUNT_MAX as usize {
@@ -215,29 +240,59 @@ impl Layout {
             }
             start = c.extent_end;
         }
-        if start != EOF {
-            return Err(LayoutError::Extents("the last component must end at EOF".into()));
-        }
         Ok(())
     }
 
-    /// Index of the component holding file offset `x`.
-    pub fn component_at(&self, x: u64) -> usize {
-        self.components
-            .iter()
-            .position(|c| x >= c.extent_start && x < c.extent_end)
-            .unwrap_or(self.components.len() - 1)
+    /// Whether this is a composite layout (more than one component), printed as such.
+    pub fn is_composite(&self) -> bool {
+        self.components.len() > 1
     }
 
-    /// Splits `[offset, offset+len)` into per-object chunks, in file order.
+    /// Where the last component ends ([`EOF`] for a layout that reaches it).
+    pub fn end(&self) -> u64 {
+        self.components.last().map_or(0, |c| c.extent_end)
+    }
+
+    /// Index of the component holding file offset `x`, if any does.
+    pub fn component_at(&self, x: u64) -> Option<usize> {
+        self.components.iter().position(|c| x >= c.extent_start && x < c.extent_end)
+    }
+
+    /// Whether every byte below `end` has a component with objects: what a write or a
+    /// truncate up to `end` needs before it can go to the OSTs.
+    pub fn instantiated_below(&self, end: u64) -> bool {
+        end <= self.end() && self.components.iter().filter(|c| c.extent_start < end).all(Component::is_instantiated)
+    }
+
+    /// Splits `[offset, offset+len)` into per-object chunks, in file order. A range
+    /// that reaches a component not instantiated is an error.
     pub fn chunks(&self, offset: u64, len: u64) -> Result<Vec<Chunk>, LayoutError> {
+        self.chunks_of(offset, len, false)
+    }
+
+    /// As [`Layout::chunks`], leaving out what lies in components not instantiated
+    /// and past the last component: holes, for a reader.
+    pub fn chunks_skipping_holes(&self, offset: u64, len: u64) -> Result<Vec<Chunk>, LayoutError> {
+        self.chunks_of(offset, len, true)
+    }
+
+    fn chunks_of(&self, offset: u64, len: u64, skip_holes: bool) -> Result<Vec<Chunk>, LayoutError> {
         let end = offset.checked_add(len).ok_or(LayoutError::Overflow { offset, len })?;
         let mut out = Vec::new();
         let mut x = offset;
         while x < end {
-            let ci = self.component_at(x);
+            let Some(ci) = self.component_at(x) else {
+                if skip_holes {
+                    break;
+                }
+                return Err(LayoutError::BeyondLayout(x));
+            };
             let comp = &self.components[ci];
             if !comp.is_instantiated() {
+                if skip_holes {
+                    x = comp.extent_end.min(end);
+                    continue;
+                }
                 return Err(LayoutError::NotInstantiated(comp.id));
             }
             let unit_end = (x / comp.stripe_size + 1).saturating_mul(comp.stripe_size);
@@ -259,11 +314,26 @@ impl Layout {
     /// Groups the chunks of `[offset, offset+len)` into object-contiguous runs of at
     /// most `max_run_bytes` each (one RPC each). Buffer offsets are relative to `offset`.
     pub fn object_extents(&self, offset: u64, len: u64, max_run_bytes: u64) -> Result<Vec<ObjectExtent>, LayoutError> {
+        self.runs(self.chunks(offset, len)?, offset, max_run_bytes)
+    }
+
+    /// As [`Layout::object_extents`], holes left out (see
+    /// [`Layout::chunks_skipping_holes`]): what a reader asks the OSTs for.
+    pub fn object_extents_skipping_holes(
+        &self,
+        offset: u64,
+        len: u64,
+        max_run_bytes: u64,
+    ) -> Result<Vec<ObjectExtent>, LayoutError> {
+        self.runs(self.chunks_skipping_holes(offset, len)?, offset, max_run_bytes)
+    }
+
+    fn runs(&self, chunks: Vec<Chunk>, offset: u64, max_run_bytes: u64) -> Result<Vec<ObjectExtent>, LayoutError> {
         assert!(max_run_bytes > 0, "max_run_bytes must be positive");
         let mut runs: Vec<ObjectExtent> = Vec::new();
         // Open run per (component, stripe): index into `runs`.
         let mut open: std::collections::HashMap<(usize, u32), usize> = Default::default();
-        for ch in self.chunks(offset, len)? {
+        for ch in chunks {
             let buf_off = ch.file_offset - offset;
             let mut remaining = ch.len;
             let mut obj_off = ch.object_offset;
@@ -383,6 +453,11 @@ mod tests {
         l.validate().unwrap();
         assert!(l.chunks(0, 4 << 20).is_ok());
         assert_eq!(l.chunks(0, (4 << 20) + 1), Err(LayoutError::NotInstantiated(2)));
+        assert!(l.instantiated_below(4 << 20));
+        assert!(!l.instantiated_below((4 << 20) + 1));
+        // A reader sees the component as a hole: only the first component's bytes.
+        let read = l.object_extents_skipping_holes(0, 8 << 20, 64 << 20).unwrap();
+        assert_eq!(read.iter().map(|r| r.len).sum::<u64>(), 4 << 20);
     }
 
     #[test]
@@ -393,7 +468,10 @@ mod tests {
         assert_eq!(l.validate(), Err(LayoutError::DuplicateOst(1)));
         l = raid0(1 << 20, vec![0]);
         l.components[0].extent_end = 10;
-        assert!(matches!(l.validate(), Err(LayoutError::Extents(_))));
+        assert_eq!(l.validate(), Err(LayoutError::ExtentUnaligned(10)));
+        l.components[0].extent_end = 4 << 20;
+        l.validate().expect("a layout may end before EOF");
+        assert_eq!(l.chunks(4 << 20, 1), Err(LayoutError::BeyondLayout(4 << 20)));
     }
 
     fn arb_layout() -> impl Strategy<Value = Layout> {

@@ -3,7 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{check_stripe_size, Component, Layout, LayoutError, Pattern, EOF, STRIPE_COUNT_MAX};
+use crate::{
+    check_stripe_size, Component, Layout, LayoutError, Pattern, COMPONENTS_MAX, EOF, STRIPE_COUNT_MAX, STRIPE_SIZE_UNIT,
+};
 
 /// What one component asks for. `None` fields are taken from a fallback spec (the
 /// parent directory's default, then the file system's root default).
@@ -27,6 +29,67 @@ pub struct LayoutSpec {
     pub components: Vec<ComponentSpec>,
 }
 
+/// A change to the layout of an existing file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LayoutChange {
+    /// Choose OSTs for every component that starts below `end` and has none: what a
+    /// write or truncate reaching `end` needs (Lustre's layout intent).
+    Instantiate { end: u64 },
+    /// Append components after the last one (`setstripe --component-add`).
+    AddComponents(LayoutSpec),
+    /// Remove trailing components that are not instantiated (`setstripe
+    /// --component-del`): the one with this id and those after it, or, without an id,
+    /// every such component at the end.
+    DelComponents { id: Option<u32> },
+}
+
+/// The names [`LayoutSpec::template`] knows.
+pub const TEMPLATES: &str = "seed-table4";
+
+impl ComponentSpec {
+    /// Checks this component alone, starting where the one before it ends.
+    fn check(&self, start: u64) -> Result<(), LayoutError> {
+        if self.extent_end <= start {
+            return Err(LayoutError::Extents(format!(
+                "extent end {} is not above the end of the component before it ({start})",
+                self.extent_end
+            )));
+        }
+        if self.extent_end != EOF && !self.extent_end.is_multiple_of(STRIPE_SIZE_UNIT) {
+            return Err(LayoutError::ExtentUnaligned(self.extent_end));
+        }
+        if let Some(s) = self.stripe_size {
+            check_stripe_size(s)?;
+        }
+        if let Some(n) = self.stripe_count {
+            if n == 0 || n < -1 || n > STRIPE_COUNT_MAX as i64 {
+                return Err(LayoutError::StripeCount(n));
+            }
+        }
+        if let Some(list) = &self.ost_list {
+            let mut seen = std::collections::HashSet::new();
+            for &o in list {
+                if !seen.insert(o) {
+                    return Err(LayoutError::DuplicateOst(o));
+                }
+            }
+            if let Some(n) = self.stripe_count {
+                if n > list.len() as i64 {
+                    return Err(LayoutError::CountExceedsList { count: n, list: list.len() });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether this component names its OSTs (`-i` or `-o`): such a component is
+    /// instantiated when the file is made, since a component without OSTs keeps only
+    /// a stripe count to place it by later.
+    fn placed_explicitly(&self) -> bool {
+        self.ost_list.is_some() || self.stripe_offset.is_some()
+    }
+}
+
 /// What the placement needs to know of one OST.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OstState {
@@ -44,98 +107,246 @@ impl LayoutSpec {
         }
     }
 
-    /// Checks what can be checked without knowing the cluster's OSTs.
+    /// A built-in layout by name: `seed-table4` is the PFL layout of seed 002's
+    /// Table 4 (1 stripe to 4 MiB, 2 to 512 MiB, 4 to 1 GiB, 8 to 10 GiB, 16 to
+    /// 100 GiB, 32 beyond, all of 1 MiB).
+    pub fn template(name: &str) -> Result<LayoutSpec, LayoutError> {
+        match name {
+            "seed-table4" => {
+                let ends: [(u64, i64); 6] =
+                    [(4 << 20, 1), (512 << 20, 2), (1 << 30, 4), (10 << 30, 8), (100 << 30, 16), (EOF, 32)];
+                let components = ends
+                    .iter()
+                    .map(|&(extent_end, count)| ComponentSpec {
+                        extent_end,
+                        stripe_count: Some(count),
+                        stripe_size: Some(1 << 20),
+                        ..Default::default()
+                    })
+                    .collect();
+                Ok(LayoutSpec { components })
+            }
+            other => Err(LayoutError::UnknownTemplate(other.to_string())),
+        }
+    }
+
+    /// Checks what can be checked without knowing the cluster's OSTs. An error about
+    /// one component of a composite spec names it (1 for the first).
     pub fn validate(&self) -> Result<(), LayoutError> {
+        self.validate_from(0)
+    }
+
+    /// As [`LayoutSpec::validate`], for components that follow one ending at `start`.
+    fn validate_from(&self, start: u64) -> Result<(), LayoutError> {
         if self.components.is_empty() {
             return Err(LayoutError::Empty);
         }
-        if self.components.len() > 64 {
+        if self.components.len() > COMPONENTS_MAX {
             return Err(LayoutError::TooManyComponents(self.components.len()));
         }
-        let mut start = 0u64;
-        for c in &self.components {
-            if c.extent_end <= start {
-                return Err(LayoutError::Extents(format!(
-                    "extent end {} is not above the previous end {}",
-                    c.extent_end, start
-                )));
-            }
+        let composite = self.components.len() > 1 || start > 0;
+        let mut start = start;
+        for (i, c) in self.components.iter().enumerate() {
+            c.check(start).map_err(|e| {
+                if composite {
+                    LayoutError::Component { index: i + 1, error: Box::new(e) }
+                } else {
+                    e
+                }
+            })?;
             start = c.extent_end;
-            if let Some(s) = c.stripe_size {
-                check_stripe_size(s)?;
-            }
-            if let Some(n) = c.stripe_count {
-                if n == 0 || n < -1 || n > STRIPE_COUNT_MAX as i64 {
-                    return Err(LayoutError::StripeCount(n));
-                }
-            }
-            if let Some(list) = &c.ost_list {
-                let mut seen = std::collections::HashSet::new();
-                for &o in list {
-                    if !seen.insert(o) {
-                        return Err(LayoutError::DuplicateOst(o));
-                    }
-                }
-                if let Some(n) = c.stripe_count {
-                    if n > list.len() as i64 {
-                        return Err(LayoutError::CountExceedsList { count: n, list: list.len() });
-                    }
-                }
-            }
-        }
-        if start != EOF {
-            return Err(LayoutError::Extents("the last component must extend to EOF (-E -1)".into()));
         }
         Ok(())
     }
 
-    /// Fills unset fields from `fallback`. A one-component fallback applies to every
-    /// component; otherwise components are matched by position.
+    /// Fills unset fields as Lustre does: the first component from `fallback`'s first
+    /// (the directory's default, then the file system's), each later one from the
+    /// component before it. OSTs named with `-i`/`-o` are not carried to later
+    /// components.
     pub fn inherit(&self, fallback: &LayoutSpec) -> LayoutSpec {
-        let components = self
-            .components
-            .iter()
-            .enumerate()
-            .map(|(i, c)| {
-                let f = fallback.components.get(i).or_else(|| fallback.components.last()).cloned().unwrap_or_default();
-                ComponentSpec {
+        let base = fallback.components.first().cloned().unwrap_or_default();
+        let mut components: Vec<ComponentSpec> = Vec::with_capacity(self.components.len());
+        for (i, c) in self.components.iter().enumerate() {
+            let listed = c.ost_list.is_some();
+            let filled = match components.last() {
+                None => ComponentSpec {
                     extent_end: c.extent_end,
-                    stripe_count: c.stripe_count.or(if c.ost_list.is_some() { None } else { f.stripe_count }),
-                    stripe_size: c.stripe_size.or(f.stripe_size),
-                    stripe_offset: c.stripe_offset.or(if c.ost_list.is_some() { None } else { f.stripe_offset }),
-                    ost_list: c.ost_list.clone().or(f.ost_list),
-                    pool: c.pool.clone().or(f.pool),
-                }
-            })
-            .collect();
+                    stripe_count: c.stripe_count.or(if listed { None } else { base.stripe_count }),
+                    stripe_size: c.stripe_size.or(base.stripe_size),
+                    stripe_offset: c.stripe_offset.or(if listed { None } else { base.stripe_offset }),
+                    ost_list: c.ost_list.clone().or(base.ost_list.clone()),
+                    pool: c.pool.clone().or(base.pool.clone()),
+                },
+                Some(prev) => ComponentSpec {
+                    extent_end: c.extent_end,
+                    stripe_count: c.stripe_count.or(if listed {
+                        None
+                    } else {
+                        prev.stripe_count.or(base.stripe_count)
+                    }),
+                    stripe_size: c.stripe_size.or(prev.stripe_size),
+                    stripe_offset: c.stripe_offset,
+                    ost_list: c.ost_list.clone(),
+                    pool: c.pool.clone().or(prev.pool.clone()),
+                },
+            };
+            debug_assert!(i == components.len());
+            components.push(filled);
+        }
         LayoutSpec { components }
     }
 
-    /// Turns a (fully inherited) spec into a layout. The first component is instantiated
-    /// now; later ones too (PFL's lazy instantiation comes with its own capability).
-    /// `cursor` is the round-robin position, advanced by the caller per file.
+    /// Turns a (fully inherited) spec into the layout of a new file. The first
+    /// component gets its OSTs now, as does any that names its OSTs; the others stay
+    /// uninstantiated until a write or truncate reaches them
+    /// ([`Layout::instantiate_below`]). `cursor` is the round-robin position,
+    /// advanced by the caller per file.
     pub fn instantiate(&self, osts: &[OstState], cursor: u64) -> Result<Layout, PlacementError> {
         self.validate()?;
-        let mut components = Vec::with_capacity(self.components.len());
-        let mut start = 0;
-        for (i, c) in self.components.iter().enumerate() {
-            let stripe_size = c.stripe_size.unwrap_or(1 << 20);
-            let chosen = choose_osts(c, osts, cursor.wrapping_add(i as u64))?;
-            components.push(Component {
-                id: i as u32 + 1,
+        let mut layout = Layout { generation: 1, components: Vec::with_capacity(self.components.len()) };
+        layout.push_components(&self.components, 0, osts, cursor)?;
+        layout.validate()?;
+        Ok(layout)
+    }
+}
+
+impl Layout {
+    /// Appends components made from `specs`, the first starting at `start`, with ids
+    /// after the largest in use. Only the first component of a file, and components
+    /// that name their OSTs, are placed now.
+    fn push_components(
+        &mut self,
+        specs: &[ComponentSpec],
+        mut start: u64,
+        osts: &[OstState],
+        cursor: u64,
+    ) -> Result<(), PlacementError> {
+        let first_id = self.components.iter().map(|c| c.id).max().unwrap_or(0) + 1;
+        for (i, c) in specs.iter().enumerate() {
+            let id = first_id + i as u32;
+            let chosen = if start == 0 || c.placed_explicitly() {
+                choose_osts(c, osts, cursor.wrapping_add(i as u64))?
+            } else {
+                Vec::new()
+            };
+            self.components.push(Component {
+                id,
                 extent_start: start,
                 extent_end: c.extent_end,
                 pattern: Pattern::Raid0,
-                stripe_size,
-                stripe_count_wanted: c.stripe_count.unwrap_or(chosen.len() as i64),
+                stripe_size: c.stripe_size.unwrap_or(1 << 20),
+                stripe_count_wanted: c.stripe_count.unwrap_or(if chosen.is_empty() { 1 } else { chosen.len() as i64 }),
                 osts: chosen,
                 pool: c.pool.clone(),
             });
             start = c.extent_end;
         }
-        let layout = Layout { generation: 1, components };
-        layout.validate()?;
-        Ok(layout)
+        Ok(())
+    }
+
+    /// Chooses OSTs for every component that starts below `end` and has none (a
+    /// write or truncate reaching `end`), with the placement rules of a new file, and
+    /// bumps the generation if any was chosen. Returns whether the layout changed;
+    /// `end` past the last component is an error.
+    pub fn instantiate_below(&mut self, end: u64, osts: &[OstState], cursor: u64) -> Result<bool, PlacementError> {
+        if end > self.end() {
+            return Err(LayoutError::BeyondLayout(self.end()).into());
+        }
+        let mut changed = false;
+        for (i, c) in self.components.iter_mut().enumerate() {
+            if c.extent_start >= end {
+                break;
+            }
+            if c.is_instantiated() {
+                continue;
+            }
+            let want = ComponentSpec {
+                extent_end: c.extent_end,
+                stripe_count: Some(c.stripe_count_wanted),
+                stripe_size: Some(c.stripe_size),
+                pool: c.pool.clone(),
+                ..Default::default()
+            };
+            c.osts = choose_osts(&want, osts, cursor.wrapping_add(i as u64))?;
+            changed = true;
+        }
+        if changed {
+            self.generation = self.generation.wrapping_add(1);
+        }
+        Ok(changed)
+    }
+
+    /// Applies a change asked of an existing file. The generation is bumped when
+    /// anything changed; an impossible change is an error and changes nothing.
+    pub fn apply(&mut self, change: &LayoutChange, osts: &[OstState], cursor: u64) -> Result<bool, PlacementError> {
+        let mut next = self.clone();
+        let changed = match change {
+            LayoutChange::Instantiate { end } => return self.instantiate_below(*end, osts, cursor),
+            LayoutChange::AddComponents(spec) => {
+                let start = self.end();
+                if start == EOF {
+                    return Err(LayoutError::Change(
+                        "the last component already reaches EOF: nothing can follow it".into(),
+                    )
+                    .into());
+                }
+                spec.validate_from(start)?;
+                if self.components.len() + spec.components.len() > COMPONENTS_MAX {
+                    return Err(LayoutError::TooManyComponents(self.components.len() + spec.components.len()).into());
+                }
+                // New components inherit from the last one, as later components do.
+                let last = self.components.last().expect("a layout has a component");
+                let prev = ComponentSpec {
+                    extent_end: last.extent_end,
+                    stripe_count: Some(last.stripe_count_wanted),
+                    stripe_size: Some(last.stripe_size),
+                    pool: last.pool.clone(),
+                    ..Default::default()
+                };
+                let mut chain = vec![prev];
+                chain.extend(spec.components.iter().cloned());
+                let filled = LayoutSpec { components: chain }.inherit(&LayoutSpec { components: vec![] });
+                next.push_components(&filled.components[1..], start, osts, cursor)?;
+                true
+            }
+            LayoutChange::DelComponents { id } => {
+                let from = match id {
+                    Some(id) => next
+                        .components
+                        .iter()
+                        .position(|c| c.id == *id)
+                        .ok_or_else(|| LayoutError::Change(format!("the file has no component with id {id}")))?,
+                    None => {
+                        let kept = next.components.iter().rposition(Component::is_instantiated).map_or(0, |i| i + 1);
+                        if kept == next.components.len() {
+                            return Err(LayoutError::Change(
+                                "the file has no uninstantiated component at its end to delete".into(),
+                            )
+                            .into());
+                        }
+                        kept
+                    }
+                };
+                if let Some(c) = next.components[from..].iter().find(|c| c.is_instantiated()) {
+                    return Err(LayoutError::Change(format!(
+                        "component {} is instantiated (it has objects): only uninstantiated components at the end can be deleted",
+                        c.id
+                    ))
+                    .into());
+                }
+                if from == 0 {
+                    return Err(LayoutError::Change("a file keeps at least one component".into()).into());
+                }
+                next.components.truncate(from);
+                true
+            }
+        };
+        next.validate()?;
+        if changed {
+            next.generation = next.generation.wrapping_add(1);
+            *self = next;
+        }
+        Ok(changed)
     }
 }
 
@@ -259,7 +470,95 @@ mod tests {
         assert_eq!(s.validate(), Err(LayoutError::CountExceedsList { count: 3, list: 2 }));
         s.components[0].extent_end = 4 << 20;
         s.components[0].stripe_count = None;
-        assert!(matches!(s.validate(), Err(LayoutError::Extents(_))));
+        s.validate().expect("a layout may end before EOF");
+        s.components[0].extent_end = 100_000;
+        assert_eq!(s.validate(), Err(LayoutError::ExtentUnaligned(100_000)));
+    }
+
+    fn pfl(ends: &[(u64, Option<i64>)]) -> LayoutSpec {
+        LayoutSpec {
+            components: ends
+                .iter()
+                .map(|&(extent_end, stripe_count)| ComponentSpec { extent_end, stripe_count, ..Default::default() })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn composite_errors_name_the_component() {
+        let s = pfl(&[(4 << 20, Some(1)), (2 << 20, Some(2)), (EOF, Some(4))]);
+        let e = s.validate().unwrap_err();
+        assert!(matches!(&e, LayoutError::Component { index: 2, .. }), "{e}");
+        assert!(e.to_string().starts_with("component 2: "), "{e}");
+        let s = pfl(&[(4 << 20, Some(1)), ((4 << 20) + 4096, Some(2)), (EOF, Some(4))]);
+        assert_eq!(
+            s.validate().unwrap_err().to_string(),
+            "component 2: extent end 4198400 is not a multiple of 64 KiB"
+        );
+        let s = pfl(&[(4 << 20, Some(1)), (EOF, Some(0))]);
+        assert!(matches!(s.validate(), Err(LayoutError::Component { index: 2, .. })));
+        let many: Vec<(u64, Option<i64>)> = (1..=65).map(|i| (i << 20, Some(1))).collect();
+        assert_eq!(pfl(&many).validate(), Err(LayoutError::TooManyComponents(65)));
+    }
+
+    #[test]
+    fn later_components_inherit_from_the_one_before() {
+        let root = LayoutSpec::raid0(Some(1), Some(4 << 20));
+        let mut s = pfl(&[(4 << 20, Some(2)), (EOF, None)]);
+        s.components[0].stripe_size = Some(1 << 20);
+        let full = s.inherit(&root);
+        assert_eq!(full.components[1].stripe_count, Some(2));
+        assert_eq!(full.components[1].stripe_size, Some(1 << 20));
+    }
+
+    #[test]
+    fn only_the_first_component_is_placed_at_create() {
+        let t = osts(4);
+        let spec = LayoutSpec::template("seed-table4").unwrap().inherit(&LayoutSpec::raid0(Some(1), Some(1 << 20)));
+        let mut l = spec.instantiate(&t, 0).unwrap();
+        assert_eq!(l.components.len(), 6);
+        assert_eq!(l.components[0].osts.len(), 1);
+        assert!(l.components[1..].iter().all(|c| !c.is_instantiated()));
+        assert_eq!(l.generation, 1);
+        // A write reaching 600 MiB places components 2 and 3; component 3 asks for 4.
+        assert!(l.instantiate_below(600 << 20, &t, 1).unwrap());
+        assert_eq!(l.generation, 2);
+        assert_eq!(l.components[1].osts.len(), 2);
+        assert_eq!(l.components[2].osts.len(), 4);
+        assert!(!l.components[3].is_instantiated());
+        // Again: nothing to do, the generation stays.
+        assert!(!l.instantiate_below(600 << 20, &t, 2).unwrap());
+        assert_eq!(l.generation, 2);
+        // 32 stripes asked, 4 OSTs: all of them, as Lustre does.
+        l.instantiate_below(EOF, &t, 3).unwrap();
+        assert_eq!(l.components[5].osts.len(), 4);
+        assert_eq!(l.components[5].stripe_count_wanted, 32);
+        assert_eq!(LayoutSpec::template("nope"), Err(LayoutError::UnknownTemplate("nope".into())));
+    }
+
+    #[test]
+    fn components_are_added_and_deleted_at_the_end() {
+        let t = osts(4);
+        let mut l = pfl(&[(4 << 20, Some(1)), (64 << 20, Some(2))]).instantiate(&t, 0).unwrap();
+        assert_eq!(l.end(), 64 << 20);
+        assert!(l.instantiate_below((64 << 20) + 1, &t, 0).is_err(), "past the last component");
+        let add = pfl(&[(EOF, Some(4))]);
+        assert!(l.apply(&LayoutChange::AddComponents(add.clone()), &t, 0).unwrap());
+        assert_eq!((l.components.len(), l.end(), l.components[2].id, l.generation), (3, EOF, 3, 2));
+        assert!(!l.components[2].is_instantiated());
+        let again = l.apply(&LayoutChange::AddComponents(add), &t, 0).unwrap_err();
+        assert!(again.to_string().contains("already reaches EOF"), "{again}");
+        // Deleting: the trailing uninstantiated ones only, never an instantiated one.
+        let before = l.clone();
+        assert!(l.apply(&LayoutChange::DelComponents { id: Some(1) }, &t, 0).is_err());
+        assert_eq!(l, before, "a refused change changes nothing");
+        assert!(l.apply(&LayoutChange::DelComponents { id: None }, &t, 0).unwrap());
+        assert_eq!(l.components.len(), 1);
+        assert!(l.apply(&LayoutChange::DelComponents { id: None }, &t, 0).is_err());
+        // A bad extent in an added component names the component.
+        let bad = pfl(&[(2 << 20, Some(1))]);
+        let e = l.apply(&LayoutChange::AddComponents(bad), &t, 0).unwrap_err();
+        assert!(e.to_string().contains("component 1"), "{e}");
     }
 
     #[test]
