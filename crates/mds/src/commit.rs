@@ -277,7 +277,7 @@ fn client_job(
         }
         Err(e @ OpError::Store(_)) => return Err(e),
     };
-    if matches!(req, Request::MdsCreate { .. }) {
+    if matches!(req, Request::MdsCreate { .. } | Request::MdsLayoutChange { .. }) {
         place.cursor = place.cursor.wrapping_add(1);
     }
     // `Again` means nothing was applied and the client will ask again with the same

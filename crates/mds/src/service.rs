@@ -169,6 +169,7 @@ impl Mds {
             | Request::MdsListxattr { fid, .. }
             | Request::MdsRemovexattr { fid, .. }
             | Request::MdsSetDirLayout { fid, .. }
+            | Request::MdsLayoutChange { fid, .. }
             | Request::MdsGetDirLayout { fid }
             | Request::MdsSizeUpdate { fid, .. }
             | Request::MdsClose { fid, .. }

@@ -6,7 +6,7 @@
 //! Compatibility: variants are only ever appended, so the postcard discriminants of
 //! existing variants never change within protocol version 1.
 
-use layout::{Layout, LayoutSpec};
+use layout::{Layout, LayoutChange, LayoutSpec};
 use serde::{Deserialize, Serialize};
 
 use crate::error::RemoteError;
@@ -447,6 +447,15 @@ pub enum Request {
     MdsSync {
         fid: Fid,
     },
+    /// Changes an existing file's layout: instantiates the components a write or
+    /// truncate reaches, or adds or deletes trailing components. Answered with the
+    /// file's attributes and the layout as it now is (unchanged when another client
+    /// instantiated first).
+    MdsLayoutChange {
+        creds: Creds,
+        fid: Fid,
+        change: LayoutChange,
+    },
 
     // ---- OSS (payload: data for writes) ----
     OstWrite {
@@ -526,6 +535,7 @@ impl Request {
             Request::MdsSetLock { .. } => "setlk",
             Request::MdsGetLock { .. } => "getlk",
             Request::MdsSync { .. } => "md_sync",
+            Request::MdsLayoutChange { .. } => "layout_change",
             Request::MdsCloseMany { .. } => "close_many",
             Request::MdsLeaseCancel { .. } => "lease_cancel",
             Request::OstWrite { .. } => "ost_write",

@@ -30,11 +30,13 @@
 //! The rooms: [`error`] (what an operation fails with), [`schema`] (tables, records,
 //! limits, format and upgrade), [`view`] (reads),
 //! [`writer`] (the batch's changes and the dispatch of a mutation), then one file per
-//! family of namespace operations: [`create`], [`remove`], [`rename`], [`attr`].
+//! family of namespace operations: [`create`], [`remove`], [`rename`], [`attr`],
+//! [`file_layout`] (changes to a file's layout).
 
 pub mod attr;
 pub mod create;
 pub mod error;
+pub mod file_layout;
 pub mod remove;
 pub mod rename;
 pub mod schema;

@@ -282,6 +282,7 @@ impl<'a> Writer<'a> {
             }
             Request::MdsRemovexattr { creds, fid, name } => self.removexattr(creds, *fid, name, now),
             Request::MdsSetDirLayout { creds, fid, spec } => self.set_dir_layout(creds, *fid, spec.clone(), now),
+            Request::MdsLayoutChange { creds, fid, change } => self.layout_change(creds, *fid, change, place, now),
             &Request::MdsSizeUpdate { fid, size, mtime, trunc_epoch } => {
                 let mut ino = self.view.must_inode(fid)?;
                 if ino.attr.kind != FileKind::File {
