@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use client::{OpObserver, OpRecord};
-use layout::LayoutSpec;
+use layout::{ComponentSpec, LayoutChange, LayoutSpec};
 use proto::msg::{FileKind, LockRequest, LockType, OpenFlags, RenameFlags, SetAttr, XattrMode};
 use proto::{Errno, Fid};
 use testkit::{Cluster, ClusterSpec};
@@ -115,6 +115,16 @@ fn every_client_operation_reports_once_to_the_observer() {
                 cl.set_lock(f.fid, LockRequest { owner: 1, pid: 1, lock: LockType::Unlock, start: 0, end: 99 }, false),
             )
             .await;
+        // A layout that ends at 1 MiB gets a component up to EOF.
+        let short = LayoutSpec {
+            components: vec![ComponentSpec { extent_end: 1 << 20, stripe_count: Some(1), ..Default::default() }],
+        };
+        let (p, _, _) = calls.ok("create", cl.create(creds, dir.fid, "p1", 0o644, true, RW, Some(short))).await;
+        let add = LayoutChange::AddComponents(LayoutSpec::raid0(Some(2), None));
+        let grown = calls.ok("layout_change", cl.change_layout(creds, p.fid, add)).await;
+        assert_eq!(grown.layout.expect("a file's layout").components.len(), 2);
+        calls.ok("close", cl.close(p)).await;
+        calls.ok("unlink", cl.unlink(creds, dir.fid, "p1")).await;
         calls.ok("close", cl.close_shared(&f)).await;
         let (g, _) = calls.ok("open", cl.open(creds, f.fid, RW)).await;
         calls.ok("close", cl.close(g)).await;

@@ -117,9 +117,9 @@ pub(crate) async fn write(c: &Client, f: &OpenFile, offset: u64, data: Bytes) ->
             other.data_gen.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         }
     }
-    // A component not instantiated yet fails here: PFL instantiation plugs in at this
-    // point (the MDS instantiates, the handle replaces its layout, the write cuts again).
-    let layout = f.layout();
+    // A component not instantiated yet gets its objects first (PFL): the MDS
+    // instantiates, the handle takes the layout of the new generation.
+    let layout = c.instantiate(f, end).await?;
     let extents = objio::extents(f.fid, &layout, offset, len, c.inner.cfg.max_rpc_bytes)?;
     let limit = c.inner.cfg.max_dirty_bytes;
     let behind = limit > 0;
@@ -169,9 +169,17 @@ pub(crate) async fn read(c: &Client, f: &OpenFile, offset: u64, len: u64) -> Res
             other.admit(offset, offset + len, 0, u64::MAX).await;
         }
     }
+    // A range the handle's layout has no objects for was instantiated by another
+    // client, or is a hole: ask for the layout again before reading it as zeros.
+    let mut layout = f.layout();
+    if !layout.instantiated_below(offset + len) {
+        if let Some(fresh) = c.getattr(f.fid).await?.layout {
+            f.replace_layout(fresh);
+        }
+        layout = f.layout();
+    }
     // One reader at a time uses the read-ahead state; a concurrent reader of the same
     // handle (FUSE issues reads in parallel) reads directly instead of waiting.
-    let layout = f.layout();
     match f.readahead.try_lock() {
         Ok(mut ra) => ra.read(c, f, &layout, offset, len, size).await,
         Err(_) => read_extents(c, f.fid, &layout, offset, len).await,
@@ -293,17 +301,20 @@ impl Readahead {
     }
 }
 
-/// Reads `[offset, offset+len)` of a file; holes and bytes past an object's end read
-/// as zeros.
+/// Reads `[offset, offset+len)` of a file; holes (bytes past an object's end, and
+/// components not instantiated) read as zeros.
 pub(crate) async fn read_extents(c: &Client, fid: Fid, layout: &Layout, offset: u64, len: u64) -> Result<Bytes> {
-    let extents = objio::extents(fid, layout, offset, len, c.inner.cfg.max_rpc_bytes)?;
+    let extents = objio::extents_to_read(fid, layout, offset, len, c.inner.cfg.max_rpc_bytes)?;
+    if extents.is_empty() {
+        return Ok(Bytes::from(vec![0u8; len as usize]));
+    }
     let mut set = JoinSet::new();
     for (i, extent) in extents.iter().enumerate() {
         let target = c.object_io(extent.target).await?;
         let (at, n) = (extent.object_offset, extent.len);
         set.spawn(async move { target.read(at, n).await.map(|data| (i, data)) });
     }
-    if extents.len() == 1 && extents[0].spans.len() == 1 {
+    if extents.len() == 1 && extents[0].spans == [(0, len)] {
         // One object-contiguous extent (a read inside one stripe): hand back the
         // payload as it came off the wire, padded with zeros only if the object was short.
         let (_, data) = set.join_next().await.expect("one task").map_err(join_err)??;
@@ -358,7 +369,8 @@ pub(crate) async fn glimpse(c: &Client, fid: Fid, layout: &Layout) -> Result<u64
 
 /// Deallocates `[offset, offset+len)` of a file on its OSTs (reads back as zeros).
 pub(crate) async fn punch_hole(c: &Client, f: &OpenFile, offset: u64, len: u64) -> Result<()> {
-    let extents = objio::extents(f.fid, &f.layout(), offset, len, u64::MAX)?;
+    // Nothing to deallocate where no component has objects.
+    let extents = objio::extents_to_read(f.fid, &f.layout(), offset, len, u64::MAX)?;
     let mut set = JoinSet::new();
     for extent in extents {
         let target = c.object_io(extent.target).await?;

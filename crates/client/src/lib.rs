@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
-use layout::{Layout, LayoutError, LayoutSpec};
+use layout::{Layout, LayoutChange, LayoutError, LayoutSpec};
 use proto::msg::{Request, Response};
 use proto::RpcError;
 use rpc::{Identity, RpcClient, RpcOptions};
@@ -48,8 +48,10 @@ pub enum ClientError {
     Errno(Errno, String),
     #[error(transparent)]
     Layout(#[from] LayoutError),
-    #[error("{path}: {source}")]
-    Path { path: String, source: Box<ClientError> },
+    /// Not a `source` of the error: its text is in this one's already, and printed
+    /// again by a caller that prints the chain.
+    #[error("{path}: {error}")]
+    Path { path: String, error: Box<ClientError> },
 }
 
 impl ClientError {
@@ -57,13 +59,15 @@ impl ClientError {
         match self {
             ClientError::Rpc(e) => e.errno(),
             ClientError::Errno(e, _) => *e,
+            // A write past the last component (Lustre answers the same).
+            ClientError::Layout(LayoutError::BeyondLayout(_)) => Errno::NoData,
             ClientError::Layout(_) => Errno::Inval,
-            ClientError::Path { source, .. } => source.errno(),
+            ClientError::Path { error, .. } => error.errno(),
         }
     }
 
     pub fn at(self, path: &str) -> ClientError {
-        ClientError::Path { path: path.to_string(), source: Box::new(self) }
+        ClientError::Path { path: path.to_string(), error: Box::new(self) }
     }
 }
 
@@ -167,6 +171,7 @@ pub const OPS: &[&str] = &[
     "listxattr",
     "removexattr",
     "setstripe",
+    "layout_change",
     "getstripe",
     "read",
     "write",
@@ -251,10 +256,13 @@ pub struct OpenFile {
     /// `data_gen` when the size was last published to the MDS (`u64::MAX`: never).
     published_gen: AtomicU64,
     pub flags: OpenFlags,
+    /// Who opened the handle: a layout change it needs (an instantiation) is asked
+    /// in their name.
+    creds: Creds,
 }
 
 impl OpenFile {
-    fn new(attr: &Attr, flags: OpenFlags) -> Result<OpenFile> {
+    fn new(attr: &Attr, flags: OpenFlags, creds: &Creds) -> Result<OpenFile> {
         let layout = attr.layout.clone().ok_or_else(|| match attr.kind {
             FileKind::Dir => ClientError::Errno(Errno::IsDir, format!("{} is a directory", attr.fid)),
             kind => ClientError::Errno(Errno::NotSup, format!("{} is a {kind:?}: no I/O through braid", attr.fid)),
@@ -271,6 +279,7 @@ impl OpenFile {
             readahead: tokio::sync::Mutex::new(io::Readahead::default()),
             published_gen: AtomicU64::new(u64::MAX),
             flags,
+            creds: creds.clone(),
         })
     }
 
@@ -601,7 +610,7 @@ impl Client {
                         None => self.forget_dir(parent),
                     }
                     let mut attr = attr;
-                    let f = OpenFile::new(&attr, flags)?;
+                    let f = OpenFile::new(&attr, flags, creds)?;
                     self.register_open(&f);
                     if existed && flags.truncate {
                         self.truncate_open(creds, &f, 0).await?;
@@ -621,7 +630,7 @@ impl Client {
         self.observe("open", Some(fid), 0, 0, async {
             let req = Request::MdsOpen { creds: creds.clone(), fid, flags };
             let mut attr = answer!("open", self.md(fid, req).await?, Response::Attr(a) => a)?;
-            let f = OpenFile::new(&attr, flags)?;
+            let f = OpenFile::new(&attr, flags, creds)?;
             self.register_open(&f);
             // Whatever the MDS's size says: it lags unpublished writes.
             if flags.truncate {
@@ -802,14 +811,54 @@ impl Client {
                 let attr = self.getattr(fid).await?;
                 // Cut nothing the MDS would refuse to truncate (it checks again).
                 check_truncate(&attr, creds, set.by_writer)?;
-                if let Some(layout) = &attr.layout {
-                    self.cut_objects(fid, layout, size).await?;
+                if let Some(layout) = attr.layout {
+                    let layout = self.layout_below(creds, fid, Arc::new(layout), size).await?;
+                    self.cut_objects(fid, &layout, size).await?;
                 }
             }
             let req = Request::MdsSetattr { creds: creds.clone(), fid, set };
             answer!("setattr", self.md(fid, req).await?, Response::Attr(a) => a)
         })
         .await
+    }
+
+    /// Changes the layout of an existing file: instantiates components, or adds or
+    /// deletes trailing ones (`setstripe --component-add/--component-del`). Returns
+    /// the file's attributes with the layout as it now is.
+    pub async fn change_layout(&self, creds: &Creds, fid: Fid, change: LayoutChange) -> Result<Attr> {
+        let req = Request::MdsLayoutChange { creds: creds.clone(), fid, change };
+        md_op!(self, "layout_change", fid, req, Response::Attr(a) => a)
+    }
+
+    /// `layout`, of file `fid`, with objects for every byte below `end` (PFL
+    /// instantiation): as it is when it has them, else as the MDS makes it.
+    async fn layout_below(&self, creds: &Creds, fid: Fid, layout: Arc<Layout>, end: u64) -> Result<Arc<Layout>> {
+        if layout.instantiated_below(end) {
+            return Ok(layout);
+        }
+        let attr = self.change_layout(creds, fid, LayoutChange::Instantiate { end }).await?;
+        let layout = attr.layout.ok_or_else(|| ClientError::Errno(Errno::Io, format!("{fid} lost its layout")))?;
+        Ok(Arc::new(layout))
+    }
+
+    /// The handle's layout with objects for every byte below `end`: where a write or
+    /// truncate reaching a component not instantiated yet has the MDS instantiate it
+    /// (or learns that another client did) and the handle takes the new generation.
+    pub(crate) async fn instantiate(&self, f: &OpenFile, end: u64) -> Result<Arc<Layout>> {
+        let layout = f.layout();
+        if layout.instantiated_below(end) {
+            return Ok(layout);
+        }
+        let fresh = self.layout_below(&f.creds, f.fid, layout, end).await?;
+        f.replace_layout((*fresh).clone());
+        let layout = f.layout();
+        match layout.instantiated_below(end) {
+            true => Ok(layout),
+            false => Err(ClientError::Errno(
+                Errno::Io,
+                format!("{}: the MDS answered a layout without objects below {end}", f.fid),
+            )),
+        }
     }
 
     /// The data half of a truncate: waits for this client's writes to the file still
@@ -826,7 +875,8 @@ impl Client {
     async fn setattr_through(&self, creds: &Creds, f: &OpenFile, set: SetAttr) -> Result<Attr> {
         let size = set.size;
         if let Some(size) = size {
-            self.cut_objects(f.fid, &f.layout(), size).await?;
+            let layout = self.instantiate(f, size).await?;
+            self.cut_objects(f.fid, &layout, size).await?;
         }
         let req = Request::MdsSetattr { creds: creds.clone(), fid: f.fid, set };
         let a = answer!("setattr", self.md(f.fid, req).await?, Response::Attr(a) => a)?;

@@ -7,9 +7,11 @@
 //! [`ObjectIo`] performs one operation on one target. The data path in `io` and the
 //! client's `fsync` reach the OSTs only through here, so each capability that changes
 //! where bytes live, or how they are read, plugs in at one point:
-//! - PFL instantiation: a write past the instantiated components fails here with
-//!   `LayoutError::NotInstantiated`; the MDS instantiates, and the handle takes the
-//!   layout of the new generation through `OpenFile::replace_layout`.
+//! - PFL instantiation: [`extents`] refuses a range reaching a component without
+//!   objects (`LayoutError::NotInstantiated`); a writer has the MDS instantiate it
+//!   first (`Client::instantiate`) and takes the layout of the new generation through
+//!   `OpenFile::replace_layout`; a reader reads such a component as a hole
+//!   ([`extents_to_read`]).
 //! - DoM: a `Target::Mdt` for the first component, chosen in [`extents`] and served in
 //!   [`ObjectIo`] by the MDT of the file.
 //! - Mirrors: [`extents`] picks one mirror's object for a read and every mirror's for
@@ -59,18 +61,23 @@ pub struct Extent {
 /// `max_rpc_bytes` long.
 pub fn extents(fid: Fid, layout: &Layout, offset: u64, len: u64, max_rpc_bytes: u64) -> Result<Vec<Extent>> {
     let runs = layout.object_extents(offset, len, max_rpc_bytes)?;
-    Ok(runs
-        .into_iter()
-        .map(|run| Extent {
-            target: Target::Ost {
-                ost: run.ost,
-                object: ObjectId { fid, component: run.component_id, stripe: run.stripe },
-            },
-            object_offset: run.object_offset,
-            len: run.len,
-            spans: run.pieces,
-        })
-        .collect())
+    Ok(runs.into_iter().map(|run| extent(fid, run)).collect())
+}
+
+/// As [`extents`], leaving out what lies in components not instantiated (and past
+/// the last component): holes, which read as zeros.
+pub fn extents_to_read(fid: Fid, layout: &Layout, offset: u64, len: u64, max_rpc_bytes: u64) -> Result<Vec<Extent>> {
+    let runs = layout.object_extents_skipping_holes(offset, len, max_rpc_bytes)?;
+    Ok(runs.into_iter().map(|run| extent(fid, run)).collect())
+}
+
+fn extent(fid: Fid, run: layout::ObjectExtent) -> Extent {
+    Extent {
+        target: Target::Ost { ost: run.ost, object: ObjectId { fid, component: run.component_id, stripe: run.stripe } },
+        object_offset: run.object_offset,
+        len: run.len,
+        spans: run.pieces,
+    }
 }
 
 /// One object of a file, with the component that maps it (for the size arithmetic).
