@@ -72,26 +72,13 @@ enum Command {
         client: ClientOpts,
         path: String,
     },
-    /// Create an empty file with a layout, or set a directory's default layout.
+    /// Create an empty file with a layout, set a directory's default layout, or change
+    /// a file's components (Lustre's `lfs setstripe`; `-E` ends a component).
+    #[command(disable_help_flag = true, override_help = cli::stripe::SETSTRIPE_HELP)]
     Setstripe {
-        #[command(flatten)]
-        client: ClientOpts,
-        /// Stripe count (-1 = all OSTs).
-        #[arg(short = 'c', long = "stripe-count", allow_hyphen_values = true)]
-        count: Option<i64>,
-        /// Stripe size, a multiple of 64K (e.g. 1M).
-        #[arg(short = 'S', long = "stripe-size")]
-        size: Option<String>,
-        /// Index of the first OST.
-        #[arg(short = 'i', long = "stripe-index", allow_hyphen_values = true)]
-        index: Option<i64>,
-        /// Explicit OST list, e.g. 0,2-3.
-        #[arg(short = 'o', long = "ost")]
-        osts: Option<String>,
-        /// Remove a directory's default layout.
-        #[arg(short = 'd', long = "delete")]
-        delete: bool,
-        path: String,
+        /// The options and the path, in order (see `braid setstripe --help`).
+        #[arg(allow_hyphen_values = true, trailing_var_arg = true, num_args = 0..)]
+        args: Vec<String>,
     },
     /// Show the layout of files, or a directory's default.
     Getstripe {
@@ -100,6 +87,21 @@ enum Command {
         /// Show only the directory's default layout.
         #[arg(short = 'd', long = "directory")]
         directory: bool,
+        /// Only the stripe count.
+        #[arg(short = 'c', long = "stripe-count")]
+        count: bool,
+        /// Only the stripe size.
+        #[arg(short = 'S', long = "stripe-size")]
+        size: bool,
+        /// Only the first OST index.
+        #[arg(short = 'i', long = "stripe-index")]
+        index: bool,
+        /// Only the component with this id.
+        #[arg(short = 'I', long = "component-id")]
+        component: Option<u32>,
+        /// Only the number of components.
+        #[arg(long = "component-count")]
+        component_count: bool,
         path: String,
     },
     /// Show space and inode usage of every MDT and OST.
@@ -159,10 +161,24 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Rm { client, recursive, paths } => tools::rm(&client, &paths, recursive),
         Command::Mkdir { client, parents, paths } => tools::mkdir(&client, &paths, parents),
         Command::Stat { client, path } => tools::stat(&client, &path),
-        Command::Setstripe { client, count, size, index, osts, delete, path } => {
-            tools::setstripe(&client, &path, count, size.as_deref(), index, osts.as_deref(), delete)
+        Command::Setstripe { args } => {
+            if args.iter().any(|a| a == "-h" || a == "--help") || args.is_empty() {
+                println!("{}", cli::stripe::SETSTRIPE_HELP);
+                return Ok(());
+            }
+            cli::stripe::setstripe(cli::stripe::parse_setstripe(&args)?)
         }
-        Command::Getstripe { client, directory, path } => tools::getstripe(&client, &path, directory),
+        Command::Getstripe { client, directory, count, size, index, component, component_count, path } => {
+            let o = cli::stripe::GetstripeOpts {
+                directory_only: directory,
+                count,
+                size,
+                index,
+                component,
+                component_count,
+            };
+            cli::stripe::getstripe(&client, &path, &o)
+        }
         Command::Df { client, inodes, human, path, .. } => tools::df(&client, &path, inodes, human),
     }
 }

@@ -14,6 +14,7 @@
 //! listen = "10.0.0.2:9401"
 //! mgs = "10.0.0.1:9400"
 //! mdts = ["/srv/braid/mdt0"]
+//! default_layout = "seed-table4"   # optional: the file system's default layout
 //!
 //! [oss]
 //! listen = "10.0.0.3:9402"
@@ -64,6 +65,8 @@ pub struct MdsSection {
     pub mdts: Vec<PathBuf>,
     pub default_stripe_count: Option<i64>,
     pub default_stripe_size: Option<String>,
+    /// A built-in layout template by name (e.g. "seed-table4").
+    pub default_layout: Option<String>,
     pub checkpoint_ms: Option<u64>,
     pub sync_journal: Option<bool>,
 }

@@ -19,6 +19,7 @@ pub mod local;
 pub mod mount;
 pub mod native_bench;
 pub mod serve;
+pub mod stripe;
 pub mod tools;
 pub mod url;
 

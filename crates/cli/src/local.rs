@@ -48,6 +48,10 @@ pub struct LocalArgs {
     /// processes always use TCP).
     #[arg(long)]
     pub tcp: bool,
+    /// The file system's default layout, a built-in template by name (seed-table4:
+    /// seed 002's progressive layout); without it, one 1 MiB stripe.
+    #[arg(long)]
+    pub default_layout: Option<String>,
 }
 
 /// Shape of a `braid local` cluster.
@@ -61,6 +65,8 @@ pub struct Local {
     pub target_timeout_ms: u64,
     /// The roles and the mount reach each other in-process.
     pub in_process: bool,
+    /// The file system's default layout.
+    pub default_layout: LayoutSpec,
 }
 
 /// A local cluster's servers, serving on the runtime that started them.
@@ -83,6 +89,7 @@ pub fn run(a: LocalArgs) -> Result<()> {
         heartbeat_ms: a.heartbeat_ms,
         target_timeout_ms: a.target_timeout_ms,
         in_process: !a.tcp,
+        default_layout: serve::default_layout(a.default_layout.as_deref(), None, None)?,
     };
     local(&a.data, &l, a.mount.map(|m| (m, settings)))
 }
@@ -110,7 +117,7 @@ pub async fn start(data: &Path, l: &Local) -> Result<Started> {
     let mgs = serve::start_mgs(&l.listen, &data.join("mgs"), &common, timeout).await?;
     let mdt_dirs: Vec<PathBuf> = (0..l.mdts).map(|i| data.join(format!("mdt{i}"))).collect();
     let ost_dirs: Vec<PathBuf> = (0..l.osts).map(|i| data.join(format!("ost{i}"))).collect();
-    let cfg = mds::MdsConfig { default_layout: LayoutSpec::raid0(Some(1), Some(1 << 20)), ..Default::default() };
+    let cfg = mds::MdsConfig { default_layout: l.default_layout.clone(), ..Default::default() };
     // OSTs first: the MDS's first look at the configuration then finds every one
     // of them, so the mount's first files are striped over all the OSTs asked for.
     serve::start_oss("127.0.0.1:0", None, &mgs, &ost_dirs, &common).await?;

@@ -61,6 +61,11 @@ pub struct MdsArgs {
     /// Default stripe size of the file system (e.g. 1M).
     #[arg(long)]
     pub default_stripe_size: Option<String>,
+    /// Default layout of the file system, a built-in template by name (seed-table4:
+    /// seed 002's progressive layout); the stripe count and size above fill what it
+    /// leaves unset.
+    #[arg(long)]
+    pub default_layout: Option<String>,
     /// How often each MDT database is made durable and its redo log emptied, in
     /// milliseconds: the most a machine crash can take back without fsync.
     #[arg(long)]
@@ -87,6 +92,19 @@ pub struct OssArgs {
     pub osts: Vec<PathBuf>,
 }
 
+/// The file system's default layout: the template named, if any, filled from the
+/// default stripe count (1) and size (1 MiB).
+pub fn default_layout(template: Option<&str>, count: Option<i64>, size: Option<&str>) -> Result<layout::LayoutSpec> {
+    let size = size.map(layout::parse_size).transpose().context("invalid default stripe size")?;
+    let plain = layout::LayoutSpec::raid0(Some(count.unwrap_or(1)), Some(size.unwrap_or(1 << 20)));
+    let default = match template {
+        Some(name) => layout::LayoutSpec::template(name)?.inherit(&plain),
+        None => plain,
+    };
+    default.validate().context("invalid default layout")?;
+    Ok(default)
+}
+
 /// Runs the MGS until a signal.
 pub fn run_mgs(a: MgsArgs) -> Result<()> {
     let file = config::load(a.server.config.as_deref())?;
@@ -105,13 +123,10 @@ pub fn run_mds(a: MdsArgs) -> Result<()> {
     let advertise = a.advertise.or(file.mds.advertise.clone());
     let mgs = a.mgs.or(file.mds.mgs.clone()).context("the MDS needs --mgs HOST:PORT")?;
     let mdts = if a.mdts.is_empty() { file.mds.mdts.clone() } else { a.mdts };
-    let size = match a.default_stripe_size.or(file.mds.default_stripe_size.clone()) {
-        Some(s) => Some(layout::parse_size(&s)?),
-        None => None,
-    };
-    let count = a.default_stripe_count.or(file.mds.default_stripe_count).unwrap_or(1);
-    let default = layout::LayoutSpec::raid0(Some(count), Some(size.unwrap_or(1 << 20)));
-    default.validate().context("invalid default layout")?;
+    let size = a.default_stripe_size.or(file.mds.default_stripe_size.clone());
+    let count = a.default_stripe_count.or(file.mds.default_stripe_count);
+    let template = a.default_layout.or(file.mds.default_layout.clone());
+    let default = default_layout(template.as_deref(), count, size.as_deref())?;
     let checkpoint_ms = a.checkpoint_ms.or(file.mds.checkpoint_ms).unwrap_or(1000);
     if checkpoint_ms == 0 {
         bail!("--checkpoint-ms must be at least 1");

@@ -1,5 +1,5 @@
 //! The command-line tools over the native client (`cp`, `ls`, `rm`, `mkdir`, `stat`,
-//! `setstripe`, `getstripe`, `df`), as Lustre's `lfs` and `lctl` are.
+//! `df`), as Lustre's `lfs` and `lctl` are; `setstripe` and `getstripe` are in `stripe`.
 
 use std::collections::HashMap;
 use std::io::{IsTerminal, Read, Write};
@@ -9,10 +9,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
+use client::Errno;
 use client::{Attr, Creds, FileKind, OpenFlags, TargetKind, Timespec};
 use client::{BlockingClient, Client, ClientConfig};
-use client::{Errno, ObjectId};
-use layout::{ComponentSpec, Layout, LayoutSpec, EOF};
 
 use crate::url::BraidPath;
 use crate::ClientOpts;
@@ -33,7 +32,7 @@ fn connect(opts: &ClientOpts, mgs: &str) -> Result<BlockingClient> {
     BlockingClient::connect(cfg, 2).with_context(|| format!("cannot connect to the cluster at {mgs}"))
 }
 
-fn creds() -> Creds {
+pub(crate) fn creds() -> Creds {
     client::process_creds()
 }
 
@@ -282,7 +281,7 @@ pub fn cluster_path(path: &str) -> Result<BraidPath> {
     }
 }
 
-fn with_client<T>(
+pub(crate) fn with_client<T>(
     opts: &ClientOpts,
     path: &str,
     f: impl FnOnce(&BlockingClient, &BraidPath) -> Result<T>,
@@ -486,172 +485,6 @@ pub fn stat(opts: &ClientOpts, path: &str) -> Result<()> {
     })
 }
 
-pub fn build_spec(
-    count: Option<i64>,
-    size: Option<&str>,
-    index: Option<i64>,
-    osts: Option<&str>,
-) -> Result<LayoutSpec> {
-    let stripe_size = size.map(layout::parse_size).transpose()?;
-    let stripe_offset = match index {
-        None | Some(-1) => None,
-        Some(i) if i >= 0 && i <= u32::MAX as i64 => Some(i as u32),
-        Some(i) => bail!("invalid stripe index {i} (use -1 for any, or an OST index)"),
-    };
-    let ost_list = osts.map(layout::parse_ost_list).transpose()?;
-    let stripe_count = match (count, &ost_list) {
-        (Some(0), _) => None,
-        (c, _) => c,
-    };
-    let spec = LayoutSpec {
-        components: vec![ComponentSpec {
-            extent_end: EOF,
-            stripe_count,
-            stripe_size,
-            stripe_offset,
-            ost_list,
-            pool: None,
-        }],
-    };
-    spec.validate()?;
-    Ok(spec)
-}
-
-pub fn setstripe(
-    opts: &ClientOpts,
-    path: &str,
-    count: Option<i64>,
-    size: Option<&str>,
-    index: Option<i64>,
-    osts: Option<&str>,
-    delete: bool,
-) -> Result<()> {
-    let spec = if delete { None } else { Some(build_spec(count, size, index, osts)?) };
-    with_client(opts, path, |bc, p| {
-        let c = creds();
-        let client = &bc.client;
-        match bc.run(client.resolve(&c, &p.path, true)) {
-            Ok(a) if a.kind == FileKind::Dir => {
-                bc.run(client.set_dir_layout(&c, a.fid, spec)).map_err(|e| e.at(&p.url()))?;
-                Ok(())
-            }
-            Ok(_) => bail!("{}: file exists; a file's layout is set when it is created", p.url()),
-            Err(e) if e.errno() == Errno::NoEnt => {
-                let Some(spec) = spec else { bail!("{}: no such directory", p.url()) };
-                let (parent, name) = bc.run(client.resolve_parent(&c, &p.path))?;
-                let flags = OpenFlags { read: false, write: true, truncate: false };
-                let (f, _, _) = bc
-                    .run(client.create(&c, parent.fid, &name, 0o644, true, flags, Some(spec)))
-                    .map_err(|e| e.at(&p.url()))?;
-                bc.run(client.close(f))?;
-                Ok(())
-            }
-            Err(e) => Err(e.at(&p.url()).into()),
-        }
-    })
-}
-
-fn print_raid0(
-    out: &mut impl Write,
-    fid: client::Fid,
-    layout_gen: u32,
-    comp: &layout::Component,
-    indent: &str,
-) -> Result<()> {
-    writeln!(out, "{indent}lmm_stripe_count:  {}", comp.stripe_count())?;
-    writeln!(out, "{indent}lmm_stripe_size:   {}", comp.stripe_size)?;
-    writeln!(out, "{indent}lmm_pattern:       {}", comp.pattern.name())?;
-    writeln!(out, "{indent}lmm_layout_gen:    {layout_gen}")?;
-    match comp.osts.first() {
-        Some(first) => writeln!(out, "{indent}lmm_stripe_offset: {first}")?,
-        None => {
-            writeln!(out, "{indent}lmm_stripe_offset: -1")?;
-            return Ok(());
-        }
-    }
-    writeln!(out, "{indent}\tobdidx\t\t objid\t\t objid\t\t group")?;
-    for (stripe, ost) in comp.osts.iter().enumerate() {
-        let o = ObjectId { fid, component: comp.id, stripe: stripe as u32 };
-        writeln!(out, "{indent}\t{ost:>6}\t{:>14}\t{:>#14x}\t{:>#14x}", o.objid(), o.objid(), fid.seq)?;
-    }
-    Ok(())
-}
-
-fn print_layout(out: &mut impl Write, name: &str, fid: client::Fid, l: &Layout) -> Result<()> {
-    writeln!(out, "{name}")?;
-    if l.components.len() == 1 {
-        return print_raid0(out, fid, l.generation, &l.components[0], "");
-    }
-    writeln!(out, "  lcm_layout_gen:    {}", l.generation)?;
-    writeln!(out, "  lcm_mirror_count:  1")?;
-    writeln!(out, "  lcm_entry_count:   {}", l.components.len())?;
-    for c in &l.components {
-        writeln!(out, "    lcme_id:             {}", c.id)?;
-        writeln!(out, "    lcme_mirror_id:      0")?;
-        writeln!(out, "    lcme_flags:          {}", if c.is_instantiated() { "init" } else { "0" })?;
-        writeln!(out, "    lcme_extent.e_start: {}", c.extent_start)?;
-        let end = if c.extent_end == EOF { "EOF".to_string() } else { c.extent_end.to_string() };
-        writeln!(out, "    lcme_extent.e_end:   {end}")?;
-        print_raid0(out, fid, l.generation, c, "      ")?;
-        writeln!(out)?;
-    }
-    Ok(())
-}
-
-fn print_default(out: &mut impl Write, name: &str, spec: &Option<LayoutSpec>) -> Result<()> {
-    writeln!(out, "{name}")?;
-    match spec {
-        None => writeln!(
-            out,
-            "stripe_count:  (inherited) stripe_size:   (inherited) pattern:       raid0 stripe_offset: -1"
-        )?,
-        Some(s) => {
-            for c in &s.components {
-                let count = c.stripe_count.map_or("0".to_string(), |n| n.to_string());
-                let size = c.stripe_size.map_or("0".to_string(), |n| n.to_string());
-                let offset = c.stripe_offset.map_or("-1".to_string(), |n| n.to_string());
-                write!(
-                    out,
-                    "stripe_count:  {count} stripe_size:   {size} pattern:       raid0 stripe_offset: {offset}"
-                )?;
-                if let Some(list) = &c.ost_list {
-                    write!(out, " ost_list: {}", list.iter().map(u32::to_string).collect::<Vec<_>>().join(","))?;
-                }
-                writeln!(out)?;
-            }
-        }
-    }
-    Ok(())
-}
-
-pub fn getstripe(opts: &ClientOpts, path: &str, directory_only: bool) -> Result<()> {
-    with_client(opts, path, |bc, p| {
-        let c = creds();
-        let client = &bc.client;
-        let a = bc.run(client.resolve(&c, &p.path, true)).map_err(|e| e.at(&p.url()))?;
-        let mut out = std::io::stdout().lock();
-        if a.kind != FileKind::Dir {
-            let l = a.layout.as_ref().context("not a regular file")?;
-            return print_layout(&mut out, path, a.fid, l);
-        }
-        let spec = bc.run(client.get_dir_layout(a.fid))?;
-        print_default(&mut out, path, &spec)?;
-        if directory_only {
-            return Ok(());
-        }
-        let mut entries = bc.run(client.readdir_all(&c, a.fid))?;
-        entries.sort_by(|x, y| x.name.cmp(&y.name));
-        for e in entries.into_iter().filter(|e| e.kind == FileKind::File) {
-            let fa = bc.run(client.getattr(e.fid))?;
-            if let Some(l) = &fa.layout {
-                writeln!(out)?;
-                print_layout(&mut out, &format!("{}/{}", path.trim_end_matches('/'), e.name), fa.fid, l)?;
-            }
-        }
-        Ok(())
-    })
-}
-
 fn human(kib: u64) -> String {
     layout::format_size(kib * 1024)
 }
@@ -727,14 +560,5 @@ mod tests {
         assert_eq!(mode_string(FileKind::File, 0o4644), "-rwSr--r--");
         assert_eq!(format_time(Timespec { sec: 0, nsec: 0 }), "1970-01-01 00:00:00");
         assert_eq!(format_time(Timespec { sec: 1_795_000_000, nsec: 0 }), "2026-11-18 11:06:40");
-    }
-
-    #[test]
-    fn spec_from_flags() {
-        let s = build_spec(Some(4), Some("1M"), Some(-1), None).unwrap();
-        assert_eq!(s.components[0].stripe_count, Some(4));
-        assert!(build_spec(Some(2), Some("100K"), None, None).is_err());
-        assert!(build_spec(Some(3), None, None, Some("0,1")).is_err());
-        assert!(build_spec(None, None, Some(-5), None).is_err());
     }
 }
