@@ -61,6 +61,9 @@ pub enum LayoutError {
     BeyondLayout(u64),
     #[error("{0}")]
     Change(String),
+    /// A Data-on-MDT component against the rules (first only, an end, no stripes).
+    #[error("{0}")]
+    Dom(String),
     #[error("unknown layout template '{0}' (known: {TEMPLATES})")]
     UnknownTemplate(String),
     #[error("a layout needs at least one component")]
@@ -77,20 +80,31 @@ pub enum LayoutError {
     BadOstList(String),
 }
 
-/// How a component stores its bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// How a component stores its bytes. New patterns go at the end: the order is part
+/// of the stored and wire encodings.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Pattern {
     /// Round-robin striping over OST objects.
+    #[default]
     Raid0,
+    /// Data-on-MDT: the component's bytes are kept by the MDT of the file, in its
+    /// database (`-L mdt`). Only a first component may be one; its stripe size is its
+    /// extent and it has no OSTs.
+    Mdt,
 }
 
 impl Pattern {
     pub fn name(self) -> &'static str {
         match self {
             Pattern::Raid0 => "raid0",
+            Pattern::Mdt => "mdt",
         }
     }
 }
+
+/// Largest Data-on-MDT component a layout may ask for (Lustre's client refuses more
+/// than 1 GiB); each MDS also has its own, smaller cap.
+pub const DOM_SIZE_MAX: u64 = 1 << 30;
 
 /// One extent of a file and how it is striped.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -111,8 +125,15 @@ pub struct Component {
 }
 
 impl Component {
+    /// Whether the component has somewhere to keep its bytes: OST objects, or the
+    /// MDT for Data-on-MDT (always).
     pub fn is_instantiated(&self) -> bool {
-        !self.osts.is_empty()
+        self.is_dom() || !self.osts.is_empty()
+    }
+
+    /// Whether the component's bytes live on the MDT (Data-on-MDT).
+    pub fn is_dom(&self) -> bool {
+        self.pattern == Pattern::Mdt
     }
 
     pub fn stripe_count(&self) -> u32 {
@@ -120,9 +141,13 @@ impl Component {
     }
 
     /// Stripe index and object offset of file offset `x` (which must lie in this
-    /// component's extent and the component must be instantiated).
+    /// component's extent and the component must be instantiated). A DoM component
+    /// is one object at the file's own offsets.
     pub fn map(&self, x: u64) -> (u32, u64) {
         debug_assert!(self.is_instantiated());
+        if self.is_dom() {
+            return (0, x);
+        }
         let s = self.stripe_size;
         let c = self.osts.len() as u64;
         let unit = x / s;
@@ -133,6 +158,9 @@ impl Component {
 
     /// Inverse of [`Component::map`]: the file offset stored at `object_offset` of `stripe`.
     pub fn file_offset(&self, stripe: u32, object_offset: u64) -> u64 {
+        if self.is_dom() {
+            return object_offset;
+        }
         let s = self.stripe_size;
         let c = self.osts.len() as u64;
         let row = object_offset / s;
@@ -145,6 +173,9 @@ impl Component {
         let limit = file_size.min(self.extent_end);
         if limit <= self.extent_start || !self.is_instantiated() {
             return 0;
+        }
+        if self.is_dom() {
+            return limit;
         }
         let s = self.stripe_size;
         let c = self.osts.len() as u64;
@@ -180,7 +211,8 @@ pub struct Chunk {
     /// Index into [`Layout::components`].
     pub component: usize,
     pub stripe: u32,
-    pub ost: u32,
+    /// The OST of the object; `None` for a DoM component (the file's MDT).
+    pub ost: Option<u32>,
     pub object_offset: u64,
     pub file_offset: u64,
     pub len: u64,
@@ -194,7 +226,8 @@ pub struct ObjectExtent {
     pub component: usize,
     pub component_id: u32,
     pub stripe: u32,
-    pub ost: u32,
+    /// The OST of the object; `None` for a DoM component (the file's MDT).
+    pub ost: Option<u32>,
     pub object_offset: u64,
     pub len: u64,
     /// `(offset in the caller's buffer, length)` pieces, in object order.
@@ -225,10 +258,15 @@ impl Layout {
             if c.extent_end != EOF && !c.extent_end.is_multiple_of(STRIPE_SIZE_UNIT) {
                 return Err(LayoutError::ExtentUnaligned(c.extent_end));
             }
+            if c.is_dom() && (c.extent_start != 0 || !c.osts.is_empty() || c.extent_end > DOM_SIZE_MAX) {
+                return Err(LayoutError::Dom(format!("component {} is not a valid DoM component", c.id)));
+            }
             if !ids.insert(c.id) {
                 return Err(LayoutError::Extents(format!("component id {} appears twice", c.id)));
             }
-            check_stripe_size(c.stripe_size)?;
+            if !c.is_dom() {
+                check_stripe_size(c.stripe_size)?;
+            }
             if c.osts.len() > STRIPE_COUNT_MAX as usize {
                 return Err(LayoutError::StripeCount(c.osts.len() as i64));
             }
@@ -246,6 +284,11 @@ impl Layout {
     /// Whether this is a composite layout (more than one component), printed as such.
     pub fn is_composite(&self) -> bool {
         self.components.len() > 1
+    }
+
+    /// Where the Data-on-MDT component ends, if the layout has one.
+    pub fn dom_end(&self) -> Option<u64> {
+        self.components.first().filter(|c| c.is_dom()).map(|c| c.extent_end)
     }
 
     /// Where the last component ends ([`EOF`] for a layout that reaches it).
@@ -301,7 +344,7 @@ impl Layout {
             out.push(Chunk {
                 component: ci,
                 stripe,
-                ost: comp.osts[stripe as usize],
+                ost: comp.osts.get(stripe as usize).copied(),
                 object_offset,
                 file_offset: x,
                 len: piece_end - x,
@@ -416,8 +459,8 @@ mod tests {
         assert_eq!(c.map((5 << 20) + 3), (1, (1 << 20) + 3));
         let chunks = l.chunks((1 << 20) - 10, 20).unwrap();
         assert_eq!(chunks.len(), 2);
-        assert_eq!(chunks[0].ost, 3);
-        assert_eq!(chunks[1].ost, 0);
+        assert_eq!(chunks[0].ost, Some(3));
+        assert_eq!(chunks[1].ost, Some(0));
         assert_eq!(chunks[1].object_offset, 0);
     }
 

@@ -4,7 +4,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    check_stripe_size, Component, Layout, LayoutError, Pattern, COMPONENTS_MAX, EOF, STRIPE_COUNT_MAX, STRIPE_SIZE_UNIT,
+    check_stripe_size, Component, Layout, LayoutError, Pattern, COMPONENTS_MAX, DOM_SIZE_MAX, EOF, STRIPE_COUNT_MAX,
+    STRIPE_SIZE_UNIT,
 };
 
 /// What one component asks for. `None` fields are taken from a fallback spec (the
@@ -21,6 +22,8 @@ pub struct ComponentSpec {
     /// Explicit OSTs (`setstripe -o`), in stripe order.
     pub ost_list: Option<Vec<u32>>,
     pub pool: Option<String>,
+    /// `-L`: striped over OSTs, or kept on the MDT (Data-on-MDT, first component only).
+    pub pattern: Pattern,
 }
 
 /// A requested layout: one or more components by extent.
@@ -44,11 +47,33 @@ pub enum LayoutChange {
 }
 
 /// The names [`LayoutSpec::template`] knows.
-pub const TEMPLATES: &str = "seed-table4";
+pub const TEMPLATES: &str = "seed-table4, seed-table5";
 
 impl ComponentSpec {
+    /// A Data-on-MDT component ending at `extent_end` (`-E END -L mdt`).
+    pub fn dom(extent_end: u64) -> ComponentSpec {
+        ComponentSpec { extent_end, pattern: Pattern::Mdt, ..Default::default() }
+    }
+
     /// Checks this component alone, starting where the one before it ends.
     fn check(&self, start: u64) -> Result<(), LayoutError> {
+        if self.pattern == Pattern::Mdt {
+            if start != 0 {
+                return Err(LayoutError::Dom("a DoM component (-L mdt) must be the first".into()));
+            }
+            if self.extent_end == EOF {
+                return Err(LayoutError::Dom("a DoM component needs an end (-E SIZE), not EOF".into()));
+            }
+            if self.extent_end > DOM_SIZE_MAX {
+                return Err(LayoutError::Dom(format!(
+                    "a DoM component of {} bytes is too big (at most {DOM_SIZE_MAX})",
+                    self.extent_end
+                )));
+            }
+            if self.stripe_count.is_some() || self.stripe_offset.is_some() || self.ost_list.is_some() {
+                return Err(LayoutError::Dom("a DoM component has no OSTs: no -c, -i or -o".into()));
+            }
+        }
         if self.extent_end <= start {
             return Err(LayoutError::Extents(format!(
                 "extent end {} is not above the end of the component before it ({start})",
@@ -109,7 +134,8 @@ impl LayoutSpec {
 
     /// A built-in layout by name: `seed-table4` is the PFL layout of seed 002's
     /// Table 4 (1 stripe to 4 MiB, 2 to 512 MiB, 4 to 1 GiB, 8 to 10 GiB, 16 to
-    /// 100 GiB, 32 beyond, all of 1 MiB).
+    /// 100 GiB, 32 beyond, all of 1 MiB); `seed-table5` its Data-on-MDT layout of
+    /// Table 5 (the first 64 KiB on the MDT, then 4 stripes of 1 MiB).
     pub fn template(name: &str) -> Result<LayoutSpec, LayoutError> {
         match name {
             "seed-table4" => {
@@ -126,6 +152,17 @@ impl LayoutSpec {
                     .collect();
                 Ok(LayoutSpec { components })
             }
+            "seed-table5" => Ok(LayoutSpec {
+                components: vec![
+                    ComponentSpec::dom(64 << 10),
+                    ComponentSpec {
+                        extent_end: EOF,
+                        stripe_count: Some(4),
+                        stripe_size: Some(1 << 20),
+                        ..Default::default()
+                    },
+                ],
+            }),
             other => Err(LayoutError::UnknownTemplate(other.to_string())),
         }
     }
@@ -169,6 +206,8 @@ impl LayoutSpec {
         for (i, c) in self.components.iter().enumerate() {
             let listed = c.ost_list.is_some();
             let filled = match components.last() {
+                // A DoM component takes nothing: it has no stripes.
+                _ if c.pattern == Pattern::Mdt => c.clone(),
                 None => ComponentSpec {
                     extent_end: c.extent_end,
                     stripe_count: c.stripe_count.or(if listed { None } else { base.stripe_count }),
@@ -176,6 +215,7 @@ impl LayoutSpec {
                     stripe_offset: c.stripe_offset.or(if listed { None } else { base.stripe_offset }),
                     ost_list: c.ost_list.clone().or(base.ost_list.clone()),
                     pool: c.pool.clone().or(base.pool.clone()),
+                    pattern: c.pattern,
                 },
                 Some(prev) => ComponentSpec {
                     extent_end: c.extent_end,
@@ -184,10 +224,11 @@ impl LayoutSpec {
                     } else {
                         prev.stripe_count.or(base.stripe_count)
                     }),
-                    stripe_size: c.stripe_size.or(prev.stripe_size),
+                    stripe_size: c.stripe_size.or(prev.stripe_size).or(base.stripe_size),
                     stripe_offset: c.stripe_offset,
                     ost_list: c.ost_list.clone(),
                     pool: c.pool.clone().or(prev.pool.clone()),
+                    pattern: c.pattern,
                 },
             };
             debug_assert!(i == components.len());
@@ -224,6 +265,20 @@ impl Layout {
         let first_id = self.components.iter().map(|c| c.id).max().unwrap_or(0) + 1;
         for (i, c) in specs.iter().enumerate() {
             let id = first_id + i as u32;
+            if c.pattern == Pattern::Mdt {
+                self.components.push(Component {
+                    id,
+                    extent_start: start,
+                    extent_end: c.extent_end,
+                    pattern: Pattern::Mdt,
+                    stripe_size: c.extent_end,
+                    stripe_count_wanted: 0,
+                    osts: Vec::new(),
+                    pool: None,
+                });
+                start = c.extent_end;
+                continue;
+            }
             let chosen = if start == 0 || c.placed_explicitly() {
                 choose_osts(c, osts, cursor.wrapping_add(i as u64))?
             } else {
@@ -534,6 +589,41 @@ mod tests {
         assert_eq!(l.components[5].osts.len(), 4);
         assert_eq!(l.components[5].stripe_count_wanted, 32);
         assert_eq!(LayoutSpec::template("nope"), Err(LayoutError::UnknownTemplate("nope".into())));
+        let t5 = LayoutSpec::template("seed-table5").unwrap();
+        t5.validate().unwrap();
+        assert_eq!((t5.components[0].pattern, t5.components[0].extent_end), (Pattern::Mdt, 64 << 10));
+    }
+
+    #[test]
+    fn a_dom_component_is_first_has_no_osts_and_maps_to_the_file_offsets() {
+        let t = osts(4);
+        let mut spec = pfl(&[(64 << 10, None), (EOF, Some(4))]);
+        spec.components[0] = ComponentSpec::dom(64 << 10);
+        let full = spec.inherit(&LayoutSpec::raid0(Some(1), Some(1 << 20)));
+        assert_eq!(full.components[0], ComponentSpec::dom(64 << 10), "DoM takes nothing from the default");
+        let mut l = full.instantiate(&t, 0).unwrap();
+        assert_eq!(l.dom_end(), Some(64 << 10));
+        assert!(l.components[0].is_instantiated() && l.components[0].osts.is_empty());
+        assert!(!l.components[1].is_instantiated(), "a file within its DoM component has no OST objects");
+        let chunks = l.chunks(1000, 2000).unwrap();
+        assert_eq!((chunks.len(), chunks[0].ost, chunks[0].object_offset), (1, None, 1000));
+        assert_eq!(l.chunks(60 << 10, 8 << 10), Err(LayoutError::NotInstantiated(2)));
+        l.instantiate_below(128 << 10, &t, 0).unwrap();
+        let chunks = l.chunks(60 << 10, 8 << 10).unwrap();
+        let pieces: Vec<(bool, u64)> = chunks.iter().map(|c| (c.ost.is_none(), c.len)).collect();
+        assert_eq!(pieces, [(true, 4 << 10), (false, 4 << 10)]);
+        assert_eq!(l.components[0].object_size_for_file_size(0, 10), 10);
+        assert_eq!(l.components[0].object_size_for_file_size(0, 1 << 20), 64 << 10);
+        // The rules: first only, an end, no stripes, not too big.
+        let mut late = pfl(&[(1 << 20, Some(1)), (2 << 20, None), (EOF, Some(2))]);
+        late.components[1] = ComponentSpec::dom(2 << 20);
+        let e = late.validate().unwrap_err().to_string();
+        assert!(e.contains("component 2") && e.contains("must be the first"), "{e}");
+        assert!(LayoutSpec { components: vec![ComponentSpec::dom(EOF)] }.validate().is_err());
+        let striped = ComponentSpec { stripe_count: Some(2), ..ComponentSpec::dom(1 << 20) };
+        assert!(LayoutSpec { components: vec![striped] }.validate().is_err());
+        assert!(LayoutSpec { components: vec![ComponentSpec::dom(2 << 30)] }.validate().is_err());
+        LayoutSpec { components: vec![ComponentSpec::dom(1 << 20)] }.validate().expect("a DoM-only layout");
     }
 
     #[test]
