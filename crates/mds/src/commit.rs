@@ -190,8 +190,13 @@ impl Committer {
         let opens = self.opens.clone();
         let is_open = move |fid: Fid| opens.lock().expect("opens").contains_key(&fid);
         let osts = self.cluster.read().expect("cluster view").osts.clone();
-        let mut place =
-            Placement { osts: &osts, cursor: self.cursor, default_layout: &self.cfg.default_layout, is_open: &is_open };
+        let mut place = Placement {
+            osts: &osts,
+            cursor: self.cursor,
+            default_layout: &self.cfg.default_layout,
+            dom_max: self.cfg.dom_max,
+            is_open: &is_open,
+        };
         // Readers wait while the batch applies, so they never see a change the
         // journal does not hold yet. A batch that panicked was undone by its writer.
         let mut mem = self.mem.write().unwrap_or_else(std::sync::PoisonError::into_inner);

@@ -28,6 +28,9 @@ pub struct MdsConfig {
     /// Force the redo log to disk before every reply (Lustre's `sync_journal`):
     /// every acknowledged operation survives a power loss, at one fsync per batch.
     pub sync_journal: bool,
+    /// Largest Data-on-MDT component a new file may get (Lustre's `dom_stripesize`,
+    /// 1 MiB by default); 0 refuses new DoM layouts by dropping their DoM component.
+    pub dom_max: u64,
 }
 
 impl Default for MdsConfig {
@@ -41,6 +44,7 @@ impl Default for MdsConfig {
             orphan_grace: Duration::from_secs(60),
             checkpoint_interval: Duration::from_secs(1),
             sync_journal: false,
+            dom_max: 1 << 20,
         }
     }
 }

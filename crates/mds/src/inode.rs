@@ -5,7 +5,7 @@
 //! parent. One struct for the attributes, so a field added for clients (DoM size, a
 //! mirror's state) is stored by adding it once.
 
-use layout::{Layout, LayoutSpec};
+use layout::{ComponentSpec, Layout, LayoutSpec, Pattern};
 use proto::msg::{Attr, Creds, FileKind, Timespec};
 use proto::Fid;
 use serde::{Deserialize, Serialize};
@@ -28,6 +28,52 @@ pub struct Inode {
     pub dir_default: Option<LayoutSpec>,
     /// Parent of a directory (for `..` and rename loop checks).
     pub parent: Option<Fid>,
+}
+
+/// A layout request as records of version 1 stored it (directory defaults), before
+/// components had a pattern (Data-on-MDT). Frozen: the decoding of old records must
+/// not follow later changes of [`LayoutSpec`].
+#[derive(Deserialize)]
+struct LayoutSpecV1 {
+    components: Vec<ComponentSpecV1>,
+}
+
+#[derive(Deserialize)]
+struct ComponentSpecV1 {
+    extent_end: u64,
+    stripe_count: Option<i64>,
+    stripe_size: Option<u64>,
+    stripe_offset: Option<u32>,
+    ost_list: Option<Vec<u32>>,
+    pool: Option<String>,
+}
+
+impl From<LayoutSpecV1> for LayoutSpec {
+    fn from(v: LayoutSpecV1) -> LayoutSpec {
+        let components = v
+            .components
+            .into_iter()
+            .map(|c| ComponentSpec {
+                extent_end: c.extent_end,
+                stripe_count: c.stripe_count,
+                stripe_size: c.stripe_size,
+                stripe_offset: c.stripe_offset,
+                ost_list: c.ost_list,
+                pool: c.pool,
+                pattern: Pattern::Raid0,
+            })
+            .collect();
+        LayoutSpec { components }
+    }
+}
+
+/// An inode record of version 1: the directory default without patterns.
+#[derive(Deserialize)]
+struct InodeV1 {
+    attr: Attr,
+    symlink: Option<String>,
+    dir_default: Option<LayoutSpecV1>,
+    parent: Option<Fid>,
 }
 
 /// An inode as database format 0 stored it (no version byte, no FID), in its last
@@ -55,7 +101,7 @@ struct InodeV0 {
     ctime: Timespec,
     layout: Option<Layout>,
     symlink: Option<String>,
-    dir_default: Option<LayoutSpec>,
+    dir_default: Option<LayoutSpecV1>,
     parent: Option<Fid>,
 }
 
@@ -85,7 +131,18 @@ impl Inode {
                 trunc_epoch,
             },
             symlink: v.symlink,
-            dir_default: v.dir_default,
+            dir_default: v.dir_default.map(LayoutSpec::from),
+            parent: v.parent,
+        })
+    }
+
+    /// Decodes the body of an inode record of version 1 (see [`InodeV1`]).
+    pub fn decode_v1(body: &[u8]) -> Result<Inode, store::StoreError> {
+        let v: InodeV1 = store::decode_exact(body, "inode")?;
+        Ok(Inode {
+            attr: v.attr,
+            symlink: v.symlink,
+            dir_default: v.dir_default.map(LayoutSpec::from),
             parent: v.parent,
         })
     }

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
-use proto::msg::{Request, Response};
+use proto::msg::{Creds, OpenFlags, Request, Response};
 use proto::Errno;
 use proto::Fid;
 use rpc::server::{Answer, Callbacks, RequestCtx, Service};
@@ -76,7 +76,22 @@ impl Mds {
 
 impl Service for Mds {
     async fn handle(&self, ctx: RequestCtx, req: Request, _payload: Bytes) -> Answer {
-        (self.dispatch(ctx, req).await, vec![])
+        match req {
+            // The two answers that carry file data.
+            Request::MdsOpen { creds, fid, flags } => self.open(ctx, creds, fid, flags).await,
+            Request::MdsDomRead { fid, offset, len } => match self.mdt(fid) {
+                Ok(mdt) => {
+                    mdt.read_answer(move |v| {
+                        v.dom_end(fid)?;
+                        let data = v.dom_read(fid, offset, len as u64)?;
+                        Ok((Response::Data, vec![Bytes::from(data)]))
+                    })
+                    .await
+                }
+                Err(r) => (*r, vec![]),
+            },
+            req => (self.dispatch(ctx, req).await, vec![]),
+        }
     }
 
     fn callbacks(&self) -> Option<&Callbacks> {
@@ -106,7 +121,37 @@ impl Service for Mds {
     }
 }
 
+/// Largest small DoM file whose bytes an open returns with its attributes.
+pub const DOM_OPEN_DATA_MAX: u64 = 64 << 10;
+
 impl Mds {
+    /// Opens a file. A Data-on-MDT file whose bytes (as of the open) all lie in its
+    /// DoM component and are at most [`DOM_OPEN_DATA_MAX`] comes back with them, so
+    /// reading it costs no further round trip (Lustre's DoM read-on-open).
+    async fn open(&self, ctx: RequestCtx, creds: Creds, fid: Fid, flags: OpenFlags) -> Answer {
+        let mdt = match self.mdt(fid) {
+            Ok(m) => m,
+            Err(r) => return (*r, vec![]),
+        };
+        let answer = mdt
+            .read_answer(move |v| {
+                let attr = v.open(&creds, fid, flags)?;
+                let small = attr.size <= DOM_OPEN_DATA_MAX && !flags.truncate;
+                match attr.layout.as_ref().and_then(|l| l.dom_end()) {
+                    Some(end) if small && attr.size <= end => {
+                        let data = v.dom_read(fid, 0, attr.size)?;
+                        Ok((Response::OpenedWithData { attr }, vec![Bytes::from(data)]))
+                    }
+                    _ => Ok((Response::Attr(attr), vec![])),
+                }
+            })
+            .await;
+        if matches!(answer.0, Response::Attr(_) | Response::OpenedWithData { .. }) {
+            mdt.opened(fid, ctx.client_id);
+        }
+        answer
+    }
+
     async fn dispatch(&self, ctx: RequestCtx, req: Request) -> Response {
         let target = match &req {
             Request::Ping => return Response::Ok,
@@ -170,6 +215,10 @@ impl Mds {
             | Request::MdsRemovexattr { fid, .. }
             | Request::MdsSetDirLayout { fid, .. }
             | Request::MdsLayoutChange { fid, .. }
+            | Request::MdsDomWrite { fid, .. }
+            | Request::MdsDomTrim { fid, .. }
+            | Request::MdsDomPunch { fid, .. }
+            | Request::MdsDomGetattr { fid }
             | Request::MdsGetDirLayout { fid }
             | Request::MdsSizeUpdate { fid, .. }
             | Request::MdsClose { fid, .. }
@@ -187,13 +236,6 @@ impl Mds {
                 mdt.read(move |v| Ok(Response::Attr(v.lookup(&creds, parent, &name)?))).await
             }
             Request::MdsGetattr { fid } => mdt.read(move |v| Ok(Response::Attr(v.must_inode(fid)?.attr))).await,
-            Request::MdsOpen { creds, fid, flags } => {
-                let r = mdt.read(move |v| Ok(Response::Attr(v.open(&creds, fid, flags)?))).await;
-                if matches!(r, Response::Attr(_)) {
-                    mdt.opened(fid, ctx.client_id);
-                }
-                r
-            }
             Request::MdsClose { fid, size, mtime, trunc_epoch } => {
                 mdt.closed(fid, ctx.client_id);
                 if size.is_some() {
@@ -232,6 +274,13 @@ impl Mds {
             }
             Request::MdsGetDirLayout { fid } => {
                 mdt.read(move |v| Ok(Response::DirLayout(v.must_inode(fid)?.dir_default))).await
+            }
+            Request::MdsDomGetattr { fid } => {
+                mdt.read(move |v| {
+                    v.dom_end(fid)?;
+                    Ok(Response::ObjectAttr { size: v.dom_size(fid)?, exists: true })
+                })
+                .await
             }
             Request::MdsSync { .. } => mdt.submit_own(JobKind::Sync).await,
             mutation => {

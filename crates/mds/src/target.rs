@@ -191,6 +191,16 @@ impl Mdt {
         self.view().and_then(|v| f(&v)).unwrap_or_else(op_error)
     }
 
+    /// As [`Mdt::read`], for an answer that carries a payload.
+    pub(crate) async fn read_answer<F>(&self, f: F) -> rpc::server::Answer
+    where
+        F: FnOnce(&View<std::sync::RwLockReadGuard<'_, MemTable>>) -> Result<rpc::server::Answer, OpError>
+            + Send
+            + 'static,
+    {
+        self.view().and_then(|v| f(&v)).unwrap_or_else(|e| (op_error(e), vec![]))
+    }
+
     pub(crate) fn pending_destroys(&self, max: usize) -> Result<Vec<(u64, DestroyRecord)>, OpError> {
         let view = self.view()?;
         let mut out = Vec::new();

@@ -456,6 +456,43 @@ pub enum Request {
         fid: Fid,
         change: LayoutChange,
     },
+    /// Data-on-MDT: the bytes of file `fid`'s DoM component, served by its MDT as an
+    /// OST serves an object (at the file's own offsets). Answered with
+    /// [`Response::Data`] and the bytes as payload, fewer at the object's end.
+    MdsDomRead {
+        fid: Fid,
+        offset: u64,
+        len: u32,
+    },
+    /// Writes `data` at `offset` of the DoM object; it must lie inside the DoM
+    /// component. Inline, not a payload: the MDT journals it with the metadata. A
+    /// client sends at most [`DOM_WRITE_MAX`] bytes at a time. With `publish`, the
+    /// file's size becomes `max(size, offset + len)` and its mtime now, in the same
+    /// batch, if the file's truncate epoch is still that one (as
+    /// [`Request::MdsSizeUpdate`]): a small file's writer then has no size to report at
+    /// close. Answered with [`Response::DomWritten`].
+    MdsDomWrite {
+        fid: Fid,
+        offset: u64,
+        data: Vec<u8>,
+        publish: Option<u64>,
+    },
+    /// Deallocates `[offset, offset+len)` of the DoM object (reads back as zeros; the
+    /// object keeps its size).
+    MdsDomTrim {
+        fid: Fid,
+        offset: u64,
+        len: u64,
+    },
+    /// Cuts the DoM object to at most `size` bytes.
+    MdsDomPunch {
+        fid: Fid,
+        size: u64,
+    },
+    /// The DoM object's size, as [`Response::ObjectAttr`].
+    MdsDomGetattr {
+        fid: Fid,
+    },
 
     // ---- OSS (payload: data for writes) ----
     OstWrite {
@@ -536,6 +573,11 @@ impl Request {
             Request::MdsGetLock { .. } => "getlk",
             Request::MdsSync { .. } => "md_sync",
             Request::MdsLayoutChange { .. } => "layout_change",
+            Request::MdsDomRead { .. } => "dom_read",
+            Request::MdsDomWrite { .. } => "dom_write",
+            Request::MdsDomTrim { .. } => "dom_trim",
+            Request::MdsDomPunch { .. } => "dom_punch",
+            Request::MdsDomGetattr { .. } => "dom_getattr",
             Request::MdsCloseMany { .. } => "close_many",
             Request::MdsLeaseCancel { .. } => "lease_cancel",
             Request::OstWrite { .. } => "ost_write",
@@ -605,7 +647,22 @@ pub enum Response {
         parent: Attr,
         lease: Option<u64>,
     },
+    /// Answer to [`Request::MdsOpen`] of a small Data-on-MDT file: its attributes,
+    /// and its bytes from offset 0 as the payload (the whole file as of the open), so
+    /// reading it needs no further round trip.
+    OpenedWithData {
+        attr: Attr,
+    },
+    /// Answer to [`Request::MdsDomWrite`]: the bytes written, and whether the size was
+    /// published with them.
+    DomWritten {
+        bytes: u64,
+        size_published: bool,
+    },
 }
+
+/// Most bytes one [`Request::MdsDomWrite`] carries (a message is at most 1 MiB).
+pub const DOM_WRITE_MAX: u64 = 512 << 10;
 
 /// What a server asks of a client on the client's own connection (a callback frame);
 /// the client carries it out and acks it.

@@ -140,6 +140,7 @@ impl Writer<'_> {
         creds: &Creds,
         fid: Fid,
         spec: Option<LayoutSpec>,
+        dom_max: u64,
         now: Timespec,
     ) -> OpResult<Response> {
         let mut ino = self.view.must_inode(fid)?;
@@ -151,6 +152,7 @@ impl Writer<'_> {
         }
         if let Some(s) = &spec {
             s.validate().map_err(|e| OpError::Errno(Errno::Inval, format!("invalid layout: {e}")))?;
+            super::create::cap_dom(s.clone(), dom_max, true)?;
         }
         ino.dir_default = spec;
         ino.attr.ctime = now;

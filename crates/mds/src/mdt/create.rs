@@ -1,6 +1,6 @@
 //! Namespace operations that add a name: create (with the layout a new file gets),
 //! mkdir, symlink, mknod and link.
-use layout::{Layout, LayoutSpec};
+use layout::{Layout, LayoutSpec, Pattern};
 use proto::msg::{Creds, FileKind, OpenFlags, Response, Timespec};
 use proto::{Errno, Fid};
 
@@ -9,6 +9,41 @@ use super::schema::{check_name, dentry_key, dentry_value, Tbl, SYMLINK_MAX};
 use super::view::check_open;
 use super::writer::{Placement, Writer};
 use crate::inode::{Inode, MAY_EXEC, MAY_WRITE, S_ISGID};
+
+/// Applies this MDS's cap on Data-on-MDT (`--dom-max`, Lustre's `dom_stripesize`) to
+/// the layout of a new file. With a cap of 0 the DoM component is dropped and the file
+/// starts on its OST components. A DoM component above the cap is refused when the
+/// request asked for it, and cut to the cap when it came from a default (a default
+/// set before the cap was lowered must not make a directory unusable).
+pub(super) fn cap_dom(mut spec: LayoutSpec, dom_max: u64, asked: bool) -> OpResult<LayoutSpec> {
+    let Some(first) = spec.components.first_mut() else { return Ok(spec) };
+    if first.pattern != Pattern::Mdt {
+        return Ok(spec);
+    }
+    if dom_max == 0 {
+        spec.components.remove(0);
+        if spec.components.is_empty() {
+            return fail(Errno::Inval, "Data-on-MDT is off on this MDS (--dom-max 0) and the layout has nothing else");
+        }
+        return Ok(spec);
+    }
+    if first.extent_end > dom_max {
+        if asked {
+            return fail(
+                Errno::Inval,
+                format!(
+                    "a DoM component of {} bytes exceeds this MDS's limit of {dom_max} bytes (--dom-max)",
+                    first.extent_end
+                ),
+            );
+        }
+        first.extent_end = dom_max;
+        if spec.components.get(1).is_some_and(|next| next.extent_end <= dom_max) {
+            return fail(Errno::Inval, format!("the default layout's DoM component cannot be cut to {dom_max} bytes"));
+        }
+    }
+    Ok(spec)
+}
 
 impl Writer<'_> {
     #[allow(clippy::too_many_arguments)]
@@ -63,7 +98,8 @@ impl Writer<'_> {
             if dir.dir_default.is_none() { self.view.inode(Fid::ROOT)?.and_then(|r| r.dir_default) } else { None };
         let mut fallback = dir.dir_default.clone().or(root_default).unwrap_or_else(|| place.default_layout.clone());
         fallback = fallback.inherit(place.default_layout);
-        let wanted = spec.unwrap_or_else(|| fallback.clone()).inherit(&fallback);
+        let asked = spec.is_some();
+        let wanted = cap_dom(spec.unwrap_or_else(|| fallback.clone()).inherit(&fallback), place.dom_max, asked)?;
         if place.osts.is_empty() {
             return fail(Errno::Again, "the MDS has not learned the OST list from the MGS yet");
         }

@@ -13,6 +13,7 @@
 //! | `replies`  | client id + xid                   | [`Reply`] record               |
 //! | `meta`     | name (UTF-8)                      | counters (u64, little-endian), MDT index, format |
 //! | `orphans`  | FID                               | time of unlink (u64, little-endian) |
+//! | `dom`      | FID + block index (u64, big-endian) | a Data-on-MDT block: version, CRC32C, bytes (see [`dom`]) |
 //!
 //! The database holds the MDT as of the last checkpoint; the changes since are in a
 //! memtable in front of it and in the journal (see [`crate::journal`]). A [`View`]
@@ -31,10 +32,11 @@
 //! limits, format and upgrade), [`view`] (reads),
 //! [`writer`] (the batch's changes and the dispatch of a mutation), then one file per
 //! family of namespace operations: [`create`], [`remove`], [`rename`], [`attr`],
-//! [`file_layout`] (changes to a file's layout).
+//! [`file_layout`] (changes to a file's layout), [`dom`] (Data-on-MDT bytes).
 
 pub mod attr;
 pub mod create;
+pub mod dom;
 pub mod error;
 pub mod file_layout;
 pub mod remove;

@@ -104,6 +104,9 @@ impl Writer<'_> {
             self.del(Tbl::Xattrs, &k)?;
         }
         if let Some(layout) = &ino.attr.layout {
+            if layout.dom_end().is_some() {
+                self.drop_dom_from(fid, 0)?;
+            }
             let objects = layout_objects(fid, layout);
             if !objects.is_empty() {
                 let seq = self.meta_u64("destroy_seq")?.unwrap_or(0) + 1;

@@ -31,11 +31,12 @@ pub enum Tbl {
     Replies,
     Meta,
     Orphans,
+    Dom,
 }
 
 impl Tbl {
-    pub const ALL: [Tbl; 7] =
-        [Tbl::Inodes, Tbl::Dentries, Tbl::Xattrs, Tbl::Destroy, Tbl::Replies, Tbl::Meta, Tbl::Orphans];
+    pub const ALL: [Tbl; 8] =
+        [Tbl::Inodes, Tbl::Dentries, Tbl::Xattrs, Tbl::Destroy, Tbl::Replies, Tbl::Meta, Tbl::Orphans, Tbl::Dom];
 
     /// The store's table.
     pub const fn table(self) -> Table {
@@ -48,6 +49,7 @@ impl Tbl {
                 Tbl::Replies => "replies",
                 Tbl::Meta => "meta",
                 Tbl::Orphans => "orphans",
+                Tbl::Dom => "dom",
             },
             self as usize,
         )
@@ -60,7 +62,7 @@ impl Tbl {
 }
 
 /// Every table of an MDT, as the store names them.
-pub const TABLES: [Table; 7] = [
+pub const TABLES: [Table; 8] = [
     Tbl::Inodes.table(),
     Tbl::Dentries.table(),
     Tbl::Xattrs.table(),
@@ -68,6 +70,7 @@ pub const TABLES: [Table; 7] = [
     Tbl::Replies.table(),
     Tbl::Meta.table(),
     Tbl::Orphans.table(),
+    Tbl::Dom.table(),
 ];
 
 /// A memtable with a slot for every MDT table.
@@ -75,9 +78,18 @@ pub fn new_memtable() -> MemTable {
     MemTable::new(Tbl::ALL.len())
 }
 
+/// Inode records: version 2 added the pattern of each component of a directory's
+/// default layout (Data-on-MDT); version 1 records are read as all-RAID-0.
 impl Record for Inode {
     const WHAT: &'static str = "inode";
-    const VERSION: u8 = 1;
+    const VERSION: u8 = 2;
+
+    fn upgrade(version: u8, body: &[u8]) -> Result<Inode, StoreError> {
+        match version {
+            1 => Inode::decode_v1(body),
+            v => Err(StoreError::Corrupt { what: "inode", detail: format!("no upgrade from version {v}") }),
+        }
+    }
 }
 
 /// Objects of a deleted file, waiting to be destroyed on their OSTs.

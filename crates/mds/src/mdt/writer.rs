@@ -20,6 +20,9 @@ pub struct Placement<'a> {
     pub osts: &'a [OstState],
     pub cursor: u64,
     pub default_layout: &'a LayoutSpec,
+    /// Largest Data-on-MDT component a new file may get (`--dom-max`; 0: none, and a
+    /// DoM component asked for is dropped).
+    pub dom_max: u64,
     /// Whether any client holds the FID open (an unlinked open file becomes an orphan
     /// instead of being destroyed).
     pub is_open: &'a dyn Fn(Fid) -> bool,
@@ -281,8 +284,13 @@ impl<'a> Writer<'a> {
                 self.setxattr(creds, *fid, name, value.clone(), *mode, now)
             }
             Request::MdsRemovexattr { creds, fid, name } => self.removexattr(creds, *fid, name, now),
-            Request::MdsSetDirLayout { creds, fid, spec } => self.set_dir_layout(creds, *fid, spec.clone(), now),
+            Request::MdsSetDirLayout { creds, fid, spec } => {
+                self.set_dir_layout(creds, *fid, spec.clone(), place.dom_max, now)
+            }
             Request::MdsLayoutChange { creds, fid, change } => self.layout_change(creds, *fid, change, place, now),
+            Request::MdsDomWrite { fid, offset, data, publish } => self.dom_write(*fid, *offset, data, *publish, now),
+            &Request::MdsDomTrim { fid, offset, len } => self.dom_trim(fid, offset, len),
+            &Request::MdsDomPunch { fid, size } => self.dom_cut(fid, size),
             &Request::MdsSizeUpdate { fid, size, mtime, trunc_epoch } => {
                 let mut ino = self.view.must_inode(fid)?;
                 if ino.attr.kind != FileKind::File {
