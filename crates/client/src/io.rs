@@ -137,7 +137,24 @@ pub(crate) async fn write(c: &Client, f: &OpenFile, offset: u64, data: Bytes) ->
             }
         };
         f.dirty.lock().expect("dirty").insert(extent.target);
-        set.spawn(async move { target.write(extent.object_offset, payload, extent.len).await });
+        // An OST write leaves the size to report at flush; a DoM write publishes it
+        // with the bytes (a small file's close then has nothing to report), unless the
+        // file's truncate epoch moved.
+        let publish = match extent.target {
+            objio::Target::Ost { .. } => {
+                f.needs_publish.store(true, std::sync::atomic::Ordering::Release);
+                None
+            }
+            objio::Target::Mdt { .. } => Some(f.inflight.trunc_epoch.load(std::sync::atomic::Ordering::Acquire)),
+        };
+        let needs_publish = f.needs_publish.clone();
+        set.spawn(async move {
+            let published = target.write(extent.object_offset, payload, extent.len, publish).await?;
+            if !published {
+                needs_publish.store(true, std::sync::atomic::Ordering::Release);
+            }
+            Ok(())
+        });
     }
     let wait_all = async move { join_all(set).await.map(|_| ()) };
     if behind {
@@ -160,6 +177,9 @@ pub(crate) async fn read(c: &Client, f: &OpenFile, offset: u64, len: u64) -> Res
         return Ok(Bytes::new());
     }
     let len = len.min(size - offset);
+    if let Some(data) = f.data_from_open(offset, len) {
+        return Ok(data);
+    }
     // Read the writes of this client (POSIX: a read sees every write that returned
     // before it, through any descriptor): wait for the in-flight writes of this range,
     // of this handle and of the file's other handles here.

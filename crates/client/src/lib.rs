@@ -218,6 +218,36 @@ struct Inner {
     leases: Arc<lease::DirLeases>,
     /// Whether every server's callbacks can reach `leases` (false: ask for none).
     leases_reachable: AtomicBool,
+    /// Requests sent, by kind of target.
+    rpcs: Arc<RpcCounters>,
+}
+
+/// How many requests a client sent to MDTs and to OSTs (Data-on-MDT I/O counts as
+/// MDT requests): what a benchmark prints to show an operation's round trips.
+#[derive(Debug, Default)]
+pub struct RpcCounters {
+    mds: AtomicU64,
+    ost: AtomicU64,
+}
+
+impl RpcCounters {
+    pub(crate) fn count(&self, target: &objio::Target) {
+        match target {
+            objio::Target::Ost { .. } => self.ost.fetch_add(1, Ordering::Relaxed),
+            objio::Target::Mdt { .. } => self.mds.fetch_add(1, Ordering::Relaxed),
+        };
+    }
+
+    fn count_mds(&self) {
+        self.mds.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// A reading of [`RpcCounters`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RpcCounts {
+    pub mds: u64,
+    pub ost: u64,
 }
 
 /// Most directories [`Inner::recent_dirs`] remembers.
@@ -255,10 +285,18 @@ pub struct OpenFile {
     pub(crate) readahead: tokio::sync::Mutex<io::Readahead>,
     /// `data_gen` when the size was last published to the MDS (`u64::MAX`: never).
     published_gen: AtomicU64,
+    /// Whether a write since the size was last published left the size to report:
+    /// every OST write does; a DoM write publishes the size itself unless the file's
+    /// truncate epoch moved.
+    pub(crate) needs_publish: Arc<AtomicBool>,
     pub flags: OpenFlags,
     /// Who opened the handle: a layout change it needs (an instantiation) is asked
     /// in their name.
     creds: Creds,
+    /// A small DoM file's bytes as the open returned them, with the handle's data
+    /// generation then: reads are served from them until anything of this client
+    /// changes the file.
+    data_at_open: Mutex<Option<(u64, Bytes)>>,
 }
 
 impl OpenFile {
@@ -278,9 +316,36 @@ impl OpenFile {
             inflight: Arc::new(inflight),
             readahead: tokio::sync::Mutex::new(io::Readahead::default()),
             published_gen: AtomicU64::new(u64::MAX),
+            needs_publish: Arc::new(AtomicBool::new(false)),
             flags,
             creds: creds.clone(),
+            data_at_open: Mutex::new(None),
         })
+    }
+
+    fn keep_data(&self, data: Bytes) {
+        let gen = self.inflight.data_gen.load(Ordering::Acquire);
+        *self.data_at_open.lock().expect("data at open") = Some((gen, data));
+    }
+
+    /// `[offset, offset+len)` from the bytes the open returned, if they still hold
+    /// (nothing of this client changed the file since) and cover it; bytes past them
+    /// and below the size are zeros (the open read the whole file).
+    pub(crate) fn data_from_open(&self, offset: u64, len: u64) -> Option<Bytes> {
+        let kept = self.data_at_open.lock().expect("data at open");
+        let (gen, data) = kept.as_ref()?;
+        if *gen != self.inflight.data_gen.load(Ordering::Acquire) || offset + len > self.size() {
+            return None;
+        }
+        let have = data.len() as u64;
+        if offset + len <= have {
+            return Some(data.slice(offset as usize..(offset + len) as usize));
+        }
+        let mut out = vec![0u8; len as usize];
+        if offset < have {
+            out[..(have - offset) as usize].copy_from_slice(&data[offset as usize..]);
+        }
+        Some(Bytes::from(out))
     }
 
     /// The file's layout now. A request takes it once and cuts all of its range by it.
@@ -381,8 +446,14 @@ impl Client {
                 recent_dirs: Mutex::new(HashMap::new()),
                 leases,
                 leases_reachable: AtomicBool::new(true),
+                rpcs: Arc::default(),
             }),
         })
+    }
+
+    /// How many requests this client has sent to MDTs and OSTs so far.
+    pub fn rpc_counts(&self) -> RpcCounts {
+        RpcCounts { mds: self.inner.rpcs.mds.load(Ordering::Relaxed), ost: self.inner.rpcs.ost.load(Ordering::Relaxed) }
     }
 
     pub fn config(&self) -> ClusterConfig {
@@ -493,14 +564,20 @@ impl Client {
         self.target(TargetKind::Ost, index).await
     }
 
-    async fn mdt(&self, fid: Fid) -> Result<Arc<RpcClient>> {
+    pub(crate) async fn mdt(&self, fid: Fid) -> Result<Arc<RpcClient>> {
         self.target(TargetKind::Mdt, fid.mdt()).await
     }
 
     /// Sends a metadata request to the MDT of `fid`.
     async fn md(&self, fid: Fid, req: Request) -> Result<Response> {
+        Ok(self.md_reply(fid, req).await?.response)
+    }
+
+    /// As [`Client::md`], with the answer's payload.
+    async fn md_reply(&self, fid: Fid, req: Request) -> Result<rpc::Reply> {
         let c = self.mdt(fid).await?;
-        Ok(c.call(&req, vec![]).await?.response)
+        self.inner.rpcs.count_mds();
+        Ok(c.call(&req, vec![]).await?)
     }
 
     /// Sends `req`, which changes entries of `dirs` (to the MDT of the first), and keeps
@@ -629,8 +706,17 @@ impl Client {
     pub async fn open(&self, creds: &Creds, fid: Fid, flags: OpenFlags) -> Result<(OpenFile, Attr)> {
         self.observe("open", Some(fid), 0, 0, async {
             let req = Request::MdsOpen { creds: creds.clone(), fid, flags };
-            let mut attr = answer!("open", self.md(fid, req).await?, Response::Attr(a) => a)?;
+            let reply = self.md_reply(fid, req).await?;
+            let (mut attr, data) = match reply.response {
+                Response::Attr(a) => (a, None),
+                // A small Data-on-MDT file: its bytes came with the open.
+                Response::OpenedWithData { attr } => (attr, Some(reply.payload)),
+                r => return Err(unexpected("open", &r)),
+            };
             let f = OpenFile::new(&attr, flags, creds)?;
+            if let Some(data) = data {
+                f.keep_data(data);
+            }
             self.register_open(&f);
             // Whatever the MDS's size says: it lags unpublished writes.
             if flags.truncate {
@@ -651,6 +737,7 @@ impl Client {
             let lease = self.inner.cfg.dir_leases && self.inner.leases_reachable.load(Ordering::Acquire);
             let req = Request::MdsMkdir { creds: creds.clone(), parent, name: name.to_string(), mode, lease };
             self.inner.leases.add(parent, name);
+            self.inner.rpcs.count_mds();
             let r = mdt.call(&req, vec![]).await.map_err(ClientError::from);
             self.track_entries(&r, &[parent]);
             let reply = r?;
@@ -1003,7 +1090,10 @@ impl Client {
             // read back as zeros, which POSIX allows after a failed write).
             let (drained, published) = tokio::join!(f.inflight.drain(), self.report_size(f));
             drained?;
-            published
+            published?;
+            // A DoM write that could not publish the size with its bytes (the file was
+            // truncated from elsewhere meanwhile) says so only when it is answered.
+            self.report_size(f).await
         })
         .await
     }
@@ -1035,9 +1125,14 @@ impl Client {
     /// since the last time.
     async fn report_size(&self, f: &OpenFile) -> Result<()> {
         let gen = f.inflight.data_gen.load(Ordering::Acquire);
-        if !f.was_written() || f.published_gen.load(Ordering::Acquire) == gen {
+        if !f.was_written()
+            || f.published_gen.load(Ordering::Acquire) == gen
+            || !f.needs_publish.load(Ordering::Acquire)
+        {
             return Ok(());
         }
+        // Cleared before the size is read: a write issued from here on sets it again.
+        f.needs_publish.store(false, Ordering::Release);
         let epoch = f.inflight.trunc_epoch.load(Ordering::Acquire);
         let req = Request::MdsSizeUpdate { fid: f.fid, size: f.size(), mtime: Timespec::now(), trunc_epoch: epoch };
         match self.md(f.fid, req).await? {
@@ -1092,7 +1187,8 @@ impl Client {
     pub async fn close_shared(&self, f: &OpenFile) -> Result<()> {
         self.observe("close", Some(f.fid), 0, 0, async {
             let flushed = f.inflight.drain().await;
-            let unpublished = f.published_gen.load(Ordering::Acquire) != f.inflight.data_gen.load(Ordering::Acquire);
+            let unpublished = f.published_gen.load(Ordering::Acquire) != f.inflight.data_gen.load(Ordering::Acquire)
+                && f.needs_publish.load(Ordering::Acquire);
             if !(f.was_written() && unpublished) {
                 // Nothing to report: the MDS only needs to learn, soon, that the open
                 // count dropped (it keeps an unlinked file while open). Such closes go

@@ -12,8 +12,9 @@
 //!   first (`Client::instantiate`) and takes the layout of the new generation through
 //!   `OpenFile::replace_layout`; a reader reads such a component as a hole
 //!   ([`extents_to_read`]).
-//! - DoM: a `Target::Mdt` for the first component, chosen in [`extents`] and served in
-//!   [`ObjectIo`] by the MDT of the file.
+//! - DoM: a [`Target::Mdt`] for a Data-on-MDT component, chosen in [`extents`] and
+//!   served in [`ObjectIo`] by the MDT of the file, which keeps the bytes in its
+//!   database and answers the same operations as an OST.
 //! - Mirrors: [`extents`] picks one mirror's object for a read and every mirror's for
 //!   a write.
 //! - The SSD cache: wraps [`ObjectIo::read`].
@@ -32,14 +33,17 @@ use proto::{Errno, Fid, ObjectId};
 use rpc::RpcClient;
 use tokio::task::JoinSet;
 
-use crate::{Client, ClientError, Result};
+use crate::{Client, ClientError, Result, RpcCounters};
+use proto::msg::DOM_WRITE_MAX;
 
 /// Where a piece of a file lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Target {
-    /// An object on an OST. The variants to come: the MDT of the file for Data on MDT,
-    /// and a mirror's object (an OST object with the mirror's component id).
+    /// An object on an OST. The variant to come: a mirror's object (an OST object with
+    /// the mirror's component id).
     Ost { ost: u32, object: ObjectId },
+    /// The Data-on-MDT component of file `fid`, kept by the file's MDT.
+    Mdt { fid: Fid },
 }
 
 /// One piece of a byte range: bytes contiguous in one target, possibly gathered from
@@ -72,12 +76,11 @@ pub fn extents_to_read(fid: Fid, layout: &Layout, offset: u64, len: u64, max_rpc
 }
 
 fn extent(fid: Fid, run: layout::ObjectExtent) -> Extent {
-    Extent {
-        target: Target::Ost { ost: run.ost, object: ObjectId { fid, component: run.component_id, stripe: run.stripe } },
-        object_offset: run.object_offset,
-        len: run.len,
-        spans: run.pieces,
-    }
+    let target = match run.ost {
+        Some(ost) => Target::Ost { ost, object: ObjectId { fid, component: run.component_id, stripe: run.stripe } },
+        None => Target::Mdt { fid },
+    };
+    Extent { target, object_offset: run.object_offset, len: run.len, spans: run.pieces }
 }
 
 /// One object of a file, with the component that maps it (for the size arithmetic).
@@ -99,70 +102,120 @@ impl FileObject<'_> {
     }
 }
 
-/// Every object of file `fid` under `layout` (none for a component not instantiated).
+/// Every object of file `fid` under `layout`: the DoM component's, then each OST
+/// object (none for a component not instantiated).
 pub fn objects(fid: Fid, layout: &Layout) -> impl Iterator<Item = FileObject<'_>> {
-    layout.components.iter().flat_map(move |comp| {
+    let dom = layout.components.first().filter(|c| c.is_dom());
+    let dom = dom.map(|comp| FileObject { target: Target::Mdt { fid }, component: comp, stripe: 0 });
+    dom.into_iter().chain(layout.components.iter().flat_map(move |comp| {
         comp.osts.iter().enumerate().map(move |(stripe, &ost)| FileObject {
             target: Target::Ost { ost, object: ObjectId { fid, component: comp.id, stripe: stripe as u32 } },
             component: comp,
             stripe: stripe as u32,
         })
-    })
+    }))
 }
 
 /// I/O on one target, its connection resolved: what the task of one piece holds.
 pub struct ObjectIo {
     target: Target,
     rpc: Arc<RpcClient>,
+    counts: Arc<RpcCounters>,
 }
 
 impl Client {
     /// The I/O handle of `target`; refreshes the configuration when the target is not
     /// known yet (e.g. an OST added since we connected).
     pub(crate) async fn object_io(&self, target: Target) -> Result<ObjectIo> {
-        let Target::Ost { ost, .. } = target;
-        Ok(ObjectIo { target, rpc: self.ost(ost).await? })
+        let rpc = match target {
+            Target::Ost { ost, .. } => self.ost(ost).await?,
+            Target::Mdt { fid } => self.mdt(fid).await?,
+        };
+        Ok(ObjectIo { target, rpc, counts: self.inner.rpcs.clone() })
     }
 }
 
 impl ObjectIo {
+    /// Sends one request to the target, counted.
+    async fn call(&self, req: &Request, payload: Vec<Bytes>) -> Result<rpc::Reply> {
+        self.counts.count(&self.target);
+        Ok(self.rpc.call(req, payload).await?)
+    }
+
     /// Reads `len` bytes at `offset`; fewer come back when the target is shorter.
     pub async fn read(&self, offset: u64, len: u64) -> Result<Bytes> {
-        let Target::Ost { ost, object } = self.target;
-        let reply = self.rpc.call(&Request::OstRead { ost, object, offset, len: len as u32 }, vec![]).await?;
+        let req = match self.target {
+            Target::Ost { ost, object } => Request::OstRead { ost, object, offset, len: len as u32 },
+            Target::Mdt { fid } => Request::MdsDomRead { fid, offset, len: len as u32 },
+        };
+        let reply = self.call(&req, vec![]).await?;
         match reply.response {
             Response::Data => Ok(reply.payload),
             r => Err(ClientError::Errno(Errno::Io, format!("odd read answer: {r:?}"))),
         }
     }
 
-    /// Writes the `len` bytes of `payload` (sent as they are, no copy) at `offset`.
-    pub async fn write(&self, offset: u64, payload: Vec<Bytes>, len: u64) -> Result<()> {
-        let Target::Ost { ost, object } = self.target;
-        match self.rpc.call(&Request::OstWrite { ost, object, offset, sync: false }, payload).await?.response {
-            Response::Written { bytes } if bytes == len => Ok(()),
-            r => Err(ClientError::Errno(Errno::Io, format!("short or odd write answer from OST {ost}: {r:?}"))),
+    /// Writes the `len` bytes of `payload` at `offset`: to an OST as they are (no
+    /// copy), to the MDT inline, in requests of at most [`DOM_WRITE_MAX`] bytes. For
+    /// the MDT, `publish` (the writer's truncate epoch) has the size published with
+    /// the bytes. Returns whether it was: never for an OST.
+    pub async fn write(&self, offset: u64, payload: Vec<Bytes>, len: u64, publish: Option<u64>) -> Result<bool> {
+        match self.target {
+            Target::Ost { ost, object } => {
+                let req = Request::OstWrite { ost, object, offset, sync: false };
+                match self.call(&req, payload).await?.response {
+                    Response::Written { bytes } if bytes == len => Ok(false),
+                    r => Err(ClientError::Errno(Errno::Io, format!("short or odd write answer from OST {ost}: {r:?}"))),
+                }
+            }
+            Target::Mdt { fid } => {
+                let all: Vec<u8> = payload.iter().flat_map(|b| b.iter().copied()).collect();
+                let mut at = 0u64;
+                let mut published = true;
+                for piece in all.chunks(DOM_WRITE_MAX as usize) {
+                    let n = piece.len() as u64;
+                    let req = Request::MdsDomWrite { fid, offset: offset + at, data: piece.to_vec(), publish };
+                    match self.call(&req, vec![]).await?.response {
+                        Response::DomWritten { bytes, size_published } if bytes == n => {
+                            published &= size_published;
+                            at += n;
+                        }
+                        Response::Error(e) => return Err(ClientError::Errno(e.code, e.message)),
+                        r => return Err(ClientError::Errno(Errno::Io, format!("odd DoM write answer: {r:?}"))),
+                    }
+                }
+                Ok(published && publish.is_some())
+            }
         }
     }
 
     /// Deallocates `[offset, offset+len)` of the target (reads back as zeros).
     pub async fn trim(&self, offset: u64, len: u64) -> Result<()> {
-        let Target::Ost { ost, object } = self.target;
-        self.rpc.call(&Request::OstTrim { ost, object, offset, len }, vec![]).await?;
+        let req = match self.target {
+            Target::Ost { ost, object } => Request::OstTrim { ost, object, offset, len },
+            Target::Mdt { fid } => Request::MdsDomTrim { fid, offset, len },
+        };
+        self.call(&req, vec![]).await?;
         Ok(())
     }
 
-    /// Cuts (or extends) the target to `size` bytes.
+    /// Cuts the target to at most `size` bytes.
     pub async fn cut(&self, size: u64) -> Result<()> {
-        let Target::Ost { ost, object } = self.target;
-        self.rpc.call(&Request::OstPunch { ost, object, size }, vec![]).await?;
+        let req = match self.target {
+            Target::Ost { ost, object } => Request::OstPunch { ost, object, size },
+            Target::Mdt { fid } => Request::MdsDomPunch { fid, size },
+        };
+        self.call(&req, vec![]).await?;
         Ok(())
     }
 
     /// How many bytes the target holds (its end, holes included).
     pub async fn size(&self) -> Result<u64> {
-        let Target::Ost { ost, object } = self.target;
-        match self.rpc.call(&Request::OstGetattr { ost, object }, vec![]).await?.response {
+        let req = match self.target {
+            Target::Ost { ost, object } => Request::OstGetattr { ost, object },
+            Target::Mdt { fid } => Request::MdsDomGetattr { fid },
+        };
+        match self.call(&req, vec![]).await?.response {
             Response::ObjectAttr { size, .. } => Ok(size),
             r => Err(ClientError::Errno(Errno::Io, format!("odd getattr answer: {r:?}"))),
         }
@@ -172,12 +225,25 @@ impl ObjectIo {
 /// Makes the writes to `targets` durable: one request per OST, all OSTs at once.
 pub(crate) async fn sync(c: &Client, targets: &[Target]) -> Result<()> {
     let mut by_ost: HashMap<u32, Vec<ObjectId>> = HashMap::new();
-    for &Target::Ost { ost, object } in targets {
-        by_ost.entry(ost).or_default().push(object);
+    let mut mdts: HashMap<u32, Fid> = HashMap::new();
+    for target in targets {
+        match *target {
+            Target::Ost { ost, object } => by_ost.entry(ost).or_default().push(object),
+            // DoM bytes are durable with the MDT's journal.
+            Target::Mdt { fid } => {
+                mdts.insert(fid.mdt(), fid);
+            }
+        }
     }
     let mut set = JoinSet::new();
+    for (_, fid) in mdts {
+        let rpc = c.mdt(fid).await?;
+        c.inner.rpcs.count(&Target::Mdt { fid });
+        set.spawn(async move { rpc.call(&Request::MdsSync { fid }, vec![]).await.map_err(ClientError::from) });
+    }
     for (ost, objects) in by_ost {
         let rpc = c.ost(ost).await?;
+        c.inner.rpcs.count(&Target::Ost { ost, object: objects[0] });
         set.spawn(async move { rpc.call(&Request::OstSync { ost, objects }, vec![]).await.map_err(ClientError::from) });
     }
     join_all(set).await.map(|_| ())
