@@ -67,6 +67,8 @@ pub struct MdsSection {
     pub default_stripe_size: Option<String>,
     /// A built-in layout template by name (e.g. "seed-table4").
     pub default_layout: Option<String>,
+    /// Largest Data-on-MDT component (e.g. "1M"; "0" turns DoM off).
+    pub dom_max: Option<String>,
     pub checkpoint_ms: Option<u64>,
     pub sync_journal: Option<bool>,
 }

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::io;
 use std::time::Duration;
 
-use bench::{FileBackend, FileHandle, FileStat, OpenFlags};
+use bench::{FileBackend, FileHandle, FileStat, OpenFlags, RpcTally};
 use bytes::Bytes;
 use client::Fid;
 use client::{BlockingClient, ClientConfig, ClientError, OpenFile};
@@ -145,6 +145,11 @@ impl FileBackend for NativeBackend {
         let parent = self.dir(parent)?;
         let a = self.bc.run(self.bc.client.lookup(&self.creds, parent, name)).map_err(io_err)?;
         Ok(FileStat { size_bytes: a.size, is_dir: a.kind == FileKind::Dir })
+    }
+
+    fn rpc_tally(&self) -> Option<RpcTally> {
+        let c = self.bc.client.rpc_counts();
+        Some(RpcTally { mds: c.mds, ost: c.ost })
     }
 }
 

@@ -66,6 +66,10 @@ pub struct MdsArgs {
     /// leaves unset.
     #[arg(long)]
     pub default_layout: Option<String>,
+    /// Largest Data-on-MDT component a new file may get (e.g. 64K, 1M; a multiple of
+    /// 64K; 0 turns DoM off: the DoM component of a new layout is dropped).
+    #[arg(long)]
+    pub dom_max: Option<String>,
     /// How often each MDT database is made durable and its redo log emptied, in
     /// milliseconds: the most a machine crash can take back without fsync.
     #[arg(long)]
@@ -105,6 +109,15 @@ pub fn default_layout(template: Option<&str>, count: Option<i64>, size: Option<&
     Ok(default)
 }
 
+/// Parses `--dom-max`: 0, or a multiple of 64 KiB up to 1 GiB.
+pub fn parse_dom_max(s: &str) -> Result<u64> {
+    let n = layout::parse_size(s).with_context(|| format!("invalid --dom-max {s}"))?;
+    if n > layout::DOM_SIZE_MAX || !n.is_multiple_of(layout::STRIPE_SIZE_UNIT) {
+        bail!("--dom-max {s}: must be 0 or a multiple of 64K up to 1G");
+    }
+    Ok(n)
+}
+
 /// Runs the MGS until a signal.
 pub fn run_mgs(a: MgsArgs) -> Result<()> {
     let file = config::load(a.server.config.as_deref())?;
@@ -127,6 +140,10 @@ pub fn run_mds(a: MdsArgs) -> Result<()> {
     let count = a.default_stripe_count.or(file.mds.default_stripe_count);
     let template = a.default_layout.or(file.mds.default_layout.clone());
     let default = default_layout(template.as_deref(), count, size.as_deref())?;
+    let dom_max = match a.dom_max.or(file.mds.dom_max.clone()) {
+        Some(s) => parse_dom_max(&s)?,
+        None => mds::MdsConfig::default().dom_max,
+    };
     let checkpoint_ms = a.checkpoint_ms.or(file.mds.checkpoint_ms).unwrap_or(1000);
     if checkpoint_ms == 0 {
         bail!("--checkpoint-ms must be at least 1");
@@ -135,6 +152,7 @@ pub fn run_mds(a: MdsArgs) -> Result<()> {
         default_layout: default,
         checkpoint_interval: Duration::from_millis(checkpoint_ms),
         sync_journal: a.sync_journal || file.mds.sync_journal.unwrap_or(false),
+        dom_max,
         ..Default::default()
     };
     run_server("MDS", async move { start_mds(&listen, advertise.as_deref(), &mgs, &mdts, &common, cfg).await })

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use client::{Errno, Fid, FileKind, ObjectId, OpenFlags};
-use layout::{Component, ComponentSpec, Layout, LayoutChange, LayoutSpec, EOF};
+use layout::{Component, ComponentSpec, Layout, LayoutChange, LayoutSpec, Pattern, EOF};
 
 use crate::tools::{creds, with_client};
 use crate::ClientOpts;
@@ -53,7 +53,8 @@ STRIPE_OPTIONS (for the component the last -E began):
   -S, --stripe-size SIZE  bytes per stripe, a multiple of 64K (e.g. 1M)
   -i, --stripe-index IDX  first OST (-1: the MDS chooses)
   -o, --ost LIST          explicit OSTs, e.g. 0,2-3
-  -L, --layout raid0      the pattern (raid0)
+  -L, --layout raid0|mdt  striped over OSTs, or kept on the MDT (Data-on-MDT: the
+                          first component only, e.g. -E 64K -L mdt -E -1 -c 4)
   -E, --component-end END where the component ends: a size (64K multiple), or -1 / eof
   -I, --component-id ID   the component --component-del removes (with those after it)
 Also: --secret-file FILE, --timeout-s SECONDS.";
@@ -116,11 +117,13 @@ pub fn parse_setstripe(args: &[String]) -> Result<Setstripe> {
                 };
             }
             "-o" | "--ost" => cur.ost_list = Some(layout::parse_ost_list(&value()?)?),
-            "-L" | "--layout" => match value()?.as_str() {
-                "raid0" => {}
-                "mdt" => bail!("-L mdt: Data-on-MDT is not available in this version of braid"),
-                other => bail!("unknown layout pattern '{other}' (raid0)"),
-            },
+            "-L" | "--layout" => {
+                cur.pattern = match value()?.as_str() {
+                    "raid0" => Pattern::Raid0,
+                    "mdt" => Pattern::Mdt,
+                    other => bail!("unknown layout pattern '{other}' (raid0 or mdt)"),
+                }
+            }
             "-I" | "--component-id" | "--comp-id" => {
                 let v = value()?;
                 id = Some(v.parse::<u32>().with_context(|| format!("invalid component id '{v}'"))?);
@@ -263,6 +266,15 @@ fn stripe_count(comp: &Component) -> i64 {
     }
 }
 
+/// The index line of a component: the MDT holding a DoM component, else the first OST.
+fn index_line(comp: &Component, fid: Fid) -> String {
+    if comp.is_dom() {
+        format!("lmm_mdt_index:     {}", fid.mdt())
+    } else {
+        format!("lmm_stripe_offset: {}", stripe_offset(comp))
+    }
+}
+
 fn print_fields(out: &mut impl Write, comp: &Component, o: &GetstripeOpts, indent: &str, labelled: bool) -> Result<()> {
     let fields = [
         (o.count, "lmm_stripe_count:  ", stripe_count(comp).to_string()),
@@ -309,8 +321,8 @@ fn print_component(out: &mut impl Write, fid: Fid, comp: &Component) -> Result<(
     writeln!(out, "      lmm_pattern:       {}", comp.pattern.name())?;
     // Lustre prints a component's own generation, 65535 before it is instantiated.
     writeln!(out, "      lmm_layout_gen:    {}", if comp.is_instantiated() { 0 } else { 65535 })?;
-    writeln!(out, "      lmm_stripe_offset: {}", stripe_offset(comp))?;
-    if comp.is_instantiated() {
+    writeln!(out, "      {}", index_line(comp, fid))?;
+    if comp.is_instantiated() && !comp.is_dom() {
         writeln!(out, "      lmm_objects:")?;
         for (stripe, ost) in comp.osts.iter().enumerate() {
             let o = ObjectId { fid, component: comp.id, stripe: stripe as u32 };
@@ -344,7 +356,8 @@ pub fn print_layout(out: &mut impl Write, name: &str, fid: Fid, l: &Layout, o: &
         return Ok(());
     }
     writeln!(out, "{name}")?;
-    if !l.is_composite() {
+    // A layout with a DoM component is composite, as Lustre's (it takes -E).
+    if !l.is_composite() && l.dom_end().is_none() {
         return print_raid0(out, fid, l.generation, &l.components[0]);
     }
     if o.component.is_none() {
@@ -363,7 +376,12 @@ fn default_line(c: &ComponentSpec) -> String {
     let count = c.stripe_count.map_or("0".to_string(), |n| n.to_string());
     let size = c.stripe_size.map_or("0".to_string(), |n| n.to_string());
     let offset = c.stripe_offset.map_or("-1".to_string(), |n| n.to_string());
-    let mut line = format!("stripe_count:  {count} stripe_size:   {size} pattern:       raid0 stripe_offset: {offset}");
+    let (size, pattern) = match c.pattern {
+        Pattern::Mdt => (c.extent_end.to_string(), "mdt"),
+        Pattern::Raid0 => (size, "raid0"),
+    };
+    let mut line =
+        format!("stripe_count:  {count} stripe_size:   {size} pattern:       {pattern} stripe_offset: {offset}");
     if let Some(list) = &c.ost_list {
         line += &format!(" ost_list: {}", list.iter().map(u32::to_string).collect::<Vec<_>>().join(","));
     }
@@ -379,7 +397,9 @@ pub fn print_default(out: &mut impl Write, name: &str, spec: &Option<LayoutSpec>
             out,
             "stripe_count:  (inherited) stripe_size:   (inherited) pattern:       raid0 stripe_offset: -1"
         )?,
-        Some(s) if s.components.len() == 1 => writeln!(out, "{}", default_line(&s.components[0]))?,
+        Some(s) if s.components.len() == 1 && s.components[0].pattern == Pattern::Raid0 => {
+            writeln!(out, "{}", default_line(&s.components[0]))?
+        }
         Some(s) => {
             writeln!(out, "  lcm_layout_gen:    0")?;
             writeln!(out, "  lcm_mirror_count:  1")?;
@@ -471,7 +491,13 @@ mod tests {
         assert!(e.to_string().contains("component 2") && e.to_string().contains("64 KiB"), "{e:#}");
         let many: String = (1..=65).map(|i| format!("-E {i}M ")).collect();
         assert!(parse(&format!("{many} f")).unwrap_err().to_string().contains("too many components"));
-        assert!(parse("-E 64K -L mdt -E -1 f").unwrap_err().to_string().contains("Data-on-MDT"));
+        let SetstripeAction::Set(dom) = parse("-E 64K -L mdt -E -1 -c 4 -S 1M d").unwrap().action else { panic!() };
+        assert_eq!(dom.components[0], ComponentSpec::dom(64 << 10));
+        assert_eq!(dom.components[1].stripe_count, Some(4));
+        let e = parse("-E 1M -c 1 -E 2M -L mdt -E -1 f").unwrap_err().to_string();
+        assert!(e.contains("component 2") && e.contains("first"), "{e}");
+        assert!(parse("-E 64K -L mdt -c 2 -E -1 f").is_err(), "a DoM component has no stripes");
+        assert!(parse("-E 64K -L bogus f").is_err());
     }
 
     #[test]
