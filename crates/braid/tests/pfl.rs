@@ -163,7 +163,7 @@ fn component_changes_truncates_and_bad_layouts() {
         (&["-E", "4M", "-c", "1", "-E", "2M", "-E", "-1"], "component 2"),
         (&["-E", "4M", "-E", "4100K", "-E", "-1"], "component 2"),
         (&["-E", "1M", "-c", "1", "-E", "-1", "-S", "100K"], "component 2"),
-        (&["-E", "64K", "-L", "mdt", "-E", "-1"], "Data-on-MDT"),
+        (&["-E", "1M", "-c", "1", "-E", "2M", "-L", "mdt", "-E", "-1"], "must be the first"),
     ];
     for (args, says) in bad {
         let mut all = vec!["setstripe"];

@@ -295,8 +295,13 @@ fn pjdfstest_once(t: &Target, tag: &str, config: &Path, dir: &Path, patterns: &[
 /// for writing, and pjdfstest leaves such descriptors open (e.g.
 /// `posix_fallocate::affected_only_create_flags` never closes its file): in one
 /// process every EROFS case after it fails, on ext4 as on braid.
-fn run_pjdfstest(t: &Target) {
+/// With `dom`, the directory's files (and those of its subdirectories, which copy
+/// the default) keep their first 64 KiB on the MDT (Data-on-MDT), the rest striped.
+fn run_pjdfstest(t: &Target, dom: bool) {
     let dir = t.dir(PJDFSTEST_DIR);
+    if dom {
+        t.braid_ok(&["setstripe", "-E", "64K", "-L", "mdt", "-E", "-1", "-c", "-1", &dir.to_string_lossy()]);
+    }
     let config = data_file("pjdfstest.toml");
     let text = fs::read_to_string(&config).expect("read pjdfstest.toml");
     assert!(text.contains("\nallow_remount = false\n"), "pjdfstest.toml must say `allow_remount = false`");
@@ -360,15 +365,16 @@ fn pjdfstest_through_braid_local_mount() {
     require_root();
     tool("pjdfstest");
     require_user("tests");
-    run_pjdfstest(&local_mount());
+    run_pjdfstest(&local_mount(), false);
 }
 
+/// Through the separate mount process, on Data-on-MDT files: the same POSIX rules.
 #[test]
-fn pjdfstest_through_a_braid_mount_process() {
+fn pjdfstest_through_a_braid_mount_process_on_dom_files() {
     require_root();
     tool("pjdfstest");
     require_user("tests");
-    run_pjdfstest(&tcp_mount());
+    run_pjdfstest(&tcp_mount(), true);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -378,27 +384,40 @@ fn pjdfstest_through_a_braid_mount_process() {
 /// One fsx run: its settings file (`fsx.toml` with mmap, `fsx-nommap.toml` without),
 /// whether the file is opened `O_DIRECT` (fsx-rs has no such option: the
 /// `fsx_odirect.c` shim adds it to every open of the file, close/reopen included), and
-/// whether the file lives in a directory striped 64 KiB wide over every OST (else
-/// the root's default layout: one stripe of 1 MiB).
+/// the layout of the directory the file lives in.
 struct FsxRun {
     name: &'static str,
     config: &'static str,
     direct: bool,
-    striped: bool,
+    dir: FsxDir,
     seed: u64,
 }
 
-const FSX_RUNS: [FsxRun; 6] = [
-    FsxRun { name: "mmap-striped", config: "fsx.toml", direct: false, striped: true, seed: 1 },
-    FsxRun { name: "mmap", config: "fsx.toml", direct: false, striped: false, seed: 2 },
-    FsxRun { name: "nommap-striped", config: "fsx-nommap.toml", direct: false, striped: true, seed: 3 },
-    FsxRun { name: "odirect-striped", config: "fsx-nommap.toml", direct: true, striped: true, seed: 4 },
-    FsxRun { name: "odirect", config: "fsx-nommap.toml", direct: true, striped: false, seed: 5 },
+/// Where an fsx file lives.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum FsxDir {
+    /// The root's default layout: one stripe of 1 MiB.
+    Plain,
+    /// Striped 64 KiB wide over every OST.
+    Striped,
+    /// Data-on-MDT for the first 64 KiB (fsx's files grow to 256 KiB), then striped
+    /// 64 KiB wide over every OST: writes, truncates and mmap cross the two.
+    Dom,
+}
+
+const FSX_RUNS: [FsxRun; 8] = [
+    FsxRun { name: "mmap-striped", config: "fsx.toml", direct: false, dir: FsxDir::Striped, seed: 1 },
+    FsxRun { name: "mmap", config: "fsx.toml", direct: false, dir: FsxDir::Plain, seed: 2 },
+    FsxRun { name: "nommap-striped", config: "fsx-nommap.toml", direct: false, dir: FsxDir::Striped, seed: 3 },
+    FsxRun { name: "odirect-striped", config: "fsx-nommap.toml", direct: true, dir: FsxDir::Striped, seed: 4 },
+    FsxRun { name: "odirect", config: "fsx-nommap.toml", direct: true, dir: FsxDir::Plain, seed: 5 },
     // mmap of a file opened O_DIRECT, as a local file system allows.
-    FsxRun { name: "odirect-mmap-striped", config: "fsx.toml", direct: true, striped: true, seed: 6 },
+    FsxRun { name: "odirect-mmap-striped", config: "fsx.toml", direct: true, dir: FsxDir::Striped, seed: 6 },
+    FsxRun { name: "mmap-dom", config: "fsx.toml", direct: false, dir: FsxDir::Dom, seed: 7 },
+    FsxRun { name: "odirect-dom", config: "fsx-nommap.toml", direct: true, dir: FsxDir::Dom, seed: 8 },
 ];
 
-/// Operations per run: 6 runs through each of 2 mounts, 102,000 in all.
+/// Operations per run: 8 runs through each of 2 mounts, 136,000 in all.
 const FSX_OPS: u64 = 8_500;
 
 /// What to show of a failed fsx run's log: its complaint (the lines before the
@@ -440,9 +459,16 @@ fn run_fsx(t: &Target, seed_base: u64) {
     let plain = t.dir("fsx");
     let striped = t.dir("fsx-striped");
     t.braid_ok(&["setstripe", "-c", "-1", "-S", "65536", &striped.to_string_lossy()]);
+    let dom = t.dir("fsx-dom");
+    t.braid_ok(&["setstripe", "-E", "64K", "-L", "mdt", "-E", "-1", "-c", "-1", "-S", "64K", &dom.to_string_lossy()]);
     let mut failures = Vec::new();
     for run in &FSX_RUNS {
-        let file = if run.striped { &striped } else { &plain }.join(format!("fsx-{}", run.name));
+        let dir = match run.dir {
+            FsxDir::Plain => &plain,
+            FsxDir::Striped => &striped,
+            FsxDir::Dom => &dom,
+        };
+        let file = dir.join(format!("fsx-{}", run.name));
         let artifacts = t.work.path().join(format!("fsx-{}", run.name));
         fs::create_dir_all(&artifacts).expect("create fsx's artifact directory");
         let seed = seed_base + run.seed;
