@@ -12,7 +12,8 @@
 # /var/tmp/peers), BRAID (the braid binary; default target/release/braid), BRAID_BASE
 # (a braid binary of an earlier commit, for an A/B run: systems braid-base and
 # braid-tcp-base run it as braid and braid-tcp run $BRAID), SYSTEMS (default "local
-# braid braid-tcp moosefs gluster"), WORKLOADS (default "seq rand md small"), RUN (the
+# braid braid-tcp moosefs gluster"; also braid-tcp-dom and braid-tcp-pfl: braid-tcp
+# with seed 002's Table 5 (Data-on-MDT) or Table 4 (PFL) as the file system default), WORKLOADS (default "seq rand md small"), RUN (the
 # results' folder under $WORK/results; default final). Even rounds run the systems in
 # the reverse order, so neither side of a pair always goes first.
 set -uo pipefail
@@ -31,15 +32,16 @@ mkdir -p "$OUT" "$WORK/local"
 # braid twice: `braid local --mount`, whose own mount reaches the servers in-process (as
 # Lustre's 0@lo), and `braid local` serving alone with a separate `braid mount` process
 # reaching it over loopback TCP, as a client on another node does.
-braid_up() {  # braid_up NAME PORT in-process|tcp [BINARY]
+braid_up() {  # braid_up NAME PORT in-process|tcp [BINARY [LOCAL-ARGS...]]
     local d=$WORK/$1 port=$2 mode=$3 BRAID=${4:-$BRAID}
+    shift 4 2>/dev/null || shift $#
     rm -rf "$d/data"; mkdir -p "$d/data" "$d/mnt"
     if [ "$mode" = in-process ]; then
-        "$BRAID" local --data "$d/data" --osts 4 --listen 127.0.0.1:$port --mount "$d/mnt" \
+        "$BRAID" local --data "$d/data" --osts 4 --listen 127.0.0.1:$port --mount "$d/mnt" "$@" \
             > "$d/local.log" 2>&1 &
         echo $! > "$d/pid"
     else
-        "$BRAID" local --data "$d/data" --osts 4 --listen 127.0.0.1:$port > "$d/local.log" 2>&1 &
+        "$BRAID" local --data "$d/data" --osts 4 --listen 127.0.0.1:$port "$@" > "$d/local.log" 2>&1 &
         echo $! > "$d/pid"
         for _ in $(seq 1 100); do grep -q "^MGS at" "$d/local.log" && break; sleep 0.2; done
         "$BRAID" mount "braid://127.0.0.1:$port/" "$d/mnt" --secret-file "$d/data/cluster.secret" \
@@ -61,6 +63,8 @@ cleanup() {
     if wants braid-tcp; then braid_down braid-tcp; fi
     if wants braid-base; then braid_down braid-base; fi
     if wants braid-tcp-base; then braid_down braid-tcp-base; fi
+    if wants braid-tcp-dom; then braid_down braid-tcp-dom; fi
+    if wants braid-tcp-pfl; then braid_down braid-tcp-pfl; fi
     if wants moosefs; then bash "$PEERS/moosefs.sh" stop; fi
     if wants gluster; then bash "$PEERS/gluster.sh" stop; fi
 }
@@ -70,6 +74,8 @@ if wants braid; then braid_up braid 19500 in-process || exit 1; fi
 if wants braid-tcp; then braid_up braid-tcp 19600 tcp || exit 1; fi
 if wants braid-base; then braid_up braid-base 19700 in-process "$BRAID_BASE" || exit 1; fi
 if wants braid-tcp-base; then braid_up braid-tcp-base 19800 tcp "$BRAID_BASE" || exit 1; fi
+if wants braid-tcp-dom; then braid_up braid-tcp-dom 19650 tcp "$BRAID" --default-layout seed-table5 || exit 1; fi
+if wants braid-tcp-pfl; then braid_up braid-tcp-pfl 19670 tcp "$BRAID" --default-layout seed-table4 || exit 1; fi
 if wants moosefs; then bash "$PEERS/moosefs.sh" start || exit 1; fi
 if wants gluster; then bash "$PEERS/gluster.sh" start || exit 1; fi
 
@@ -79,6 +85,8 @@ declare -A DIRS=(
     [braid-tcp]=$WORK/braid-tcp/mnt/bench
     [braid-base]=$WORK/braid-base/mnt/bench
     [braid-tcp-base]=$WORK/braid-tcp-base/mnt/bench
+    [braid-tcp-dom]=$WORK/braid-tcp-dom/mnt/bench
+    [braid-tcp-pfl]=$WORK/braid-tcp-pfl/mnt/bench
     [moosefs]=$WORK/mfs/mnt/bench
     [gluster]=$WORK/gluster/mnt/bench
 )

@@ -72,6 +72,11 @@ pub trait FileBackend: Send {
     fn mkdir(&mut self, path: &str) -> io::Result<()>;
     fn rmdir(&mut self, path: &str) -> io::Result<()>;
     fn stat(&mut self, path: &str) -> io::Result<FileStat>;
+    /// Requests sent so far to metadata and to object servers, for a backend that
+    /// knows (the native braid client); what an operation costs in round trips.
+    fn rpc_tally(&self) -> Option<crate::task::RpcTally> {
+        None
+    }
 }
 
 /// Opens the native braid client for a cluster address `braid://HOST:PORT` (no path). The

@@ -28,6 +28,7 @@ pub mod units;
 
 pub use backend::{FileBackend, FileHandle, FileStat, NativeConnect, OpenFlags, PosixBackend};
 pub use error::BenchError;
+pub use task::RpcTally;
 
 use progress::Progress;
 

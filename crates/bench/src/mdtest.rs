@@ -234,6 +234,7 @@ impl MdtestTask {
 impl TaskRunner for MdtestTask {
     fn run_phase(&mut self, order: &PhaseOrder) -> Result<PhaseResult> {
         let dir = self.job.work_dir(order.iteration);
+        let rpcs_before = self.backend.rpc_tally();
         let start_ns = monotonic_ns();
         let mut bytes = 0;
         let ops = match order.phase {
@@ -258,7 +259,9 @@ impl TaskRunner for MdtestTask {
                 self.job.items
             }
         };
-        Ok(PhaseResult { start_ns, end_ns: monotonic_ns(), bytes, ops, ..PhaseResult::default() })
+        let end_ns = monotonic_ns();
+        let rpcs = rpcs_before.zip(self.backend.rpc_tally()).map(|(before, after)| before.until(after));
+        Ok(PhaseResult { start_ns, end_ns, bytes, ops, rpcs, ..PhaseResult::default() })
     }
 }
 
@@ -271,6 +274,15 @@ pub struct MdtestSample {
     pub seconds: f64,
     pub items: u64,
     pub bytes: u64,
+    /// Requests per item the clients sent, when they count them (`-a native`).
+    pub rpcs_per_item: Option<RpcsPerItem>,
+}
+
+/// Requests per item of a phase, to metadata and to object servers.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct RpcsPerItem {
+    pub mds: f64,
+    pub ost: f64,
 }
 
 /// One line of mdtest's SUMMARY tables.
@@ -381,6 +393,8 @@ fn sample(iteration: u32, phase: Phase, results: &[PhaseResult]) -> MdtestSample
     let last_end = results.iter().map(|r| r.end_ns).max().unwrap_or(0);
     let seconds = seconds_between(first_start, last_end);
     let items: u64 = results.iter().map(|r| r.ops).sum();
+    let counted: Option<Vec<crate::task::RpcTally>> = results.iter().map(|r| r.rpcs).collect();
+    let per_item = |n: u64| if items == 0 { 0.0 } else { n as f64 / items as f64 };
     MdtestSample {
         iteration,
         operation: phase.label(),
@@ -388,6 +402,10 @@ fn sample(iteration: u32, phase: Phase, results: &[PhaseResult]) -> MdtestSample
         seconds,
         items,
         bytes: results.iter().map(|r| r.bytes).sum(),
+        rpcs_per_item: counted.map(|all| {
+            let (mds, ost) = all.iter().fold((0, 0), |(m, o), t| (m + t.mds, o + t.ost));
+            RpcsPerItem { mds: per_item(mds), ost: per_item(ost) }
+        }),
     }
 }
 
@@ -421,6 +439,17 @@ pub fn render_text(report: &MdtestReport) -> String {
                 "   {:<22}{:>14.3}{:>15.3}{:>15.3}{:>15.3}",
                 row.operation, s.max, s.min, s.mean, s.stddev
             );
+        }
+    }
+    // Round trips per item, where the client counted them (the native client).
+    let counted: Vec<&MdtestSample> = report.results.iter().filter(|s| s.rpcs_per_item.is_some()).collect();
+    if !counted.is_empty() {
+        let _ = writeln!(out);
+        let _ = writeln!(out, "RPCs per item (client-side count):");
+        let _ = writeln!(out, "   {:<22}{:>10}{:>14}{:>14}", "Operation", "Iteration", "MDS", "OST");
+        for s in counted {
+            let r = s.rpcs_per_item.expect("filtered");
+            let _ = writeln!(out, "   {:<22}{:>10}{:>14.2}{:>14.2}", s.operation, s.iteration, r.mds, r.ost);
         }
     }
     out

@@ -2,7 +2,10 @@
 //! up as `report.md`, one SVG per figure and the raw JSON. The presets reproduce the figures
 //! of seed 000 chapter 3: bandwidth by task count (fig. 3-5), by file size (3-6, the client
 //! cache effect), by transfer size (3-7), by access pattern (3-8), and metadata rates by task
-//! count in a shared and in a unique directory (3-9, 3-10). Each point is an ordinary
+//! count in a shared and in a unique directory (3-9, 3-10); and those of seed 002 on
+//! braid's layouts: a shared file written and read by more and more tasks with and
+//! without the progressive layout of its Table 4 (figures 8 and 9), and small files
+//! with and without Data-on-MDT (figure 10). Each point is an ordinary
 //! `braid bench ior|mdtest|iozone` run whose command line the report lists.
 
 use std::fmt::Write as _;
@@ -35,6 +38,13 @@ pub enum Preset {
     Pattern,
     /// mdtest create/stat/remove rates by task count, shared vs unique directory (3-9, 3-10).
     Metadata,
+    /// Seed 002 figures 8 and 9: one shared file written and read by 1..N tasks, in a
+    /// directory with seed 002's Table 4 progressive layout and in a plain one (braid).
+    Pfl,
+    /// Seed 002 figure 10: IOR file per process with 1 KiB and 1,000 KiB blocks (1 KiB
+    /// and 100 KiB transfers, its Table 6), in a Data-on-MDT directory (its Table 5)
+    /// and in a plain one (braid).
+    Dom,
 }
 
 impl Preset {
@@ -45,6 +55,8 @@ impl Preset {
             Preset::Blocksize => "Seed 000 figure 3-7: bandwidth by transfer (block) size for one task, file per process, sequential. Small transfers pay a per-call cost.",
             Preset::Pattern => "Seed 000 figure 3-8: bandwidth by access pattern for one task with 1 MiB transfers: sequential, strided with an interval of 17 transfers, random. Write-back hides the pattern from writes; reads pay for it.",
             Preset::Metadata => "Seed 000 figures 3-9 and 3-10: mdtest create, stat and remove rates of files and directories by task count, all tasks in one shared directory vs a directory per task.",
+            Preset::Pfl => "Seed 002 figures 8 and 9: aggregate write and read bandwidth of one shared file (IOR without -F, 1 MiB transfers) as the number of tasks grows, in a directory whose default is seed 002's Table 4 progressive layout (`braid setstripe --template seed-table4`) and in a plain one (the file system default). Instantiating the later components as the file grows should cost nothing measurable.",
+            Preset::Dom => "Seed 002 figure 10: IOR file per process with the block and transfer sizes of its Table 6 (1 KiB blocks of 1 KiB transfers; 1,000 KiB blocks of 100 KiB transfers), in a directory whose default is its Table 5 Data-on-MDT layout (`braid setstripe --template seed-table5`: the first 64 KiB on the MDT) and in a plain one.",
         }
     }
 }
@@ -291,12 +303,35 @@ pub fn execute(args: &SweepArgs, native: Option<NativeConnect>) -> Result<SweepR
             .into_iter()
             .map(|(id, title)| figure(id, title, "tasks", "ops/s", XAxis::Log2))
             .collect(),
+            Preset::Pfl => vec![
+                figure("pfl-write", "Shared-file write bandwidth by number of tasks", "tasks", "MiB/s", XAxis::Log2),
+                figure("pfl-read", "Shared-file read bandwidth by number of tasks", "tasks", "MiB/s", XAxis::Log2),
+            ],
+            Preset::Dom => {
+                let cases = XAxis::Categories(DOM_CASES.iter().map(|c| c.0.to_string()).collect());
+                vec![
+                    figure(
+                        "dom-write",
+                        "Small-file write bandwidth, file per process",
+                        "IOR block / transfer",
+                        "MiB/s",
+                        cases.clone(),
+                    ),
+                    figure(
+                        "dom-read",
+                        "Small-file read bandwidth, file per process",
+                        "IOR block / transfer",
+                        "MiB/s",
+                        cases,
+                    ),
+                ]
+            }
         },
     };
     // Every point as (figure, x, x label, engine arguments) before anything runs, so bad
     // --values fail at once.
     let task_counts = match args.preset {
-        Preset::Tasks | Preset::Metadata => args.task_counts()?,
+        Preset::Tasks | Preset::Metadata | Preset::Pfl | Preset::Dom => args.task_counts()?,
         _ => Vec::new(),
     };
     let mut runs = Vec::new();
@@ -308,7 +343,8 @@ pub fn execute(args: &SweepArgs, native: Option<NativeConnect>) -> Result<SweepR
     let total_points = targets.len()
         * match args.preset {
             Preset::Tasks => task_counts.len(),
-            Preset::Metadata => task_counts.len() * 2,
+            Preset::Metadata | Preset::Pfl => task_counts.len() * 2,
+            Preset::Dom => DOM_CASES.len() * 2,
             Preset::Pattern => 3,
             Preset::Filesize => file_sizes.len(),
             Preset::Blocksize => transfer_sizes.len(),
@@ -549,6 +585,60 @@ pub fn execute(args: &SweepArgs, native: Option<NativeConnect>) -> Result<SweepR
                 let md = crate::backend::join(&work.path, "mdtest");
                 let _ = driver.rmdir(&md);
             }
+            Preset::Pfl => {
+                let size = args.bytes_per_task(32 << 20);
+                let block = format_size(size);
+                for (name, template) in [("plain", None), ("Table 4", Some("seed-table4"))] {
+                    let sub = layout_dir(&mut *driver, &work.path, &dir, name, template)?;
+                    for &n in &task_counts {
+                        status(&mut progress, &format!("{name}: {n} tasks"));
+                        let extra: Vec<String> = ["-w", "-r", "-t", "1m", "-b", &block, "-N", &n.to_string(), "-o"]
+                            .iter()
+                            .map(|s| s.to_string())
+                            .chain([crate::backend::join(&sub.0, "sharedFile")])
+                            .collect();
+                        let (report, command) = run_ior(&extra)?;
+                        add_layout_run(
+                            &mut figures,
+                            &mut runs,
+                            "pfl",
+                            label,
+                            name,
+                            (n as f64, n.to_string()),
+                            report,
+                            command,
+                        );
+                    }
+                    let _ = driver.rmdir(&sub.1);
+                }
+            }
+            Preset::Dom => {
+                let n = *task_counts.last().expect("task counts are never empty");
+                for (name, template) in [("plain", None), ("DoM", Some("seed-table5"))] {
+                    let sub = layout_dir(&mut *driver, &work.path, &dir, name, template)?;
+                    for (index, &(case, block, transfer)) in DOM_CASES.iter().enumerate() {
+                        status(&mut progress, &format!("{name}: {case}"));
+                        let extra: Vec<String> =
+                            ["-F", "-w", "-r", "-t", transfer, "-b", block, "-N", &n.to_string(), "-o"]
+                                .iter()
+                                .map(|s| s.to_string())
+                                .chain([crate::backend::join(&sub.0, "testFile")])
+                                .collect();
+                        let (report, command) = run_ior(&extra)?;
+                        add_layout_run(
+                            &mut figures,
+                            &mut runs,
+                            "dom",
+                            label,
+                            name,
+                            (index as f64, case.to_string()),
+                            report,
+                            command,
+                        );
+                    }
+                    let _ = driver.rmdir(&sub.1);
+                }
+            }
         }
         // The work directory is removed when the engines left it empty.
         let _ = driver.rmdir(&work.path);
@@ -569,6 +659,66 @@ pub fn execute(args: &SweepArgs, native: Option<NativeConnect>) -> Result<SweepR
     };
     write_outputs(out, &report)?;
     Ok(report)
+}
+
+/// The cases of seed 002's Table 6: (label, IOR block, IOR transfer).
+const DOM_CASES: [(&str, &str, &str); 2] = [("1 KiB / 1 KiB", "1k", "1k"), ("1000 KiB / 100 KiB", "1000k", "100k")];
+
+/// Makes the directory `name` (spaces become dashes) in the work directory and, for a
+/// `template`, gives it that layout as its default with `braid setstripe --template`
+/// (this binary: the bench runs inside `braid`). Returns its location as the engines
+/// take it (a path or URL) and as the driver does.
+fn layout_dir(
+    driver: &mut dyn crate::backend::FileBackend,
+    work_path: &str,
+    work_display: &str,
+    name: &str,
+    template: Option<&str>,
+) -> Result<(String, String)> {
+    let leaf = name.replace(' ', "-").to_lowercase();
+    let path = crate::backend::join(work_path, &leaf);
+    match driver.mkdir(&path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(BenchError::io("mkdir", &path, e)),
+    }
+    let display = crate::backend::join(work_display, &leaf);
+    if let Some(template) = template {
+        let exe = std::env::current_exe().map_err(|e| BenchError::Other(format!("cannot find this binary: {e}")))?;
+        let out = std::process::Command::new(exe)
+            .args(["setstripe", "--template", template, &display])
+            .output()
+            .map_err(|e| BenchError::Other(format!("cannot run braid setstripe: {e}")))?;
+        if !out.status.success() {
+            return Err(BenchError::Usage(format!(
+                "this preset needs a braid target: `braid setstripe --template {template} {display}` failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+    }
+    Ok((display, path))
+}
+
+/// Adds one IOR run made in the directory of layout `layout`: each summary row (write,
+/// read) on figure `PREFIX-ROW`, in the series `LABEL LAYOUT`.
+#[allow(clippy::too_many_arguments)]
+fn add_layout_run(
+    figures: &mut Figures,
+    runs: &mut Vec<SweepRun>,
+    prefix: &str,
+    label: &str,
+    layout: &str,
+    x: (f64, String),
+    report: ior::IorReport,
+    command: String,
+) {
+    for row in &report.summary {
+        let figure = format!("{prefix}-{}", row.operation);
+        if figures.figures.iter().any(|f| f.id == figure) {
+            figures.add(&figure, format!("{label} {layout}"), x.0, x.1.clone(), row.bandwidth_mib_s.mean);
+        }
+    }
+    runs.push(SweepRun { target: format!("{label} {layout}"), command, report: to_json(&report) });
 }
 
 /// Adds one IOR run of a sweep: a point per summary row (phase) on `figure`, at `x`
