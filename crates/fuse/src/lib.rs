@@ -19,6 +19,7 @@
 
 mod handles;
 pub mod mount;
+mod nocaps;
 
 pub use mount::{mount, unmount, Mounted, Unmounted, Unmounter};
 
@@ -93,6 +94,8 @@ pub struct BraidFs {
     notifier: Arc<std::sync::OnceLock<fuser::Notifier>>,
     /// The MDS's size and mtime of each file as last handed to the kernel.
     reported: Mutex<HashMap<Fid, (u64, Timespec)>>,
+    /// Files known to have no capability xattr (asked before every write).
+    nocaps: nocaps::NoCaps,
 }
 
 /// Most files whose reported size and mtime are remembered.
@@ -179,11 +182,12 @@ impl BraidFs {
         BraidFs {
             client,
             rt,
-            opts,
             handles: Handles::default(),
             groups: Mutex::new(HashMap::new()),
             notifier: Arc::default(),
             reported: Mutex::new(HashMap::new()),
+            nocaps: nocaps::NoCaps::new(opts.attr_ttl),
+            opts,
         }
     }
 
@@ -557,7 +561,10 @@ impl fuser::Filesystem for BraidFs {
         let exclusive = flags & libc::O_EXCL != 0;
         let r = self.run(self.client.create(&c, fid_of(parent), name, mode & !umask & 0o7777, exclusive, of, None));
         match r {
-            Ok((f, attr, _)) => {
+            Ok((f, attr, existed)) => {
+                if !existed {
+                    self.nocaps.note_none(attr.fid);
+                }
                 let fh = self.add_file(f);
                 let fa = self.file_attr(&attr);
                 reply.created(&self.opts.entry_ttl, &fa, Generation(0), FileHandle(fh), self.fopen_flags(flags));
@@ -753,17 +760,30 @@ impl fuser::Filesystem for BraidFs {
             _ => return reply.error(Errno::EINVAL),
         };
         let c = self.creds(req);
+        self.nocaps.forget(fid_of(ino));
         reply_empty(reply, self.run(self.client.setxattr(&c, fid_of(ino), name, value, mode)));
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let Ok(name) = name_str(name) else { return reply.error(Errno::NO_XATTR) };
+        let fid = fid_of(ino);
+        let caps = name == nocaps::CAPS_XATTR;
+        if caps && self.nocaps.knows_none(fid) {
+            return reply.error(Errno::NO_XATTR);
+        }
         let c = self.creds(req);
-        match self.run(self.client.getxattr(&c, fid_of(ino), name)) {
+        match self.run(self.client.getxattr(&c, fid, name)) {
             Ok(v) if size == 0 => reply.size(v.len() as u32),
             Ok(v) if v.len() > size as usize => reply.error(Errno::from_i32(libc::ERANGE)),
             Ok(v) => reply.data(&v),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => {
+                // Only root's answer says there is none: the MDS shows security.*
+                // attributes to root alone.
+                if caps && c.uid == 0 && e.errno() == client::Errno::NoData {
+                    self.nocaps.note_none(fid);
+                }
+                reply.error(errno(&e))
+            }
         }
     }
 
@@ -794,6 +814,7 @@ impl fuser::Filesystem for BraidFs {
         }
         let Ok(name) = name_str(name) else { return reply.error(Errno::NO_XATTR) };
         let c = self.creds(req);
+        self.nocaps.forget(fid_of(ino));
         reply_empty(reply, self.run(self.client.removexattr(&c, fid_of(ino), name)));
     }
 
