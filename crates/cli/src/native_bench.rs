@@ -85,8 +85,7 @@ impl FileBackend for NativeBackend {
         let f = if flags.create {
             self.bc.run(client.create(&self.creds, parent, name, 0o644, flags.exclusive, of, None)).map_err(io_err)?.0
         } else {
-            let a = self.bc.run(client.lookup(&self.creds, parent, name)).map_err(io_err)?;
-            self.bc.run(client.open(&self.creds, a.fid, of)).map_err(io_err)?.0
+            self.bc.run(client.open_at(&self.creds, parent, name, of)).map_err(io_err)?.0
         };
         let h = self.next;
         self.next += 1;

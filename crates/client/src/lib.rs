@@ -704,9 +704,28 @@ impl Client {
     /// Opens an existing file (permissions checked by the MDS). With `truncate`, the
     /// file is emptied.
     pub async fn open(&self, creds: &Creds, fid: Fid, flags: OpenFlags) -> Result<(OpenFile, Attr)> {
-        self.observe("open", Some(fid), 0, 0, async {
-            let req = Request::MdsOpen { creds: creds.clone(), fid, flags };
-            let reply = self.md_reply(fid, req).await?;
+        let req = Request::MdsOpen { creds: creds.clone(), fid, flags };
+        self.observe("open", Some(fid), 0, 0, self.open_with(creds, fid, req, flags)).await
+    }
+
+    /// Opens `name` in `parent`: the lookup and the open in one MDS round trip
+    /// (Lustre's intent open), and for a small Data-on-MDT file its bytes too, so
+    /// reading it needs nothing more.
+    pub async fn open_at(&self, creds: &Creds, parent: Fid, name: &str, flags: OpenFlags) -> Result<(OpenFile, Attr)> {
+        self.observe("open", Some(parent), 0, 0, async {
+            if self.inner.leases.absent(parent, name) {
+                return Err(ClientError::Errno(Errno::NoEnt, format!("{name} not found")));
+            }
+            let req = Request::MdsOpenAt { creds: creds.clone(), parent, name: name.to_string(), flags };
+            self.open_with(creds, parent, req, flags).await
+        })
+        .await
+    }
+
+    /// Sends an open (`MdsOpen` or `MdsOpenAt`) to the MDT of `on` and makes the handle.
+    async fn open_with(&self, creds: &Creds, on: Fid, req: Request, flags: OpenFlags) -> Result<(OpenFile, Attr)> {
+        {
+            let reply = self.md_reply(on, req).await?;
             let (mut attr, data) = match reply.response {
                 Response::Attr(a) => (a, None),
                 // A small Data-on-MDT file: its bytes came with the open.
@@ -724,8 +743,7 @@ impl Client {
                 attr.size = 0;
             }
             Ok((f, attr))
-        })
-        .await
+        }
     }
 
     pub async fn mkdir(&self, creds: &Creds, parent: Fid, name: &str, mode: u32) -> Result<Attr> {

@@ -78,7 +78,10 @@ impl Service for Mds {
     async fn handle(&self, ctx: RequestCtx, req: Request, _payload: Bytes) -> Answer {
         match req {
             // The two answers that carry file data.
-            Request::MdsOpen { creds, fid, flags } => self.open(ctx, creds, fid, flags).await,
+            Request::MdsOpen { creds, fid, flags } => self.open(ctx, creds, Opened::Fid(fid), flags).await,
+            Request::MdsOpenAt { creds, parent, name, flags } => {
+                self.open(ctx, creds, Opened::Name(parent, name), flags).await
+            }
             Request::MdsDomRead { fid, offset, len } => match self.mdt(fid) {
                 Ok(mdt) => {
                     mdt.read_answer(move |v| {
@@ -124,29 +127,43 @@ impl Service for Mds {
 /// Largest small DoM file whose bytes an open returns with its attributes.
 pub const DOM_OPEN_DATA_MAX: u64 = 64 << 10;
 
+/// What an open names: a FID, or a name in a directory (looked up first).
+enum Opened {
+    Fid(Fid),
+    Name(Fid, String),
+}
+
 impl Mds {
     /// Opens a file. A Data-on-MDT file whose bytes (as of the open) all lie in its
     /// DoM component and are at most [`DOM_OPEN_DATA_MAX`] comes back with them, so
     /// reading it costs no further round trip (Lustre's DoM read-on-open).
-    async fn open(&self, ctx: RequestCtx, creds: Creds, fid: Fid, flags: OpenFlags) -> Answer {
-        let mdt = match self.mdt(fid) {
+    async fn open(&self, ctx: RequestCtx, creds: Creds, what: Opened, flags: OpenFlags) -> Answer {
+        let on = match &what {
+            Opened::Fid(fid) | Opened::Name(fid, _) => *fid,
+        };
+        let mdt = match self.mdt(on) {
             Ok(m) => m,
             Err(r) => return (*r, vec![]),
         };
-        let answer = mdt
-            .read_answer(move |v| {
+        let (answer, fid) = mdt
+            .read_answer_with(move |v| {
+                let fid = match what {
+                    Opened::Fid(fid) => fid,
+                    Opened::Name(parent, name) => v.lookup(&creds, parent, &name)?.fid,
+                };
                 let attr = v.open(&creds, fid, flags)?;
                 let small = attr.size <= DOM_OPEN_DATA_MAX && !flags.truncate;
-                match attr.layout.as_ref().and_then(|l| l.dom_end()) {
+                let answer = match attr.layout.as_ref().and_then(|l| l.dom_end()) {
                     Some(end) if small && attr.size <= end => {
                         let data = v.dom_read(fid, 0, attr.size)?;
-                        Ok((Response::OpenedWithData { attr }, vec![Bytes::from(data)]))
+                        (Response::OpenedWithData { attr }, vec![Bytes::from(data)])
                     }
-                    _ => Ok((Response::Attr(attr), vec![])),
-                }
+                    _ => (Response::Attr(attr), vec![]),
+                };
+                Ok((answer, Some(fid)))
             })
             .await;
-        if matches!(answer.0, Response::Attr(_) | Response::OpenedWithData { .. }) {
+        if let Some(fid) = fid {
             mdt.opened(fid, ctx.client_id);
         }
         answer

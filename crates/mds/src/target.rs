@@ -191,6 +191,16 @@ impl Mdt {
         self.view().and_then(|v| f(&v)).unwrap_or_else(op_error)
     }
 
+    /// As [`Mdt::read_answer`], with something more for the caller (`None` on error).
+    pub(crate) async fn read_answer_with<F, T>(&self, f: F) -> (rpc::server::Answer, Option<T>)
+    where
+        F: FnOnce(&View<std::sync::RwLockReadGuard<'_, MemTable>>) -> Result<(rpc::server::Answer, Option<T>), OpError>
+            + Send
+            + 'static,
+    {
+        self.view().and_then(|v| f(&v)).unwrap_or_else(|e| ((op_error(e), vec![]), None))
+    }
+
     /// As [`Mdt::read`], for an answer that carries a payload.
     pub(crate) async fn read_answer<F>(&self, f: F) -> rpc::server::Answer
     where

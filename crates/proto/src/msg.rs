@@ -493,6 +493,14 @@ pub enum Request {
     MdsDomGetattr {
         fid: Fid,
     },
+    /// Looks `name` up in `parent` and opens it, in one round trip (Lustre's intent
+    /// open): answered as [`Request::MdsOpen`] is.
+    MdsOpenAt {
+        creds: Creds,
+        parent: Fid,
+        name: String,
+        flags: OpenFlags,
+    },
 
     // ---- OSS (payload: data for writes) ----
     OstWrite {
@@ -578,6 +586,7 @@ impl Request {
             Request::MdsDomTrim { .. } => "dom_trim",
             Request::MdsDomPunch { .. } => "dom_punch",
             Request::MdsDomGetattr { .. } => "dom_getattr",
+            Request::MdsOpenAt { .. } => "open_at",
             Request::MdsCloseMany { .. } => "close_many",
             Request::MdsLeaseCancel { .. } => "lease_cancel",
             Request::OstWrite { .. } => "ost_write",
