@@ -74,8 +74,22 @@ pub trait FileBackend: Send {
     fn stat(&mut self, path: &str) -> io::Result<FileStat>;
     /// Requests sent so far to metadata and to object servers, for a backend that
     /// knows (the native braid client); what an operation costs in round trips.
-    fn rpc_tally(&self) -> Option<crate::task::RpcTally> {
+    fn rpc_tally(&self) -> Option<RpcTally> {
         None
+    }
+}
+
+/// Requests sent to metadata and to object servers (see [`FileBackend::rpc_tally`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RpcTally {
+    pub mds: u64,
+    pub ost: u64,
+}
+
+impl RpcTally {
+    /// What was sent between `self` (before) and `after`.
+    pub fn until(self, after: RpcTally) -> RpcTally {
+        RpcTally { mds: after.mds.saturating_sub(self.mds), ost: after.ost.saturating_sub(self.ost) }
     }
 }
 

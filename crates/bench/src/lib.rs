@@ -26,9 +26,8 @@ pub mod sweep;
 pub mod task;
 pub mod units;
 
-pub use backend::{FileBackend, FileHandle, FileStat, NativeConnect, OpenFlags, PosixBackend};
+pub use backend::{FileBackend, FileHandle, FileStat, NativeConnect, OpenFlags, PosixBackend, RpcTally};
 pub use error::BenchError;
-pub use task::RpcTally;
 
 use progress::Progress;
 

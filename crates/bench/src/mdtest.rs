@@ -393,7 +393,7 @@ fn sample(iteration: u32, phase: Phase, results: &[PhaseResult]) -> MdtestSample
     let last_end = results.iter().map(|r| r.end_ns).max().unwrap_or(0);
     let seconds = seconds_between(first_start, last_end);
     let items: u64 = results.iter().map(|r| r.ops).sum();
-    let counted: Option<Vec<crate::task::RpcTally>> = results.iter().map(|r| r.rpcs).collect();
+    let counted: Option<Vec<crate::backend::RpcTally>> = results.iter().map(|r| r.rpcs).collect();
     let per_item = |n: u64| if items == 0 { 0.0 } else { n as f64 / items as f64 };
     MdtestSample {
         iteration,

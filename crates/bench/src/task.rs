@@ -88,21 +88,7 @@ pub struct PhaseResult {
     pub first_verify_error: Option<String>,
     /// Requests the task's client sent to MDTs and to OSTs during the phase, when its
     /// backend counts them (the native braid client).
-    pub rpcs: Option<RpcTally>,
-}
-
-/// Requests sent to metadata and to object servers (see [`FileBackend::rpc_tally`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RpcTally {
-    pub mds: u64,
-    pub ost: u64,
-}
-
-impl RpcTally {
-    /// What was sent between `self` (before) and `after`.
-    pub fn until(self, after: RpcTally) -> RpcTally {
-        RpcTally { mds: after.mds.saturating_sub(self.mds), ost: after.ost.saturating_sub(self.ost) }
-    }
+    pub rpcs: Option<crate::backend::RpcTally>,
 }
 
 /// What a task sends back: once `Ready` after setup, then one reply per order.
