@@ -59,6 +59,16 @@ fn a_small_dom_file_lives_on_the_mdt_and_is_read_in_one_round_trip() {
     assert_eq!(back, small);
     assert_eq!((after.mds - before.mds, after.ost - before.ost), (1, 0), "open+read of a 4 KiB DoM file");
     within(&rt, "close", cl.close(f)).expect("close");
+    // By name: the lookup, the open and the bytes in that one round trip.
+    let before = cl.rpc_counts();
+    let (f, _) = within(&rt, "open by name", cl.open_at(&creds, dir, "small", RO)).expect("open_at");
+    let back = within(&rt, "read", cl.read(&f, 0, 1 << 20)).expect("read");
+    let after = cl.rpc_counts();
+    assert_eq!(back, small);
+    assert_eq!((after.mds - before.mds, after.ost - before.ost), (1, 0), "lookup+open+read of a 4 KiB DoM file");
+    within(&rt, "close", cl.close(f)).expect("close");
+    let missing = within(&rt, "open a missing name", cl.open_at(&creds, dir, "nothing", RO));
+    assert_eq!(client_errno(missing.map(|(_, a)| a)), Errno::NoEnt);
 
     // The CLI shows the DoM component as Lustre does.
     let gs = c.braid_ok(&["getstripe", &c.url("/d/small")]);
@@ -254,4 +264,127 @@ fn two_mounts_share_dom_files_as_any_other() {
     let grown = std::fs::read(a.path("d/moved")).expect("read");
     assert_eq!(grown.len(), (192 << 10) + 3);
     assert_eq!(&grown[192 << 10..], b"end");
+
+    // POSIX locks: a write lock through one mount keeps the other's out until closed.
+    let open_rw = |p: std::path::PathBuf| std::fs::OpenOptions::new().read(true).write(true).open(p).expect("open");
+    let (la, lb) = (open_rw(a.path("d/moved")), open_rw(b.path("d/moved")));
+    assert_eq!(write_lock(&la), 0);
+    let refused = write_lock(&lb);
+    assert!(refused == libc::EAGAIN || refused == libc::EACCES, "the second lock got {refused}");
+    drop(la);
+    testkit::wait_for("the lock to go with its descriptor", WAIT, || write_lock(&lb) == 0);
+}
+
+/// `fcntl(F_SETLK)` of a write lock on the whole file: 0 or the errno.
+fn write_lock(f: &std::fs::File) -> i32 {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a zeroed flock is a valid value; fcntl is given a live descriptor and a
+    // pointer to it for the call only.
+    unsafe {
+        let mut l: libc::flock = std::mem::zeroed();
+        l.l_type = libc::F_WRLCK as libc::c_short;
+        l.l_whence = libc::SEEK_SET as libc::c_short;
+        if libc::fcntl(f.as_raw_fd(), libc::F_SETLK, &l) == 0 {
+            0
+        } else {
+            std::io::Error::last_os_error().raw_os_error().unwrap_or(-1)
+        }
+    }
+}
+
+#[test]
+fn hostile_layout_and_dom_requests_get_errors_and_the_mds_keeps_serving() {
+    use layout::{ComponentSpec, LayoutChange, LayoutSpec, EOF};
+    use proto::msg::{Request, Response};
+
+    let c = Cluster::start(bin(), ClusterSpec::default());
+    c.wait_placement(4, WAIT);
+    setstripe_table5(&c, &c.url("/f"));
+    c.braid_ok(&["setstripe", "-E", "1M", "-c", "1", &c.url("/short")]);
+    c.braid_ok(&["setstripe", "-c", "2", &c.url("/plain")]);
+    let rt = runtime();
+    let cl = c.connect(&rt);
+    let creds = client::process_creds();
+    let fid = |p: &str| within(&rt, "resolve", cl.resolve(&creds, p, true)).expect("resolve").fid;
+    let (f, short, plain) = (fid("/f"), fid("/short"), fid("/plain"));
+    let data = Bytes::from(pattern(3000, 5));
+    within(&rt, "write", async {
+        let (h, _) = cl.open(&creds, f, RW).await?;
+        cl.write(&h, 0, data.clone()).await?;
+        cl.close(h).await
+    })
+    .expect("a DoM file with bytes");
+
+    let secret = proto::auth::Secret::load(&c.secret).expect("the cluster secret");
+    let rpc = rpc::RpcClient::new(c.addr("mds"), rpc::Identity::new("client", secret), rpc::RpcOptions::default());
+    let spec = |ends: &[u64]| LayoutSpec {
+        components: ends
+            .iter()
+            .map(|&e| ComponentSpec { extent_end: e, stripe_count: Some(1), ..Default::default() })
+            .collect(),
+    };
+    let many: Vec<u64> = (1..=65).map(|i| i << 20).collect();
+    let mut dom_second = spec(&[2 << 20, 3 << 20]);
+    dom_second.components[1] = ComponentSpec::dom(3 << 20);
+    let mut wide = spec(&[EOF]);
+    wide.components[0].stripe_count = Some(1 << 40);
+    let mut bad_size = spec(&[EOF]);
+    bad_size.components[0].stripe_size = Some(12345);
+    let creds_ = creds.clone();
+    let change = move |fid, change| Request::MdsLayoutChange { creds: creds_.clone(), fid, change };
+    let create = |name: &str, layout: LayoutSpec| Request::MdsCreate {
+        creds: creds.clone(),
+        parent: proto::Fid::ROOT,
+        name: name.into(),
+        mode: 0o644,
+        exclusive: true,
+        flags: RW,
+        layout: Some(layout),
+    };
+    let hostile = vec![
+        change(short, LayoutChange::Instantiate { end: 2 << 20 }),
+        change(short, LayoutChange::AddComponents(LayoutSpec { components: vec![] })),
+        change(short, LayoutChange::AddComponents(spec(&many))),
+        change(short, LayoutChange::AddComponents(dom_second.clone())),
+        change(short, LayoutChange::AddComponents(spec(&[1 << 20]))),
+        change(short, LayoutChange::DelComponents { id: Some(99) }),
+        change(proto::Fid::ROOT, LayoutChange::Instantiate { end: 1 }),
+        Request::MdsDomWrite { fid: plain, offset: 0, data: vec![1; 10], publish: None },
+        Request::MdsDomWrite { fid: f, offset: u64::MAX - 2, data: vec![1; 10], publish: Some(0) },
+        Request::MdsDomWrite { fid: f, offset: 60 << 10, data: vec![1; 8 << 10], publish: None },
+        Request::MdsDomPunch { fid: proto::Fid::ROOT, size: 0 },
+        Request::MdsDomGetattr { fid: plain },
+        Request::MdsDomRead { fid: proto::Fid::new(1, 999_999, 0), offset: 0, len: 10 },
+        create("bad1", spec(&[4 << 20, 2 << 20])),
+        create("bad2", spec(&many)),
+        create("bad3", dom_second),
+        create("bad4", wide),
+        create("bad5", bad_size),
+    ];
+    for req in hostile {
+        let what = format!("{req:?}");
+        match within(&rt, "a hostile request", rpc.call(&req, vec![])) {
+            Err(proto::RpcError::Remote(e)) => assert!(!e.message.is_empty(), "{what}: an error says why"),
+            Err(e) => panic!("{what}: not an error answer but {e}"),
+            Ok(reply) => panic!("{what} was accepted: {:?}", reply.response),
+        }
+    }
+    // What is harmless is answered: a huge read is cut at the object's end, a trim
+    // past it does nothing.
+    let reply =
+        within(&rt, "read", rpc.call(&Request::MdsDomRead { fid: f, offset: 0, len: u32::MAX }, vec![])).unwrap();
+    assert!(matches!(reply.response, Response::Data) && reply.payload == data, "{:?}", reply.response);
+    let trim = Request::MdsDomTrim { fid: f, offset: u64::MAX - 5, len: u64::MAX };
+    within(&rt, "trim", rpc.call(&trim, vec![])).expect("answered");
+
+    // Nothing changed, and the MDS keeps serving.
+    assert_eq!(c.braid_ok(&["getstripe", "--component-count", &c.url("/short")]).trim(), "1");
+    let gone = within(&rt, "lookup", cl.lookup(&creds, proto::Fid::ROOT, "bad1"));
+    assert_eq!(client_errno(gone), Errno::NoEnt);
+    let back = within(&rt, "read", async {
+        let (h, _) = cl.open(&creds, f, RO).await?;
+        cl.read(&h, 0, 10_000).await
+    })
+    .expect("read");
+    assert_eq!(back, data);
 }

@@ -19,6 +19,7 @@ fn bin() -> &'static Path {
 
 const MIB: u64 = 1 << 20;
 const RW: OpenFlags = OpenFlags { read: true, write: true, truncate: false };
+const RO: OpenFlags = OpenFlags { read: true, write: false, truncate: false };
 
 /// `lcme_flags` of each component, in order, from `getstripe` output.
 fn flags(getstripe: &str) -> Vec<String> {
@@ -102,6 +103,24 @@ fn composite_layouts_are_instantiated_as_the_file_grows() {
     });
     let gs = c.braid_ok(&["getstripe", &f]);
     assert_eq!((flags(&gs), layout_gen(&gs)), (vec!["init".to_string(); 3], 3), "{gs}");
+    within(&rt, "close", a.close(fa)).expect("close");
+
+    // A reader holding an older layout refreshes it before reading where it has no
+    // objects: a second file, B writes into its component 2 while A holds generation 1.
+    c.braid_ok(&["setstripe", "-E", "4M", "-c", "1", "-E", "-1", "-c", "2", &c.url("/pfl2")]);
+    let fid2 = within(&rt, "resolve", a.resolve(&creds, "/pfl2", true)).expect("resolve").fid;
+    let (fa, _) = within(&rt, "open", a.open(&creds, fid2, RO)).expect("A opens");
+    assert_eq!(fa.layout().generation, 1);
+    within(&rt, "B writes", async {
+        let (fb, _) = b.open(&creds, fid2, RW).await?;
+        b.write(&fb, 5 * MIB, mid.clone()).await?;
+        b.close(fb).await
+    })
+    .expect("B's write past 4 MiB");
+    fa.set_size(6 * MIB); // as the mount does when the kernel learns the new size
+    let got = within(&rt, "A reads", a.read(&fa, 5 * MIB, MIB)).expect("read");
+    assert_eq!(got, mid, "A read B's bytes, not a hole");
+    assert_eq!(fa.layout().generation, 2, "A took the newer layout");
     within(&rt, "close", a.close(fa)).expect("close");
 }
 
