@@ -9,9 +9,11 @@
 #
 # Environment: WORK (default /var/tmp/peers/ab), FSBENCH (default /var/tmp/peers/fsbench),
 # MD_FILES (2000), SMALL_FILES (10000), SETTLE (seconds after each drop_caches; 3),
-# ROWS (all, or md1: only creates, stats and unlinks of one process in a shared
-# directory, the quickest row, for many runs). The same binary twice is an A/A run:
-# what the machine's noise alone makes of the ratios.
+# ROWS (all; md1: only creates, stats and unlinks of one process in a shared
+# directory, the quickest row, for many runs; small: only the small-file rows),
+# BASE_ARGS and NEW_ARGS (extra `braid local` arguments of each side, e.g.
+# NEW_ARGS="--default-layout seed-table5" to compare layouts with one binary). The same
+# binary twice is an A/A run: what the machine's noise alone makes of the ratios.
 set -uo pipefail
 BASE=${1:?base binary}
 NEW=${2:?new binary}
@@ -25,13 +27,14 @@ mkdir -p "$WORK"
 OUT=$WORK/results.jsonl
 : > "$OUT"
 
-up() {  # up NAME BINARY PORT
-    local d=$WORK/$1
+up() {  # up NAME BINARY PORT [LOCAL-ARGS...]
+    local d=$WORK/$1 bin=$2 port=$3
+    shift 3
     rm -rf "$d"; mkdir -p "$d/data" "$d/mnt"
-    "$2" local --data "$d/data" --osts 4 --listen 127.0.0.1:$3 > "$d/local.log" 2>&1 &
+    "$bin" local --data "$d/data" --osts 4 --listen 127.0.0.1:$port "$@" > "$d/local.log" 2>&1 &
     echo $! > "$d/pid"
     for _ in $(seq 1 100); do grep -q "^MGS at" "$d/local.log" && break; sleep 0.2; done
-    "$2" mount "braid://127.0.0.1:$3/" "$d/mnt" --secret-file "$d/data/cluster.secret" --log "$d/mount.log" \
+    "$bin" mount "braid://127.0.0.1:$port/" "$d/mnt" --secret-file "$d/data/cluster.secret" --log "$d/mount.log" \
         || { echo "braid mount ($1) failed" >&2; return 1; }
     for _ in $(seq 1 100); do mountpoint -q "$d/mnt" && return 0; sleep 0.2; done
     echo "braid ($1) did not mount" >&2; return 1
@@ -43,8 +46,10 @@ down() {  # down NAME BINARY
     rm -f "$d/pid"
 }
 trap 'down base "$BASE"; down new "$NEW"' EXIT
-up base "$BASE" 19900 || exit 1
-up new "$NEW" 19910 || exit 1
+# shellcheck disable=SC2086
+up base "$BASE" 19900 ${BASE_ARGS:-} || exit 1
+# shellcheck disable=SC2086
+up new "$NEW" 19910 ${NEW_ARGS:-} || exit 1
 settle() { sync; echo 3 > /proc/sys/vm/drop_caches; sleep "$SETTLE"; }
 record() {  # record SIDE ROW JSON
     python3 -c 'import json,sys; d=json.loads(sys.argv[3]); d["side"]=sys.argv[1]; d["row"]=sys.argv[2]; print(json.dumps(d))' "$1" "$2" "$3" >> "$OUT"
@@ -57,7 +62,7 @@ one() {  # one SIDE: every workload once on that side's mount
         sleep 1
         return
     fi
-    for np in 1 2; do
+    [ "${ROWS:-all}" = small ] || for np in 1 2; do
         for lay in shared unique; do
             flag=; [ $lay = shared ] && flag=-s
             record "$1" "md $lay n$np" "$("$FSBENCH" md -d "$dir/md" -n $np -f "$MD_FILES" $flag)"
