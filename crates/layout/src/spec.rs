@@ -50,6 +50,21 @@ pub enum LayoutChange {
 pub const TEMPLATES: &str = "seed-table4, seed-table5";
 
 impl ComponentSpec {
+    /// What a component of a file asks for: where it ends, its stripes, its pool (a
+    /// DoM component asks for no stripes, so nothing follows from it).
+    fn asked_by(c: &Component) -> ComponentSpec {
+        if c.is_dom() {
+            return ComponentSpec { extent_end: c.extent_end, ..Default::default() };
+        }
+        ComponentSpec {
+            extent_end: c.extent_end,
+            stripe_count: Some(c.stripe_count_wanted),
+            stripe_size: Some(c.stripe_size),
+            pool: c.pool.clone(),
+            ..Default::default()
+        }
+    }
+
     /// A Data-on-MDT component ending at `extent_end` (`-E END -L mdt`).
     pub fn dom(extent_end: u64) -> ComponentSpec {
         ComponentSpec { extent_end, pattern: Pattern::Mdt, ..Default::default() }
@@ -315,14 +330,7 @@ impl Layout {
             if c.is_instantiated() {
                 continue;
             }
-            let want = ComponentSpec {
-                extent_end: c.extent_end,
-                stripe_count: Some(c.stripe_count_wanted),
-                stripe_size: Some(c.stripe_size),
-                pool: c.pool.clone(),
-                ..Default::default()
-            };
-            c.osts = choose_osts(&want, osts, cursor.wrapping_add(i as u64))?;
+            c.osts = choose_osts(&ComponentSpec::asked_by(c), osts, cursor.wrapping_add(i as u64))?;
             changed = true;
         }
         if changed {
@@ -351,14 +359,7 @@ impl Layout {
                 }
                 // New components inherit from the last one, as later components do.
                 let last = self.components.last().expect("a layout has a component");
-                let prev = ComponentSpec {
-                    extent_end: last.extent_end,
-                    stripe_count: Some(last.stripe_count_wanted),
-                    stripe_size: Some(last.stripe_size),
-                    pool: last.pool.clone(),
-                    ..Default::default()
-                };
-                let mut chain = vec![prev];
+                let mut chain = vec![ComponentSpec::asked_by(last)];
                 chain.extend(spec.components.iter().cloned());
                 let filled = LayoutSpec { components: chain }.inherit(&LayoutSpec { components: vec![] });
                 next.push_components(&filled.components[1..], start, osts, cursor)?;
