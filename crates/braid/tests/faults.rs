@@ -279,6 +279,17 @@ fn targets_stay_up_and_placeable_across_an_mgs_restart() {
 
 #[test]
 fn acknowledged_operations_survive_sigkill_of_the_mds_before_any_checkpoint() {
+    acknowledged_operations_survive_sigkill_of_the_mds(false);
+}
+
+/// The same with every file's bytes on the MDT (Data-on-MDT): they too are only in the
+/// redo log when the MDS is killed.
+#[test]
+fn acknowledged_dom_bytes_survive_sigkill_of_the_mds_before_any_checkpoint() {
+    acknowledged_operations_survive_sigkill_of_the_mds(true);
+}
+
+fn acknowledged_operations_survive_sigkill_of_the_mds(dom: bool) {
     // No checkpoint in the test's lifetime: everything the MDS acknowledged lives only in
     // its non-durable redb commits and its redo log when it is killed, and must come
     // back from the log, twice over (the second run appends after a replay).
@@ -292,6 +303,10 @@ fn acknowledged_operations_survive_sigkill_of_the_mds_before_any_checkpoint() {
             let client = c.connect(&rt);
             rt.block_on(async {
                 let dir = client.mkdir(&creds, Fid::ROOT, &format!("d{round}"), 0o755).await?;
+                if dom {
+                    let table5 = LayoutSpec::template("seed-table5").expect("a built-in template");
+                    client.set_dir_layout(&creds, dir.fid, Some(table5)).await?;
+                }
                 for i in 0..200 {
                     let (f, _, _) = client.create(&creds, dir.fid, &format!("f{i}"), 0o644, true, rw, None).await?;
                     client.write(&f, 0, Bytes::from(format!("file {i} of round {round}"))).await?;
@@ -318,6 +333,10 @@ fn acknowledged_operations_survive_sigkill_of_the_mds_before_any_checkpoint() {
             assert_eq!(got, want, "names in /d{r} after kill {round}");
             assert_eq!(c.get(&format!("/d{r}/f199")), format!("file 199 of round {r}").as_bytes());
             assert_eq!(c.get(&format!("/d{r}/renamed")), format!("file 1 of round {r}").as_bytes());
+            if dom {
+                let gs = c.braid_ok(&["getstripe", &c.url(&format!("/d{r}/f199"))]);
+                assert!(gs.contains("lmm_pattern:       mdt"), "the bytes were on the MDT:\n{gs}");
+            }
         }
     }
 }
