@@ -387,7 +387,8 @@ pub(crate) async fn glimpse(c: &Client, fid: Fid, layout: &Layout) -> Result<u64
     Ok(sizes.into_iter().map(|(i, size)| objects[i].file_size_from(size)).max().unwrap_or(0))
 }
 
-/// Deallocates `[offset, offset+len)` of a file on its OSTs (reads back as zeros).
+/// Deallocates `[offset, offset+len)` of a file where its bytes live, OSTs or the MDT
+/// (reads back as zeros).
 pub(crate) async fn punch_hole(c: &Client, f: &OpenFile, offset: u64, len: u64) -> Result<()> {
     // Nothing to deallocate where no component has objects.
     let extents = objio::extents_to_read(f.fid, &f.layout(), offset, len, u64::MAX)?;
