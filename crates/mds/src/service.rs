@@ -82,6 +82,13 @@ impl Service for Mds {
             Request::MdsOpenAt { creds, parent, name, flags } => {
                 self.open(ctx, creds, Opened::Name(parent, name), flags).await
             }
+            Request::MdsDomRead { len, .. } if len as u64 > DOM_READ_MAX => (
+                Response::error(
+                    Errno::Inval,
+                    format!("a DoM read of {len} bytes is more than {DOM_READ_MAX} at a time"),
+                ),
+                vec![],
+            ),
             Request::MdsDomRead { fid, offset, len } => match self.mdt(fid) {
                 Ok(mdt) => {
                     mdt.read_answer(move |v| {
@@ -126,6 +133,10 @@ impl Service for Mds {
 
 /// Largest small DoM file whose bytes an open returns with its attributes.
 pub const DOM_OPEN_DATA_MAX: u64 = 64 << 10;
+
+/// Most bytes one DoM read answers (a client asks for at most 4 MiB at a time): a
+/// hostile length does not make the MDS build a huge answer.
+pub const DOM_READ_MAX: u64 = 8 << 20;
 
 /// What an open names: a FID, or a name in a directory (looked up first).
 enum Opened {
