@@ -16,6 +16,17 @@ use std::path::Path;
 
 use testkit::{pattern, Mount, MountedCluster};
 
+/// The tests of this file run one at a time. They keep writes unpublished on purpose,
+/// and a descriptor open in this process is flushed (published) by the kernel whenever
+/// any thread's child process execs (its close-on-exec copy of the descriptor is
+/// closed, and a close flushes): a sibling test starting `braid mount` or `braid
+/// setstripe` meanwhile would publish a write the test means to keep unpublished.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Where the old bytes were cut to, and where the write past the end goes.
 const CUT: u64 = 4096;
 const FAR: u64 = 200_000;
@@ -61,6 +72,7 @@ fn check_cut_then_extended(path: &Path, old: &[u8], what: &str) {
 
 #[test]
 fn a_cut_of_unpublished_writes_reads_back_as_zeros() {
+    let _serial = serial();
     let e = start("");
     let old = pattern(OLD_LEN, 31);
 
@@ -99,6 +111,7 @@ fn a_cut_of_unpublished_writes_reads_back_as_zeros() {
 
 #[test]
 fn hole_punch_and_zero_range_of_unpublished_writes() {
+    let _serial = serial();
     let e = start("");
     let old = pattern(OLD_LEN, 32);
     let p = e.m.path("d/ranges");
@@ -145,6 +158,7 @@ fn hole_punch_and_zero_range_of_unpublished_writes() {
 
 #[test]
 fn a_truncate_on_one_client_cuts_what_another_wrote_and_has_not_published() {
+    let _serial = serial();
     let e = start("");
     // The writer reads through `direct_io`, so its read-back below reaches the client,
     // which answers only once the writes of that range are on the OSTs: the cut then
@@ -190,6 +204,7 @@ fn a_truncate_on_one_client_cuts_what_another_wrote_and_has_not_published() {
 
 #[test]
 fn cuts_of_a_file_replaced_or_unlinked_while_open() {
+    let _serial = serial();
     let e = start("");
     let old = pattern(OLD_LEN, 34);
     // Checks what `f` reads now: the old bytes below the cut, zeros up to FAR, a 1.
