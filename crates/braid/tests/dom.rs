@@ -94,6 +94,23 @@ fn a_small_dom_file_lives_on_the_mdt_and_is_read_in_one_round_trip() {
     within(&rt, "close", cl.close(f)).expect("close");
     let glimpsed = within(&rt, "getattr", cl.getattr(attr.fid)).expect("getattr");
     assert_eq!(glimpsed.size, 4096);
+
+    // A descriptor opened while another one's DoM write is still on its way to the
+    // MDT reads that write (it returned before the open), not the bytes the open got.
+    for round in 0..20u8 {
+        let new = Bytes::from(vec![round + 10; 4096]);
+        let got = within(&rt, "write, then open and read", async {
+            let (w, _) = cl.open(&creds, attr.fid, RW).await?;
+            cl.write(&w, 0, new.clone()).await?;
+            let (r, _) = cl.open(&creds, attr.fid, RO).await?;
+            let got = cl.read(&r, 0, 4096).await;
+            cl.close(r).await?;
+            cl.close(w).await?;
+            got
+        })
+        .expect("write, then open and read");
+        assert!(got == new, "round {round}: a new descriptor read bytes older than a write that returned");
+    }
 }
 
 #[test]
@@ -401,6 +418,13 @@ fn hostile_layout_and_dom_requests_get_errors_and_the_mds_keeps_serving() {
     assert!(matches!(reply.response, Response::Data) && reply.payload == data, "{:?}", reply.response);
     let trim = Request::MdsDomTrim { fid: f, offset: u64::MAX - 5, len: u64::MAX };
     within(&rt, "trim", rpc.call(&trim, vec![])).expect("answered");
+    // An open brings a small DoM file's bytes only to a reader.
+    let open = |flags| Request::MdsOpen { creds: creds.clone(), fid: f, flags };
+    let wo = OpenFlags { read: false, write: true, truncate: false };
+    let reply = within(&rt, "open for writing", rpc.call(&open(wo), vec![])).unwrap();
+    assert!(matches!(reply.response, Response::Attr(_)) && reply.payload.is_empty(), "{:?}", reply.response);
+    let reply = within(&rt, "open for reading", rpc.call(&open(RO), vec![])).unwrap();
+    assert!(matches!(reply.response, Response::OpenedWithData { .. }) && reply.payload == data);
 
     // Nothing changed, and the MDS keeps serving.
     assert_eq!(c.braid_ok(&["getstripe", "--component-count", &c.url("/short")]).trim(), "1");

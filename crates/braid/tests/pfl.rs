@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use bytes::Bytes;
-use layout::{Layout, EOF};
+use layout::{Layout, LayoutChange, EOF};
 use proto::msg::{OpenFlags, SetAttr};
 use proto::{Errno, Fid};
 use testkit::{client_errno, field, pattern, runtime, stderr, within, Cluster, ClusterSpec, Mount};
@@ -164,6 +164,15 @@ fn component_changes_truncates_and_bad_layouts() {
     assert_eq!(c.braid_ok(&["getstripe", "--component-count", &grown]).trim(), "1");
     let out = c.braid(&["setstripe", "--component-add", "-E", "-1", "-c", "5", &grown]);
     assert!(out.status.success(), "{}", stderr(&out));
+    // Instantiating needs write permission, the file open, or ownership: another user
+    // without them is refused; the owner may.
+    let gfid = within(&rt, "resolve", cl.resolve(&creds, "/grown", true)).expect("resolve").fid;
+    let nobody = proto::msg::Creds { uid: 65534, gid: 65534, groups: vec![] };
+    let grow = LayoutChange::Instantiate { end: 2 * MIB };
+    let refused = within(&rt, "instantiate as another user", cl.change_layout(&nobody, gfid, grow.clone()));
+    assert_eq!(client_errno(refused), Errno::Access);
+    let a = within(&rt, "instantiate as the owner", cl.change_layout(&creds, gfid, grow)).expect("instantiate");
+    assert_eq!(instantiated(&a.layout.expect("layout")), [true, true]);
 
     // A truncate up into a component instantiates it (and the ones before it).
     let t = c.url("/trunc");
@@ -193,6 +202,45 @@ fn component_changes_truncates_and_bad_layouts() {
         assert!(!out.status.success() && stderr(&out).contains(says), "{all:?}: {}", stderr(&out));
         let gone = within(&rt, "resolve", cl.resolve(&creds, "/bad", true));
         assert_eq!(client_errno(gone), Errno::NoEnt, "{all:?} made a file");
+    }
+}
+
+/// A handle whose layout predates another client's instantiation truncates and
+/// punches the components that client instantiated too: no old bytes come back.
+#[test]
+fn cuts_through_an_older_layout_reach_components_instantiated_elsewhere() {
+    let c = Cluster::start(bin(), ClusterSpec::default());
+    c.wait_placement(4, testkit::WAIT);
+    let rt = runtime();
+    let (a, b) = (c.connect(&rt), c.connect(&rt));
+    let creds = client::process_creds();
+    let mid = Bytes::from(pattern(MIB as usize, 7));
+    for (name, cut) in [("/t", "truncate"), ("/p", "punch")] {
+        c.braid_ok(&["setstripe", "-E", "4M", "-c", "1", "-E", "-1", "-c", "2", &c.url(name)]);
+        let fid = within(&rt, "resolve", a.resolve(&creds, name, true)).expect("resolve").fid;
+        let back = within(&rt, cut, async {
+            let (fa, _) = a.open(&creds, fid, RW).await?;
+            assert_eq!(fa.layout().generation, 1);
+            // B instantiates component 2 and writes there; A's layout is older.
+            let (fb, _) = b.open(&creds, fid, RW).await?;
+            b.write(&fb, 5 * MIB, mid.clone()).await?;
+            b.close(fb).await?;
+            fa.set_size(6 * MIB);
+            if cut == "truncate" {
+                a.ftruncate(&creds, &fa, MIB).await?;
+                a.ftruncate(&creds, &fa, 6 * MIB).await?;
+            } else {
+                a.punch_hole(&fa, 5 * MIB, MIB).await?;
+            }
+            a.close(fa).await?;
+            let (fr, _) = b.open(&creds, fid, RO).await?;
+            let back = b.read(&fr, 5 * MIB, MIB).await;
+            b.close(fr).await?;
+            back
+        })
+        .expect(cut);
+        assert_eq!(back.len() as u64, MIB, "{cut}");
+        assert!(back.iter().all(|&x| x == 0), "{cut} through an older layout left B's bytes behind");
     }
 }
 

@@ -35,6 +35,18 @@ pub struct Inflight {
     /// The file's truncate epoch the handle's size is valid under (see
     /// `Attr::trunc_epoch`); here for the same reason as `data_gen`.
     pub(crate) trunc_epoch: std::sync::atomic::AtomicU64,
+    /// [`write_seq`] when a write through the handle last started or was last
+    /// answered: an open's bytes are kept only if no write of the file was on its way
+    /// while the open was.
+    last_write: std::sync::atomic::AtomicU64,
+}
+
+/// A process-wide clock of write starts and completions (see `Inflight::last_write`).
+static WRITE_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// The write clock now: a write that starts or is answered from here on is later.
+pub(crate) fn write_seq() -> u64 {
+    WRITE_SEQ.load(std::sync::atomic::Ordering::Acquire)
 }
 
 #[derive(Default)]
@@ -71,7 +83,20 @@ impl Inflight {
         }
     }
 
+    fn touch(&self) {
+        let now = WRITE_SEQ.fetch_add(1, std::sync::atomic::Ordering::AcqRel) + 1;
+        self.last_write.fetch_max(now, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// Whether a write of the handle was on its way at any time since `since` (a
+    /// [`write_seq`] reading) or is now.
+    pub(crate) fn wrote_since(&self, since: u64) -> bool {
+        self.last_write.load(std::sync::atomic::Ordering::Acquire) > since
+            || !self.state.lock().expect("inflight").ranges.is_empty()
+    }
+
     fn finish(&self, id: u64, bytes: u64, result: &Result<()>) {
+        self.touch();
         let mut st = self.state.lock().expect("inflight");
         st.ranges.retain(|r| r.2 != id);
         st.bytes -= bytes;
@@ -110,6 +135,7 @@ pub(crate) async fn write(c: &Client, f: &OpenFile, offset: u64, data: Bytes) ->
         ClientError::Errno(Errno::Inval, format!("write at {offset}+{len} exceeds the largest file size"))
     })?;
     f.inflight.take_error()?;
+    f.inflight.touch();
     // What this or another handle of the file read ahead may predate this write.
     f.inflight.data_gen.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     for other in c.file_inflights(f.fid) {
@@ -164,7 +190,9 @@ pub(crate) async fn write(c: &Client, f: &OpenFile, offset: u64, data: Bytes) ->
             inflight.finish(id, len, &r);
         });
     } else {
-        wait_all.await?;
+        let r = wait_all.await;
+        f.inflight.touch();
+        r?;
     }
     f.written.store(true, std::sync::atomic::Ordering::Release);
     f.grow(end);

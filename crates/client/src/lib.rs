@@ -725,6 +725,7 @@ impl Client {
     /// Sends an open (`MdsOpen` or `MdsOpenAt`) to the MDT of `on` and makes the handle.
     async fn open_with(&self, creds: &Creds, on: Fid, req: Request, flags: OpenFlags) -> Result<(OpenFile, Attr)> {
         {
+            let sent_at = io::write_seq();
             let reply = self.md_reply(on, req).await?;
             let (mut attr, data) = match reply.response {
                 Response::Attr(a) => (a, None),
@@ -733,7 +734,10 @@ impl Client {
                 r => return Err(unexpected("open", &r)),
             };
             let f = OpenFile::new(&attr, flags, creds)?;
-            if let Some(data) = data {
+            // Bytes the open returned predate a write of this client still on its way
+            // to the MDT when the open was sent: such an open reads like any other.
+            let quiet = || self.file_inflights(attr.fid).iter().all(|i| !i.wrote_since(sent_at));
+            if let Some(data) = data.filter(|_| quiet()) {
                 f.keep_data(data);
             }
             self.register_open(&f);
@@ -966,6 +970,19 @@ impl Client {
         }
     }
 
+    /// Before a truncate or hole punch through a handle: a layout that may have grown
+    /// since the handle took it (components instantiated or added by another client)
+    /// is asked for again, so the cut reaches every object that holds bytes.
+    pub(crate) async fn refresh_unsettled_layout(&self, f: &OpenFile) -> Result<()> {
+        if f.layout().is_settled() {
+            return Ok(());
+        }
+        if let Some(fresh) = self.getattr(f.fid).await?.layout {
+            f.replace_layout(fresh);
+        }
+        Ok(())
+    }
+
     /// The data half of a truncate: waits for this client's writes to the file still
     /// on their way (a write that returned before the truncate must not land after
     /// the cut), drops read-ahead, and cuts every object to what `size` needs.
@@ -980,6 +997,7 @@ impl Client {
     async fn setattr_through(&self, creds: &Creds, f: &OpenFile, set: SetAttr) -> Result<Attr> {
         let size = set.size;
         if let Some(size) = size {
+            self.refresh_unsettled_layout(f).await?;
             let layout = self.instantiate(f, size).await?;
             self.cut_objects(f.fid, &layout, size).await?;
         }
@@ -1091,6 +1109,7 @@ impl Client {
     pub async fn punch_hole(&self, f: &OpenFile, offset: u64, len: u64) -> Result<()> {
         self.observe("punch", Some(f.fid), offset, len, async {
             self.drain_file(f.fid).await?;
+            self.refresh_unsettled_layout(f).await?;
             io::punch_hole(self, f, offset, len).await
         })
         .await
@@ -1153,18 +1172,18 @@ impl Client {
         f.needs_publish.store(false, Ordering::Release);
         let epoch = f.inflight.trunc_epoch.load(Ordering::Acquire);
         let req = Request::MdsSizeUpdate { fid: f.fid, size: f.size(), mtime: Timespec::now(), trunc_epoch: epoch };
-        match self.md(f.fid, req).await? {
-            Response::Attr(_) => {
-                f.published_gen.store(gen, Ordering::Release);
-                Ok(())
-            }
-            Response::EpochMoved { trunc_epoch } => {
-                self.report_size_from_objects(f, trunc_epoch).await?;
-                f.published_gen.store(gen, Ordering::Release);
-                Ok(())
-            }
-            r => Err(unexpected("size update", &r)),
+        let reported = match self.md(f.fid, req).await {
+            Ok(Response::Attr(_)) => Ok(()),
+            Ok(Response::EpochMoved { trunc_epoch }) => self.report_size_from_objects(f, trunc_epoch).await,
+            Ok(r) => Err(unexpected("size update", &r)),
+            Err(e) => Err(e),
+        };
+        match reported {
+            Ok(()) => f.published_gen.store(gen, Ordering::Release),
+            // Still to report: the next flush, fsync or the close tries again.
+            Err(_) => f.needs_publish.store(true, Ordering::Release),
         }
+        reported
     }
 
     /// After a truncate from elsewhere (the MDS answered [`Response::EpochMoved`]),

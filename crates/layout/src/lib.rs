@@ -296,6 +296,13 @@ impl Layout {
         self.components.last().map_or(0, |c| c.extent_end)
     }
 
+    /// Whether the layout can change no more under a writer: it reaches EOF and every
+    /// component has its objects. Until then another client may instantiate or add
+    /// components, and a truncate or hole punch must ask for the layout again first.
+    pub fn is_settled(&self) -> bool {
+        self.end() == EOF && self.instantiated_below(EOF)
+    }
+
     /// Index of the component holding file offset `x`, if any does.
     pub fn component_at(&self, x: u64) -> Option<usize> {
         self.components.iter().position(|c| x >= c.extent_start && x < c.extent_end)
