@@ -188,7 +188,14 @@ impl Committer {
     /// writer undoes them all if anything fails before the record is appended.
     fn apply_batch(&mut self, batch: &[Job]) -> OpResult<Vec<Outcome>> {
         let opens = self.opens.clone();
-        let is_open = move |fid: Fid| opens.lock().expect("opens").contains_key(&fid);
+        let is_open = move |fid: Fid, client: Option<u64>| {
+            let opens = opens.lock().expect("opens");
+            let holders = opens.get(&fid);
+            match client {
+                None => holders.is_some(),
+                Some(c) => holders.is_some_and(|h| h.contains_key(&c)),
+            }
+        };
         let osts = self.cluster.read().expect("cluster view").osts.clone();
         let mut place = Placement {
             osts: &osts,

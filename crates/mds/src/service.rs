@@ -147,7 +147,8 @@ enum Opened {
 impl Mds {
     /// Opens a file. A Data-on-MDT file whose bytes (as of the open) all lie in its
     /// DoM component and are at most [`DOM_OPEN_DATA_MAX`] comes back with them, so
-    /// reading it costs no further round trip (Lustre's DoM read-on-open).
+    /// reading it costs no further round trip (Lustre's DoM read-on-open). Only an
+    /// open for reading gets them: a writer has no right to the bytes.
     async fn open(&self, ctx: RequestCtx, creds: Creds, what: Opened, flags: OpenFlags) -> Answer {
         let on = match &what {
             Opened::Fid(fid) | Opened::Name(fid, _) => *fid,
@@ -163,7 +164,7 @@ impl Mds {
                     Opened::Name(parent, name) => v.lookup(&creds, parent, &name)?.fid,
                 };
                 let attr = v.open(&creds, fid, flags)?;
-                let small = attr.size <= DOM_OPEN_DATA_MAX && !flags.truncate;
+                let small = flags.read && attr.size <= DOM_OPEN_DATA_MAX && !flags.truncate;
                 let answer = match attr.layout.as_ref().and_then(|l| l.dom_end()) {
                     Some(end) if small && attr.size <= end => {
                         let data = v.dom_read(fid, 0, attr.size)?;

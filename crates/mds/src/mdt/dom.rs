@@ -68,19 +68,6 @@ fn decode_block(fid: Fid, v: &[u8]) -> OpResult<Vec<u8>> {
 }
 
 impl<M: Deref<Target = MemTable>> View<M> {
-    /// Every block of `fid`'s DoM object, in order: (index, bytes).
-    fn dom_blocks(&self, fid: Fid) -> OpResult<Vec<(u64, Vec<u8>)>> {
-        let prefix = fid.to_key();
-        let blocks = self
-            .scan_prefix(Tbl::Dom, &prefix)?
-            .map(|row| {
-                let (k, v) = row?;
-                Ok((block_of(fid, &k)?, decode_block(fid, &v)?))
-            })
-            .collect();
-        blocks
-    }
-
     /// One block of `fid`'s DoM object, if it has bytes.
     fn dom_block(&self, fid: Fid, block: u64) -> OpResult<Option<Vec<u8>>> {
         self.with(Tbl::Dom, &dom_key(fid, block), |v| decode_block(fid, v))
@@ -194,17 +181,22 @@ impl Writer<'_> {
     /// zeroed.
     pub(super) fn dom_trim(&mut self, fid: Fid, offset: u64, len: u64) -> OpResult<Response> {
         self.view.dom_end(fid)?;
-        let blocks = self.view.dom_blocks(fid)?;
-        let last = blocks.last().map(|b| b.0);
-        let end = offset.saturating_add(len);
-        for (block, mut bytes) in blocks {
+        let size = self.view.dom_size(fid)?;
+        let end = offset.saturating_add(len).min(size);
+        if offset >= end {
+            return Ok(Response::Ok);
+        }
+        let last = (size - 1) / DOM_BLOCK;
+        // One block in memory at a time, whatever the size of the component.
+        for block in offset / DOM_BLOCK..=(end - 1) / DOM_BLOCK {
+            let Some(mut bytes) = self.view.dom_block(fid, block)? else { continue };
             let base = block * DOM_BLOCK;
             let from = offset.max(base);
             let to = end.min(base + bytes.len() as u64);
             if from >= to {
                 continue;
             }
-            if from == base && to == base + bytes.len() as u64 && Some(block) != last {
+            if from == base && to == base + bytes.len() as u64 && block != last {
                 self.del(Tbl::Dom, &dom_key(fid, block))?;
             } else {
                 bytes[(from - base) as usize..(to - base) as usize].fill(0);
@@ -224,10 +216,14 @@ impl Writer<'_> {
     /// Removes every byte of `fid`'s DoM object at or past `size` (all of it for 0):
     /// a truncate, or the inode going away.
     pub(super) fn drop_dom_from(&mut self, fid: Fid, size: u64) -> OpResult<()> {
-        let blocks = self.view.dom_blocks(fid)?;
-        let old_size = blocks.last().map_or(0, |(b, bytes)| b * DOM_BLOCK + bytes.len() as u64);
+        let old_size = self.view.dom_size(fid)?;
+        if old_size <= size {
+            return Ok(());
+        }
         let mut kept_end = 0;
-        for (block, mut bytes) in blocks {
+        // Blocks at or past the cut, one in memory at a time.
+        for block in size / DOM_BLOCK..=(old_size - 1) / DOM_BLOCK {
+            let Some(mut bytes) = self.view.dom_block(fid, block)? else { continue };
             let base = block * DOM_BLOCK;
             if base >= size {
                 self.del(Tbl::Dom, &dom_key(fid, block))?;
@@ -241,12 +237,14 @@ impl Writer<'_> {
         }
         // Cut inside a hole (a trimmed range): the object still ends at `size`, as a
         // sparse OST object does, so a zeroed tail marks where.
-        if size > 0 && old_size > size && kept_end < size {
+        if size > 0 && kept_end < size {
             let block = (size - 1) / DOM_BLOCK;
             let base = block * DOM_BLOCK;
             let mut bytes = self.view.dom_block(fid, block)?.unwrap_or_default();
-            bytes.resize((size - base) as usize, 0);
-            self.put_block(fid, block, &bytes)?;
+            if bytes.len() as u64 != size - base {
+                bytes.resize((size - base) as usize, 0);
+                self.put_block(fid, block, &bytes)?;
+            }
         }
         Ok(())
     }

@@ -27,12 +27,18 @@ impl Writer<'_> {
         if ino.attr.kind != FileKind::File {
             return fail(Errno::Inval, format!("{fid} is not a regular file: only files have layouts"));
         }
-        // An instantiation comes from a writer holding the file open (permission was
-        // checked at open, and a mode changed since must not fail its writes); it
-        // chooses OSTs and changes no byte. Adding or deleting components is a change
-        // of the file, as Lustre's setstripe on a file: it needs write permission.
-        if !matches!(change, LayoutChange::Instantiate { .. }) && !ino.may(creds, MAY_WRITE) {
-            return fail(Errno::Access, "changing a file's components needs write permission on it");
+        // Adding or deleting components is a change of the file, as Lustre's setstripe
+        // on a file: it needs write permission. An instantiation chooses OSTs and
+        // changes no byte; it comes from a writer or a truncate, so it needs write
+        // permission too, or the file open by this client (permission was checked at
+        // open, and a mode changed since must not fail its writes), or the owner (who
+        // may write a file created read-only through the descriptor that created it,
+        // also after an MDS restart forgot the opens).
+        let writer = ino.may(creds, MAY_WRITE)
+            || matches!(change, LayoutChange::Instantiate { .. })
+                && ((place.is_open)(fid, Some(self.client)) || ino.is_owner_or_root(creds));
+        if !writer {
+            return fail(Errno::Access, format!("changing the layout of {fid} needs write permission on it"));
         }
         if place.osts.is_empty() {
             return fail(Errno::Again, "the MDS has not learned the OST list from the MGS yet");

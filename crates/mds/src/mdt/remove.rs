@@ -66,7 +66,7 @@ impl Writer<'_> {
         now: Timespec,
         grace: bool,
     ) -> OpResult<()> {
-        if grace || (place.is_open)(fid) {
+        if grace || (place.is_open)(fid, None) {
             ino.attr.nlink = 0;
             ino.attr.ctime = now;
             self.put_inode(fid, ino)?;
@@ -79,7 +79,7 @@ impl Writer<'_> {
 
     /// Destroys an orphan nobody holds open any more; a no-op for a linked inode.
     pub fn reap_orphan(&mut self, fid: Fid, place: &Placement<'_>) -> OpResult<()> {
-        if (place.is_open)(fid) {
+        if (place.is_open)(fid, None) {
             return Ok(());
         }
         if let Some(ino) = self.view.inode(fid)? {

@@ -38,7 +38,7 @@ fn a_writer_dropped_unfinished_takes_its_batch_back_and_a_finished_one_is_writte
     let (_d, store) = fresh("undo");
     format(&store, 0, &LayoutSpec::raid0(Some(1), Some(1 << 20))).unwrap();
     let (osts, default_layout) = no_placement();
-    let is_open = |_: Fid| false;
+    let is_open = |_: Fid, _: Option<u64>| false;
     let mut place =
         Placement { osts: &osts, cursor: 0, default_layout: &default_layout, dom_max: 1 << 20, is_open: &is_open };
     let mut mem = new_memtable();
@@ -91,7 +91,7 @@ fn an_entry_change_in_a_directory_leased_by_another_client_is_refused_and_taken_
     format(&store, 0, &LayoutSpec::raid0(Some(1), Some(1 << 20))).unwrap();
     let (_, default_layout) = no_placement();
     let osts = [OstState { index: 0, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30 }];
-    let is_open = |_: Fid| false;
+    let is_open = |_: Fid, _: Option<u64>| false;
     let mut place =
         Placement { osts: &osts, cursor: 0, default_layout: &default_layout, dom_max: 1 << 20, is_open: &is_open };
     let mut mem = new_memtable();
@@ -184,7 +184,7 @@ fn dom_bytes_are_written_read_trimmed_cut_and_dropped_with_the_inode() {
     format(&store, 0, &LayoutSpec::raid0(Some(1), Some(1 << 20))).unwrap();
     let (_, default_layout) = no_placement();
     let osts = [OstState { index: 0, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30 }];
-    let is_open = |_: Fid| false;
+    let is_open = |_: Fid, _: Option<u64>| false;
     let mut place =
         Placement { osts: &osts, cursor: 0, default_layout: &default_layout, dom_max: 1 << 20, is_open: &is_open };
     let mut mem = new_memtable();

@@ -23,9 +23,10 @@ pub struct Placement<'a> {
     /// Largest Data-on-MDT component a new file may get (`--dom-max`; 0: none, and a
     /// DoM component asked for is dropped).
     pub dom_max: u64,
-    /// Whether any client holds the FID open (an unlinked open file becomes an orphan
-    /// instead of being destroyed).
-    pub is_open: &'a dyn Fn(Fid) -> bool,
+    /// Whether any client (`None`) or the given one holds the FID open: an unlinked
+    /// open file becomes an orphan instead of being destroyed, and a writer holding a
+    /// file open may instantiate its components.
+    pub is_open: &'a dyn Fn(Fid, Option<u64>) -> bool,
 }
 
 /// The committer's write view of one batch. Every change goes through
