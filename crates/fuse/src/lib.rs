@@ -760,8 +760,11 @@ impl fuser::Filesystem for BraidFs {
             _ => return reply.error(Errno::EINVAL),
         };
         let c = self.creds(req);
+        // Before and after: a getxattr answered meanwhile may predate the change.
         self.nocaps.forget(fid_of(ino));
-        reply_empty(reply, self.run(self.client.setxattr(&c, fid_of(ino), name, value, mode)));
+        let r = self.run(self.client.setxattr(&c, fid_of(ino), name, value, mode));
+        self.nocaps.forget(fid_of(ino));
+        reply_empty(reply, r);
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
@@ -772,6 +775,7 @@ impl fuser::Filesystem for BraidFs {
             return reply.error(Errno::NO_XATTR);
         }
         let c = self.creds(req);
+        let asked = self.nocaps.asked();
         match self.run(self.client.getxattr(&c, fid, name)) {
             Ok(v) if size == 0 => reply.size(v.len() as u32),
             Ok(v) if v.len() > size as usize => reply.error(Errno::from_i32(libc::ERANGE)),
@@ -780,7 +784,7 @@ impl fuser::Filesystem for BraidFs {
                 // Only root's answer says there is none: the MDS shows security.*
                 // attributes to root alone.
                 if caps && c.uid == 0 && e.errno() == client::Errno::NoData {
-                    self.nocaps.note_none(fid);
+                    self.nocaps.note_none_asked_at(fid, asked);
                 }
                 reply.error(errno(&e))
             }
@@ -815,7 +819,9 @@ impl fuser::Filesystem for BraidFs {
         let Ok(name) = name_str(name) else { return reply.error(Errno::NO_XATTR) };
         let c = self.creds(req);
         self.nocaps.forget(fid_of(ino));
-        reply_empty(reply, self.run(self.client.removexattr(&c, fid_of(ino), name)));
+        let r = self.run(self.client.removexattr(&c, fid_of(ino), name));
+        self.nocaps.forget(fid_of(ino));
+        reply_empty(reply, r);
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {

@@ -10,6 +10,7 @@
 //! mode change from another client is.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -24,11 +25,14 @@ const NOCAPS_MAX: usize = 65536;
 pub struct NoCaps {
     ttl: Duration,
     known: Mutex<HashMap<Fid, Instant>>,
+    /// Bumped by every [`NoCaps::forget`]: an answer asked for before a forget may
+    /// predate the xattr change and is not remembered.
+    forgets: AtomicU64,
 }
 
 impl NoCaps {
     pub fn new(ttl: Duration) -> NoCaps {
-        NoCaps { ttl, known: Mutex::new(HashMap::new()) }
+        NoCaps { ttl, known: Mutex::new(HashMap::new()), forgets: AtomicU64::new(0) }
     }
 
     /// Whether `fid` is known, within the cache time, to have no capability xattr.
@@ -36,12 +40,27 @@ impl NoCaps {
         self.known.lock().expect("nocaps").get(&fid).is_some_and(|at| at.elapsed() < self.ttl)
     }
 
+    /// Where the forgets stand: taken before asking the MDS, passed to
+    /// [`NoCaps::note_none_asked_at`] with its answer.
+    pub fn asked(&self) -> u64 {
+        self.forgets.load(Ordering::Acquire)
+    }
+
     /// `fid` has no capability xattr as of now.
     pub fn note_none(&self, fid: Fid) {
+        self.note_none_asked_at(fid, self.asked());
+    }
+
+    /// The MDS, asked at `asked` ([`NoCaps::asked`]), said `fid` has no capability
+    /// xattr: remembered unless this mount changed any xattr since.
+    pub fn note_none_asked_at(&self, fid: Fid, asked: u64) {
         if self.ttl.is_zero() {
             return;
         }
         let mut known = self.known.lock().expect("nocaps");
+        if self.forgets.load(Ordering::Acquire) != asked {
+            return;
+        }
         if known.len() >= NOCAPS_MAX {
             known.clear();
         }
@@ -50,7 +69,9 @@ impl NoCaps {
 
     /// This mount changed `fid`'s xattrs: ask the MDS again.
     pub fn forget(&self, fid: Fid) {
-        self.known.lock().expect("nocaps").remove(&fid);
+        let mut known = self.known.lock().expect("nocaps");
+        self.forgets.fetch_add(1, Ordering::AcqRel);
+        known.remove(&fid);
     }
 }
 
@@ -70,6 +91,11 @@ mod tests {
         n.note_none(fid);
         std::thread::sleep(Duration::from_millis(60));
         assert!(!n.knows_none(fid), "past the cache time the MDS is asked again");
+        // An answer asked for before a change is not remembered after it.
+        let asked = n.asked();
+        n.forget(fid);
+        n.note_none_asked_at(fid, asked);
+        assert!(!n.knows_none(fid), "an answer older than a change");
         let off = NoCaps::new(Duration::ZERO);
         off.note_none(fid);
         assert!(!off.knows_none(fid), "attr_timeout=0 caches nothing");
