@@ -1307,9 +1307,10 @@ impl Client {
         }
     }
 
-    /// Sends deferred closes first, so that removing a name this client just closed
-    /// destroys the file at once instead of leaving an orphan for the reaper.
-    async fn settle_closes(&self) {
+    /// Sends deferred closes now: before removing a name this client just closed (the
+    /// file is then destroyed at once instead of left an orphan for the reaper), and
+    /// for a caller counting RPCs that must not count them later.
+    pub async fn settle_closes(&self) {
         if !self.inner.closes.lock().expect("closes").is_empty() {
             self.send_closes().await;
         }
