@@ -307,6 +307,9 @@ pub enum Request {
         mode: u32,
         /// Ask for a lease on the new directory (see [`Response::DirMade`]).
         lease: bool,
+        /// The MDT to make the directory's inode on (`braid mkdir -i K`, a remote
+        /// directory): `None` or the parent's own MDT for an ordinary mkdir.
+        mdt: Option<u32>,
     },
     MdsSymlink {
         creds: Creds,
@@ -441,6 +444,31 @@ pub enum Request {
     /// one MDT.
     MdsLeaseCancel {
         leases: Vec<(Fid, u64)>,
+    },
+    /// MDS to MDS, the participant's half of an operation that spans MDTs (see the
+    /// MDS's `dne` module): the MDT of the operation's directory entry (the
+    /// coordinator, named by `id`) asks the MDT of the inode to apply `op`, which it
+    /// records as pending until the coordinator says whether the operation committed.
+    MdsUpdate {
+        /// The participant MDT (one MDS may serve several).
+        mdt: u32,
+        id: UpdateId,
+        op: UpdateOp,
+    },
+    /// MDS to MDS: the coordinator's verdict on a pending update of inode `fid`.
+    MdsUpdateDone {
+        fid: Fid,
+        id: UpdateId,
+        committed: bool,
+    },
+    /// MDS to MDS: a participant asks the coordinator about a pending update it was
+    /// never told the verdict of (the coordinator restarted, or the message was
+    /// lost): is the operation still under way, and does directory `parent` hold an
+    /// entry for inode `fid`? Answered with [`Response::Update`].
+    MdsUpdateQuery {
+        id: UpdateId,
+        parent: Fid,
+        fid: Fid,
     },
     /// fsync/fsyncdir: make every operation the MDT holding `fid` has acknowledged
     /// durable (it forces its redo log to disk; see `store::wal`).
@@ -588,6 +616,9 @@ impl Request {
             Request::MdsDomGetattr { .. } => "dom_getattr",
             Request::MdsOpenAt { .. } => "open_at",
             Request::MdsCloseMany { .. } => "close_many",
+            Request::MdsUpdate { .. } => "update",
+            Request::MdsUpdateDone { .. } => "update_done",
+            Request::MdsUpdateQuery { .. } => "update_query",
             Request::MdsLeaseCancel { .. } => "lease_cancel",
             Request::OstWrite { .. } => "ost_write",
             Request::OstRead { .. } => "ost_read",
@@ -668,6 +699,36 @@ pub enum Response {
         bytes: u64,
         size_published: bool,
     },
+    /// Answer to [`Request::MdsUpdateQuery`].
+    Update(UpdateState),
+}
+
+/// Names one operation that spans MDTs: the coordinator MDT and a number unique on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct UpdateId {
+    pub mdt: u32,
+    pub seq: u64,
+}
+
+/// What a coordinator asks of the MDT holding an inode (see [`Request::MdsUpdate`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum UpdateOp {
+    /// Make the inode of a new directory `name` in `parent` (on the coordinator):
+    /// answered with its attributes ([`Response::Attr`]).
+    MkdirInode { creds: Creds, parent: Fid, name: String, mode: u32, gid: u32, dir_default: Option<LayoutSpec> },
+    /// Remove the inode of directory `fid`, entry `name` in `parent`, if it is empty.
+    RmdirInode { fid: Fid, parent: Fid, name: String },
+}
+
+/// A coordinator's answer about an operation a participant holds pending.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum UpdateState {
+    /// Still under way: ask again later.
+    InFlight,
+    /// Finished or abandoned, and the directory holds an entry for the inode.
+    Present,
+    /// Finished or abandoned, and the directory holds no entry for the inode.
+    Absent,
 }
 
 /// Most bytes one [`Request::MdsDomWrite`] carries (a message is at most 1 MiB).
