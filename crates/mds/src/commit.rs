@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 
-use proto::msg::{Request, Response};
+use proto::msg::{Attr, Creds, Request, Response, Timespec, UpdateId};
 use proto::{Errno, Fid};
 use store::memtable::MemTable;
 use store::Store;
@@ -33,6 +33,13 @@ pub enum JobKind {
         xid: u64,
         req: Request,
     },
+    /// The coordinator's half of a client's operation that spans MDTs (see
+    /// [`crate::mdt::update`]), answered and kept for reply reconstruction like a
+    /// client request.
+    Coordinated { client_id: u64, xid: u64, op: CoordinatedOp },
+    /// The verdict on this MDT's half of an operation spanning MDTs (see
+    /// [`crate::mdt::update`]), learned from the coordinator.
+    Settle { fid: Fid, id: UpdateId, committed: bool },
     /// These destroy-queue entries were destroyed on their OSTs.
     DestroyDone(Vec<u64>),
     /// Drop answers kept for reply reconstruction before this time (seconds).
@@ -43,6 +50,14 @@ pub enum JobKind {
     Sync,
     /// Nothing to apply; lets a due checkpoint run when no client writes.
     Checkpoint,
+}
+
+/// The coordinator's halves of operations that span MDTs.
+pub enum CoordinatedOp {
+    /// The entry of a directory made on another MDT.
+    LinkDir { creds: Creds, parent: Fid, name: String, child: Attr },
+    /// The entry of a directory on another MDT, which that MDT is removing.
+    UnlinkDir { creds: Creds, parent: Fid, name: String, child: Attr },
 }
 
 /// What a batch answers a job.
@@ -216,6 +231,12 @@ impl Committer {
                 JobKind::Client { client_id, conn_id, xid, req } => {
                     client_job(&mut w, &mut place, (*client_id, *conn_id, *xid), req)?
                 }
+                JobKind::Coordinated { client_id, xid, op } => coordinated_job(&mut w, (*client_id, *xid), op)?,
+                JobKind::Settle { fid, id, committed } => match w.update_done(*fid, *id, *committed) {
+                    Ok(r) => Outcome::Done(r),
+                    Err(OpError::Errno(c, m)) => Outcome::Done(Response::error(c, m)),
+                    Err(e) => return Err(e),
+                },
                 JobKind::DestroyDone(keys) => {
                     for k in keys {
                         w.del(Tbl::Destroy, &k.to_be_bytes())?;
@@ -265,6 +286,52 @@ impl Committer {
         }
         Ok(replies)
     }
+}
+
+/// Applies the coordinator's half of an operation spanning MDTs, or answers it from
+/// the reply cache (the client's retry of an operation that committed).
+fn coordinated_job(w: &mut Writer<'_>, (client_id, xid): (u64, u64), op: &CoordinatedOp) -> OpResult<Outcome> {
+    let key = reply_key(client_id, xid);
+    if let Some(reply) = w.view.with(Tbl::Replies, &key, |v| Ok(store::decode_record::<Reply>(v)?))? {
+        return Ok(Outcome::Done(reply.response));
+    }
+    let start = w.savepoint();
+    w.client = client_id;
+    let now = Timespec::now();
+    let applied = match op {
+        CoordinatedOp::LinkDir { creds, parent, name, child } => w.link_remote_dir(creds, *parent, name, child, now),
+        CoordinatedOp::UnlinkDir { creds, parent, name, child } => {
+            w.unlink_remote_dir(creds, *parent, name, child, now)
+        }
+    };
+    let response = match applied {
+        Ok(r) => r,
+        Err(OpError::Errno(c, m)) => Response::error(c, m),
+        // The coordinator revoked other clients' leases on the directory first, and
+        // a revoked lease is never granted again: this is not expected.
+        Err(OpError::Leased(dir)) => {
+            w.rollback(start);
+            return Ok(Outcome::Done(Response::error(Errno::Again, format!("directory {dir} is leased"))));
+        }
+        Err(e @ OpError::Store(_)) => return Err(e),
+    };
+    let again = matches!(&response, Response::Error(e) if e.code == Errno::Again);
+    let reply = Reply { at: now_secs(), response };
+    if !again {
+        w.put(Tbl::Replies, &key, &store::encode_record(&reply))?;
+    }
+    Ok(Outcome::Done(reply.response))
+}
+
+/// The answer kept for a client's request, if it was applied.
+pub fn kept_reply<M: std::ops::Deref<Target = MemTable>>(
+    view: &crate::mdt::View<M>,
+    client_id: u64,
+    xid: u64,
+) -> OpResult<Option<Response>> {
+    Ok(view
+        .with(Tbl::Replies, &reply_key(client_id, xid), |v| Ok(store::decode_record::<Reply>(v)?))?
+        .map(|r| r.response))
 }
 
 /// Applies one client request in the batch, or answers it from the reply cache.

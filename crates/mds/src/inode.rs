@@ -183,7 +183,12 @@ impl Inode {
 /// The sticky-directory rule: in a sticky directory only the owner of the entry, the
 /// owner of the directory or root may remove or rename it.
 pub fn sticky_allows(dir: &Inode, victim: &Inode, creds: &Creds) -> bool {
-    dir.attr.mode & S_ISVTX == 0 || creds.uid == 0 || creds.uid == victim.attr.uid || creds.uid == dir.attr.uid
+    sticky_allows_attr(dir, &victim.attr, creds)
+}
+
+/// [`sticky_allows`] with the victim's attributes only (its inode is on another MDT).
+pub fn sticky_allows_attr(dir: &Inode, victim: &Attr, creds: &Creds) -> bool {
+    dir.attr.mode & S_ISVTX == 0 || creds.uid == 0 || creds.uid == victim.uid || creds.uid == dir.attr.uid
 }
 
 #[cfg(test)]

@@ -20,9 +20,11 @@
 //! - [`inode`], [`lease`], [`locks`]: inode records and permissions, directory
 //!   leases, POSIX record locks.
 
+pub mod check;
 pub mod cluster;
 pub mod commit;
 pub mod config;
+pub mod dne;
 pub mod inode;
 pub mod journal;
 pub mod lease;

@@ -15,6 +15,8 @@ use rpc::{Identity, RpcClient};
 
 use crate::cluster::ClusterView;
 use crate::commit::{JobKind, Outcome};
+use crate::dne::{Dne, UpdateResolve, PENDING_ASK_AFTER};
+use crate::mdt::view::Found;
 use crate::target::Mdt;
 use crate::workers::{CheckpointTick, ClusterRefresh, DestroyDrain, OrphanReap, ReplyPrune, Workers};
 use crate::{MdsConfig, MdsError};
@@ -24,7 +26,9 @@ pub struct Mds {
     mdts: HashMap<u32, Arc<Mdt>>,
     dirs: HashMap<u32, PathBuf>,
     /// Clients' connections, for revoking directory leases.
-    callbacks: Callbacks,
+    pub(crate) callbacks: Callbacks,
+    /// Operations that span MDTs, as their coordinator (see [`crate::dne`]).
+    pub(crate) dne: Arc<Dne>,
     /// Stopped when the MDS is dropped.
     workers: Workers,
 }
@@ -46,6 +50,7 @@ impl Mds {
             dirs.insert(*index, dir.clone());
         }
         let workers = Workers::default();
+        let dne = Arc::new(Dne::new(identity.clone(), cluster.clone(), mgs.clone()));
         workers.spawn(ClusterRefresh { mgs, cluster: cluster.clone(), every: cfg.config_refresh });
         for m in mdts.values() {
             // Open counts do not survive a restart: orphans left by the previous run
@@ -58,8 +63,9 @@ impl Mds {
             workers.spawn(ReplyPrune { mdt: m.clone(), keep: cfg.reply_keep });
             workers.spawn(CheckpointTick { mdt: m.clone(), every: cfg.checkpoint_interval });
             workers.spawn(OrphanReap { mdt: m.clone() });
+            workers.spawn(UpdateResolve { mdt: m.clone(), dne: dne.clone(), every: PENDING_ASK_AFTER });
         }
-        Ok(Arc::new(Mds { mdts, dirs, callbacks: Callbacks::default(), workers }))
+        Ok(Arc::new(Mds { mdts, dirs, callbacks: Callbacks::default(), dne, workers }))
     }
 
     /// Stops the background workers (dropping the MDS does too).
@@ -227,6 +233,9 @@ impl Mds {
             | Request::MdsUnlink { parent, .. }
             | Request::MdsRmdir { parent, .. }
             | Request::MdsRename { parent, .. } => *parent,
+            Request::MdsUpdate { mdt, .. } => Fid::new(*mdt, 0, 0),
+            Request::MdsUpdateDone { fid, .. } => *fid,
+            Request::MdsUpdateQuery { parent, .. } => *parent,
             Request::MdsLink { fid, parent, .. } => {
                 if fid.mdt() != parent.mdt() {
                     return Response::error(Errno::XDev, "hard link across MDTs is not supported yet");
@@ -262,7 +271,13 @@ impl Mds {
         };
         match req {
             Request::MdsLookup { creds, parent, name } => {
-                mdt.read(move |v| Ok(Response::Attr(v.lookup(&creds, parent, &name)?))).await
+                let found = mdt.view().and_then(|v| v.lookup_entry(&creds, parent, &name));
+                match found {
+                    Ok(Found::Here(attr)) => Response::Attr(attr),
+                    // The child's inode is on another MDT: its attributes from there.
+                    Ok(Found::Elsewhere(fid, _)) => self.remote_attr(fid).await,
+                    Err(e) => crate::target::op_error(e),
+                }
             }
             Request::MdsGetattr { fid } => mdt.read(move |v| Ok(Response::Attr(v.must_inode(fid)?.attr))).await,
             Request::MdsClose { fid, size, mtime, trunc_epoch } => {
@@ -312,33 +327,66 @@ impl Mds {
                 .await
             }
             Request::MdsSync { .. } => mdt.submit_own(JobKind::Sync).await,
-            mutation => {
-                let create = matches!(mutation, Request::MdsCreate { .. });
-                if let Some(until) = mdt.recovery_until.filter(|_| changes_entries(&mutation)) {
-                    tokio::time::sleep_until(until).await;
-                }
-                let mut req = mutation;
-                let mut revoked = 0;
-                let r = loop {
-                    let job = JobKind::Client { client_id: ctx.client_id, conn_id: ctx.conn_id, xid: ctx.xid, req };
-                    match mdt.submit(job).await {
-                        Outcome::Done(r) => break r,
-                        Outcome::Leased(dir, back) if revoked < REVOKES_MAX => {
-                            mdt.revoke(dir, &self.callbacks).await;
-                            revoked += 1;
-                            req = back;
-                        }
-                        Outcome::Leased(dir, _) => {
-                            break Response::error(Errno::Again, format!("directory {dir} is leased by another client"))
-                        }
-                    }
-                };
-                if let (true, Response::Created { attr, .. }) = (create, &r) {
-                    mdt.opened(attr.fid, ctx.client_id);
-                }
+            Request::MdsUpdateQuery { id, parent, fid } => self.update_query(mdt, id, parent, fid).await,
+            // A participant's half: durable before the answer (fault points around it).
+            req @ Request::MdsUpdate { .. } => {
+                let r = self.mutate(&ctx, mdt, req).await;
+                crate::dne::fault_point("update:before-reply");
                 r
             }
+            req @ Request::MdsUpdateDone { .. } => {
+                crate::dne::fault_point("update-done:before-apply");
+                self.mutate(&ctx, mdt, req).await
+            }
+            Request::MdsMkdir { creds, parent, name, mode, mdt: Some(k), .. } if k != mdt.index => {
+                if let Some(until) = mdt.recovery_until {
+                    tokio::time::sleep_until(until).await;
+                }
+                self.mkdir_remote(&ctx, mdt, creds, parent, name, mode, k).await
+            }
+            Request::MdsRename { new_parent, .. } if new_parent.mdt() != mdt.index => {
+                Response::error(Errno::XDev, "renaming into a directory on another MDT is not supported yet")
+            }
+            Request::MdsRmdir { creds, parent, name } => match self.remote_entry(mdt, parent, &name).await {
+                Some((child, proto::msg::FileKind::Dir)) => {
+                    if let Some(until) = mdt.recovery_until {
+                        tokio::time::sleep_until(until).await;
+                    }
+                    self.rmdir_remote(&ctx, mdt, creds, parent, name, child).await
+                }
+                _ => self.mutate(&ctx, mdt, Request::MdsRmdir { creds, parent, name }).await,
+            },
+            mutation => self.mutate(&ctx, mdt, mutation).await,
         }
+    }
+
+    /// A mutation of one MDT, through its group commit; leases of other clients it
+    /// meets are revoked and it is applied again.
+    async fn mutate(&self, ctx: &RequestCtx, mdt: &Arc<Mdt>, mutation: Request) -> Response {
+        let create = matches!(mutation, Request::MdsCreate { .. });
+        if let Some(until) = mdt.recovery_until.filter(|_| changes_entries(&mutation)) {
+            tokio::time::sleep_until(until).await;
+        }
+        let mut req = mutation;
+        let mut revoked = 0;
+        let r = loop {
+            let job = JobKind::Client { client_id: ctx.client_id, conn_id: ctx.conn_id, xid: ctx.xid, req };
+            match mdt.submit(job).await {
+                Outcome::Done(r) => break r,
+                Outcome::Leased(dir, back) if revoked < REVOKES_MAX => {
+                    mdt.revoke(dir, &self.callbacks).await;
+                    revoked += 1;
+                    req = back;
+                }
+                Outcome::Leased(dir, _) => {
+                    break Response::error(Errno::Again, format!("directory {dir} is leased by another client"))
+                }
+            }
+        };
+        if let (true, Response::Created { attr, .. }) = (create, &r) {
+            mdt.opened(attr.fid, ctx.client_id);
+        }
+        r
     }
 }
 

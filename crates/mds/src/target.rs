@@ -62,7 +62,7 @@ impl Drop for RevokeTurn<'_> {
     }
 }
 
-fn op_error(e: OpError) -> Response {
+pub(crate) fn op_error(e: OpError) -> Response {
     match e {
         OpError::Errno(code, msg) => Response::error(code, msg),
         OpError::Store(e) => Response::error(Errno::Io, format!("MDT storage error: {e}")),

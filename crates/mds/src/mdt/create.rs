@@ -61,9 +61,13 @@ impl Writer<'_> {
     ) -> OpResult<Response> {
         check_name(name)?;
         let mut dir = self.view.dir_for(creds, parent, false)?;
-        if let Some((fid, _)) = self.view.entry(parent, name)? {
+        if let Some((fid, kind)) = self.view.entry(parent, name)? {
             if exclusive {
                 return fail(Errno::Exist, format!("{name} exists"));
+            }
+            // (A directory's inode may be on another MDT.)
+            if kind == FileKind::Dir {
+                return fail(Errno::IsDir, format!("{name} is a directory"));
             }
             let ino = self.view.must_inode(fid)?;
             if ino.attr.kind == FileKind::Dir {

@@ -14,6 +14,7 @@
 //! | `meta`     | name (UTF-8)                      | counters (u64, little-endian), MDT index, format |
 //! | `orphans`  | FID                               | time of unlink (u64, little-endian) |
 //! | `dom`      | FID + block index (u64, big-endian) | a Data-on-MDT block: version, CRC32C, bytes (see [`dom`]) |
+//! | `updates`  | FID                               | [`schema::PendingUpdate`]: this MDT's half of an operation spanning MDTs, undecided (see [`update`]) |
 //!
 //! The database holds the MDT as of the last checkpoint; the changes since are in a
 //! memtable in front of it and in the journal (see [`crate::journal`]). A [`View`]
@@ -32,7 +33,8 @@
 //! limits, format and upgrade), [`view`] (reads),
 //! [`writer`] (the batch's changes and the dispatch of a mutation), then one file per
 //! family of namespace operations: [`create`], [`remove`], [`rename`], [`attr`],
-//! [`file_layout`] (changes to a file's layout), [`dom`] (Data-on-MDT bytes).
+//! [`file_layout`] (changes to a file's layout), [`dom`] (Data-on-MDT bytes),
+//! [`update`] (both halves of operations that span MDTs).
 
 pub mod attr;
 pub mod create;
@@ -44,12 +46,13 @@ pub mod rename;
 pub mod schema;
 #[cfg(test)]
 mod tests;
+pub mod update;
 pub mod view;
 pub mod writer;
 
 pub use crate::inode::Inode;
 pub use error::{OpError, OpResult};
-pub use schema::{layout_objects, new_memtable, DestroyRecord, Redo, Reply, Tbl};
+pub use schema::{layout_objects, new_memtable, DestroyRecord, PendingOp, PendingUpdate, Redo, Reply, Tbl};
 pub use schema::{NAME_MAX, READDIR_MAX, SYMLINK_MAX, XATTR_NAME_MAX, XATTR_VALUE_MAX};
 pub use view::View;
 pub use writer::{FidBlock, Placement, Savepoint, Writer};

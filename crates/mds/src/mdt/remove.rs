@@ -25,6 +25,13 @@ impl Writer<'_> {
         let Some((fid, kind)) = self.view.entry(parent, name)? else {
             return fail(Errno::NoEnt, format!("{name} not found"));
         };
+        if fid.mdt() != self.mdt_index {
+            // The MDS coordinates the rmdir of a remote directory (see `crate::dne`).
+            return match (is_rmdir, kind) {
+                (false, FileKind::Dir) => fail(Errno::IsDir, format!("{name} is a directory")),
+                _ => fail(Errno::XDev, format!("{name} lives on MDT {}", fid.mdt())),
+            };
+        }
         let mut ino = self.view.must_inode(fid)?;
         match (is_rmdir, kind == FileKind::Dir) {
             (true, false) => return fail(Errno::NotDir, format!("{name} is not a directory")),

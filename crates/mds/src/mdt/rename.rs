@@ -88,11 +88,16 @@ impl Writer<'_> {
         let Some((fid, kind)) = self.view.entry(parent, name)? else {
             return fail(Errno::NoEnt, format!("{name} not found"));
         };
+        let target = self.view.entry(new_parent, new_name)?;
+        // Renames that span MDTs (a directory whose inode is on another MDT, whose `..`
+        // and link counts live there) are not coordinated yet: EXDEV, so `mv` copies.
+        if [Some(fid), target.map(|t| t.0)].into_iter().flatten().any(|f| f.mdt() != self.mdt_index) {
+            return fail(Errno::XDev, "renaming a directory that lives on another MDT is not supported yet");
+        }
         let mut ino = self.view.must_inode(fid)?;
         if !sticky_allows(&src_dir, &ino, creds) {
             return fail(Errno::Perm, "sticky directory: not the owner");
         }
-        let target = self.view.entry(new_parent, new_name)?;
         if let Some((tfid, _)) = target {
             if tfid == fid {
                 return Ok(Response::Ok); // Both names are links to the same inode: no-op.

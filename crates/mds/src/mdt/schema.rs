@@ -32,11 +32,21 @@ pub enum Tbl {
     Meta,
     Orphans,
     Dom,
+    Updates,
 }
 
 impl Tbl {
-    pub const ALL: [Tbl; 8] =
-        [Tbl::Inodes, Tbl::Dentries, Tbl::Xattrs, Tbl::Destroy, Tbl::Replies, Tbl::Meta, Tbl::Orphans, Tbl::Dom];
+    pub const ALL: [Tbl; 9] = [
+        Tbl::Inodes,
+        Tbl::Dentries,
+        Tbl::Xattrs,
+        Tbl::Destroy,
+        Tbl::Replies,
+        Tbl::Meta,
+        Tbl::Orphans,
+        Tbl::Dom,
+        Tbl::Updates,
+    ];
 
     /// The store's table.
     pub const fn table(self) -> Table {
@@ -50,6 +60,7 @@ impl Tbl {
                 Tbl::Meta => "meta",
                 Tbl::Orphans => "orphans",
                 Tbl::Dom => "dom",
+                Tbl::Updates => "updates",
             },
             self as usize,
         )
@@ -62,7 +73,7 @@ impl Tbl {
 }
 
 /// Every table of an MDT, as the store names them.
-pub const TABLES: [Table; 8] = [
+pub const TABLES: [Table; 9] = [
     Tbl::Inodes.table(),
     Tbl::Dentries.table(),
     Tbl::Xattrs.table(),
@@ -71,6 +82,7 @@ pub const TABLES: [Table; 8] = [
     Tbl::Meta.table(),
     Tbl::Orphans.table(),
     Tbl::Dom.table(),
+    Tbl::Updates.table(),
 ];
 
 /// A memtable with a slot for every MDT table.
@@ -115,6 +127,33 @@ impl Record for Reply {
     const VERSION: u8 = 1;
 }
 
+/// An inode this MDT changed for an operation that spans MDTs, until the coordinator
+/// says whether the operation committed (see [`super::update`]).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PendingUpdate {
+    pub id: proto::msg::UpdateId,
+    pub op: PendingOp,
+    /// The directory (on the coordinator) whose entry the operation adds or removes.
+    pub parent: Fid,
+    pub name: String,
+    /// When it was applied (seconds): an update left pending long is asked about.
+    pub at: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PendingOp {
+    /// A new directory's inode, kept only if the coordinator made its entry.
+    Mkdir,
+    /// A directory's inode to remove, once the coordinator removed its entry; new
+    /// entries in it wait meanwhile.
+    Rmdir,
+}
+
+impl Record for PendingUpdate {
+    const WHAT: &'static str = "pending update";
+    const VERSION: u8 = 1;
+}
+
 /// The version of a directory entry's record (child FID + kind code, not postcard:
 /// read on every lookup).
 pub const DENTRY_VERSION: u8 = 1;
@@ -134,7 +173,7 @@ pub(super) fn dentry_value(fid: Fid, kind: FileKind) -> Vec<u8> {
     v
 }
 
-pub(super) fn decode_dentry(v: &[u8]) -> OpResult<(Fid, FileKind)> {
+pub(crate) fn decode_dentry(v: &[u8]) -> OpResult<(Fid, FileKind)> {
     let (_, body) = store::open_record("dentry", DENTRY_VERSION, v)?;
     let corrupt = |detail: &str| OpError::Store(StoreError::Corrupt { what: "dentry", detail: detail.into() });
     let fid = Fid::from_key(body).ok_or_else(|| corrupt("short value"))?;
@@ -195,6 +234,13 @@ pub struct Formatted {
     /// The format its records are in (below [`FORMAT`]: [`upgrade`] is due, after
     /// the journal is replayed).
     pub format: u64,
+}
+
+/// The MDT index an existing database was formatted for, if it was.
+pub fn stored_index(store: &Store) -> OpResult<Option<u32>> {
+    let mem = new_memtable();
+    let view = super::View::new(store.snapshot()?, &mem);
+    Ok(view.with(Tbl::Meta, META_INDEX, |v| Ok(v.try_into().ok().map(u32::from_le_bytes)))?.flatten())
 }
 
 /// Formats a new MDT database (every table, the MDT index, the format and, on MDT 0,
@@ -280,7 +326,7 @@ pub const XATTR_NAME_MAX: usize = 255;
 pub const READDIR_MAX: u32 = 4096;
 
 /// Refuses a name no directory entry may have.
-pub(super) fn check_name(name: &str) -> OpResult<()> {
+pub(crate) fn check_name(name: &str) -> OpResult<()> {
     if name.is_empty() || name == "." || name == ".." || name.contains('/') || name.contains('\0') {
         return fail(Errno::Inval, format!("invalid name {name:?}"));
     }

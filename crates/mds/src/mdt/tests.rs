@@ -26,7 +26,14 @@ fn fresh(tag: &str) -> (Dir, Store) {
 }
 
 fn mkdir(name: &str) -> Request {
-    Request::MdsMkdir { creds: Creds::root(), parent: Fid::ROOT, name: name.into(), mode: 0o755, lease: false }
+    Request::MdsMkdir {
+        creds: Creds::root(),
+        parent: Fid::ROOT,
+        name: name.into(),
+        mode: 0o755,
+        lease: false,
+        mdt: None,
+    }
 }
 
 fn no_placement() -> (Vec<OstState>, LayoutSpec) {
@@ -107,6 +114,7 @@ fn an_entry_change_in_a_directory_leased_by_another_client_is_refused_and_taken_
             name: "lost".into(),
             mode: 0o755,
             lease: true,
+            mdt: None,
         };
         assert!(matches!(w.apply(&req, &mut place).unwrap(), Response::DirMade { lease: Some(_), .. }));
     }
@@ -114,8 +122,14 @@ fn an_entry_change_in_a_directory_leased_by_another_client_is_refused_and_taken_
 
     let mut w = Writer::new(store.snapshot().unwrap(), &mut mem, 0).with_leases(&mut leases);
     (w.client, w.conn) = (1, 10);
-    let req =
-        Request::MdsMkdir { creds: Creds::root(), parent: Fid::ROOT, name: "job".into(), mode: 0o755, lease: true };
+    let req = Request::MdsMkdir {
+        creds: Creds::root(),
+        parent: Fid::ROOT,
+        name: "job".into(),
+        mode: 0o755,
+        lease: true,
+        mdt: None,
+    };
     let Response::DirMade { attr: job, lease: Some(_), .. } = w.apply(&req, &mut place).unwrap() else {
         panic!("mkdir with a lease asked for grants one")
     };

@@ -13,6 +13,12 @@ use std::ops::{Bound, Deref};
 use store::memtable::{MemTable, Merge};
 use store::Snapshot;
 
+/// What a lookup found: the child here, or its FID on another MDT.
+pub enum Found {
+    Here(Attr),
+    Elsewhere(Fid, FileKind),
+}
+
 /// Rows of a table in key order, the memtable's changes applied.
 pub type Rows<'a> = Box<dyn Iterator<Item = OpResult<(Vec<u8>, Vec<u8>)>> + 'a>;
 
@@ -76,6 +82,11 @@ impl<M: Deref<Target = MemTable>> View<M> {
         if !dir.may(creds, want) {
             return fail(Errno::Access, format!("permission denied on directory {fid}"));
         }
+        // A directory being removed across MDTs takes no new entries until the
+        // coordinator decided (the client asks again meanwhile).
+        if write && self.pending(fid)?.is_some_and(|p| p.op == super::schema::PendingOp::Rmdir) {
+            return fail(Errno::Again, format!("directory {fid} is being removed"));
+        }
         Ok(dir)
     }
 
@@ -93,12 +104,27 @@ impl<M: Deref<Target = MemTable>> View<M> {
     }
 
     pub fn lookup(&self, creds: &Creds, parent: Fid, name: &str) -> OpResult<Attr> {
+        match self.lookup_entry(creds, parent, name)? {
+            Found::Here(attr) => Ok(attr),
+            Found::Elsewhere(fid, FileKind::Dir) => {
+                fail(Errno::IsDir, format!("{name} is a directory on MDT {}", fid.mdt()))
+            }
+            Found::Elsewhere(fid, _) => fail(Errno::XDev, format!("{name} lives on MDT {}", fid.mdt())),
+        }
+    }
+
+    /// Looks `name` up in `parent` (on this MDT): the child's attributes, or its FID
+    /// when its inode lives on another MDT (a remote directory).
+    pub fn lookup_entry(&self, creds: &Creds, parent: Fid, name: &str) -> OpResult<Found> {
         check_name(name)?;
         self.dir_for(creds, parent, false)?;
-        let Some((fid, _)) = self.entry(parent, name)? else {
+        let Some((fid, kind)) = self.entry(parent, name)? else {
             return fail(Errno::NoEnt, format!("{name} not found"));
         };
-        Ok(self.must_inode(fid)?.attr)
+        if fid.mdt() != parent.mdt() {
+            return Ok(Found::Elsewhere(fid, kind));
+        }
+        Ok(Found::Here(self.must_inode(fid)?.attr))
     }
 
     pub fn readdir(&self, creds: &Creds, fid: Fid, after: Option<&str>, max: u32) -> OpResult<(Vec<DirEntry>, bool)> {

@@ -252,9 +252,19 @@ impl<'a> Writer<'a> {
             Request::MdsCreate { creds, parent, name, mode, exclusive, flags, layout } => {
                 self.create(creds, *parent, name, *mode, *exclusive, *flags, layout.clone(), place, now)
             }
-            Request::MdsMkdir { creds, parent, name, mode, lease } => {
+            Request::MdsMkdir { creds, parent, name, mode, lease, mdt } => {
+                if mdt.is_some_and(|m| m != self.mdt_index) {
+                    return fail(Errno::Inval, "a remote mkdir is coordinated by the MDS, not applied as one");
+                }
                 self.mkdir(creds, *parent, name, *mode, *lease, now)
             }
+            Request::MdsUpdate { mdt, id, op } => {
+                if *mdt != self.mdt_index {
+                    return fail(Errno::Stale, format!("an update for MDT {mdt} reached MDT {}", self.mdt_index));
+                }
+                self.update(*id, op, now)
+            }
+            &Request::MdsUpdateDone { fid, id, committed } => self.update_done(fid, id, committed),
             Request::MdsSymlink { creds, parent, name, target } => self.symlink(creds, *parent, name, target, now),
             Request::MdsMknod { creds, parent, name, kind, mode, rdev } => {
                 self.mknod(creds, *parent, name, *kind, *mode, *rdev, now)

@@ -1,0 +1,393 @@
+//! Operations that span MDTs (Lustre's DNE), the coordinator's side: a remote mkdir
+//! (`braid mkdir -i K`) and the rmdir of a remote directory. The MDT holding the
+//! parent directory coordinates; the MDT holding the inode participates.
+//!
+//! The steps of each operation (the participant's are in [`crate::mdt::update`]):
+//! 1. check what can be checked here (permission, the name) and revoke other
+//!    clients' leases on the parent, so the entry's batch cannot meet one;
+//! 2. mark the operation under way (in memory: a restart ends it), and ask the
+//!    participant to apply its half ([`Request::MdsUpdate`]); it records the half as
+//!    pending, durably, before answering;
+//! 3. apply the entry, with the client's reply, in one batch of this MDT;
+//! 4. end the mark, and tell the participant the verdict
+//!    ([`Request::MdsUpdateDone`]), which keeps or takes back its half.
+//!
+//! A crash anywhere leaves at most a pending half on the participant, which asks
+//! ([`Request::MdsUpdateQuery`], by [`UpdateResolve`]) once the operation is no
+//! longer under way: the entry (present or not) is the verdict. The client's retry
+//! after a crash is answered from the reply cache if step 3 happened, and runs the
+//! operation again otherwise. Each step has a fault point ([`fault_point`]) a test
+//! can kill the process at.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::time::Duration;
+
+use proto::msg::{Creds, FileKind, Request, Response, TargetKind, UpdateId, UpdateOp, UpdateState};
+use proto::{Errno, Fid, RpcError};
+use rpc::server::RequestCtx;
+use rpc::{Identity, RpcClient, RpcOptions};
+
+use crate::cluster::ClusterView;
+use crate::commit::{kept_reply, now_secs, CoordinatedOp, JobKind};
+use crate::inode::S_ISGID;
+use crate::service::Mds;
+use crate::target::Mdt;
+use crate::workers::Worker;
+
+/// The environment variable naming the fault point at which this process kills
+/// itself with SIGKILL (tests of crash safety; see [`fault_point`]).
+pub const FAULT_ENV: &str = "BRAID_FAULT";
+
+/// Kills this process with SIGKILL if `BRAID_FAULT` names `point`: a crash at an
+/// exact step of a protocol, for tests, without sleeping to hit it.
+pub fn fault_point(point: &str) {
+    static FAULT: OnceLock<Option<String>> = OnceLock::new();
+    if FAULT.get_or_init(|| std::env::var(FAULT_ENV).ok()).as_deref() == Some(point) {
+        tracing::error!(point, "fault injection: killing this process");
+        // SAFETY: kill(2) on our own pid has no memory-safety preconditions.
+        unsafe {
+            libc::kill(libc::getpid(), libc::SIGKILL);
+        }
+    }
+}
+
+/// How long a participant's half stays pending before it asks the coordinator.
+pub const PENDING_ASK_AFTER: Duration = Duration::from_secs(2);
+
+/// Most pending halves one pass of [`UpdateResolve`] settles.
+const RESOLVE_BATCH: usize = 256;
+
+/// The coordinator's state: operations under way, and connections to other MDSs.
+pub struct Dne {
+    identity: Arc<Identity>,
+    cluster: Arc<RwLock<ClusterView>>,
+    mgs: Arc<RpcClient>,
+    peers: Mutex<HashMap<String, Arc<RpcClient>>>,
+    under_way: Mutex<HashSet<UpdateId>>,
+    next_seq: AtomicU64,
+}
+
+/// Ends an operation's "under way" mark when dropped.
+struct UnderWay<'a> {
+    dne: &'a Dne,
+    id: UpdateId,
+}
+
+impl Drop for UnderWay<'_> {
+    fn drop(&mut self) {
+        self.dne.under_way.lock().expect("under way").remove(&self.id);
+    }
+}
+
+impl Dne {
+    pub fn new(identity: Arc<Identity>, cluster: Arc<RwLock<ClusterView>>, mgs: Arc<RpcClient>) -> Dne {
+        // Random per process (the client id is): ids of a restarted coordinator
+        // never meet those of its previous run.
+        let base = identity.client_id;
+        Dne {
+            identity,
+            cluster,
+            mgs,
+            peers: Mutex::new(HashMap::new()),
+            under_way: Mutex::new(HashSet::new()),
+            next_seq: AtomicU64::new(base),
+        }
+    }
+
+    fn begin(&self, mdt: u32) -> UnderWay<'_> {
+        let id = UpdateId { mdt, seq: self.next_seq.fetch_add(1, Ordering::Relaxed) };
+        self.under_way.lock().expect("under way").insert(id);
+        UnderWay { dne: self, id }
+    }
+
+    pub fn under_way(&self, id: UpdateId) -> bool {
+        self.under_way.lock().expect("under way").contains(&id)
+    }
+
+    /// The MDS serving MDT `index`, as the MGS's configuration names it (asked of
+    /// the MGS again when the configuration this MDS holds does not know it: it may
+    /// predate the MDT's registration).
+    pub async fn peer(&self, index: u32) -> Result<Arc<RpcClient>, Response> {
+        let known = {
+            let view = self.cluster.read().expect("cluster view");
+            view.config.as_ref().and_then(|c| c.target(TargetKind::Mdt, index)).map(|t| t.address.clone())
+        };
+        let address = match known {
+            Some(a) => a,
+            None => {
+                let config = match self.mgs.call(&Request::MgsGetConfig, vec![]).await {
+                    Ok(r) => match r.response {
+                        Response::Config(c) => c,
+                        other => return Err(Response::error(Errno::Io, format!("the MGS answered {other:?}"))),
+                    },
+                    Err(e) => return Err(Response::error(Errno::Io, format!("cannot reach the MGS: {e}"))),
+                };
+                match config.target(TargetKind::Mdt, index) {
+                    Some(t) => t.address.clone(),
+                    None => {
+                        return Err(Response::error(
+                            Errno::Inval,
+                            format!("MDT {index} is not in this file system (it has {} MDT(s))", config.mdts.len()),
+                        ))
+                    }
+                }
+            }
+        };
+        let mut peers = self.peers.lock().expect("peers");
+        let c = peers
+            .entry(address.clone())
+            .or_insert_with(|| Arc::new(RpcClient::new(address, self.identity.clone(), RpcOptions::default())));
+        Ok(c.clone())
+    }
+
+    /// Tells the participant the verdict, in the background: if the message is lost,
+    /// the participant asks.
+    fn tell(&self, peer: Arc<RpcClient>, fid: Fid, id: UpdateId, committed: bool) {
+        tokio::spawn(async move {
+            let req = Request::MdsUpdateDone { fid, id, committed };
+            if let Err(e) = peer.call(&req, vec![]).await {
+                tracing::debug!(%fid, "verdict on a pending update not delivered (the participant will ask): {e}");
+            }
+        });
+    }
+}
+
+/// Sends `req` to a peer MDS and returns its answer, an error answer as it came.
+async fn ask(peer: &RpcClient, mdt: u32, req: &Request) -> Response {
+    match peer.call(req, vec![]).await {
+        Ok(reply) => reply.response,
+        Err(RpcError::Remote(e)) => Response::Error(e),
+        Err(e) => Response::error(Errno::Io, format!("MDT {mdt} did not answer: {e}")),
+    }
+}
+
+impl Mds {
+    /// `mkdir -i K`: directory `name` in `parent` (on this MDS), its inode on MDT `k`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn mkdir_remote(
+        &self,
+        ctx: &RequestCtx,
+        mdt: &Arc<Mdt>,
+        creds: Creds,
+        parent: Fid,
+        name: String,
+        mode: u32,
+        k: u32,
+    ) -> Response {
+        if let Some(r) = kept(mdt, ctx) {
+            return r;
+        }
+        // Lustre lets only root make remote directories (`enable_remote_dir_gid`).
+        if creds.uid != 0 {
+            return Response::error(Errno::Perm, "only root may make a directory on another MDT");
+        }
+        let c = creds.clone();
+        let n = name.clone();
+        let checked = mdt
+            .read(move |v| {
+                crate::mdt::schema::check_name(&n)?;
+                let dir = v.dir_for(&c, parent, true)?;
+                if v.entry(parent, &n)?.is_some() {
+                    return Err(crate::mdt::OpError::Errno(Errno::Exist, format!("{n} exists")));
+                }
+                Ok(Response::Attr(dir.attr))
+            })
+            .await;
+        let dir = match checked {
+            Response::Attr(a) => a,
+            other => return other,
+        };
+        let dir_default = mdt.read(move |v| Ok(Response::DirLayout(v.must_inode(parent)?.dir_default))).await;
+        let dir_default = match dir_default {
+            Response::DirLayout(d) if parent != Fid::ROOT => d,
+            Response::DirLayout(_) => None,
+            other => return other,
+        };
+        let setgid = dir.mode & S_ISGID != 0;
+        let gid = if setgid { dir.gid } else { creds.gid };
+        let mode = mode | if setgid { S_ISGID } else { 0 };
+        self.revoke_others(mdt, parent, ctx.client_id).await;
+        let peer = match self.dne.peer(k).await {
+            Ok(p) => p,
+            Err(r) => return r,
+        };
+        let flight = self.dne.begin(mdt.index);
+        let id = flight.id;
+        fault_point("mkdir-remote:before-update");
+        let op = UpdateOp::MkdirInode { creds: creds.clone(), parent, name: name.clone(), mode, gid, dir_default };
+        let child = match ask(&peer, k, &Request::MdsUpdate { mdt: k, id, op }).await {
+            Response::Attr(a) => a,
+            other => return other,
+        };
+        fault_point("mkdir-remote:before-commit");
+        let job = JobKind::Coordinated {
+            client_id: ctx.client_id,
+            xid: ctx.xid,
+            op: CoordinatedOp::LinkDir { creds, parent, name, child: child.clone() },
+        };
+        let r = mdt.submit_own(job).await;
+        let committed = matches!(&r, Response::DirMade { attr, .. } if attr.fid == child.fid);
+        drop(flight);
+        fault_point("mkdir-remote:before-done");
+        self.dne.tell(peer, child.fid, id, committed);
+        r
+    }
+
+    /// rmdir of `name` in `parent` (on this MDS), a directory whose inode is `child`
+    /// on another MDT.
+    pub(crate) async fn rmdir_remote(
+        &self,
+        ctx: &RequestCtx,
+        mdt: &Arc<Mdt>,
+        creds: Creds,
+        parent: Fid,
+        name: String,
+        child: Fid,
+    ) -> Response {
+        if let Some(r) = kept(mdt, ctx) {
+            return r;
+        }
+        let k = child.mdt();
+        let peer = match self.dne.peer(k).await {
+            Ok(p) => p,
+            Err(r) => return r,
+        };
+        let attr = match ask(&peer, k, &Request::MdsGetattr { fid: child }).await {
+            Response::Attr(a) => a,
+            other => return other,
+        };
+        // What can be checked here is, before the participant holds anything.
+        let (c, a) = (creds.clone(), attr.clone());
+        let checked = mdt
+            .read(move |v| {
+                let dir = v.dir_for(&c, parent, true)?;
+                if !crate::inode::sticky_allows_attr(&dir, &a, &c) {
+                    return Err(crate::mdt::OpError::Errno(Errno::Perm, "sticky directory: not the owner".into()));
+                }
+                Ok(Response::Ok)
+            })
+            .await;
+        if checked != Response::Ok {
+            return checked;
+        }
+        self.revoke_others(mdt, parent, ctx.client_id).await;
+        let flight = self.dne.begin(mdt.index);
+        let id = flight.id;
+        fault_point("rmdir-remote:before-update");
+        let op = UpdateOp::RmdirInode { fid: child, parent, name: name.clone() };
+        match ask(&peer, k, &Request::MdsUpdate { mdt: k, id, op }).await {
+            Response::Ok => {}
+            other => return other,
+        }
+        fault_point("rmdir-remote:before-commit");
+        let job = JobKind::Coordinated {
+            client_id: ctx.client_id,
+            xid: ctx.xid,
+            op: CoordinatedOp::UnlinkDir { creds, parent, name, child: attr },
+        };
+        let r = mdt.submit_own(job).await;
+        // The entry is gone, by this call or by its first try.
+        let gone = mdt.read(move |v| Ok(Response::Update(v.update_state(parent, child)?))).await;
+        let committed = gone == Response::Update(UpdateState::Absent);
+        drop(flight);
+        fault_point("rmdir-remote:before-done");
+        self.dne.tell(peer, child, id, committed);
+        r
+    }
+
+    /// A participant asks about a pending half (see [`UpdateResolve`]).
+    pub(crate) async fn update_query(&self, mdt: &Arc<Mdt>, id: UpdateId, parent: Fid, fid: Fid) -> Response {
+        if id.mdt != mdt.index {
+            return Response::error(Errno::Inval, format!("update {id:?} was not coordinated by MDT {}", mdt.index));
+        }
+        if self.dne.under_way(id) {
+            return Response::Update(UpdateState::InFlight);
+        }
+        mdt.read(move |v| Ok(Response::Update(v.update_state(parent, fid)?))).await
+    }
+
+    /// Revokes the lease another client holds on `dir`, if any: a lease is never
+    /// granted again once revoked, so the coordinator's batch will not meet one.
+    async fn revoke_others(&self, mdt: &Arc<Mdt>, dir: Fid, client_id: u64) {
+        let leased = mdt.leases().get(dir).is_some_and(|l| l.holder != client_id);
+        if leased {
+            mdt.revoke(dir, &self.callbacks).await;
+        }
+    }
+
+    /// Whether `name` in `parent` on `mdt` is a directory whose inode is elsewhere.
+    pub(crate) async fn remote_entry(&self, mdt: &Arc<Mdt>, parent: Fid, name: &str) -> Option<(Fid, FileKind)> {
+        let view = mdt.view().ok()?;
+        let (fid, kind) = view.entry(parent, name).ok().flatten()?;
+        (fid.mdt() != mdt.index).then_some((fid, kind))
+    }
+
+    /// The attributes of `fid`, on another MDT.
+    pub(crate) async fn remote_attr(&self, fid: Fid) -> Response {
+        match self.dne.peer(fid.mdt()).await {
+            Ok(peer) => ask(&peer, fid.mdt(), &Request::MdsGetattr { fid }).await,
+            Err(r) => r,
+        }
+    }
+}
+
+/// The answer kept for this very request (a retry after its operation committed).
+fn kept(mdt: &Mdt, ctx: &RequestCtx) -> Option<Response> {
+    let view = mdt.view().ok()?;
+    kept_reply(&view, ctx.client_id, ctx.xid).ok().flatten()
+}
+
+/// A participant's pending halves whose verdict did not come: asks each one's
+/// coordinator, and settles it by the entry (see [`crate::mdt::update`]).
+pub struct UpdateResolve {
+    pub mdt: Arc<Mdt>,
+    pub dne: Arc<Dne>,
+    pub every: Duration,
+}
+
+impl Worker for UpdateResolve {
+    const NAME: &'static str = "update-resolve";
+
+    fn period(&self) -> Duration {
+        self.every
+    }
+
+    /// At start too: what a previous run left pending is settled at once.
+    fn eager(&self) -> bool {
+        true
+    }
+
+    async fn tick(&mut self) {
+        let pending = match self.mdt.view().and_then(|v| v.pending_all(RESOLVE_BATCH)) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(mdt = self.mdt.index, "cannot list pending updates: {e}");
+                return;
+            }
+        };
+        let now = now_secs();
+        for (fid, p) in pending {
+            if now.saturating_sub(p.at) < PENDING_ASK_AFTER.as_secs() {
+                continue;
+            }
+            let Ok(peer) = self.dne.peer(p.id.mdt).await else { continue };
+            let query = Request::MdsUpdateQuery { id: p.id, parent: p.parent, fid };
+            let state = match ask(&peer, p.id.mdt, &query).await {
+                Response::Update(UpdateState::InFlight) => continue,
+                Response::Update(s) => s,
+                other => {
+                    tracing::debug!(mdt = self.mdt.index, %fid, "coordinator did not settle a pending update: {other:?}");
+                    continue;
+                }
+            };
+            let committed = match p.op {
+                crate::mdt::PendingOp::Mkdir => state == UpdateState::Present,
+                crate::mdt::PendingOp::Rmdir => state == UpdateState::Absent,
+            };
+            tracing::info!(mdt = self.mdt.index, %fid, ?p.op, committed, "settled a pending update");
+            self.mdt.submit_own(JobKind::Settle { fid, id: p.id, committed }).await;
+        }
+    }
+}
