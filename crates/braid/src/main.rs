@@ -32,6 +32,14 @@ enum Command {
     Bench(bench::BenchCommand),
     /// Create a new cluster secret file.
     GenSecret { path: PathBuf },
+    /// Check the namespace across MDTs from their stores: every entry names a live
+    /// inode, link counts and `..` are right, nothing is lost or undecided. The MDSs
+    /// must be stopped. Exits 1 if anything is wrong.
+    CheckNamespace {
+        /// An MDT directory; give every MDT of the file system.
+        #[arg(long = "mdt", required = true, value_name = "DIR")]
+        mdts: Vec<PathBuf>,
+    },
     /// Copy files into, out of, or within braid (paths as braid://HOST:PORT/path).
     Cp {
         #[command(flatten)]
@@ -57,12 +65,15 @@ enum Command {
         #[arg(required = true)]
         paths: Vec<String>,
     },
-    /// Create directories.
+    /// Create directories (`-i K`: on MDT K, a remote directory, as `lfs mkdir -i`).
     Mkdir {
         #[command(flatten)]
         client: ClientOpts,
         #[arg(short = 'p')]
         parents: bool,
+        /// The MDT to make the directory on (its entry stays on the parent's MDT).
+        #[arg(short = 'i', long = "mdt-index", value_name = "K")]
+        mdt: Option<u32>,
         #[arg(required = true)]
         paths: Vec<String>,
     },
@@ -156,10 +167,11 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Umount { mountpoint } => cli::mount::umount(&mountpoint),
         Command::Bench(cmd) => bench::run(cmd, Some(cli::native_bench::connect)),
         Command::GenSecret { path } => cli::gen_secret(&path),
+        Command::CheckNamespace { mdts } => cli::check_namespace(&mdts),
         Command::Cp { client, paths } => tools::cp(&client, &paths),
         Command::Ls { client, long, path } => tools::ls(&client, &path, long),
         Command::Rm { client, recursive, paths } => tools::rm(&client, &paths, recursive),
-        Command::Mkdir { client, parents, paths } => tools::mkdir(&client, &paths, parents),
+        Command::Mkdir { client, parents, mdt, paths } => tools::mkdir(&client, &paths, parents, mdt),
         Command::Stat { client, path } => tools::stat(&client, &path),
         Command::Setstripe { args } => {
             if args.iter().any(|a| a == "-h" || a == "--help") || args.is_empty() {

@@ -93,6 +93,20 @@ pub fn gen_secret(path: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
+/// `braid check-namespace`: prints what is wrong with the namespace the MDTs in
+/// `dirs` hold, or that it is consistent; fails if anything is wrong.
+pub fn check_namespace(dirs: &[std::path::PathBuf]) -> Result<()> {
+    let problems = mds::check::check_namespace(dirs).context("cannot read the MDTs")?;
+    if problems.is_empty() {
+        println!("namespace consistent across {} MDT(s)", dirs.len());
+        return Ok(());
+    }
+    for p in &problems {
+        println!("{p}");
+    }
+    bail!("{} problem(s) in the namespace", problems.len())
+}
+
 /// The runtime of a command: every worker thread the machine offers.
 pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")

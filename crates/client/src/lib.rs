@@ -751,13 +751,23 @@ impl Client {
     }
 
     pub async fn mkdir(&self, creds: &Creds, parent: Fid, name: &str, mode: u32) -> Result<Attr> {
+        self.mkdir_on(creds, parent, name, mode, None).await
+    }
+
+    /// Makes a directory whose inode is on MDT `on` (`braid mkdir -i K`, a remote
+    /// directory; its entry stays on the parent's MDT), or on the parent's MDT for
+    /// `None`.
+    pub async fn mkdir_on(&self, creds: &Creds, parent: Fid, name: &str, mode: u32, on: Option<u32>) -> Result<Attr> {
         self.observe("mkdir", Some(parent), 0, 0, async {
             self.forget_dir(parent);
             // The server first: making its connection is what tells whether its
             // callbacks can reach this client.
             let mdt = self.mdt(parent).await?;
-            let lease = self.inner.cfg.dir_leases && self.inner.leases_reachable.load(Ordering::Acquire);
-            let req = Request::MdsMkdir { creds: creds.clone(), parent, name: name.to_string(), mode, lease };
+            let on = on.filter(|&k| k != parent.mdt());
+            // A lease comes from the MDT holding the directory's entries: only its own.
+            let lease =
+                on.is_none() && self.inner.cfg.dir_leases && self.inner.leases_reachable.load(Ordering::Acquire);
+            let req = Request::MdsMkdir { creds: creds.clone(), parent, name: name.to_string(), mode, lease, mdt: on };
             self.inner.leases.add(parent, name);
             self.inner.rpcs.count_mds();
             let r = mdt.call(&req, vec![]).await.map_err(ClientError::from);
