@@ -64,6 +64,8 @@ pub struct Server {
     pub name: String,
     pub args: Vec<String>,
     pub log: PathBuf,
+    /// Environment variables it is started with (e.g. `BRAID_FAULT`).
+    pub env: Vec<(String, String)>,
     child: Option<Child>,
 }
 
@@ -370,7 +372,7 @@ impl Cluster {
             args.extend(["--secret-file".into(), path(&self.secret)]);
         }
         let log = self.dir.path().join(format!("{name}.log"));
-        let mut s = Server { name: name.to_string(), args, log, child: None };
+        let mut s = Server { name: name.to_string(), args, log, env: vec![], child: None };
         self.spawn(&mut s);
         self.servers.insert(name.to_string(), s);
     }
@@ -380,6 +382,7 @@ impl Cluster {
         let mut child = die_with_parent(&mut Command::new(&self.bin))
             .args(&s.args)
             .env("BRAID_LOG", "debug")
+            .envs(s.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(log)
@@ -409,6 +412,57 @@ impl Cluster {
     /// Stops a server with SIGTERM.
     pub fn stop(&mut self, name: &str) {
         self.servers.get_mut(name).unwrap_or_else(|| panic!("no server {name}")).kill(libc::SIGTERM);
+    }
+
+    /// Starts another MDS process, named `name`, serving new MDTs in `dirs` (their
+    /// indices come from the MGS, in registration order).
+    pub fn add_mds(&mut self, name: &str, dirs: &[PathBuf]) {
+        let mut args = self.role_args("mds");
+        for d in dirs {
+            args.extend(["--mdt".into(), path(d)]);
+        }
+        args.extend(self.spec.mds_args.iter().cloned());
+        self.add_server(name, args);
+    }
+
+    /// The environment server `name` gets from its next (re)start on: `value` for
+    /// `key`, or without `key` for `None`.
+    pub fn set_env(&mut self, name: &str, key: &str, value: Option<&str>) {
+        let s = self.servers.get_mut(name).unwrap_or_else(|| panic!("no server {name}"));
+        s.env.retain(|(k, _)| k != key);
+        if let Some(v) = value {
+            s.env.push((key.to_string(), v.to_string()));
+        }
+    }
+
+    /// Waits until server `name` exits by itself (e.g. killed at a fault point);
+    /// whether it did within `timeout`.
+    pub fn wait_exit(&mut self, name: &str, timeout: Duration) -> bool {
+        let start = Instant::now();
+        while start.elapsed() < timeout {
+            if !self.alive(name) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    /// Waits until `braid df` lists `n` MDTs, all up.
+    pub fn wait_mdts_up(&self, n: usize, timeout: Duration) {
+        let start = Instant::now();
+        loop {
+            let out = self.braid(&["df", &self.url("/"), "--timeout-s", "5"]);
+            let text = String::from_utf8_lossy(&out.stdout);
+            let up = text.lines().filter(|l| l.contains("[MDT:") && !l.contains(" : ")).count();
+            if out.status.success() && up >= n {
+                return;
+            }
+            if start.elapsed() > timeout {
+                panic!("only {up} of {n} MDTs up after {timeout:?}:\n{text}{}", String::from_utf8_lossy(&out.stderr));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     /// Starts a killed server again with the same arguments (same address and data).

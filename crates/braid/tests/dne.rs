@@ -1,0 +1,199 @@
+//! Several MDTs on separate `braid mds` processes: remote directories (`mkdir -i K`)
+//! made and removed through the CLI, the native client and a FUSE mount, the
+//! namespace checker over both MDTs' stores, and each process killed with SIGKILL at
+//! every step of the protocol of a remote mkdir and rmdir (fault points switched on
+//! by `BRAID_FAULT`): the client's retried call gets the answer of the first, and the
+//! namespace is consistent afterwards.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use proto::msg::{OpenFlags, RenameFlags};
+use proto::{Errno, Fid};
+use testkit::{client_errno, runtime, stderr, within, Cluster, ClusterSpec, Mount};
+
+fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_braid"))
+}
+
+const RW: OpenFlags = OpenFlags { read: true, write: true, truncate: false };
+
+/// An MGS, an OSS, MDT 0 in process `mds` and MDT 1 in process `mds1`.
+fn two_mds() -> (Cluster, Vec<PathBuf>) {
+    let mut c = Cluster::start(bin(), ClusterSpec::default());
+    let mdt1 = c.dir.path().join("mdt1");
+    c.add_mds("mds1", std::slice::from_ref(&mdt1));
+    c.wait_mdts_up(2, testkit::WAIT);
+    let mdts = vec![c.dir.path().join("mdt0"), mdt1];
+    (c, mdts)
+}
+
+/// Stops both MDSs, runs the namespace checker, and starts them again; the
+/// checker's output.
+fn check(c: &mut Cluster, mdts: &[PathBuf]) -> Result<String, String> {
+    c.stop("mds");
+    c.stop("mds1");
+    let mut args = vec!["check-namespace".to_string()];
+    for m in mdts {
+        args.extend(["--mdt".into(), m.display().to_string()]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = c.braid(&args);
+    c.restart("mds");
+    c.restart("mds1");
+    c.wait_mdts_up(2, testkit::WAIT);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    if out.status.success() {
+        Ok(text)
+    } else {
+        Err(format!("{text}{}", stderr(&out)))
+    }
+}
+
+/// The checker passes within `timeout` (a participant settles what a crash left
+/// undecided once it asks the coordinator).
+fn consistent_within(c: &mut Cluster, mdts: &[PathBuf], timeout: Duration) {
+    let start = Instant::now();
+    loop {
+        match check(c, mdts) {
+            Ok(_) => return,
+            Err(e) if start.elapsed() > timeout => panic!("the namespace is not consistent:\n{e}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(500)),
+        }
+    }
+}
+
+fn fid_of(c: &Cluster, path: &str) -> Fid {
+    let out = c.braid_ok(&["stat", &c.url(path)]);
+    let line = out.lines().find(|l| l.trim_start().starts_with("FID:")).expect("a FID line");
+    let inner = line.split('[').nth(1).and_then(|s| s.split(']').next()).expect("[seq:oid:ver]");
+    let parts: Vec<u64> =
+        inner.split(':').map(|p| u64::from_str_radix(p.trim_start_matches("0x"), 16).expect("hex")).collect();
+    Fid { seq: parts[0], oid: parts[1] as u32, ver: parts[2] as u32 }
+}
+
+#[test]
+fn remote_directories_live_on_the_mdt_asked_for_and_the_namespace_stays_whole() {
+    let (mut c, mdts) = two_mds();
+    c.braid_ok(&["mkdir", "-i", "1", &c.url("/remote")]);
+    c.braid_ok(&["mkdir", &c.url("/local")]);
+    assert_eq!(fid_of(&c, "/remote").mdt(), 1, "mkdir -i 1 puts the inode on MDT 1");
+    assert_eq!(fid_of(&c, "/local").mdt(), 0);
+
+    let rt = runtime();
+    let cl = c.connect(&rt);
+    let creds = client::process_creds();
+    let remote = within(&rt, "resolve", cl.resolve(&creds, "/remote", true)).expect("resolve");
+    let root = within(&rt, "getattr", cl.getattr(Fid::ROOT)).expect("getattr");
+    assert_eq!(root.nlink, 4, "the root counts both subdirectories");
+    // Files and directories inside a remote directory live on its MDT.
+    let data = Bytes::from_static(b"on MDT 1");
+    let (f, attr, _) =
+        within(&rt, "create", cl.create(&creds, remote.fid, "file", 0o644, true, RW, None)).expect("create");
+    assert_eq!(attr.fid.mdt(), 1);
+    within(&rt, "write", cl.write(&f, 0, data.clone())).expect("write");
+    within(&rt, "close", cl.close(f)).expect("close");
+    let sub = within(&rt, "mkdir", cl.mkdir(&creds, remote.fid, "sub", 0o755)).expect("mkdir inside");
+    assert_eq!(sub.fid.mdt(), 1);
+    // A remote directory back on MDT 0, below one on MDT 1.
+    let back = within(&rt, "mkdir -i 0", cl.mkdir_on(&creds, sub.fid, "back", 0o755, Some(0))).expect("mkdir -i 0");
+    assert_eq!(back.fid.mdt(), 0);
+    assert_eq!(c.braid_ok(&["ls", &c.url("/remote")]).split_whitespace().collect::<Vec<_>>(), ["file", "sub"]);
+
+    // What cannot be done says why and changes nothing.
+    let non_empty = within(&rt, "rmdir", cl.rmdir(&creds, Fid::ROOT, "remote"));
+    assert_eq!(client_errno(non_empty), Errno::NotEmpty);
+    let out = c.braid(&["mkdir", "-i", "7", &c.url("/nowhere")]);
+    assert!(!out.status.success() && stderr(&out).contains("MDT 7 is not in this file system"), "{}", stderr(&out));
+    let user = proto::msg::Creds { uid: 1000, gid: 1000, groups: vec![] };
+    let denied = within(&rt, "mkdir -i as a user", cl.mkdir_on(&user, Fid::ROOT, "mine", 0o755, Some(1)));
+    assert_eq!(client_errno(denied), Errno::Perm, "only root makes remote directories, as in Lustre");
+    let renamed =
+        within(&rt, "rename", cl.rename(&creds, Fid::ROOT, "remote", Fid::ROOT, "moved", RenameFlags::default()));
+    assert_eq!(client_errno(renamed), Errno::XDev, "renames across MDTs are refused (mv copies)");
+    let exists = within(&rt, "mkdir over a name", cl.mkdir_on(&creds, Fid::ROOT, "local", 0o755, Some(1)));
+    assert_eq!(client_errno(exists), Errno::Exist);
+    check(&mut c, &mdts).expect("consistent with remote directories");
+
+    // Through a FUSE mount: the same tree, and rmdir of remote directories.
+    let m = Mount::new(&c, "");
+    assert_eq!(std::fs::read(m.path("remote/file")).expect("read through the mount"), &data[..]);
+    std::fs::write(m.path("remote/sub/new"), b"x").expect("write through the mount");
+    std::fs::create_dir(m.path("local/plain")).expect("mkdir through the mount");
+    assert!(std::fs::remove_dir(m.path("remote")).is_err(), "not empty");
+    std::fs::remove_dir_all(m.path("remote")).expect("rm -r of a remote tree");
+    assert!(!m.path("remote").exists());
+    assert_eq!(std::fs::metadata(m.path("")).expect("stat root").nlink_count(), 3);
+    drop(m);
+    check(&mut c, &mdts).expect("consistent after the removals");
+}
+
+trait Nlink {
+    fn nlink_count(&self) -> u64;
+}
+
+impl Nlink for std::fs::Metadata {
+    fn nlink_count(&self) -> u64 {
+        std::os::unix::fs::MetadataExt::nlink(self)
+    }
+}
+
+/// Kills `process` at `point` while `op` runs on a fresh name, restarts it, and
+/// checks the CLI's call succeeded (its retry got the answer of the first) and the
+/// namespace is consistent. `op` is "mkdir" (of `/NAME` on MDT 1) or "rmdir" (of
+/// `/NAME`, made on MDT 1 first).
+fn crash_at(c: &mut Cluster, mdts: &[PathBuf], process: &str, point: &str, op: &str, name: &str) {
+    let url = c.url(&format!("/{name}"));
+    if op == "rmdir" {
+        c.braid_ok(&["mkdir", "-i", "1", &url]);
+    }
+    c.set_env(process, mds::dne::FAULT_ENV, Some(point));
+    c.restart(process);
+    c.wait_mdts_up(2, testkit::WAIT);
+    let args: Vec<String> = match op {
+        "mkdir" => vec!["mkdir".into(), "-i".into(), "1".into(), url.clone()],
+        _ => vec!["rm".into(), "-r".into(), url.clone()],
+    };
+    let bin = c.bin.clone();
+    let secret = c.secret.clone();
+    let call = std::thread::spawn(move || {
+        let mut cmd = std::process::Command::new(bin);
+        cmd.args(&args).env("BRAID_SECRET_FILE", secret);
+        testkit::output_within(&mut cmd, testkit::CLI_WATCHDOG)
+    });
+    assert!(c.wait_exit(process, Duration::from_secs(60)), "{process} did not stop at {point}");
+    c.set_env(process, mds::dne::FAULT_ENV, None);
+    c.restart(process);
+    let out = call.join().expect("the CLI thread").unwrap_or_else(|o| o);
+    assert!(out.status.success(), "{op} across a SIGKILL of {process} at {point}: {}", stderr(&out));
+    match op {
+        "mkdir" => assert_eq!(fid_of(c, &format!("/{name}")).mdt(), 1, "{point}"),
+        _ => assert!(!c.braid(&["stat", &url]).status.success(), "{name} still exists after {point}"),
+    }
+    consistent_within(c, mdts, Duration::from_secs(30));
+}
+
+#[test]
+fn a_remote_mkdir_and_rmdir_survive_a_sigkill_at_every_step() {
+    let (mut c, mdts) = two_mds();
+    let points = [
+        ("mds", "mkdir-remote:before-update", "mkdir"),
+        ("mds", "mkdir-remote:before-commit", "mkdir"),
+        ("mds", "mkdir-remote:before-done", "mkdir"),
+        ("mds1", "update:before-reply", "mkdir"),
+        ("mds1", "update-done:before-apply", "mkdir"),
+        ("mds", "rmdir-remote:before-update", "rmdir"),
+        ("mds", "rmdir-remote:before-commit", "rmdir"),
+        ("mds", "rmdir-remote:before-done", "rmdir"),
+        ("mds1", "update:before-reply", "rmdir"),
+        ("mds1", "update-done:before-apply", "rmdir"),
+    ];
+    for (i, (process, point, op)) in points.into_iter().enumerate() {
+        crash_at(&mut c, &mdts, process, point, op, &format!("d{i}"));
+    }
+    // Every mkdir left its directory, every rmdir took its own.
+    let listed = c.braid_ok(&["ls", &c.url("/")]);
+    let names: Vec<&str> = listed.split_whitespace().collect();
+    assert_eq!(names, ["d0", "d1", "d2", "d3", "d4"], "{listed}");
+}
