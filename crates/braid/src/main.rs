@@ -113,6 +113,24 @@ enum Command {
         /// Only the number of components.
         #[arg(long = "component-count")]
         component_count: bool,
+        /// Only the index of the MDT holding the inode.
+        #[arg(short = 'm', long = "mdt-index")]
+        mdt: bool,
+        path: String,
+    },
+    /// Show how a directory is spread over MDTs (as `lfs getdirstripe`).
+    Getdirstripe {
+        #[command(flatten)]
+        client: ClientOpts,
+        /// Only the stripe count.
+        #[arg(short = 'c', long = "mdt-count")]
+        count: bool,
+        /// Only the index of the (first) MDT.
+        #[arg(short = 'i', visible_short_alias = 'm', long = "mdt-index")]
+        index: bool,
+        /// Only the hash type.
+        #[arg(short = 'H', long = "mdt-hash")]
+        hash: bool,
         path: String,
     },
     /// Show space and inode usage of every MDT and OST.
@@ -180,7 +198,11 @@ fn run(command: Command) -> anyhow::Result<()> {
             }
             cli::stripe::setstripe(cli::stripe::parse_setstripe(&args)?)
         }
-        Command::Getstripe { client, directory, count, size, index, component, component_count, path } => {
+        Command::Getdirstripe { client, count, index, hash, path } => {
+            cli::stripe::getdirstripe(&client, &path, &cli::stripe::DirstripeOpts { count, index, hash })
+        }
+        Command::Getstripe { client, mdt: true, path, .. } => cli::stripe::get_mdt_index(&client, &path),
+        Command::Getstripe { client, directory, count, size, index, component, component_count, path, .. } => {
             let o = cli::stripe::GetstripeOpts {
                 directory_only: directory,
                 count,

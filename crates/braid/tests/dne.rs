@@ -80,6 +80,11 @@ fn remote_directories_live_on_the_mdt_asked_for_and_the_namespace_stays_whole() 
     c.braid_ok(&["mkdir", &c.url("/local")]);
     assert_eq!(fid_of(&c, "/remote").mdt(), 1, "mkdir -i 1 puts the inode on MDT 1");
     assert_eq!(fid_of(&c, "/local").mdt(), 0);
+    // As `lfs getdirstripe` and `lfs getstripe -m` show them.
+    let shown = c.braid_ok(&["getdirstripe", &c.url("/remote")]);
+    assert_eq!(shown.trim(), "lmv_stripe_count: 0 lmv_stripe_offset: 1 lmv_hash_type: none");
+    assert_eq!(c.braid_ok(&["getdirstripe", "-i", &c.url("/local")]).trim(), "0");
+    assert_eq!(c.braid_ok(&["getstripe", "-m", &c.url("/remote")]).trim(), "1");
 
     let rt = runtime();
     let cl = c.connect(&rt);

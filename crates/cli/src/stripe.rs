@@ -449,6 +449,41 @@ pub fn getstripe(opts: &ClientOpts, path: &str, o: &GetstripeOpts) -> Result<()>
     })
 }
 
+/// `getstripe -m`: the index of the MDT holding PATH's inode.
+pub fn get_mdt_index(opts: &ClientOpts, path: &str) -> Result<()> {
+    with_client(opts, path, |bc, p| {
+        let a = bc.run(bc.client.resolve(&creds(), &p.path, true)).map_err(|e| e.at(&p.url()))?;
+        println!("{}", a.fid.mdt());
+        Ok(())
+    })
+}
+
+/// `getdirstripe`'s field selection (`-c`, `-i`/`-m`, `-H`); none selected prints all.
+pub struct DirstripeOpts {
+    pub count: bool,
+    pub index: bool,
+    pub hash: bool,
+}
+
+/// `getdirstripe DIR`, in `lfs getdirstripe`'s format. A directory that is not
+/// striped shows stripe count 0, the MDT holding it, and hash type `none`.
+pub fn getdirstripe(opts: &ClientOpts, path: &str, o: &DirstripeOpts) -> Result<()> {
+    with_client(opts, path, |bc, p| {
+        let a = bc.run(bc.client.resolve(&creds(), &p.path, true)).map_err(|e| e.at(&p.url()))?;
+        if a.kind != FileKind::Dir {
+            anyhow::bail!("{}: not a directory", p.url());
+        }
+        let (count, offset, hash) = (0, a.fid.mdt(), "none");
+        match (o.count, o.index, o.hash) {
+            (true, _, _) => println!("{count}"),
+            (_, true, _) => println!("{offset}"),
+            (_, _, true) => println!("{hash}"),
+            _ => println!("lmv_stripe_count: {count} lmv_stripe_offset: {offset} lmv_hash_type: {hash}"),
+        }
+        Ok(())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
