@@ -26,13 +26,12 @@ use std::time::Duration;
 
 use proto::msg::{Creds, FileKind, Request, Response, TargetKind, UpdateId, UpdateOp, UpdateState};
 use proto::{Errno, Fid, RpcError};
-use rpc::server::RequestCtx;
+use rpc::server::{Callbacks, RequestCtx};
 use rpc::{Identity, RpcClient, RpcOptions};
 
 use crate::cluster::ClusterView;
 use crate::commit::{kept_reply, now_secs, CoordinatedOp, JobKind};
 use crate::inode::S_ISGID;
-use crate::service::Mds;
 use crate::target::Mdt;
 use crate::workers::Worker;
 
@@ -163,11 +162,12 @@ async fn ask(peer: &RpcClient, mdt: u32, req: &Request) -> Response {
     }
 }
 
-impl Mds {
+impl Dne {
     /// `mkdir -i K`: directory `name` in `parent` (on this MDS), its inode on MDT `k`.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn mkdir_remote(
         &self,
+        callbacks: &Callbacks,
         ctx: &RequestCtx,
         mdt: &Arc<Mdt>,
         creds: Creds,
@@ -208,12 +208,12 @@ impl Mds {
         let setgid = dir.mode & S_ISGID != 0;
         let gid = if setgid { dir.gid } else { creds.gid };
         let mode = mode | if setgid { S_ISGID } else { 0 };
-        self.revoke_others(mdt, parent, ctx.client_id).await;
-        let peer = match self.dne.peer(k).await {
+        self.revoke_others(callbacks, mdt, parent, ctx.client_id).await;
+        let peer = match self.peer(k).await {
             Ok(p) => p,
             Err(r) => return r,
         };
-        let flight = self.dne.begin(mdt.index);
+        let flight = self.begin(mdt.index);
         let id = flight.id;
         fault_point("mkdir-remote:before-update");
         let op = UpdateOp::MkdirInode { creds: creds.clone(), parent, name: name.clone(), mode, gid, dir_default };
@@ -231,14 +231,16 @@ impl Mds {
         let committed = matches!(&r, Response::DirMade { attr, .. } if attr.fid == child.fid);
         drop(flight);
         fault_point("mkdir-remote:before-done");
-        self.dne.tell(peer, child.fid, id, committed);
+        self.tell(peer, child.fid, id, committed);
         r
     }
 
     /// rmdir of `name` in `parent` (on this MDS), a directory whose inode is `child`
     /// on another MDT.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn rmdir_remote(
         &self,
+        callbacks: &Callbacks,
         ctx: &RequestCtx,
         mdt: &Arc<Mdt>,
         creds: Creds,
@@ -250,7 +252,7 @@ impl Mds {
             return r;
         }
         let k = child.mdt();
-        let peer = match self.dne.peer(k).await {
+        let peer = match self.peer(k).await {
             Ok(p) => p,
             Err(r) => return r,
         };
@@ -272,8 +274,8 @@ impl Mds {
         if checked != Response::Ok {
             return checked;
         }
-        self.revoke_others(mdt, parent, ctx.client_id).await;
-        let flight = self.dne.begin(mdt.index);
+        self.revoke_others(callbacks, mdt, parent, ctx.client_id).await;
+        let flight = self.begin(mdt.index);
         let id = flight.id;
         fault_point("rmdir-remote:before-update");
         let op = UpdateOp::RmdirInode { fid: child, parent, name: name.clone() };
@@ -293,7 +295,7 @@ impl Mds {
         let committed = gone == Response::Update(UpdateState::Absent);
         drop(flight);
         fault_point("rmdir-remote:before-done");
-        self.dne.tell(peer, child, id, committed);
+        self.tell(peer, child, id, committed);
         r
     }
 
@@ -302,7 +304,7 @@ impl Mds {
         if id.mdt != mdt.index {
             return Response::error(Errno::Inval, format!("update {id:?} was not coordinated by MDT {}", mdt.index));
         }
-        if self.dne.under_way(id) {
+        if self.under_way(id) {
             return Response::Update(UpdateState::InFlight);
         }
         mdt.read(move |v| Ok(Response::Update(v.update_state(parent, fid)?))).await
@@ -310,10 +312,10 @@ impl Mds {
 
     /// Revokes the lease another client holds on `dir`, if any: a lease is never
     /// granted again once revoked, so the coordinator's batch will not meet one.
-    async fn revoke_others(&self, mdt: &Arc<Mdt>, dir: Fid, client_id: u64) {
+    async fn revoke_others(&self, callbacks: &Callbacks, mdt: &Arc<Mdt>, dir: Fid, client_id: u64) {
         let leased = mdt.leases().get(dir).is_some_and(|l| l.holder != client_id);
         if leased {
-            mdt.revoke(dir, &self.callbacks).await;
+            mdt.revoke(dir, callbacks).await;
         }
     }
 
@@ -326,7 +328,7 @@ impl Mds {
 
     /// The attributes of `fid`, on another MDT.
     pub(crate) async fn remote_attr(&self, fid: Fid) -> Response {
-        match self.dne.peer(fid.mdt()).await {
+        match self.peer(fid.mdt()).await {
             Ok(peer) => ask(&peer, fid.mdt(), &Request::MdsGetattr { fid }).await,
             Err(r) => r,
         }

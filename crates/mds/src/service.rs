@@ -26,9 +26,9 @@ pub struct Mds {
     mdts: HashMap<u32, Arc<Mdt>>,
     dirs: HashMap<u32, PathBuf>,
     /// Clients' connections, for revoking directory leases.
-    pub(crate) callbacks: Callbacks,
+    callbacks: Callbacks,
     /// Operations that span MDTs, as their coordinator (see [`crate::dne`]).
-    pub(crate) dne: Arc<Dne>,
+    dne: Arc<Dne>,
     /// Stopped when the MDS is dropped.
     workers: Workers,
 }
@@ -275,7 +275,7 @@ impl Mds {
                 match found {
                     Ok(Found::Here(attr)) => Response::Attr(attr),
                     // The child's inode is on another MDT: its attributes from there.
-                    Ok(Found::Elsewhere(fid, _)) => self.remote_attr(fid).await,
+                    Ok(Found::Elsewhere(fid, _)) => self.dne.remote_attr(fid).await,
                     Err(e) => crate::target::op_error(e),
                 }
             }
@@ -327,7 +327,7 @@ impl Mds {
                 .await
             }
             Request::MdsSync { .. } => mdt.submit_own(JobKind::Sync).await,
-            Request::MdsUpdateQuery { id, parent, fid } => self.update_query(mdt, id, parent, fid).await,
+            Request::MdsUpdateQuery { id, parent, fid } => self.dne.update_query(mdt, id, parent, fid).await,
             // A participant's half: durable before the answer (fault points around it).
             req @ Request::MdsUpdate { .. } => {
                 let r = self.mutate(&ctx, mdt, req).await;
@@ -342,17 +342,17 @@ impl Mds {
                 if let Some(until) = mdt.recovery_until {
                     tokio::time::sleep_until(until).await;
                 }
-                self.mkdir_remote(&ctx, mdt, creds, parent, name, mode, k).await
+                self.dne.mkdir_remote(&self.callbacks, &ctx, mdt, creds, parent, name, mode, k).await
             }
             Request::MdsRename { new_parent, .. } if new_parent.mdt() != mdt.index => {
                 Response::error(Errno::XDev, "renaming into a directory on another MDT is not supported yet")
             }
-            Request::MdsRmdir { creds, parent, name } => match self.remote_entry(mdt, parent, &name).await {
+            Request::MdsRmdir { creds, parent, name } => match self.dne.remote_entry(mdt, parent, &name).await {
                 Some((child, proto::msg::FileKind::Dir)) => {
                     if let Some(until) = mdt.recovery_until {
                         tokio::time::sleep_until(until).await;
                     }
-                    self.rmdir_remote(&ctx, mdt, creds, parent, name, child).await
+                    self.dne.rmdir_remote(&self.callbacks, &ctx, mdt, creds, parent, name, child).await
                 }
                 _ => self.mutate(&ctx, mdt, Request::MdsRmdir { creds, parent, name }).await,
             },
