@@ -134,6 +134,86 @@ fn remote_directories_live_on_the_mdt_asked_for_and_the_namespace_stays_whole() 
     check(&mut c, &mdts).expect("consistent after the removals");
 }
 
+/// MDS-to-MDS requests from a hostile or confused peer get errors and leave nothing
+/// behind; with MDT 1's MDS down, a remote mkdir fails with EIO after the peer
+/// timeout while MDT 0 keeps serving, and nothing is left half made.
+#[test]
+fn hostile_updates_and_a_down_mdt_get_clear_errors() {
+    use proto::msg::{Creds, Request, Response, UpdateId, UpdateOp};
+    let (mut c, mdts) = two_mds();
+    c.braid_ok(&["mkdir", "-i", "1", &c.url("/r")]);
+    c.braid_ok(&["setstripe", "-c", "1", &c.url("/r/file")]);
+    let (dir, file) = (fid_of(&c, "/r"), fid_of(&c, "/r/file"));
+    let rt = runtime();
+    let secret = proto::auth::Secret::load(&c.secret).expect("the cluster secret");
+    let rpc = rpc::RpcClient::new(c.addr("mds1"), rpc::Identity::new("client", secret), rpc::RpcOptions::default());
+    let mkdir = |parent: Fid| UpdateOp::MkdirInode {
+        creds: Creds::root(),
+        parent,
+        name: "x".into(),
+        mode: 0o755,
+        gid: 0,
+        dir_default: None,
+    };
+    let rmdir = |fid: Fid| UpdateOp::RmdirInode { fid, parent: Fid::ROOT, name: "x".into() };
+    let id = |mdt: u32| UpdateId { mdt, seq: 42 };
+    let hostile = [
+        Request::MdsUpdate { mdt: 1, id: id(1), op: mkdir(Fid::ROOT) },
+        Request::MdsUpdate { mdt: 1, id: id(0), op: mkdir(dir) },
+        Request::MdsUpdate { mdt: 7, id: id(0), op: mkdir(Fid::ROOT) },
+        Request::MdsUpdate { mdt: 1, id: id(0), op: rmdir(file) },
+        Request::MdsUpdate { mdt: 1, id: id(0), op: rmdir(dir) },
+        Request::MdsUpdate { mdt: 1, id: id(0), op: rmdir(Fid::new(1, 1, 999_999)) },
+        Request::MdsUpdateQuery { id: id(0), parent: dir, fid: file },
+    ];
+    for req in hostile {
+        let what = format!("{req:?}");
+        match within(&rt, "a hostile update", rpc.call(&req, vec![])) {
+            Err(proto::RpcError::Remote(e)) => assert!(!e.message.is_empty(), "{what}: an error says why"),
+            other => panic!("{what} was not refused: {other:?}"),
+        }
+    }
+    // A verdict on nothing pending changes nothing; an update no coordinator made is
+    // taken back once its coordinator says it never made the entry.
+    let done = Request::MdsUpdateDone { fid: dir, id: id(0), committed: false };
+    assert!(matches!(within(&rt, "verdict", rpc.call(&done, vec![])).expect("answered").response, Response::Ok));
+    let stray = Request::MdsUpdate { mdt: 1, id: id(0), op: mkdir(Fid::ROOT) };
+    within(&rt, "stray update", rpc.call(&stray, vec![])).expect("applied as pending");
+    consistent_within(&mut c, &mdts, Duration::from_secs(30));
+    assert_eq!(c.braid_ok(&["ls", &c.url("/r")]).trim(), "file", "the directory and its file are untouched");
+
+    // MDT 1 down: EIO after the peer timeout, never a hang; MDT 0 goes on.
+    c.stop("mds1");
+    let out = c.braid(&["mkdir", "-i", "1", &c.url("/down")]);
+    assert!(!out.status.success() && stderr(&out).contains("MDT 1"), "{}", stderr(&out));
+    c.braid_ok(&["mkdir", &c.url("/up")]);
+    c.restart("mds1");
+    c.wait_mdts_up(2, testkit::WAIT);
+    assert!(!c.braid(&["stat", &c.url("/down")]).status.success(), "no half-made /down");
+    consistent_within(&mut c, &mdts, Duration::from_secs(30));
+}
+
+/// `braid local --mdts 2`: both MDTs in one MDS process (the coordinator reaches
+/// the participant over its own listener), through its own mount.
+#[test]
+fn braid_local_with_two_mdts_makes_remote_directories_through_its_mount() {
+    let dir = testkit::TempDir::new("local-dne");
+    let local = testkit::LocalCluster::start(bin(), dir.path(), &["--mdts", "2"]);
+    let url = format!("{}remote", local.url());
+    let mut cmd = std::process::Command::new(bin());
+    cmd.args(["mkdir", "-i", "1", &url]).env("BRAID_SECRET_FILE", local.secret());
+    let out = testkit::output_within(&mut cmd, testkit::CLI_WATCHDOG).unwrap_or_else(|o| o);
+    assert!(out.status.success(), "{}", stderr(&out));
+    std::fs::write(local.mnt.join("remote/f"), b"data").expect("write below the remote directory");
+    assert_eq!(std::fs::read(local.mnt.join("remote/f")).expect("read"), b"data");
+    let mut cmd = std::process::Command::new(bin());
+    cmd.args(["getstripe", "-m", &format!("{url}/f")]).env("BRAID_SECRET_FILE", local.secret());
+    let out = testkit::output_within(&mut cmd, testkit::CLI_WATCHDOG).unwrap_or_else(|o| o);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1", "{}", stderr(&out));
+    std::fs::remove_dir_all(local.mnt.join("remote")).expect("rm -r");
+    assert!(!local.mnt.join("remote").exists());
+}
+
 trait Nlink {
     fn nlink_count(&self) -> u64;
 }

@@ -52,6 +52,10 @@ pub fn fault_point(point: &str) {
     }
 }
 
+/// How long a coordinator keeps trying an MDT that does not answer before the
+/// operation fails with EIO (the client's own call must outlive it).
+pub const PEER_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// How long a participant's half stays pending before it asks the coordinator.
 pub const PENDING_ASK_AFTER: Duration = Duration::from_secs(2);
 
@@ -137,7 +141,7 @@ impl Dne {
         let mut peers = self.peers.lock().expect("peers");
         let c = peers
             .entry(address.clone())
-            .or_insert_with(|| Arc::new(RpcClient::new(address, self.identity.clone(), RpcOptions::default())));
+            .or_insert_with(|| Arc::new(RpcClient::new(address, self.identity.clone(), peer_options())));
         Ok(c.clone())
     }
 
@@ -151,6 +155,10 @@ impl Dne {
             }
         });
     }
+}
+
+fn peer_options() -> RpcOptions {
+    RpcOptions { request_timeout: PEER_TIMEOUT, recovery_timeout: PEER_TIMEOUT, ..RpcOptions::default() }
 }
 
 /// Sends `req` to a peer MDS and returns its answer, an error answer as it came.
