@@ -114,9 +114,15 @@ fn remote_directories_live_on_the_mdt_asked_for_and_the_namespace_stays_whole() 
     let user = proto::msg::Creds { uid: 1000, gid: 1000, groups: vec![] };
     let denied = within(&rt, "mkdir -i as a user", cl.mkdir_on(&user, Fid::ROOT, "mine", 0o755, Some(1)));
     assert_eq!(client_errno(denied), Errno::Perm, "only root makes remote directories, as in Lustre");
-    let renamed =
-        within(&rt, "rename", cl.rename(&creds, Fid::ROOT, "remote", Fid::ROOT, "moved", RenameFlags::default()));
+    let local = within(&rt, "resolve", cl.resolve(&creds, "/local", true)).expect("resolve").fid;
+    let no_flags = RenameFlags::default();
+    let renamed = within(&rt, "rename", cl.rename(&creds, Fid::ROOT, "remote", local, "moved", no_flags));
     assert_eq!(client_errno(renamed), Errno::XDev, "renames across MDTs are refused (mv copies)");
+    // Within its directory a remote directory's rename is its entry's alone.
+    within(&rt, "rename in place", cl.rename(&creds, Fid::ROOT, "remote", Fid::ROOT, "moved", no_flags))
+        .expect("rename within the directory");
+    assert_eq!(fid_of(&c, "/moved"), remote.fid);
+    within(&rt, "rename back", cl.rename(&creds, Fid::ROOT, "moved", Fid::ROOT, "remote", no_flags)).expect("back");
     let exists = within(&rt, "mkdir over a name", cl.mkdir_on(&creds, Fid::ROOT, "local", 0o755, Some(1)));
     assert_eq!(client_errno(exists), Errno::Exist);
     check(&mut c, &mdts).expect("consistent with remote directories");

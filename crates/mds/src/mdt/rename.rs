@@ -6,7 +6,7 @@ use proto::{Errno, Fid};
 use super::error::{fail, OpResult};
 use super::schema::{check_name, dentry_key, dentry_value, Tbl};
 use super::writer::{Placement, Writer};
-use crate::inode::sticky_allows;
+use crate::inode::{sticky_allows, S_ISVTX};
 
 impl Writer<'_> {
     /// Fails if `dir` is `ancestor` or below it (a directory moved under itself).
@@ -69,6 +69,48 @@ impl Writer<'_> {
         Ok(Response::Ok)
     }
 
+    /// A rename within one directory of a directory whose inode is on another MDT:
+    /// only entries change (its `..` stays this directory). A target, which the checks
+    /// before allow only here, is an empty directory and goes.
+    #[allow(clippy::too_many_arguments)]
+    fn rename_remote_in_dir(
+        &mut self,
+        creds: &Creds,
+        mut dir: crate::inode::Inode,
+        parent: Fid,
+        (name, new_name): (&str, &str),
+        fid: Fid,
+        target: Option<(Fid, FileKind)>,
+        flags: RenameFlags,
+        now: Timespec,
+    ) -> OpResult<Response> {
+        if dir.attr.mode & S_ISVTX != 0 && creds.uid != 0 && creds.uid != dir.attr.uid {
+            return fail(Errno::XDev, "sticky directory: the owner of a directory on another MDT is not known here");
+        }
+        let mut nlink = 0;
+        if let Some((tfid, tkind)) = target {
+            if flags.noreplace {
+                return fail(Errno::Exist, format!("{new_name} exists"));
+            }
+            if tkind != FileKind::Dir {
+                return fail(Errno::NotDir, format!("{new_name} is not a directory"));
+            }
+            if !self.view.dir_is_empty(tfid)? {
+                return fail(Errno::NotEmpty, format!("{new_name} is not empty"));
+            }
+            let t = self.view.must_inode(tfid)?;
+            if !sticky_allows(&dir, &t, creds) {
+                return fail(Errno::Perm, "sticky directory: not the owner of the target");
+            }
+            self.drop_inode(tfid, &t)?;
+            nlink = -1;
+        }
+        self.del(Tbl::Dentries, &dentry_key(parent, name))?;
+        self.put(Tbl::Dentries, &dentry_key(parent, new_name), &dentry_value(fid, FileKind::Dir))?;
+        self.touch_dir(parent, &mut dir, now, nlink)?;
+        Ok(Response::Ok)
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub(super) fn rename(
         &mut self,
@@ -91,8 +133,14 @@ impl Writer<'_> {
         let target = self.view.entry(new_parent, new_name)?;
         // Renames that span MDTs (a directory whose inode is on another MDT, whose `..`
         // and link counts live there) are not coordinated yet: EXDEV, so `mv` copies.
-        if [Some(fid), target.map(|t| t.0)].into_iter().flatten().any(|f| f.mdt() != self.mdt_index) {
+        // Within one directory, a remote directory's rename changes entries only.
+        let remote = |f: Fid| f.mdt() != self.mdt_index;
+        let same_dir = parent == new_parent && !flags.exchange;
+        if target.is_some_and(|t| remote(t.0)) || (remote(fid) && !same_dir) {
             return fail(Errno::XDev, "renaming a directory that lives on another MDT is not supported yet");
+        }
+        if remote(fid) {
+            return self.rename_remote_in_dir(creds, src_dir, parent, (name, new_name), fid, target, flags, now);
         }
         let mut ino = self.view.must_inode(fid)?;
         if !sticky_allows(&src_dir, &ino, creds) {
