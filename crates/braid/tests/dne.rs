@@ -105,6 +105,10 @@ fn remote_directories_live_on_the_mdt_asked_for_and_the_namespace_stays_whole() 
     let back = within(&rt, "mkdir -i 0", cl.mkdir_on(&creds, sub.fid, "back", 0o755, Some(0))).expect("mkdir -i 0");
     assert_eq!(back.fid.mdt(), 0);
     assert_eq!(c.braid_ok(&["ls", &c.url("/remote")]).split_whitespace().collect::<Vec<_>>(), ["file", "sub"]);
+    // `df -i` counts each MDT's own inodes: /remote, its file and sub on MDT 1.
+    let df = c.braid_ok(&["df", "-i", &c.url("/")]);
+    let mdt1 = df.lines().find(|l| l.contains("[MDT:1]")).unwrap_or_else(|| panic!("no MDT 1 in\n{df}"));
+    assert_eq!(mdt1.split_whitespace().nth(2), Some("3"), "IUsed of MDT 1:\n{df}");
 
     // What cannot be done says why and changes nothing.
     let non_empty = within(&rt, "rmdir", cl.rmdir(&creds, Fid::ROOT, "remote"));

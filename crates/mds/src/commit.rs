@@ -164,6 +164,8 @@ pub struct Committer {
     pub cluster: Arc<RwLock<ClusterView>>,
     /// FIDs reserved by a committed batch and not handed out yet.
     pub fids: FidBlock,
+    /// The MDT's inodes (counted at open, moved by every logged batch): `df -i`.
+    pub inodes: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Committer {
@@ -282,7 +284,9 @@ impl Committer {
             // The journal first: a batch it does not hold is taken back (the writer
             // undoes its changes when dropped unfinished).
             self.journal.log(&RedoBatch(std::mem::take(&mut w.redo)))?;
+            let delta = w.inodes_delta;
             w.finish();
+            self.inodes.fetch_add(delta as u64, std::sync::atomic::Ordering::AcqRel);
         }
         Ok(replies)
     }

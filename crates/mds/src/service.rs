@@ -220,9 +220,9 @@ impl Mds {
                 return Response::Ok;
             }
             Request::MdsStatfs { mdt } => {
-                return match self.dirs.get(mdt) {
-                    Some(d) => Response::Usage(rpc::target::dir_usage(d)),
-                    None => Response::error(Errno::NoEnt, format!("MDT {mdt} is not served here")),
+                return match (self.dirs.get(mdt), self.mdts.get(mdt)) {
+                    (Some(d), Some(m)) => Response::Usage(m.usage(d)),
+                    _ => Response::error(Errno::NoEnt, format!("MDT {mdt} is not served here")),
                 }
             }
             Request::MdsLookup { parent, .. }

@@ -29,6 +29,8 @@ pub struct Mdt {
     /// Changes since the last checkpoint, in front of the database (see [`mdt::View`]).
     mem: Arc<RwLock<MemTable>>,
     commit: GroupCommit,
+    /// How many inodes the MDT holds (`df -i`).
+    inodes: Arc<std::sync::atomic::AtomicU64>,
     pub(crate) opens: Opens,
     pub(crate) locks: Mutex<locks::LockTable>,
     pub(crate) lock_released: tokio::sync::Notify,
@@ -70,6 +72,9 @@ pub(crate) fn op_error(e: OpError) -> Response {
     }
 }
 
+/// Bytes an inode takes on an MDT, with its entry, for the free inode estimate.
+pub const INODE_BYTES: u64 = 1024;
+
 impl Mdt {
     /// Opens the MDT in `dir`: formats a new one or checks an existing one, replays
     /// its journal, and upgrades a database of an earlier format.
@@ -97,6 +102,14 @@ impl Mdt {
         }
         let opens: Opens = Default::default();
         let leases: Arc<Mutex<DirLeases>> = Default::default();
+        // Counted once here (after the replay); every logged batch moves it since.
+        let counted = {
+            let view = View::new(store.snapshot().map_err(|e| failed("", e.into()))?, mem.read().expect("memtable"));
+            let rows =
+                view.scan(Tbl::Inodes, std::ops::Bound::Unbounded).map_err(|e| failed("cannot count inodes", e))?;
+            rows.count() as u64
+        };
+        let inodes = Arc::new(std::sync::atomic::AtomicU64::new(counted));
         let committer = Committer {
             index,
             store: store.clone(),
@@ -108,12 +121,14 @@ impl Mdt {
             cfg: cfg.clone(),
             cluster,
             fids: FidBlock::default(),
+            inodes: inodes.clone(),
         };
         Ok(Arc::new(Mdt {
             index,
             store,
             mem,
             commit: GroupCommit::new(committer),
+            inodes,
             opens,
             locks: Mutex::new(locks::LockTable::default()),
             lock_released: tokio::sync::Notify::new(),
@@ -131,6 +146,17 @@ impl Mdt {
     /// Submits a job of the MDS's own (no directory entries change, so no lease stops it).
     pub(crate) async fn submit_own(&self, kind: JobKind) -> Response {
         self.commit.submit_own(kind).await
+    }
+
+    /// The MDT's usage for `df`: the space of its directory's file system, and its own
+    /// inodes; free inodes are what the free space would hold at [`INODE_BYTES`] each
+    /// (an MDT has no fixed inode table).
+    pub(crate) fn usage(&self, dir: &Path) -> proto::msg::Usage {
+        let mut u = rpc::target::dir_usage(dir);
+        let used = self.inodes.load(std::sync::atomic::Ordering::Acquire);
+        u.free_inodes = u.avail_bytes / INODE_BYTES;
+        u.total_inodes = used + u.free_inodes;
+        u
     }
 
     /// The directory leases. A batch that panicked while holding them was undone by

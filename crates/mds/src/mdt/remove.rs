@@ -101,6 +101,7 @@ impl Writer<'_> {
     /// Removes an inode whose last name is gone; queues its objects for destruction.
     pub(super) fn drop_inode(&mut self, fid: Fid, ino: &Inode) -> OpResult<()> {
         self.del(Tbl::Inodes, &fid.to_key())?;
+        self.inodes_delta -= 1;
         if ino.attr.kind == FileKind::Dir {
             self.removed_dirs.push(fid);
         }

@@ -75,13 +75,13 @@ impl Writer<'_> {
                 if parent.mdt() != id.mdt {
                     return fail(Errno::Inval, format!("directory {parent} is not on the coordinator MDT {}", id.mdt));
                 }
+                if let Some(spec) = dir_default {
+                    spec.validate().map_err(|e| super::error::OpError::Errno(Errno::Inval, e.to_string()))?;
+                }
                 let fid = self.new_fid()?;
                 let mut ino = Inode::new(fid, FileKind::Dir, *mode, creds, *gid, now);
                 ino.parent = Some(*parent);
                 ino.dir_default = dir_default.clone();
-                if let Some(spec) = &ino.dir_default {
-                    spec.validate().map_err(|e| super::error::OpError::Errno(Errno::Inval, e.to_string()))?;
-                }
                 self.put_inode(fid, &ino)?;
                 self.put_pending(fid, id, PendingOp::Mkdir, *parent, name)?;
                 Ok(Response::Attr(ino.attr))

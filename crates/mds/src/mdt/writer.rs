@@ -50,6 +50,9 @@ pub struct Writer<'a> {
     pub(super) granted: Vec<Fid>,
     /// Directories removed in this batch (their leases end with it).
     pub(super) removed_dirs: Vec<Fid>,
+    /// Inodes made less inodes dropped in this batch (the MDT's count moves by it once
+    /// the batch is logged).
+    pub inodes_delta: i64,
 }
 
 /// Where one operation of a batch began, to take back just that operation.
@@ -59,6 +62,7 @@ pub struct Savepoint {
     redo: usize,
     pub(super) granted: usize,
     pub(super) removed_dirs: usize,
+    inodes_delta: i64,
 }
 
 /// A batch dropped unfinished (it failed, could not be logged, or panicked) is taken
@@ -97,6 +101,7 @@ impl<'a> Writer<'a> {
             conn: 0,
             granted: Vec::new(),
             removed_dirs: Vec::new(),
+            inodes_delta: 0,
         }
     }
 
@@ -162,6 +167,7 @@ impl<'a> Writer<'a> {
             redo: self.redo.len(),
             granted: self.granted.len(),
             removed_dirs: self.removed_dirs.len(),
+            inodes_delta: self.inodes_delta,
         }
     }
 
@@ -183,6 +189,7 @@ impl<'a> Writer<'a> {
             }
         }
         self.removed_dirs.truncate(sp.removed_dirs);
+        self.inodes_delta = sp.inodes_delta;
     }
 
     /// Keeps the batch's changes: the redo log holds them now.
@@ -198,7 +205,7 @@ impl<'a> Writer<'a> {
 
     /// Takes back every change of this batch.
     pub(super) fn undo(&mut self) {
-        self.undo_to(Savepoint { undo: 0, redo: 0, granted: 0, removed_dirs: 0 });
+        self.undo_to(Savepoint { undo: 0, redo: 0, granted: 0, removed_dirs: 0, inodes_delta: 0 });
     }
 
     pub(super) fn put_inode(&mut self, fid: Fid, ino: &Inode) -> OpResult<()> {
@@ -214,9 +221,9 @@ impl<'a> Writer<'a> {
         self.put(Tbl::Meta, key.as_bytes(), &v.to_le_bytes())
     }
 
-    /// Allocates a new FID on this MDT: a sequence holds 2^32 - 1 object ids. They
-    /// come from the block in `fids`; an exhausted block reserves the next one in
-    /// `meta` (in this batch's transaction and redo record).
+    /// Allocates the FID of a new inode on this MDT (and counts the inode): a sequence
+    /// holds 2^32 - 1 object ids. They come from the block in `fids`; an exhausted block
+    /// reserves the next one in `meta` (in this batch's transaction and redo record).
     pub(super) fn new_fid(&mut self) -> OpResult<Fid> {
         if self.fids.next >= self.fids.end {
             let mut seq = self.meta_u64("seq")?.unwrap_or(proto::fid::FIRST_SEQ as u64);
@@ -235,6 +242,7 @@ impl<'a> Writer<'a> {
         }
         let oid = self.fids.next;
         self.fids.next += 1;
+        self.inodes_delta += 1;
         Ok(Fid::new(self.mdt_index, self.fids.seq as u32, oid as u32))
     }
 
