@@ -71,9 +71,10 @@ enum Command {
         client: ClientOpts,
         #[arg(short = 'p')]
         parents: bool,
-        /// The MDT to make the directory on (its entry stays on the parent's MDT).
-        #[arg(short = 'i', long = "mdt-index", value_name = "K")]
-        mdt: Option<u32>,
+        /// The MDT to make the directory on (its entry stays on the parent's MDT); -1:
+        /// the MDS spreads directories over the MDTs.
+        #[arg(short = 'i', long = "mdt-index", value_name = "K", allow_negative_numbers = true)]
+        mdt: Option<i64>,
         #[arg(required = true)]
         paths: Vec<String>,
     },
@@ -118,10 +119,32 @@ enum Command {
         mdt: bool,
         path: String,
     },
+    /// Set a directory's default for the directories made in it (`-D`, as `lfs
+    /// setdirstripe -D`): on MDT K, or spread over the MDTs with `-i -1`.
+    Setdirstripe {
+        #[command(flatten)]
+        client: ClientOpts,
+        /// Set the default for new subdirectories (the only form supported yet).
+        #[arg(short = 'D', long = "default")]
+        default: bool,
+        /// Remove the default.
+        #[arg(short = 'd', long = "delete")]
+        delete: bool,
+        /// The MDT of new subdirectories; -1 spreads them round-robin over the MDTs.
+        #[arg(short = 'i', long = "mdt-index", value_name = "K", allow_negative_numbers = true)]
+        mdt: Option<i64>,
+        /// Stripe count (1: striped directories are not supported yet).
+        #[arg(short = 'c', long = "mdt-count", default_value_t = 1)]
+        count: u32,
+        path: String,
+    },
     /// Show how a directory is spread over MDTs (as `lfs getdirstripe`).
     Getdirstripe {
         #[command(flatten)]
         client: ClientOpts,
+        /// The directory's default for new subdirectories instead.
+        #[arg(short = 'D', long = "default")]
+        default: bool,
         /// Only the stripe count.
         #[arg(short = 'c', long = "mdt-count")]
         count: bool,
@@ -189,7 +212,12 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Cp { client, paths } => tools::cp(&client, &paths),
         Command::Ls { client, long, path } => tools::ls(&client, &path, long),
         Command::Rm { client, recursive, paths } => tools::rm(&client, &paths, recursive),
-        Command::Mkdir { client, parents, mdt, paths } => tools::mkdir(&client, &paths, parents, mdt),
+        Command::Mkdir { client, parents, mdt, paths } => {
+            tools::mkdir(&client, &paths, parents, cli::stripe::mdt_index(mdt)?)
+        }
+        Command::Setdirstripe { client, default, delete, mdt, count, path } => {
+            cli::stripe::setdirstripe(&client, &path, default, delete, cli::stripe::mdt_index(mdt)?, count)
+        }
         Command::Stat { client, path } => tools::stat(&client, &path),
         Command::Setstripe { args } => {
             if args.iter().any(|a| a == "-h" || a == "--help") || args.is_empty() {
@@ -198,8 +226,8 @@ fn run(command: Command) -> anyhow::Result<()> {
             }
             cli::stripe::setstripe(cli::stripe::parse_setstripe(&args)?)
         }
-        Command::Getdirstripe { client, count, index, hash, path } => {
-            cli::stripe::getdirstripe(&client, &path, &cli::stripe::DirstripeOpts { count, index, hash })
+        Command::Getdirstripe { client, default, count, index, hash, path } => {
+            cli::stripe::getdirstripe(&client, &path, &cli::stripe::DirstripeOpts { default, count, index, hash })
         }
         Command::Getstripe { client, mdt: true, path, .. } => cli::stripe::get_mdt_index(&client, &path),
         Command::Getstripe { client, directory, count, size, index, component, component_count, path, .. } => {

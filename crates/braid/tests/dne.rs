@@ -129,6 +129,37 @@ fn remote_directories_live_on_the_mdt_asked_for_and_the_namespace_stays_whole() 
     within(&rt, "rename back", cl.rename(&creds, Fid::ROOT, "moved", Fid::ROOT, "remote", no_flags)).expect("back");
     let exists = within(&rt, "mkdir over a name", cl.mkdir_on(&creds, Fid::ROOT, "local", 0o755, Some(1)));
     assert_eq!(client_errno(exists), Errno::Exist);
+
+    // A default for new directories (`setdirstripe -D`): spread round-robin (`-i -1`)
+    // or on one MDT, for anyone making directories there, inherited below.
+    c.braid_ok(&["mkdir", &c.url("/spread")]);
+    c.braid_ok(&["setdirstripe", "-D", "-i", "-1", &c.url("/spread")]);
+    assert_eq!(
+        c.braid_ok(&["getdirstripe", "-D", &c.url("/spread")]).trim(),
+        "lmv_stripe_count: 1 lmv_stripe_offset: -1 lmv_hash_type: none"
+    );
+    let spread = within(&rt, "resolve", cl.resolve(&creds, "/spread", true)).expect("resolve").fid;
+    let open_up = proto::msg::SetAttr { mode: Some(0o777), ..Default::default() };
+    within(&rt, "chmod", cl.setattr(&creds, spread, open_up)).expect("chmod 777");
+    let mut on = [0; 2];
+    for i in 0..4 {
+        let d = within(&rt, "mkdir", cl.mkdir(&user, spread, &format!("d{i}"), 0o755)).expect("a user's mkdir");
+        on[d.fid.mdt() as usize] += 1;
+    }
+    assert_eq!(on, [2, 2], "four new directories spread over both MDTs");
+    let inherited = c.braid_ok(&["getdirstripe", "-D", &c.url("/spread/d1")]);
+    assert!(inherited.contains("lmv_stripe_offset: -1"), "{inherited}");
+    c.braid_ok(&["setdirstripe", "-D", "-i", "1", &c.url("/spread/d0")]);
+    c.braid_ok(&["mkdir", &c.url("/spread/d0/one")]);
+    assert_eq!(fid_of(&c, "/spread/d0/one").mdt(), 1);
+    c.braid_ok(&["setdirstripe", "-D", "-d", &c.url("/spread")]);
+    assert!(c.braid_ok(&["getdirstripe", "-D", &c.url("/spread")]).starts_with("lmv_stripe_count: 0"));
+    c.braid_ok(&["mkdir", &c.url("/spread/plain")]);
+    assert_eq!(fid_of(&c, "/spread/plain").mdt(), 0, "without the default, the parent's MDT");
+    let out = c.braid(&["setdirstripe", "-D", "-c", "2", &c.url("/spread")]);
+    assert!(!out.status.success() && stderr(&out).contains("not supported yet"), "{}", stderr(&out));
+    let garbage = cl.setxattr(&creds, spread, "trusted.dmv", b"stripe_count=1 pool=x", client::XattrMode::Any);
+    assert_eq!(client_errno(within(&rt, "setxattr", garbage)), Errno::Inval);
     check(&mut c, &mdts).expect("consistent with remote directories");
 
     // Through a FUSE mount: the same tree, and rmdir of remote directories.
@@ -139,7 +170,7 @@ fn remote_directories_live_on_the_mdt_asked_for_and_the_namespace_stays_whole() 
     assert!(std::fs::remove_dir(m.path("remote")).is_err(), "not empty");
     std::fs::remove_dir_all(m.path("remote")).expect("rm -r of a remote tree");
     assert!(!m.path("remote").exists());
-    assert_eq!(std::fs::metadata(m.path("")).expect("stat root").nlink_count(), 3);
+    assert_eq!(std::fs::metadata(m.path("")).expect("stat root").nlink_count(), 4, "/local and /spread");
     drop(m);
     check(&mut c, &mdts).expect("consistent after the removals");
 }
@@ -164,6 +195,7 @@ fn hostile_updates_and_a_down_mdt_get_clear_errors() {
         mode: 0o755,
         gid: 0,
         dir_default: None,
+        dirs_default: None,
     };
     let rmdir = |fid: Fid| UpdateOp::RmdirInode { fid, parent: Fid::ROOT, name: "x".into() };
     let id = |mdt: u32| UpdateId { mdt, seq: 42 };

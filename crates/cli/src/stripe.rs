@@ -9,7 +9,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
-use client::{Errno, Fid, FileKind, ObjectId, OpenFlags};
+use client::{DirDefault, Errno, Fid, FileKind, ObjectId, OpenFlags, MDT_BALANCED};
 use layout::{Component, ComponentSpec, Layout, LayoutChange, LayoutSpec, Pattern, EOF};
 
 use crate::tools::{creds, with_client};
@@ -449,6 +449,45 @@ pub fn getstripe(opts: &ClientOpts, path: &str, o: &GetstripeOpts) -> Result<()>
     })
 }
 
+/// An MDT index as `-i` takes it: K, or -1 for "the MDS chooses".
+pub fn mdt_index(i: Option<i64>) -> Result<Option<u32>> {
+    match i {
+        None => Ok(None),
+        Some(-1) => Ok(Some(MDT_BALANCED)),
+        Some(k) if (0..MDT_BALANCED as i64).contains(&k) => Ok(Some(k as u32)),
+        Some(k) => bail!("invalid MDT index {k}: want K >= 0, or -1 to let the MDS choose"),
+    }
+}
+
+/// `setdirstripe -D [-i K|-1] DIR` (or `-D -d`): DIR's default for new directories.
+pub fn setdirstripe(
+    opts: &ClientOpts,
+    path: &str,
+    default: bool,
+    delete: bool,
+    mdt: Option<u32>,
+    count: u32,
+) -> Result<()> {
+    if !default {
+        bail!("only -D (a default for new subdirectories) is supported yet; use `braid mkdir -i K` for one directory");
+    }
+    if count != 1 {
+        bail!("striped directories (-c above 1) are not supported yet");
+    }
+    with_client(opts, path, |bc, p| {
+        let c = creds();
+        let a = bc.run(bc.client.resolve(&c, &p.path, true)).map_err(|e| e.at(&p.url()))?;
+        let r = if delete {
+            bc.run(bc.client.removexattr(&c, a.fid, DirDefault::XATTR))
+        } else {
+            let d = DirDefault { mdt: mdt.unwrap_or(MDT_BALANCED) };
+            bc.run(bc.client.setxattr(&c, a.fid, DirDefault::XATTR, &d.to_xattr(), client::XattrMode::Any))
+        };
+        r.map_err(|e| e.at(&p.url()))?;
+        Ok(())
+    })
+}
+
 /// `getstripe -m`: the index of the MDT holding PATH's inode.
 pub fn get_mdt_index(opts: &ClientOpts, path: &str) -> Result<()> {
     with_client(opts, path, |bc, p| {
@@ -459,7 +498,9 @@ pub fn get_mdt_index(opts: &ClientOpts, path: &str) -> Result<()> {
 }
 
 /// `getdirstripe`'s field selection (`-c`, `-i`/`-m`, `-H`); none selected prints all.
+/// With `default` (`-D`), the directory's default for new subdirectories is shown.
 pub struct DirstripeOpts {
+    pub default: bool,
     pub count: bool,
     pub index: bool,
     pub hash: bool,
@@ -473,7 +514,18 @@ pub fn getdirstripe(opts: &ClientOpts, path: &str, o: &DirstripeOpts) -> Result<
         if a.kind != FileKind::Dir {
             anyhow::bail!("{}: not a directory", p.url());
         }
-        let (count, offset, hash) = (0, a.fid.mdt(), "none");
+        let (count, offset, hash) = if o.default {
+            match bc.run(bc.client.getxattr(&creds(), a.fid, DirDefault::XATTR)) {
+                Ok(v) => match DirDefault::from_xattr(&v).map_err(anyhow::Error::msg)?.mdt {
+                    MDT_BALANCED => (1, -1, "none"),
+                    k => (1, k as i64, "none"),
+                },
+                Err(e) if e.errno() == client::Errno::NoData => (0, -1, "none"),
+                Err(e) => return Err(e.at(&p.url()).into()),
+            }
+        } else {
+            (0, a.fid.mdt() as i64, "none")
+        };
         match (o.count, o.index, o.hash) {
             (true, _, _) => println!("{count}"),
             (_, true, _) => println!("{offset}"),

@@ -35,8 +35,8 @@ use rpc::{Identity, RpcClient, RpcOptions};
 // wire's types, so that they depend on this crate alone and never on messages.
 pub use proto::auth::Secret;
 pub use proto::msg::{
-    Attr, ClusterConfig, Creds, DirEntry, FileKind, LockInfo, LockRequest, LockType, OpenFlags, RenameFlags, SetAttr,
-    TargetInfo, TargetKind, TimeSet, Timespec, Usage, XattrMode,
+    Attr, ClusterConfig, Creds, DirDefault, DirEntry, FileKind, LockInfo, LockRequest, LockType, OpenFlags,
+    RenameFlags, SetAttr, TargetInfo, TargetKind, TimeSet, Timespec, Usage, XattrMode, MDT_BALANCED,
 };
 pub use proto::{Errno, Fid, ObjectId};
 

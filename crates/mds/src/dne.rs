@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 
-use proto::msg::{Creds, FileKind, Request, Response, TargetKind, UpdateId, UpdateOp, UpdateState};
+use proto::msg::{Creds, FileKind, Request, Response, TargetKind, UpdateId, UpdateOp, UpdateState, MDT_BALANCED};
 use proto::{Errno, Fid, RpcError};
 use rpc::server::{Callbacks, RequestCtx};
 use rpc::{Identity, RpcClient, RpcOptions};
@@ -70,6 +70,8 @@ pub struct Dne {
     peers: Mutex<HashMap<String, Arc<RpcClient>>>,
     under_way: Mutex<HashSet<UpdateId>>,
     next_seq: AtomicU64,
+    /// Round-robin cursor of `-i -1`.
+    rr: AtomicU64,
 }
 
 /// Ends an operation's "under way" mark when dropped.
@@ -96,6 +98,7 @@ impl Dne {
             peers: Mutex::new(HashMap::new()),
             under_way: Mutex::new(HashSet::new()),
             next_seq: AtomicU64::new(base),
+            rr: AtomicU64::new(0),
         }
     }
 
@@ -171,7 +174,31 @@ async fn ask(peer: &RpcClient, mdt: u32, req: &Request) -> Response {
 }
 
 impl Dne {
-    /// `mkdir -i K`: directory `name` in `parent` (on this MDS), its inode on MDT `k`.
+    /// Where a new directory in `parent` goes: the MDT asked for (`mkdir -i K`, or
+    /// [`MDT_BALANCED`]), else the one the parent's default for new directories names,
+    /// else (`None`) the parent's own. With whether the caller asked for it.
+    pub(crate) fn where_to_mkdir(&self, mdt: &Mdt, parent: Fid, asked: Option<u32>) -> Option<(u32, bool)> {
+        let (k, explicit) = match asked {
+            Some(k) => (k, true),
+            None => (mdt.view().ok()?.dirs_default(parent).ok()??.mdt, false),
+        };
+        Some((if k == MDT_BALANCED { self.balanced(mdt.index) } else { k }, explicit))
+    }
+
+    /// The next MDT that is up, round-robin (`-i -1`); `here` when none is known.
+    fn balanced(&self, here: u32) -> u32 {
+        let view = self.cluster.read().expect("cluster view");
+        let mut up: Vec<u32> = view.config.iter().flat_map(|c| &c.mdts).filter(|t| t.up).map(|t| t.index).collect();
+        up.sort_unstable();
+        if up.is_empty() {
+            return here;
+        }
+        up[(self.rr.fetch_add(1, Ordering::Relaxed) % up.len() as u64) as usize]
+    }
+
+    /// A directory `name` in `parent` (on this MDS) with its inode on MDT `k`: asked
+    /// for (`mkdir -i K`, root only, as Lustre's default `enable_remote_dir_gid`) or
+    /// chosen by the parent's default for new directories (anyone).
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn mkdir_remote(
         &self,
@@ -182,13 +209,12 @@ impl Dne {
         parent: Fid,
         name: String,
         mode: u32,
-        k: u32,
+        (k, explicit): (u32, bool),
     ) -> Response {
         if let Some(r) = kept(mdt, ctx) {
             return r;
         }
-        // Lustre lets only root make remote directories (`enable_remote_dir_gid`).
-        if creds.uid != 0 {
+        if explicit && creds.uid != 0 {
             return Response::error(Errno::Perm, "only root may make a directory on another MDT");
         }
         let c = creds.clone();
@@ -224,7 +250,16 @@ impl Dne {
         let flight = self.begin(mdt.index);
         let id = flight.id;
         fault_point("mkdir-remote:before-update");
-        let op = UpdateOp::MkdirInode { creds: creds.clone(), parent, name: name.clone(), mode, gid, dir_default };
+        let dirs_default = mdt.view().ok().and_then(|v| v.dirs_default(parent).ok().flatten());
+        let op = UpdateOp::MkdirInode {
+            creds: creds.clone(),
+            parent,
+            name: name.clone(),
+            mode,
+            gid,
+            dir_default,
+            dirs_default,
+        };
         let child = match ask(&peer, k, &Request::MdsUpdate { mdt: k, id, op }).await {
             Response::Attr(a) => a,
             other => return other,

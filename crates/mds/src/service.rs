@@ -338,11 +338,18 @@ impl Mds {
                 crate::dne::fault_point("update-done:before-apply");
                 self.mutate(&ctx, mdt, req).await
             }
-            Request::MdsMkdir { creds, parent, name, mode, mdt: Some(k), .. } if k != mdt.index => {
-                if let Some(until) = mdt.recovery_until {
-                    tokio::time::sleep_until(until).await;
+            Request::MdsMkdir { creds, parent, name, mode, lease, mdt: asked } => {
+                match self.dne.where_to_mkdir(mdt, parent, asked) {
+                    Some(to) if to.0 != mdt.index => {
+                        if let Some(until) = mdt.recovery_until {
+                            tokio::time::sleep_until(until).await;
+                        }
+                        self.dne.mkdir_remote(&self.callbacks, &ctx, mdt, creds, parent, name, mode, to).await
+                    }
+                    _ => {
+                        self.mutate(&ctx, mdt, Request::MdsMkdir { creds, parent, name, mode, lease, mdt: None }).await
+                    }
                 }
-                self.dne.mkdir_remote(&self.callbacks, &ctx, mdt, creds, parent, name, mode, k).await
             }
             Request::MdsRename { new_parent, .. } if new_parent.mdt() != mdt.index => {
                 Response::error(Errno::XDev, "renaming into a directory on another MDT is not supported yet")

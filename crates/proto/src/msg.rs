@@ -703,6 +703,47 @@ pub enum Response {
     Update(UpdateState),
 }
 
+/// `braid mkdir -i -1`: the MDS chooses the MDT (Lustre's `-1` as an unsigned index).
+pub const MDT_BALANCED: u32 = u32::MAX;
+
+/// A directory's default for the directories made in it (`setdirstripe -D`, Lustre's
+/// default LMV): on which MDT they are made ([`MDT_BALANCED`]: spread round-robin over
+/// the MDTs that are up). Inherited by those directories. Kept as the directory's
+/// xattr [`DirDefault::XATTR`], in a text form a user can read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirDefault {
+    pub mdt: u32,
+}
+
+impl DirDefault {
+    /// Where Lustre keeps its default LMV.
+    pub const XATTR: &'static str = "trusted.dmv";
+
+    /// `stripe_count=1 stripe_offset=K` (`-1` for balanced).
+    pub fn to_xattr(&self) -> Vec<u8> {
+        let offset = if self.mdt == MDT_BALANCED { -1 } else { self.mdt as i64 };
+        format!("stripe_count=1 stripe_offset={offset}").into_bytes()
+    }
+
+    pub fn from_xattr(v: &[u8]) -> Result<DirDefault, String> {
+        let text = std::str::from_utf8(v).map_err(|_| "a default directory layout is text".to_string())?;
+        let (mut count, mut offset) = (None, None);
+        for field in text.split_whitespace() {
+            match field.split_once('=') {
+                Some(("stripe_count", n)) => count = n.parse::<u32>().ok(),
+                Some(("stripe_offset", n)) => offset = n.parse::<i64>().ok(),
+                _ => return Err(format!("unknown field {field:?} in a default directory layout")),
+            }
+        }
+        match (count, offset) {
+            (Some(1), Some(-1)) => Ok(DirDefault { mdt: MDT_BALANCED }),
+            (Some(1), Some(k)) if (0..MDT_BALANCED as i64).contains(&k) => Ok(DirDefault { mdt: k as u32 }),
+            (Some(c), _) if c != 1 => Err("striped directories (stripe_count above 1) are not supported yet".into()),
+            _ => Err(format!("invalid default directory layout {text:?}: want stripe_count=1 stripe_offset=K|-1")),
+        }
+    }
+}
+
 /// Names one operation that spans MDTs: the coordinator MDT and a number unique on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct UpdateId {
@@ -715,7 +756,16 @@ pub struct UpdateId {
 pub enum UpdateOp {
     /// Make the inode of a new directory `name` in `parent` (on the coordinator):
     /// answered with its attributes ([`Response::Attr`]).
-    MkdirInode { creds: Creds, parent: Fid, name: String, mode: u32, gid: u32, dir_default: Option<LayoutSpec> },
+    MkdirInode {
+        creds: Creds,
+        parent: Fid,
+        name: String,
+        mode: u32,
+        gid: u32,
+        dir_default: Option<LayoutSpec>,
+        /// The parent's default for new directories, inherited.
+        dirs_default: Option<DirDefault>,
+    },
     /// Remove the inode of directory `fid`, entry `name` in `parent`, if it is empty.
     RmdirInode { fid: Fid, parent: Fid, name: String },
 }

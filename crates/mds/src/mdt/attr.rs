@@ -1,7 +1,7 @@
 //! Operations on one inode's attributes: setattr (mode, owner, times, size and the
 //! truncate epoch), xattrs, and a directory's default layout.
 use layout::LayoutSpec;
-use proto::msg::{Creds, FileKind, Response, SetAttr, TimeSet, Timespec, XattrMode};
+use proto::msg::{Creds, DirDefault, FileKind, Response, SetAttr, TimeSet, Timespec, XattrMode};
 use proto::{Errno, Fid};
 
 use super::error::{fail, OpError, OpResult};
@@ -106,6 +106,12 @@ impl Writer<'_> {
     ) -> OpResult<Response> {
         let mut ino = self.view.must_inode(fid)?;
         xattr_access(&ino, creds, name, true)?;
+        if name == DirDefault::XATTR {
+            if ino.attr.kind != FileKind::Dir {
+                return fail(Errno::NotDir, "a default for new directories belongs to a directory");
+            }
+            DirDefault::from_xattr(&value).map_err(|e| OpError::Errno(Errno::Inval, e))?;
+        }
         if value.len() > XATTR_VALUE_MAX {
             return fail(Errno::Range, format!("xattr value of {} bytes exceeds {XATTR_VALUE_MAX}", value.len()));
         }

@@ -1,7 +1,7 @@
 //! Namespace operations that add a name: create (with the layout a new file gets),
 //! mkdir, symlink, mknod and link.
 use layout::{Layout, LayoutSpec, Pattern};
-use proto::msg::{Creds, FileKind, OpenFlags, Response, Timespec};
+use proto::msg::{Creds, DirDefault, FileKind, OpenFlags, Response, Timespec};
 use proto::{Errno, Fid};
 
 use super::error::{fail, OpError, OpResult};
@@ -141,6 +141,10 @@ impl Writer<'_> {
             ino.dir_default = dir.dir_default.clone();
         }
         self.put_inode(fid, &ino)?;
+        // ... and its default for new directories.
+        if let Some(d) = self.view.dirs_default(parent)? {
+            self.put(Tbl::Xattrs, &dentry_key(fid, DirDefault::XATTR), &d.to_xattr())?;
+        }
         self.put(Tbl::Dentries, &dentry_key(parent, name), &dentry_value(fid, FileKind::Dir))?;
         self.touch_dir(parent, &mut dir, now, 1)?;
         let lease = if want_lease { self.grant_lease(fid) } else { None };

@@ -18,7 +18,7 @@
 //! nothing of its own; a participant left with a pending update (the verdict was
 //! lost, or the coordinator died) asks the coordinator
 //! ([`View::update_state`]) and settles it the same way.
-use proto::msg::{Creds, FileKind, Response, Timespec, UpdateId, UpdateOp, UpdateState};
+use proto::msg::{Creds, DirDefault, FileKind, Response, Timespec, UpdateId, UpdateOp, UpdateState};
 use proto::{Errno, Fid};
 
 use super::error::{fail, OpResult};
@@ -34,6 +34,13 @@ impl<M: Deref<Target = MemTable>> View<M> {
     /// The operation spanning MDTs that `fid` is part of on this MDT, if undecided.
     pub fn pending(&self, fid: Fid) -> OpResult<Option<PendingUpdate>> {
         self.with(Tbl::Updates, &fid.to_key(), |v| Ok(store::decode_record::<PendingUpdate>(v)?))
+    }
+
+    /// Directory `fid`'s default for the directories made in it, if it has one (a
+    /// value that does not parse is none: it was checked when set).
+    pub fn dirs_default(&self, fid: Fid) -> OpResult<Option<DirDefault>> {
+        let v = self.with(Tbl::Xattrs, &dentry_key(fid, DirDefault::XATTR), |v| Ok(v.to_vec()))?;
+        Ok(v.and_then(|v| DirDefault::from_xattr(&v).ok()))
     }
 
     /// Every undecided update on this MDT: (inode, update).
@@ -70,7 +77,7 @@ impl Writer<'_> {
             return fail(Errno::Inval, "an update names this MDT as its own coordinator");
         }
         match op {
-            UpdateOp::MkdirInode { creds, parent, name, mode, gid, dir_default } => {
+            UpdateOp::MkdirInode { creds, parent, name, mode, gid, dir_default, dirs_default } => {
                 check_name(name)?;
                 if parent.mdt() != id.mdt {
                     return fail(Errno::Inval, format!("directory {parent} is not on the coordinator MDT {}", id.mdt));
@@ -83,6 +90,9 @@ impl Writer<'_> {
                 ino.parent = Some(*parent);
                 ino.dir_default = dir_default.clone();
                 self.put_inode(fid, &ino)?;
+                if let Some(d) = dirs_default {
+                    self.put(Tbl::Xattrs, &dentry_key(fid, DirDefault::XATTR), &d.to_xattr())?;
+                }
                 self.put_pending(fid, id, PendingOp::Mkdir, *parent, name)?;
                 Ok(Response::Attr(ino.attr))
             }
