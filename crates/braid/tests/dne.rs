@@ -130,6 +130,25 @@ fn remote_directories_live_on_the_mdt_asked_for_and_the_namespace_stays_whole() 
     let exists = within(&rt, "mkdir over a name", cl.mkdir_on(&creds, Fid::ROOT, "local", 0o755, Some(1)));
     assert_eq!(client_errno(exists), Errno::Exist);
 
+    // A client's own lease on the parent is no obstacle to its remote mkdir there.
+    let mut cfg = c.client_config();
+    cfg.dir_leases = true;
+    let leasing = testkit::connect(&rt, cfg);
+    let own = within(&rt, "mkdir", leasing.mkdir(&creds, Fid::ROOT, "own", 0o755)).expect("mkdir own");
+    assert_eq!(leasing.dir_leases_held(), 1, "the client holds a lease on the directory it made");
+    let x = within(&rt, "mkdir -i 1 under a lease", leasing.mkdir_on(&creds, own.fid, "x", 0o755, Some(1)));
+    assert_eq!(x.expect("remote mkdir under the client's own lease").fid.mdt(), 1);
+    within(&rt, "rmdir", leasing.rmdir(&creds, own.fid, "x")).expect("remote rmdir under the client's own lease");
+    // A move whose loop check would pass through another MDT is refused, not made:
+    // /w/a on MDT 1, /w/a/p on MDT 0, /w/a/p/x on MDT 1; /w/a into x would be a cycle.
+    c.braid_ok(&["mkdir", "-i", "1", &c.url("/w")]);
+    c.braid_ok(&["mkdir", &c.url("/w/a")]);
+    c.braid_ok(&["mkdir", "-i", "0", &c.url("/w/a/p")]);
+    c.braid_ok(&["mkdir", "-i", "1", &c.url("/w/a/p/x")]);
+    let (w, x) = (fid_of(&c, "/w"), fid_of(&c, "/w/a/p/x"));
+    let cycle = within(&rt, "rename into itself", cl.rename(&creds, w, "a", x, "a", RenameFlags::default()));
+    assert_eq!(client_errno(cycle), Errno::XDev);
+
     // A default for new directories (`setdirstripe -D`): spread round-robin (`-i -1`)
     // or on one MDT, for anyone making directories there, inherited below.
     c.braid_ok(&["mkdir", &c.url("/spread")]);
@@ -170,7 +189,7 @@ fn remote_directories_live_on_the_mdt_asked_for_and_the_namespace_stays_whole() 
     assert!(std::fs::remove_dir(m.path("remote")).is_err(), "not empty");
     std::fs::remove_dir_all(m.path("remote")).expect("rm -r of a remote tree");
     assert!(!m.path("remote").exists());
-    assert_eq!(std::fs::metadata(m.path("")).expect("stat root").nlink_count(), 4, "/local and /spread");
+    assert_eq!(std::fs::metadata(m.path("")).expect("stat root").nlink_count(), 6, "/local, /spread, /own, /w");
     drop(m);
     check(&mut c, &mdts).expect("consistent after the removals");
 }

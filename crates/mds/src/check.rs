@@ -50,11 +50,21 @@ pub fn check_namespace(dirs: &[PathBuf]) -> Result<Vec<String>, MdsError> {
     }
     let mut problems = Vec::new();
     let inode = |fid: Fid| all.get(&fid.mdt()).and_then(|c| c.inodes.get(&fid));
-    // Entries naming each inode, and subdirectories of each directory.
+    // Entries naming each inode, the children and subdirectories of each directory.
     let mut names: HashMap<Fid, Vec<(Fid, &str)>> = HashMap::new();
+    let mut children: HashMap<Fid, Vec<Fid>> = HashMap::new();
     let mut subdirs: HashMap<Fid, u32> = HashMap::new();
+    let mut missing_mdts = BTreeSet::new();
     for c in all.values() {
         for (parent, name, child, kind) in &c.entries {
+            if !all.contains_key(&child.mdt()) {
+                missing_mdts.insert(child.mdt());
+                continue;
+            }
+            if inode(*parent).is_none_or(|p| p.attr.kind != FileKind::Dir) {
+                problems.push(format!("entry {parent}/{name} is in a directory that does not exist"));
+            }
+            children.entry(*parent).or_default().push(*child);
             match inode(*child) {
                 None => problems.push(format!("entry {parent}/{name} names {child}, which does not exist")),
                 Some(i) if i.attr.kind != *kind => {
@@ -69,6 +79,26 @@ pub fn check_namespace(dirs: &[PathBuf]) -> Result<Vec<String>, MdsError> {
         }
         for (fid, what) in &c.pending {
             problems.push(format!("MDT {}: {what} of {fid} is still undecided", fid.mdt()));
+        }
+    }
+    for m in &missing_mdts {
+        problems.push(format!("entries name inodes on MDT {m}, whose directory was not given"));
+    }
+    // Everything with an entry is reachable from the root (no cycle cut off from it).
+    let mut reached: BTreeSet<Fid> = BTreeSet::from([Fid::ROOT]);
+    let mut todo = vec![Fid::ROOT];
+    while let Some(dir) = todo.pop() {
+        for child in children.get(&dir).into_iter().flatten() {
+            if reached.insert(*child) {
+                todo.push(*child);
+            }
+        }
+    }
+    for c in all.values() {
+        for fid in c.inodes.keys() {
+            if names.contains_key(fid) && !reached.contains(fid) {
+                problems.push(format!("{fid} is not reachable from the root (a cycle, or a lost subtree)"));
+            }
         }
     }
     for c in all.values() {

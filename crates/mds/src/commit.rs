@@ -36,7 +36,9 @@ pub enum JobKind {
     /// The coordinator's half of a client's operation that spans MDTs (see
     /// [`crate::mdt::update`]), answered and kept for reply reconstruction like a
     /// client request.
-    Coordinated { client_id: u64, xid: u64, op: CoordinatedOp },
+    /// `conn_id`: the connection it came on (the client's own lease on the parent,
+    /// granted on it, is no obstacle).
+    Coordinated { client_id: u64, conn_id: u64, xid: u64, op: CoordinatedOp },
     /// The verdict on this MDT's half of an operation spanning MDTs (see
     /// [`crate::mdt::update`]), learned from the coordinator.
     Settle { fid: Fid, id: UpdateId, committed: bool },
@@ -233,7 +235,9 @@ impl Committer {
                 JobKind::Client { client_id, conn_id, xid, req } => {
                     client_job(&mut w, &mut place, (*client_id, *conn_id, *xid), req)?
                 }
-                JobKind::Coordinated { client_id, xid, op } => coordinated_job(&mut w, (*client_id, *xid), op)?,
+                JobKind::Coordinated { client_id, conn_id, xid, op } => {
+                    coordinated_job(&mut w, (*client_id, *conn_id, *xid), op)?
+                }
                 JobKind::Settle { fid, id, committed } => match w.update_done(*fid, *id, *committed) {
                     Ok(r) => Outcome::Done(r),
                     Err(OpError::Errno(c, m)) => Outcome::Done(Response::error(c, m)),
@@ -294,13 +298,17 @@ impl Committer {
 
 /// Applies the coordinator's half of an operation spanning MDTs, or answers it from
 /// the reply cache (the client's retry of an operation that committed).
-fn coordinated_job(w: &mut Writer<'_>, (client_id, xid): (u64, u64), op: &CoordinatedOp) -> OpResult<Outcome> {
+fn coordinated_job(
+    w: &mut Writer<'_>,
+    (client_id, conn_id, xid): (u64, u64, u64),
+    op: &CoordinatedOp,
+) -> OpResult<Outcome> {
     let key = reply_key(client_id, xid);
     if let Some(reply) = w.view.with(Tbl::Replies, &key, |v| Ok(store::decode_record::<Reply>(v)?))? {
         return Ok(Outcome::Done(reply.response));
     }
     let start = w.savepoint();
-    w.client = client_id;
+    (w.client, w.conn) = (client_id, conn_id);
     let now = Timespec::now();
     let applied = match op {
         CoordinatedOp::LinkDir { creds, parent, name, child } => w.link_remote_dir(creds, *parent, name, child, now),

@@ -108,6 +108,13 @@ impl Dne {
         UnderWay { dne: self, id }
     }
 
+    /// An update whose coordinator is not an MDT of this file system, as this MDS
+    /// knows it, is refused: nobody could ever settle it.
+    pub(crate) async fn refuse_update(&self, req: &Request) -> Option<Response> {
+        let Request::MdsUpdate { id, .. } = req else { return None };
+        self.peer(id.mdt).await.err()
+    }
+
     pub fn under_way(&self, id: UpdateId) -> bool {
         self.under_way.lock().expect("under way").contains(&id)
     }
@@ -209,6 +216,22 @@ impl Dne {
         parent: Fid,
         name: String,
         mode: u32,
+        to: (u32, bool),
+    ) -> Response {
+        let r = self.mkdir_remote_steps(callbacks, ctx, mdt, creds, parent, name, mode, to).await;
+        answer_of_first_try(mdt, ctx, r)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn mkdir_remote_steps(
+        &self,
+        callbacks: &Callbacks,
+        ctx: &RequestCtx,
+        mdt: &Arc<Mdt>,
+        creds: Creds,
+        parent: Fid,
+        name: String,
+        mode: u32,
         (k, explicit): (u32, bool),
     ) -> Response {
         if let Some(r) = kept(mdt, ctx) {
@@ -242,7 +265,7 @@ impl Dne {
         let setgid = dir.mode & S_ISGID != 0;
         let gid = if setgid { dir.gid } else { creds.gid };
         let mode = mode | if setgid { S_ISGID } else { 0 };
-        self.revoke_others(callbacks, mdt, parent, ctx.client_id).await;
+        self.revoke_others(callbacks, mdt, parent, ctx).await;
         let peer = match self.peer(k).await {
             Ok(p) => p,
             Err(r) => return r,
@@ -267,11 +290,17 @@ impl Dne {
         fault_point("mkdir-remote:before-commit");
         let job = JobKind::Coordinated {
             client_id: ctx.client_id,
+            conn_id: ctx.conn_id,
             xid: ctx.xid,
             op: CoordinatedOp::LinkDir { creds, parent, name, child: child.clone() },
         };
         let r = mdt.submit_own(job).await;
         let committed = matches!(&r, Response::DirMade { attr, .. } if attr.fid == child.fid);
+        if committed {
+            // On disk before anyone acts on it: a machine crash must not take the entry
+            // back once the participant keeps its half.
+            mdt.submit_own(JobKind::Sync).await;
+        }
         drop(flight);
         fault_point("mkdir-remote:before-done");
         self.tell(peer, child.fid, id, committed);
@@ -282,6 +311,21 @@ impl Dne {
     /// on another MDT.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn rmdir_remote(
+        &self,
+        callbacks: &Callbacks,
+        ctx: &RequestCtx,
+        mdt: &Arc<Mdt>,
+        creds: Creds,
+        parent: Fid,
+        name: String,
+        child: Fid,
+    ) -> Response {
+        let r = self.rmdir_remote_steps(callbacks, ctx, mdt, creds, parent, name, child).await;
+        answer_of_first_try(mdt, ctx, r)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn rmdir_remote_steps(
         &self,
         callbacks: &Callbacks,
         ctx: &RequestCtx,
@@ -317,7 +361,7 @@ impl Dne {
         if checked != Response::Ok {
             return checked;
         }
-        self.revoke_others(callbacks, mdt, parent, ctx.client_id).await;
+        self.revoke_others(callbacks, mdt, parent, ctx).await;
         let flight = self.begin(mdt.index);
         let id = flight.id;
         fault_point("rmdir-remote:before-update");
@@ -329,13 +373,16 @@ impl Dne {
         fault_point("rmdir-remote:before-commit");
         let job = JobKind::Coordinated {
             client_id: ctx.client_id,
+            conn_id: ctx.conn_id,
             xid: ctx.xid,
             op: CoordinatedOp::UnlinkDir { creds, parent, name, child: attr },
         };
         let r = mdt.submit_own(job).await;
-        // The entry is gone, by this call or by its first try.
-        let gone = mdt.read(move |v| Ok(Response::Update(v.update_state(parent, child)?))).await;
-        let committed = gone == Response::Update(UpdateState::Absent);
+        // The entry is gone, by this call or by its first try (whose answer this is).
+        let committed = matches!(r, Response::DirChanged { .. });
+        if committed {
+            mdt.submit_own(JobKind::Sync).await;
+        }
         drop(flight);
         fault_point("rmdir-remote:before-done");
         self.tell(peer, child, id, committed);
@@ -355,8 +402,8 @@ impl Dne {
 
     /// Revokes the lease another client holds on `dir`, if any: a lease is never
     /// granted again once revoked, so the coordinator's batch will not meet one.
-    async fn revoke_others(&self, callbacks: &Callbacks, mdt: &Arc<Mdt>, dir: Fid, client_id: u64) {
-        let leased = mdt.leases().get(dir).is_some_and(|l| l.holder != client_id);
+    async fn revoke_others(&self, callbacks: &Callbacks, mdt: &Arc<Mdt>, dir: Fid, ctx: &RequestCtx) {
+        let leased = mdt.leases().get(dir).is_some_and(|l| (l.holder, l.conn) != (ctx.client_id, ctx.conn_id));
         if leased {
             mdt.revoke(dir, callbacks).await;
         }
@@ -378,6 +425,16 @@ impl Dne {
     }
 }
 
+/// A failure of a request whose first try (running alongside, or answered and lost)
+/// did the operation is answered as the first try was: its checks failed only because
+/// the operation was done.
+fn answer_of_first_try(mdt: &Mdt, ctx: &RequestCtx, r: Response) -> Response {
+    match r {
+        Response::Error(_) => kept(mdt, ctx).unwrap_or(r),
+        r => r,
+    }
+}
+
 /// The answer kept for this very request (a retry after its operation committed).
 fn kept(mdt: &Mdt, ctx: &RequestCtx) -> Option<Response> {
     let view = mdt.view().ok()?;
@@ -390,6 +447,9 @@ pub struct UpdateResolve {
     pub mdt: Arc<Mdt>,
     pub dne: Arc<Dne>,
     pub every: Duration,
+    /// Where the next pass goes on in the table (a pass handles at most
+    /// [`RESOLVE_BATCH`] records, so the ones after are reached too).
+    pub after: Option<Fid>,
 }
 
 impl Worker for UpdateResolve {
@@ -405,25 +465,33 @@ impl Worker for UpdateResolve {
     }
 
     async fn tick(&mut self) {
-        let pending = match self.mdt.view().and_then(|v| v.pending_all(RESOLVE_BATCH)) {
+        let pending = match self.mdt.view().and_then(|v| v.pending_after(self.after, RESOLVE_BATCH)) {
             Ok(p) => p,
             Err(e) => {
                 tracing::warn!(mdt = self.mdt.index, "cannot list pending updates: {e}");
                 return;
             }
         };
+        self.after = if pending.len() < RESOLVE_BATCH { None } else { pending.last().map(|p| p.0) };
         let now = now_secs();
+        // A coordinator that does not answer is not asked again this pass: the others'
+        // updates are not held up behind its timeouts.
+        let mut silent = HashSet::new();
         for (fid, p) in pending {
-            if now.saturating_sub(p.at) < PENDING_ASK_AFTER.as_secs() {
+            if now.saturating_sub(p.at) < PENDING_ASK_AFTER.as_secs() || silent.contains(&p.id.mdt) {
                 continue;
             }
-            let Ok(peer) = self.dne.peer(p.id.mdt).await else { continue };
+            let Ok(peer) = self.dne.peer(p.id.mdt).await else {
+                silent.insert(p.id.mdt);
+                continue;
+            };
             let query = Request::MdsUpdateQuery { id: p.id, parent: p.parent, fid };
             let state = match ask(&peer, p.id.mdt, &query).await {
                 Response::Update(UpdateState::InFlight) => continue,
                 Response::Update(s) => s,
                 other => {
                     tracing::debug!(mdt = self.mdt.index, %fid, "coordinator did not settle a pending update: {other:?}");
+                    silent.insert(p.id.mdt);
                     continue;
                 }
             };

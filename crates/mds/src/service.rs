@@ -26,7 +26,7 @@ pub struct Mds {
     mdts: HashMap<u32, Arc<Mdt>>,
     dirs: HashMap<u32, PathBuf>,
     /// Clients' connections, for revoking directory leases.
-    callbacks: Callbacks,
+    callbacks: Arc<Callbacks>,
     /// Operations that span MDTs, as their coordinator (see [`crate::dne`]).
     dne: Arc<Dne>,
     /// Stopped when the MDS is dropped.
@@ -63,9 +63,9 @@ impl Mds {
             workers.spawn(ReplyPrune { mdt: m.clone(), keep: cfg.reply_keep });
             workers.spawn(CheckpointTick { mdt: m.clone(), every: cfg.checkpoint_interval });
             workers.spawn(OrphanReap { mdt: m.clone() });
-            workers.spawn(UpdateResolve { mdt: m.clone(), dne: dne.clone(), every: PENDING_ASK_AFTER });
+            workers.spawn(UpdateResolve { mdt: m.clone(), dne: dne.clone(), every: PENDING_ASK_AFTER, after: None });
         }
-        Ok(Arc::new(Mds { mdts, dirs, callbacks: Callbacks::default(), dne, workers }))
+        Ok(Arc::new(Mds { mdts, dirs, callbacks: Arc::default(), dne, workers }))
     }
 
     /// Stops the background workers (dropping the MDS does too).
@@ -330,7 +330,15 @@ impl Mds {
             Request::MdsUpdateQuery { id, parent, fid } => self.dne.update_query(mdt, id, parent, fid).await,
             // A participant's half: durable before the answer (fault points around it).
             req @ Request::MdsUpdate { .. } => {
+                if let Some(refused) = self.dne.refuse_update(&req).await {
+                    return refused;
+                }
                 let r = self.mutate(&ctx, mdt, req).await;
+                // On disk before the coordinator commits on it (a machine crash must
+                // not take back a half the coordinator's entry names).
+                if !matches!(r, Response::Error(_)) {
+                    mdt.submit_own(JobKind::Sync).await;
+                }
                 crate::dne::fault_point("update:before-reply");
                 r
             }
@@ -344,7 +352,11 @@ impl Mds {
                         if let Some(until) = mdt.recovery_until {
                             tokio::time::sleep_until(until).await;
                         }
-                        self.dne.mkdir_remote(&self.callbacks, &ctx, mdt, creds, parent, name, mode, to).await
+                        // On a task of its own: the caller giving up (an in-process
+                        // call's timeout) must not end the operation half way.
+                        let (dne, cb, m) = (self.dne.clone(), self.callbacks.clone(), mdt.clone());
+                        let op = async move { dne.mkdir_remote(&cb, &ctx, &m, creds, parent, name, mode, to).await };
+                        uncancelled(op).await
                     }
                     _ => {
                         self.mutate(&ctx, mdt, Request::MdsMkdir { creds, parent, name, mode, lease, mdt: None }).await
@@ -359,7 +371,9 @@ impl Mds {
                     if let Some(until) = mdt.recovery_until {
                         tokio::time::sleep_until(until).await;
                     }
-                    self.dne.rmdir_remote(&self.callbacks, &ctx, mdt, creds, parent, name, child).await
+                    let (dne, cb, m) = (self.dne.clone(), self.callbacks.clone(), mdt.clone());
+                    let op = async move { dne.rmdir_remote(&cb, &ctx, &m, creds, parent, name, child).await };
+                    uncancelled(op).await
                 }
                 _ => self.mutate(&ctx, mdt, Request::MdsRmdir { creds, parent, name }).await,
             },
@@ -395,6 +409,12 @@ impl Mds {
         }
         r
     }
+}
+
+/// Runs `op` on a task of its own and waits for it: dropping the wait (a caller that
+/// gave up) does not stop it half way.
+async fn uncancelled(op: impl std::future::Future<Output = Response> + Send + 'static) -> Response {
+    tokio::spawn(op).await.unwrap_or_else(|e| Response::error(Errno::Io, format!("the operation's task failed: {e}")))
 }
 
 /// Most leases one request revokes before it gives up (a rename touches two

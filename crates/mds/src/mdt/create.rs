@@ -79,6 +79,7 @@ impl Writer<'_> {
         if !dir.may(creds, MAY_WRITE | MAY_EXEC) {
             return fail(Errno::Access, "permission denied creating in this directory");
         }
+        self.view.takes_entries(parent)?;
         let layout = self.choose_layout(&dir, spec, place)?;
         let fid = self.new_fid()?;
         let gid = if dir.attr.mode & S_ISGID != 0 { dir.attr.gid } else { creds.gid };

@@ -27,8 +27,10 @@ impl Writer<'_> {
         };
         if fid.mdt() != self.mdt_index {
             // The MDS coordinates the rmdir of a remote directory (see `crate::dne`).
+            // (Made remote after the MDS routed this rmdir here: it asks again.)
             return match (is_rmdir, kind) {
                 (false, FileKind::Dir) => fail(Errno::IsDir, format!("{name} is a directory")),
+                (true, FileKind::Dir) => fail(Errno::Again, format!("{name} became a directory on MDT {}", fid.mdt())),
                 _ => fail(Errno::XDev, format!("{name} lives on MDT {}", fid.mdt())),
             };
         }

@@ -20,6 +20,11 @@ impl Writer<'_> {
             if p == Fid::ROOT || steps > 4096 {
                 break;
             }
+            // The walk cannot go on through a directory on another MDT: the move is
+            // not checked, so it is not made.
+            if p.mdt() != self.mdt_index {
+                return fail(Errno::XDev, "cannot check a directory move through a directory on another MDT");
+            }
             at = self.view.inode(p)?.and_then(|i| i.parent);
             steps += 1;
         }
@@ -134,6 +139,9 @@ impl Writer<'_> {
         // Renames that span MDTs (a directory whose inode is on another MDT, whose `..`
         // and link counts live there) are not coordinated yet: EXDEV, so `mv` copies.
         // Within one directory, a remote directory's rename changes entries only.
+        if target.is_some_and(|t| t.0 == fid) {
+            return Ok(Response::Ok); // Both names are links to the same inode: no-op.
+        }
         let remote = |f: Fid| f.mdt() != self.mdt_index;
         let same_dir = parent == new_parent && !flags.exchange;
         if target.is_some_and(|t| remote(t.0)) || (remote(fid) && !same_dir) {

@@ -294,3 +294,54 @@ fn an_inode_record_of_version_1_is_read_with_raid0_components() {
     let again: Inode = store::decode_record(&store::encode_record(&now_ino)).unwrap();
     assert_eq!(again, now_ino);
 }
+
+#[test]
+fn a_directory_being_removed_across_mdts_takes_no_new_entry_until_decided() {
+    use proto::msg::{UpdateId, UpdateOp};
+    let (_d, store) = fresh("dying");
+    format(&store, 1, &LayoutSpec::raid0(Some(1), Some(1 << 20))).unwrap();
+    let osts = vec![OstState { index: 0, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30 }];
+    let default_layout = LayoutSpec::raid0(Some(1), Some(1 << 20));
+    let is_open = |_: Fid, _: Option<u64>| false;
+    let mut place =
+        Placement { osts: &osts, cursor: 0, default_layout: &default_layout, dom_max: 1 << 20, is_open: &is_open };
+    let mut mem = new_memtable();
+    let mut w = Writer::new(store.snapshot().unwrap(), &mut mem, 1);
+    let (made, removing) = (UpdateId { mdt: 0, seq: 1 }, UpdateId { mdt: 0, seq: 2 });
+    let op = UpdateOp::MkdirInode {
+        creds: Creds::root(),
+        parent: Fid::ROOT,
+        name: "d".into(),
+        mode: 0o777,
+        gid: 0,
+        dir_default: None,
+        dirs_default: None,
+    };
+    let Response::Attr(dir) = w.apply(&Request::MdsUpdate { mdt: 1, id: made, op }, &mut place).unwrap() else {
+        panic!("no directory")
+    };
+    assert_eq!((dir.fid.mdt(), w.inodes_delta), (1, 1));
+    w.apply(&Request::MdsUpdateDone { fid: dir.fid, id: made, committed: true }, &mut place).unwrap();
+    let rmdir = UpdateOp::RmdirInode { fid: dir.fid, parent: Fid::ROOT, name: "d".into() };
+    w.apply(&Request::MdsUpdate { mdt: 1, id: removing, op: rmdir }, &mut place).unwrap();
+    let create = Request::MdsCreate {
+        creds: Creds::root(),
+        parent: dir.fid,
+        name: "f".into(),
+        mode: 0o644,
+        exclusive: true,
+        flags: OpenFlags { read: true, write: true, truncate: false },
+        layout: None,
+    };
+    let link = Request::MdsSymlink { creds: Creds::root(), parent: dir.fid, name: "l".into(), target: "x".into() };
+    for req in [&create, &link] {
+        match w.apply(req, &mut place) {
+            Err(OpError::Errno(proto::Errno::Again, _)) => {}
+            other => panic!("{} in a directory being removed: {other:?}", req.op_name()),
+        }
+    }
+    // Aborted: the directory takes entries again.
+    w.apply(&Request::MdsUpdateDone { fid: dir.fid, id: removing, committed: false }, &mut place).unwrap();
+    assert!(matches!(w.apply(&create, &mut place).unwrap(), Response::Created { existed: false, .. }));
+    assert_eq!(w.inodes_delta, 2, "a directory and a file made");
+}

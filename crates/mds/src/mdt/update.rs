@@ -45,8 +45,16 @@ impl<M: Deref<Target = MemTable>> View<M> {
 
     /// Every undecided update on this MDT: (inode, update).
     pub fn pending_all(&self, max: usize) -> OpResult<Vec<(Fid, PendingUpdate)>> {
+        self.pending_after(None, max)
+    }
+
+    /// Undecided updates of inodes after `after` (from the first for `None`), in FID
+    /// order, at most `max`.
+    pub fn pending_after(&self, after: Option<Fid>, max: usize) -> OpResult<Vec<(Fid, PendingUpdate)>> {
+        let key = after.map(|f| f.to_key());
+        let from = key.as_ref().map_or(std::ops::Bound::Unbounded, |k| std::ops::Bound::Excluded(&k[..]));
         let mut out = Vec::new();
-        for row in self.scan(Tbl::Updates, std::ops::Bound::Unbounded)?.take(max) {
+        for row in self.scan(Tbl::Updates, from)?.take(max) {
             let (k, v) = row?;
             if let Some(fid) = Fid::from_key(&k) {
                 out.push((fid, store::decode_record::<PendingUpdate>(&v)?));
@@ -97,6 +105,9 @@ impl Writer<'_> {
                 Ok(Response::Attr(ino.attr))
             }
             UpdateOp::RmdirInode { fid, parent, name } => {
+                if parent.mdt() != id.mdt {
+                    return fail(Errno::Inval, format!("directory {parent} is not on the coordinator MDT {}", id.mdt));
+                }
                 let ino = self.view.must_inode(*fid)?;
                 if ino.attr.kind != FileKind::Dir {
                     return fail(Errno::NotDir, format!("{fid} is not a directory"));

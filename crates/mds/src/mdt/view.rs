@@ -82,12 +82,21 @@ impl<M: Deref<Target = MemTable>> View<M> {
         if !dir.may(creds, want) {
             return fail(Errno::Access, format!("permission denied on directory {fid}"));
         }
-        // A directory being removed across MDTs takes no new entries until the
-        // coordinator decided (the client asks again meanwhile).
-        if write && self.pending(fid)?.is_some_and(|p| p.op == super::schema::PendingOp::Rmdir) {
-            return fail(Errno::Again, format!("directory {fid} is being removed"));
+        if write {
+            self.takes_entries(fid)?;
         }
         Ok(dir)
+    }
+
+    /// A directory being removed across MDTs takes no new entries until the
+    /// coordinator decided (the client asks again meanwhile).
+    pub fn takes_entries(&self, dir: Fid) -> OpResult<()> {
+        match self.pending(dir)? {
+            Some(p) if p.op == super::schema::PendingOp::Rmdir => {
+                fail(Errno::Again, format!("directory {dir} is being removed"))
+            }
+            _ => Ok(()),
+        }
     }
 
     pub fn entry(&self, parent: Fid, name: &str) -> OpResult<Option<(Fid, FileKind)>> {
