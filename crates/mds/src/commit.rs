@@ -298,41 +298,23 @@ impl Committer {
 
 /// Applies the coordinator's half of an operation spanning MDTs, or answers it from
 /// the reply cache (the client's retry of an operation that committed).
-fn coordinated_job(
-    w: &mut Writer<'_>,
-    (client_id, conn_id, xid): (u64, u64, u64),
-    op: &CoordinatedOp,
-) -> OpResult<Outcome> {
-    let key = reply_key(client_id, xid);
-    if let Some(reply) = w.view.with(Tbl::Replies, &key, |v| Ok(store::decode_record::<Reply>(v)?))? {
-        return Ok(Outcome::Done(reply.response));
-    }
-    let start = w.savepoint();
-    (w.client, w.conn) = (client_id, conn_id);
+fn coordinated_job(w: &mut Writer<'_>, ids: (u64, u64, u64), op: &CoordinatedOp) -> OpResult<Outcome> {
     let now = Timespec::now();
-    let applied = match op {
-        CoordinatedOp::LinkDir { creds, parent, name, child } => w.link_remote_dir(creds, *parent, name, child, now),
-        CoordinatedOp::UnlinkDir { creds, parent, name, child } => {
-            w.unlink_remote_dir(creds, *parent, name, child, now)
-        }
-    };
-    let response = match applied {
-        Ok(r) => r,
-        Err(OpError::Errno(c, m)) => Response::error(c, m),
-        // The coordinator revoked other clients' leases on the directory first, and
-        // a revoked lease is never granted again: this is not expected.
-        Err(OpError::Leased(dir)) => {
-            w.rollback(start);
-            return Ok(Outcome::Done(Response::error(Errno::Again, format!("directory {dir} is leased"))));
-        }
-        Err(e @ OpError::Store(_)) => return Err(e),
-    };
-    let again = matches!(&response, Response::Error(e) if e.code == Errno::Again);
-    let reply = Reply { at: now_secs(), response };
-    if !again {
-        w.put(Tbl::Replies, &key, &store::encode_record(&reply))?;
-    }
-    Ok(Outcome::Done(reply.response))
+    as_client(
+        w,
+        ids,
+        |w| match op {
+            CoordinatedOp::LinkDir { creds, parent, name, child } => {
+                w.link_remote_dir(creds, *parent, name, child, now)
+            }
+            CoordinatedOp::UnlinkDir { creds, parent, name, child } => {
+                w.unlink_remote_dir(creds, *parent, name, child, now)
+            }
+        },
+        // The coordinator revoked other clients' leases on the directory first, and a
+        // revoked lease is never granted again: this is not expected.
+        |dir| Outcome::Done(Response::error(Errno::Again, format!("directory {dir} is leased"))),
+    )
 }
 
 /// The answer kept for a client's request, if it was applied.
@@ -347,11 +329,30 @@ pub fn kept_reply<M: std::ops::Deref<Target = MemTable>>(
 }
 
 /// Applies one client request in the batch, or answers it from the reply cache.
-fn client_job(
-    w: &mut Writer<'_>,
-    place: &mut Placement<'_>,
+fn client_job(w: &mut Writer<'_>, place: &mut Placement<'_>, ids: (u64, u64, u64), req: &Request) -> OpResult<Outcome> {
+    as_client(
+        w,
+        ids,
+        |w| {
+            let r = w.apply(req, place);
+            let placed = matches!(req, Request::MdsCreate { .. } | Request::MdsLayoutChange { .. });
+            if placed && !matches!(r, Err(OpError::Leased(_) | OpError::Store(_))) {
+                place.cursor = place.cursor.wrapping_add(1);
+            }
+            r
+        },
+        |dir| Outcome::Leased(dir, req.clone()),
+    )
+}
+
+/// Applies `apply` in the batch as the client `(client id, connection, xid)`, or
+/// answers from the reply cache; keeps the answer there for a retry. A lease met takes
+/// the operation back, and `leased` says what to answer.
+fn as_client<'w>(
+    w: &mut Writer<'w>,
     (client_id, conn_id, xid): (u64, u64, u64),
-    req: &Request,
+    apply: impl FnOnce(&mut Writer<'w>) -> OpResult<Response>,
+    leased: impl FnOnce(Fid) -> Outcome,
 ) -> OpResult<Outcome> {
     let key = reply_key(client_id, xid);
     if let Some(reply) = w.view.with(Tbl::Replies, &key, |v| Ok(store::decode_record::<Reply>(v)?))? {
@@ -359,18 +360,15 @@ fn client_job(
     }
     let start = w.savepoint();
     (w.client, w.conn) = (client_id, conn_id);
-    let response = match w.apply(req, place) {
+    let response = match apply(w) {
         Ok(r) => r,
         Err(OpError::Errno(c, m)) => Response::error(c, m),
         Err(OpError::Leased(dir)) => {
             w.rollback(start);
-            return Ok(Outcome::Leased(dir, req.clone()));
+            return Ok(leased(dir));
         }
         Err(e @ OpError::Store(_)) => return Err(e),
     };
-    if matches!(req, Request::MdsCreate { .. } | Request::MdsLayoutChange { .. }) {
-        place.cursor = place.cursor.wrapping_add(1);
-    }
     // `Again` means nothing was applied and the client will ask again with the same
     // xid: it must not find this answer then.
     let again = matches!(&response, Response::Error(e) if e.code == Errno::Again);
