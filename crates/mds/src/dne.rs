@@ -216,22 +216,6 @@ impl Dne {
         parent: Fid,
         name: String,
         mode: u32,
-        to: (u32, bool),
-    ) -> Response {
-        let r = self.mkdir_remote_steps(callbacks, ctx, mdt, creds, parent, name, mode, to).await;
-        answer_of_first_try(mdt, ctx, r)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    async fn mkdir_remote_steps(
-        &self,
-        callbacks: &Callbacks,
-        ctx: &RequestCtx,
-        mdt: &Arc<Mdt>,
-        creds: Creds,
-        parent: Fid,
-        name: String,
-        mode: u32,
         (k, explicit): (u32, bool),
     ) -> Response {
         if let Some(r) = kept(mdt, ctx) {
@@ -311,21 +295,6 @@ impl Dne {
     /// on another MDT.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn rmdir_remote(
-        &self,
-        callbacks: &Callbacks,
-        ctx: &RequestCtx,
-        mdt: &Arc<Mdt>,
-        creds: Creds,
-        parent: Fid,
-        name: String,
-        child: Fid,
-    ) -> Response {
-        let r = self.rmdir_remote_steps(callbacks, ctx, mdt, creds, parent, name, child).await;
-        answer_of_first_try(mdt, ctx, r)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    async fn rmdir_remote_steps(
         &self,
         callbacks: &Callbacks,
         ctx: &RequestCtx,
@@ -428,7 +397,7 @@ impl Dne {
 /// A failure of a request whose first try (running alongside, or answered and lost)
 /// did the operation is answered as the first try was: its checks failed only because
 /// the operation was done.
-fn answer_of_first_try(mdt: &Mdt, ctx: &RequestCtx, r: Response) -> Response {
+pub(crate) fn answer_of_first_try(mdt: &Mdt, ctx: &RequestCtx, r: Response) -> Response {
     match r {
         Response::Error(_) => kept(mdt, ctx).unwrap_or(r),
         r => r,

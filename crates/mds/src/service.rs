@@ -15,7 +15,7 @@ use rpc::{Identity, RpcClient};
 
 use crate::cluster::ClusterView;
 use crate::commit::{JobKind, Outcome};
-use crate::dne::{Dne, UpdateResolve, PENDING_ASK_AFTER};
+use crate::dne::{answer_of_first_try, Dne, UpdateResolve, PENDING_ASK_AFTER};
 use crate::mdt::view::Found;
 use crate::target::Mdt;
 use crate::workers::{CheckpointTick, ClusterRefresh, DestroyDrain, OrphanReap, ReplyPrune, Workers};
@@ -355,7 +355,10 @@ impl Mds {
                         // On a task of its own: the caller giving up (an in-process
                         // call's timeout) must not end the operation half way.
                         let (dne, cb, m) = (self.dne.clone(), self.callbacks.clone(), mdt.clone());
-                        let op = async move { dne.mkdir_remote(&cb, &ctx, &m, creds, parent, name, mode, to).await };
+                        let op = async move {
+                            let r = dne.mkdir_remote(&cb, &ctx, &m, creds, parent, name, mode, to).await;
+                            answer_of_first_try(&m, &ctx, r)
+                        };
                         uncancelled(op).await
                     }
                     _ => {
@@ -372,7 +375,10 @@ impl Mds {
                         tokio::time::sleep_until(until).await;
                     }
                     let (dne, cb, m) = (self.dne.clone(), self.callbacks.clone(), mdt.clone());
-                    let op = async move { dne.rmdir_remote(&cb, &ctx, &m, creds, parent, name, child).await };
+                    let op = async move {
+                        let r = dne.rmdir_remote(&cb, &ctx, &m, creds, parent, name, child).await;
+                        answer_of_first_try(&m, &ctx, r)
+                    };
                     uncancelled(op).await
                 }
                 _ => self.mutate(&ctx, mdt, Request::MdsRmdir { creds, parent, name }).await,
