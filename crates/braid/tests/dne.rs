@@ -1,9 +1,10 @@
 //! Several MDTs on separate `braid mds` processes: remote directories (`mkdir -i K`)
-//! made and removed through the CLI, the native client and a FUSE mount, the
-//! namespace checker over both MDTs' stores, and each process killed with SIGKILL at
-//! every step of the protocol of a remote mkdir and rmdir (fault points switched on
-//! by `BRAID_FAULT`): the client's retried call gets the answer of the first, and the
-//! namespace is consistent afterwards.
+//! and hard links to files on another MDT, made and removed through the CLI, the
+//! native client and a FUSE mount, the namespace checker over both MDTs' stores, and
+//! each process killed with SIGKILL at every step of the protocol of a remote mkdir,
+//! rmdir, link and unlink (fault points switched on by `BRAID_FAULT`): the client's
+//! retried call gets the answer of the first, and the namespace is consistent
+//! afterwards.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -18,6 +19,7 @@ fn bin() -> &'static Path {
 }
 
 const RW: OpenFlags = OpenFlags { read: true, write: true, truncate: false };
+const RO: OpenFlags = OpenFlags { read: true, write: false, truncate: false };
 
 /// An MGS, an OSS, MDT 0 in process `mds` and MDT 1 in process `mds1`.
 fn two_mds() -> (Cluster, Vec<PathBuf>) {
@@ -62,6 +64,13 @@ fn consistent_within(c: &mut Cluster, mdts: &[PathBuf], timeout: Duration) {
             Err(_) => std::thread::sleep(Duration::from_millis(500)),
         }
     }
+}
+
+/// The link count `braid stat` shows.
+fn links(c: &Cluster, path: &str) -> u32 {
+    let out = c.braid_ok(&["stat", &c.url(path)]);
+    let at = out.find("Links:").expect("a Links field");
+    out[at + 6..].split_whitespace().next().and_then(|n| n.parse().ok()).expect("a link count")
 }
 
 fn fid_of(c: &Cluster, path: &str) -> Fid {
@@ -194,6 +203,85 @@ fn remote_directories_live_on_the_mdt_asked_for_and_the_namespace_stays_whole() 
     check(&mut c, &mdts).expect("consistent after the removals");
 }
 
+/// A hard link in a directory on MDT 0 to a file on MDT 1: one inode with two
+/// names, opened, created over, renamed and removed through either, by the native
+/// client and through a FUSE mount; the last name gone, the file goes (after its
+/// last close); the namespace checker agrees throughout.
+#[test]
+fn hard_links_to_a_file_on_another_mdt_behave_as_links() {
+    let (mut c, mdts) = two_mds();
+    c.braid_ok(&["mkdir", "-i", "1", &c.url("/r")]);
+    c.braid_ok(&["mkdir", &c.url("/d")]);
+    let rt = runtime();
+    let cl = c.connect(&rt);
+    let creds = client::process_creds();
+    let r = within(&rt, "resolve", cl.resolve(&creds, "/r", true)).expect("resolve /r").fid;
+    let d = within(&rt, "resolve", cl.resolve(&creds, "/d", true)).expect("resolve /d").fid;
+    let objects_before: usize = (0..4).map(|i| c.ost_objects(i).len()).sum();
+    let data = Bytes::from(vec![7u8; 200_000]);
+    let (f, file, _) = within(&rt, "create", cl.create(&creds, r, "f", 0o644, true, RW, None)).expect("create");
+    assert_eq!(file.fid.mdt(), 1);
+    within(&rt, "write", cl.write(&f, 0, data.clone())).expect("write");
+    within(&rt, "close", cl.close(f)).expect("close");
+
+    let linked = within(&rt, "link", cl.link(&creds, file.fid, Fid::ROOT, "link")).expect("link across MDTs");
+    assert_eq!((linked.fid, linked.nlink), (file.fid, 2));
+    assert_eq!(within(&rt, "lookup", cl.lookup(&creds, Fid::ROOT, "link")).expect("lookup").fid, file.fid);
+    assert_eq!(links(&c, "/r/f"), 2);
+    let read_via = |name: &str| {
+        let (h, _) = within(&rt, "open by name", cl.open_at(&creds, Fid::ROOT, name, RO)).expect("open by name");
+        let got = within(&rt, "read", cl.read(&h, 0, data.len() as u64)).expect("read");
+        within(&rt, "close", cl.close(h)).expect("close");
+        got
+    };
+    assert_eq!(read_via("link"), data, "opened by its name on MDT 0");
+    let (h, a, existed) =
+        within(&rt, "create over", cl.create(&creds, Fid::ROOT, "link", 0o644, false, RO, None)).expect("O_CREAT");
+    assert!(existed && a.fid == file.fid, "O_CREAT without O_EXCL opens the linked file");
+    within(&rt, "close", cl.close(h)).expect("close");
+    let excl = within(&rt, "create excl", cl.create(&creds, Fid::ROOT, "link", 0o644, true, RW, None));
+    assert_eq!(client_errno(excl.map(|(_, a, _)| a)), Errno::Exist);
+    let again = within(&rt, "link over a name", cl.link(&creds, file.fid, Fid::ROOT, "link"));
+    assert_eq!(client_errno(again), Errno::Exist);
+    let dir_link = within(&rt, "link a directory", cl.link(&creds, r, d, "dir"));
+    assert_eq!(client_errno(dir_link), Errno::Perm, "no hard links to directories, on any MDT");
+    // Renamed within its directory; across MDTs refused (mv copies).
+    let plain = RenameFlags::default();
+    within(&rt, "rename", cl.rename(&creds, Fid::ROOT, "link", Fid::ROOT, "renamed", plain)).expect("rename");
+    let across = within(&rt, "rename across", cl.rename(&creds, Fid::ROOT, "renamed", r, "back", plain));
+    assert_eq!(client_errno(across), Errno::XDev);
+    // A directory holding such a link is not empty.
+    within(&rt, "link", cl.link(&creds, file.fid, d, "x")).expect("a second link across MDTs");
+    assert_eq!(links(&c, "/r/f"), 3);
+    assert_eq!(client_errno(within(&rt, "rmdir", cl.rmdir(&creds, Fid::ROOT, "d"))), Errno::NotEmpty);
+    within(&rt, "unlink", cl.unlink(&creds, d, "x")).expect("unlink of a link across MDTs");
+    // The first name goes; the file lives on through the link.
+    within(&rt, "unlink", cl.unlink(&creds, r, "f")).expect("unlink the first name");
+    assert_eq!(links(&c, "/renamed"), 1);
+    assert_eq!(read_via("renamed"), data);
+    check(&mut c, &mdts).expect("consistent with links across MDTs");
+
+    // Through a mount: ln across MDTs, and the last name removed while open.
+    let m = Mount::new(&c, "");
+    std::fs::hard_link(m.path("renamed"), m.path("r/g")).expect("ln into MDT 1 (the file's own)");
+    std::fs::hard_link(m.path("r/g"), m.path("d/h")).expect("ln across MDTs through the mount");
+    assert_eq!(std::fs::metadata(m.path("d/h")).expect("stat").nlink_count(), 3);
+    assert_eq!(std::fs::read(m.path("d/h")).expect("read through the link"), &data[..]);
+    std::fs::remove_file(m.path("renamed")).expect("rm");
+    std::fs::remove_file(m.path("r/g")).expect("rm");
+    let mut open = std::fs::File::open(m.path("d/h")).expect("open the last name");
+    std::fs::remove_file(m.path("d/h")).expect("rm the last name, across MDTs, while open");
+    let mut back = Vec::new();
+    std::io::Read::read_to_end(&mut open, &mut back).expect("read after the last name went");
+    assert_eq!(back, &data[..], "an open file outlives its last name");
+    drop(open);
+    drop(m);
+    testkit::wait_for("the file's objects to be destroyed", testkit::WAIT, || {
+        (0..4).map(|i| c.ost_objects(i).len()).sum::<usize>() == objects_before
+    });
+    check(&mut c, &mdts).expect("consistent after the last link went");
+}
+
 /// MDS-to-MDS requests from a hostile or confused peer get errors and leave nothing
 /// behind; with MDT 1's MDS down, a remote mkdir fails with EIO after the peer
 /// timeout while MDT 0 keeps serving, and nothing is left half made.
@@ -217,6 +305,8 @@ fn hostile_updates_and_a_down_mdt_get_clear_errors() {
         dirs_default: None,
     };
     let rmdir = |fid: Fid| UpdateOp::RmdirInode { fid, parent: Fid::ROOT, name: "x".into() };
+    let link = |fid: Fid| UpdateOp::LinkInode { fid, parent: Fid::ROOT, name: "x".into() };
+    let unlink = |fid: Fid| UpdateOp::UnlinkInode { fid, parent: Fid::ROOT, name: "x".into() };
     let id = |mdt: u32| UpdateId { mdt, seq: 42 };
     let hostile = [
         Request::MdsUpdate { mdt: 1, id: id(1), op: mkdir(Fid::ROOT) },
@@ -225,7 +315,18 @@ fn hostile_updates_and_a_down_mdt_get_clear_errors() {
         Request::MdsUpdate { mdt: 1, id: id(0), op: rmdir(file) },
         Request::MdsUpdate { mdt: 1, id: id(0), op: rmdir(dir) },
         Request::MdsUpdate { mdt: 1, id: id(0), op: rmdir(Fid::new(1, 1, 999_999)) },
-        Request::MdsUpdateQuery { id: id(0), parent: dir, fid: file },
+        Request::MdsUpdateQuery { id: id(0) },
+        Request::MdsUpdateQuery { id: id(7) },
+        Request::MdsUpdate { mdt: 1, id: id(0), op: link(dir) },
+        Request::MdsUpdate { mdt: 1, id: id(0), op: link(Fid::new(1, 1, 999_999)) },
+        Request::MdsUpdate { mdt: 1, id: id(0), op: link(Fid::new(0, 1, 5)) },
+        Request::MdsUpdate { mdt: 1, id: id(0), op: unlink(dir) },
+        Request::MdsUpdate { mdt: 1, id: id(0), op: UpdateOp::LinkInode { fid: file, parent: dir, name: "y".into() } },
+        Request::MdsUpdate {
+            mdt: 1,
+            id: id(0),
+            op: UpdateOp::LinkInode { fid: file, parent: Fid::ROOT, name: "a/b".into() },
+        },
     ];
     for req in hostile {
         let what = format!("{req:?}");
@@ -240,8 +341,20 @@ fn hostile_updates_and_a_down_mdt_get_clear_errors() {
     assert!(matches!(within(&rt, "verdict", rpc.call(&done, vec![])).expect("answered").response, Response::Ok));
     let stray = Request::MdsUpdate { mdt: 1, id: id(0), op: mkdir(Fid::ROOT) };
     within(&rt, "stray update", rpc.call(&stray, vec![])).expect("applied as pending");
+    // A link no coordinator made an entry for is taken back the same way; meanwhile
+    // another operation across MDTs on the same file waits (EAGAIN, which the RPC
+    // layer retries): it is applied only once the first is settled.
+    let link_of = |r: Result<rpc::Reply, proto::RpcError>| match r.map(|r| r.response) {
+        Ok(Response::Attr(a)) => a.nlink,
+        other => panic!("not applied: {other:?}"),
+    };
+    let stray = Request::MdsUpdate { mdt: 1, id: UpdateId { mdt: 0, seq: 43 }, op: link(file) };
+    assert_eq!(link_of(within(&rt, "stray link", rpc.call(&stray, vec![]))), 2, "applied as pending");
+    let busy = Request::MdsUpdate { mdt: 1, id: UpdateId { mdt: 0, seq: 44 }, op: unlink(file) };
+    assert_eq!(link_of(within(&rt, "a second update", rpc.call(&busy, vec![]))), 1, "after the first was undone");
     consistent_within(&mut c, &mdts, Duration::from_secs(30));
     assert_eq!(c.braid_ok(&["ls", &c.url("/r")]).trim(), "file", "the directory and its file are untouched");
+    assert_eq!(links(&c, "/r/file"), 1, "the stray link was taken back");
 
     // MDT 1 down: EIO after the peer timeout, never a hang; MDT 0 goes on.
     c.stop("mds1");
@@ -286,36 +399,71 @@ impl Nlink for std::fs::Metadata {
 }
 
 /// Kills `process` at `point` while `op` runs on a fresh name, restarts it, and
-/// checks the CLI's call succeeded (its retry got the answer of the first) and the
-/// namespace is consistent. `op` is "mkdir" (of `/NAME` on MDT 1) or "rmdir" (of
-/// `/NAME`, made on MDT 1 first).
+/// checks the call succeeded (its retry got the answer of the first) and the
+/// namespace is consistent. `op` is "mkdir" (of `/NAME` on MDT 1), "rmdir" (of
+/// `/NAME`, made on MDT 1 first), both by the CLI, "link" (`/NAME` to a new file
+/// on MDT 1) or "unlink" (of such a link), both by the native client.
 fn crash_at(c: &mut Cluster, mdts: &[PathBuf], process: &str, point: &str, op: &str, name: &str) {
     let url = c.url(&format!("/{name}"));
-    if op == "rmdir" {
-        c.braid_ok(&["mkdir", "-i", "1", &url]);
-    }
+    let target = match op {
+        "rmdir" => {
+            c.braid_ok(&["mkdir", "-i", "1", &url]);
+            None
+        }
+        "link" | "unlink" => {
+            c.put(&format!("/on1/{name}"), b"linked");
+            let fid = fid_of(c, &format!("/on1/{name}"));
+            if op == "unlink" {
+                let rt = runtime();
+                let cl = c.connect(&rt);
+                within(&rt, "link", cl.link(&client::process_creds(), fid, Fid::ROOT, name)).expect("link");
+            }
+            Some(fid)
+        }
+        _ => None,
+    };
     c.set_env(process, mds::dne::FAULT_ENV, Some(point));
     c.restart(process);
     c.wait_mdts_up(2, testkit::WAIT);
-    let args: Vec<String> = match op {
-        "mkdir" => vec!["mkdir".into(), "-i".into(), "1".into(), url.clone()],
-        _ => vec!["rm".into(), "-r".into(), url.clone()],
-    };
-    let bin = c.bin.clone();
-    let secret = c.secret.clone();
-    let call = std::thread::spawn(move || {
-        let mut cmd = std::process::Command::new(bin);
-        cmd.args(&args).env("BRAID_SECRET_FILE", secret);
-        testkit::output_within(&mut cmd, testkit::CLI_WATCHDOG)
+    let (bin, secret, cfg) = (c.bin.clone(), c.secret.clone(), c.client_config());
+    let (op_name, name_owned) = (op.to_string(), name.to_string());
+    let call = std::thread::spawn(move || -> Result<(), String> {
+        let Some(fid) = target.filter(|_| op_name != "rmdir") else {
+            let args: Vec<String> = match op_name.as_str() {
+                "mkdir" => vec!["mkdir".into(), "-i".into(), "1".into(), url.clone()],
+                _ => vec!["rm".into(), "-r".into(), url.clone()],
+            };
+            let mut cmd = std::process::Command::new(bin);
+            cmd.args(&args).env("BRAID_SECRET_FILE", secret);
+            let out = testkit::output_within(&mut cmd, testkit::CLI_WATCHDOG).unwrap_or_else(|o| o);
+            return if out.status.success() { Ok(()) } else { Err(stderr(&out)) };
+        };
+        let rt = runtime();
+        let cl = testkit::connect(&rt, cfg);
+        let creds = client::process_creds();
+        let r = match op_name.as_str() {
+            "link" => within(&rt, "link", cl.link(&creds, fid, Fid::ROOT, &name_owned)).map(|_| ()),
+            _ => within(&rt, "unlink", cl.unlink(&creds, Fid::ROOT, &name_owned)),
+        };
+        r.map_err(|e| e.to_string())
     });
     assert!(c.wait_exit(process, Duration::from_secs(60)), "{process} did not stop at {point}");
     c.set_env(process, mds::dne::FAULT_ENV, None);
     c.restart(process);
-    let out = call.join().expect("the CLI thread").unwrap_or_else(|o| o);
-    assert!(out.status.success(), "{op} across a SIGKILL of {process} at {point}: {}", stderr(&out));
+    let out = call.join().expect("the calling thread");
+    assert!(out.is_ok(), "{op} across a SIGKILL of {process} at {point}: {out:?}");
+    let exists = c.braid(&["stat", &c.url(&format!("/{name}"))]).status.success();
     match op {
         "mkdir" => assert_eq!(fid_of(c, &format!("/{name}")).mdt(), 1, "{point}"),
-        _ => assert!(!c.braid(&["stat", &url]).status.success(), "{name} still exists after {point}"),
+        "link" => {
+            assert_eq!(fid_of(c, &format!("/{name}")), target.expect("a file"), "{point}");
+            assert_eq!(links(c, &format!("/on1/{name}")), 2, "{point}");
+        }
+        "unlink" => {
+            assert!(!exists, "{name} still exists after {point}");
+            assert_eq!(links(c, &format!("/on1/{name}")), 1, "{point}");
+        }
+        _ => assert!(!exists, "{name} still exists after {point}"),
     }
     consistent_within(c, mdts, Duration::from_secs(30));
 }
@@ -342,4 +490,28 @@ fn a_remote_mkdir_and_rmdir_survive_a_sigkill_at_every_step() {
     let listed = c.braid_ok(&["ls", &c.url("/")]);
     let names: Vec<&str> = listed.split_whitespace().collect();
     assert_eq!(names, ["d0", "d1", "d2", "d3", "d4"], "{listed}");
+}
+
+#[test]
+fn a_link_and_unlink_across_mdts_survive_a_sigkill_at_every_step() {
+    let (mut c, mdts) = two_mds();
+    c.braid_ok(&["mkdir", "-i", "1", &c.url("/on1")]);
+    let points = [
+        ("mds", "link-remote:before-update", "link"),
+        ("mds", "link-remote:before-commit", "link"),
+        ("mds", "link-remote:before-done", "link"),
+        ("mds1", "update:before-reply", "link"),
+        ("mds1", "update-done:before-apply", "link"),
+        ("mds", "unlink-remote:before-update", "unlink"),
+        ("mds", "unlink-remote:before-commit", "unlink"),
+        ("mds", "unlink-remote:before-done", "unlink"),
+        ("mds1", "update:before-reply", "unlink"),
+        ("mds1", "update-done:before-apply", "unlink"),
+    ];
+    for (i, (process, point, op)) in points.into_iter().enumerate() {
+        crash_at(&mut c, &mdts, process, point, op, &format!("l{i}"));
+    }
+    let listed = c.braid_ok(&["ls", &c.url("/")]);
+    let names: Vec<&str> = listed.split_whitespace().collect();
+    assert_eq!(names, ["l0", "l1", "l2", "l3", "l4", "on1"], "{listed}");
 }

@@ -676,6 +676,11 @@ impl Client {
             };
             let unknown = self.inner.leases.add(parent, name);
             let r = self.md_entries(&[parent], req).await;
+            if !exclusive && r.as_ref().is_err_and(|e| e.errno() == Errno::XDev) {
+                // An existing link to a file on another MDT: opened there.
+                let (f, attr) = self.open_link_elsewhere(creds, parent, name, flags).await?;
+                return Ok((f, attr, true));
+            }
             if unknown && matches!(r, Ok(Response::Created { existed: true, .. })) {
                 // An existing name the lease did not know of: the lease was wrong.
                 self.inner.leases.forget(parent);
@@ -717,9 +722,26 @@ impl Client {
                 return Err(ClientError::Errno(Errno::NoEnt, format!("{name} not found")));
             }
             let req = Request::MdsOpenAt { creds: creds.clone(), parent, name: name.to_string(), flags };
-            self.open_with(creds, parent, req, flags).await
+            match self.open_with(creds, parent, req, flags).await {
+                Err(e) if e.errno() == Errno::XDev => self.open_link_elsewhere(creds, parent, name, flags).await,
+                r => r,
+            }
         })
         .await
+    }
+
+    /// Opens `name` in `parent`, an entry naming a file whose inode is on another MDT
+    /// (the parent's MDT answered EXDEV): looked up, then opened on its own MDT.
+    async fn open_link_elsewhere(
+        &self,
+        creds: &Creds,
+        parent: Fid,
+        name: &str,
+        flags: OpenFlags,
+    ) -> Result<(OpenFile, Attr)> {
+        let fid = self.lookup(creds, parent, name).await?.fid;
+        let req = Request::MdsOpen { creds: creds.clone(), fid, flags };
+        self.open_with(creds, fid, req, flags).await
     }
 
     /// Sends an open (`MdsOpen` or `MdsOpenAt`) to the MDT of `on` and makes the handle.

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 
-use proto::msg::{Attr, Creds, Request, Response, Timespec, UpdateId};
+use proto::msg::{Attr, Creds, FileKind, Request, Response, Timespec, UpdateId};
 use proto::{Errno, Fid};
 use store::memtable::MemTable;
 use store::Store;
@@ -37,8 +37,11 @@ pub enum JobKind {
     /// [`crate::mdt::update`]), answered and kept for reply reconstruction like a
     /// client request.
     /// `conn_id`: the connection it came on (the client's own lease on the parent,
-    /// granted on it, is no obstacle).
-    Coordinated { client_id: u64, conn_id: u64, xid: u64, op: CoordinatedOp },
+    /// granted on it, is no obstacle). Applied, it records the decision of operation
+    /// `id` for its `participants` (the inodes they keep their halves under).
+    Coordinated { client_id: u64, conn_id: u64, xid: u64, op: CoordinatedOp, id: UpdateId, participants: Vec<Fid> },
+    /// Every participant of operation `id` knows the verdict: its decision goes.
+    Forget(UpdateId),
     /// The verdict on this MDT's half of an operation spanning MDTs (see
     /// [`crate::mdt::update`]), learned from the coordinator.
     Settle { fid: Fid, id: UpdateId, committed: bool },
@@ -56,10 +59,11 @@ pub enum JobKind {
 
 /// The coordinator's halves of operations that span MDTs.
 pub enum CoordinatedOp {
-    /// The entry of a directory made on another MDT.
-    LinkDir { creds: Creds, parent: Fid, name: String, child: Attr },
-    /// The entry of a directory on another MDT, which that MDT is removing.
-    UnlinkDir { creds: Creds, parent: Fid, name: String, child: Attr },
+    /// The entry of an inode on another MDT: a directory made there, or a file
+    /// linked there.
+    Link { creds: Creds, parent: Fid, name: String, child: Attr },
+    /// The entry of an inode on another MDT, which that MDT is unlinking.
+    Unlink { creds: Creds, parent: Fid, name: String, child: Attr },
 }
 
 /// What a batch answers a job.
@@ -69,6 +73,9 @@ pub enum Outcome {
     /// on: nothing was applied, and the request comes back to be submitted again once
     /// the lease is revoked.
     Leased(Fid, Request),
+    /// The request's entry names an inode on another MDT (see
+    /// [`OpError::Elsewhere`]): nothing was applied or kept for a retry.
+    Elsewhere(Fid, FileKind),
 }
 
 struct Job {
@@ -147,6 +154,7 @@ impl GroupCommit {
         match self.submit(kind).await {
             Outcome::Done(r) => r,
             Outcome::Leased(dir, _) => Response::error(Errno::Io, format!("internal job stopped by a lease on {dir}")),
+            Outcome::Elsewhere(fid, _) => Response::error(Errno::XDev, format!("the entry names {fid} on another MDT")),
         }
     }
 }
@@ -235,10 +243,14 @@ impl Committer {
                 JobKind::Client { client_id, conn_id, xid, req } => {
                     client_job(&mut w, &mut place, (*client_id, *conn_id, *xid), req)?
                 }
-                JobKind::Coordinated { client_id, conn_id, xid, op } => {
-                    coordinated_job(&mut w, (*client_id, *conn_id, *xid), op)?
+                JobKind::Coordinated { client_id, conn_id, xid, op, id, participants } => {
+                    coordinated_job(&mut w, (*client_id, *conn_id, *xid), op, *id, participants)?
                 }
-                JobKind::Settle { fid, id, committed } => match w.update_done(*fid, *id, *committed) {
+                JobKind::Forget(id) => {
+                    w.forget_decision(*id)?;
+                    Outcome::Done(Response::Ok)
+                }
+                JobKind::Settle { fid, id, committed } => match w.update_done(*fid, *id, *committed, &place) {
                     Ok(r) => Outcome::Done(r),
                     Err(OpError::Errno(c, m)) => Outcome::Done(Response::error(c, m)),
                     Err(e) => return Err(e),
@@ -296,20 +308,31 @@ impl Committer {
     }
 }
 
-/// Applies the coordinator's half of an operation spanning MDTs, or answers it from
-/// the reply cache (the client's retry of an operation that committed).
-fn coordinated_job(w: &mut Writer<'_>, ids: (u64, u64, u64), op: &CoordinatedOp) -> OpResult<Outcome> {
+/// Applies the coordinator's half of an operation spanning MDTs with its decision,
+/// or answers it from the reply cache (the client's retry of an operation that
+/// committed).
+fn coordinated_job(
+    w: &mut Writer<'_>,
+    ids: (u64, u64, u64),
+    op: &CoordinatedOp,
+    id: UpdateId,
+    participants: &[Fid],
+) -> OpResult<Outcome> {
     let now = Timespec::now();
     as_client(
         w,
         ids,
-        |w| match op {
-            CoordinatedOp::LinkDir { creds, parent, name, child } => {
-                w.link_remote_dir(creds, *parent, name, child, now)
-            }
-            CoordinatedOp::UnlinkDir { creds, parent, name, child } => {
-                w.unlink_remote_dir(creds, *parent, name, child, now)
-            }
+        |w| {
+            let r = match op {
+                CoordinatedOp::Link { creds, parent, name, child } => {
+                    w.link_remote_entry(creds, *parent, name, child, now)?
+                }
+                CoordinatedOp::Unlink { creds, parent, name, child } => {
+                    w.unlink_remote_entry(creds, *parent, name, child, now)?
+                }
+            };
+            w.decide(id, participants.to_vec())?;
+            Ok(r)
         },
         // The coordinator revoked other clients' leases on the directory first, and a
         // revoked lease is never granted again: this is not expected.
@@ -336,7 +359,7 @@ fn client_job(w: &mut Writer<'_>, place: &mut Placement<'_>, ids: (u64, u64, u64
         |w| {
             let r = w.apply(req, place);
             let placed = matches!(req, Request::MdsCreate { .. } | Request::MdsLayoutChange { .. });
-            if placed && !matches!(r, Err(OpError::Leased(_) | OpError::Store(_))) {
+            if placed && !matches!(r, Err(OpError::Leased(_) | OpError::Store(_) | OpError::Elsewhere(..))) {
                 place.cursor = place.cursor.wrapping_add(1);
             }
             r
@@ -366,6 +389,10 @@ fn as_client<'w>(
         Err(OpError::Leased(dir)) => {
             w.rollback(start);
             return Ok(leased(dir));
+        }
+        Err(OpError::Elsewhere(fid, kind)) => {
+            w.rollback(start);
+            return Ok(Outcome::Elsewhere(fid, kind));
         }
         Err(e @ OpError::Store(_)) => return Err(e),
     };

@@ -1,6 +1,8 @@
 //! Operations that span MDTs (Lustre's DNE), the coordinator's side: a remote mkdir
-//! (`braid mkdir -i K`) and the rmdir of a remote directory. The MDT holding the
-//! parent directory coordinates; the MDT holding the inode participates.
+//! (`braid mkdir -i K`), a hard link to a file on another MDT, and the removal of an
+//! entry naming an inode on another MDT (rmdir of a remote directory, unlink of
+//! such a link). The MDT holding the entry's directory coordinates; the MDT holding
+//! the inode participates.
 //!
 //! The steps of each operation (the participant's are in [`crate::mdt::update`]):
 //! 1. check what can be checked here (permission, the name) and revoke other
@@ -8,23 +10,25 @@
 //! 2. mark the operation under way (in memory: a restart ends it), and ask the
 //!    participant to apply its half ([`Request::MdsUpdate`]); it records the half as
 //!    pending, durably, before answering;
-//! 3. apply the entry, with the client's reply, in one batch of this MDT;
-//! 4. end the mark, and tell the participant the verdict
-//!    ([`Request::MdsUpdateDone`]), which keeps or takes back its half.
+//! 3. apply the entry, with the client's reply and the decision that the operation
+//!    committed, in one batch of this MDT;
+//! 4. end the mark, tell the participant the verdict ([`Request::MdsUpdateDone`]),
+//!    which keeps or takes back its half, and forget the decision once it answered.
 //!
 //! A crash anywhere leaves at most a pending half on the participant, which asks
 //! ([`Request::MdsUpdateQuery`], by [`UpdateResolve`]) once the operation is no
-//! longer under way: the entry (present or not) is the verdict. The client's retry
-//! after a crash is answered from the reply cache if step 3 happened, and runs the
-//! operation again otherwise. Each step has a fault point ([`fault_point`]) a test
-//! can kill the process at.
+//! longer under way: a decision means committed, none means aborted (presumed
+//! abort); and decisions whose participants did not answer are told again. The
+//! client's retry after a crash is answered from the reply cache if step 3
+//! happened, and runs the operation again otherwise. Each step has a fault point
+//! ([`fault_point`]) a test can kill the process at.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 
-use proto::msg::{Creds, FileKind, Request, Response, TargetKind, UpdateId, UpdateOp, UpdateState, MDT_BALANCED};
+use proto::msg::{Attr, Creds, FileKind, Request, Response, TargetKind, UpdateId, UpdateOp, UpdateState, MDT_BALANCED};
 use proto::{Errno, Fid, RpcError};
 use rpc::server::{Callbacks, RequestCtx};
 use rpc::{Identity, RpcClient, RpcOptions};
@@ -155,13 +159,18 @@ impl Dne {
         Ok(c.clone())
     }
 
-    /// Tells the participant the verdict, in the background: if the message is lost,
-    /// the participant asks.
-    fn tell(&self, peer: Arc<RpcClient>, fid: Fid, id: UpdateId, committed: bool) {
+    /// Tells the participant the verdict, in the background, and forgets a committed
+    /// decision once it answered: if the message is lost, the participant asks, and
+    /// [`UpdateResolve`] tells it again.
+    fn tell(&self, mdt: Arc<Mdt>, peer: Arc<RpcClient>, fid: Fid, id: UpdateId, committed: bool) {
         tokio::spawn(async move {
             let req = Request::MdsUpdateDone { fid, id, committed };
-            if let Err(e) = peer.call(&req, vec![]).await {
-                tracing::debug!(%fid, "verdict on a pending update not delivered (the participant will ask): {e}");
+            match peer.call(&req, vec![]).await {
+                Ok(_) if committed => {
+                    mdt.submit_own(JobKind::Forget(id)).await;
+                }
+                Ok(_) => {}
+                Err(e) => tracing::debug!(%fid, "verdict on a pending update not delivered (sent again later): {e}"),
             }
         });
     }
@@ -224,21 +233,9 @@ impl Dne {
         if explicit && creds.uid != 0 {
             return Response::error(Errno::Perm, "only root may make a directory on another MDT");
         }
-        let c = creds.clone();
-        let n = name.clone();
-        let checked = mdt
-            .read(move |v| {
-                crate::mdt::schema::check_name(&n)?;
-                let dir = v.dir_for(&c, parent, true)?;
-                if v.entry(parent, &n)?.is_some() {
-                    return Err(crate::mdt::OpError::Errno(Errno::Exist, format!("{n} exists")));
-                }
-                Ok(Response::Attr(dir.attr))
-            })
-            .await;
-        let dir = match checked {
-            Response::Attr(a) => a,
-            other => return other,
+        let dir = match self.check_new_entry(mdt, &creds, parent, &name).await {
+            Ok(dir) => dir,
+            Err(r) => return r,
         };
         let dir_default = mdt.read(move |v| Ok(Response::DirLayout(v.must_inode(parent)?.dir_default))).await;
         let dir_default = match dir_default {
@@ -249,14 +246,6 @@ impl Dne {
         let setgid = dir.mode & S_ISGID != 0;
         let gid = if setgid { dir.gid } else { creds.gid };
         let mode = mode | if setgid { S_ISGID } else { 0 };
-        self.revoke_others(callbacks, mdt, parent, ctx).await;
-        let peer = match self.peer(k).await {
-            Ok(p) => p,
-            Err(r) => return r,
-        };
-        let flight = self.begin(mdt.index);
-        let id = flight.id;
-        fault_point("mkdir-remote:before-update");
         let dirs_default = mdt.view().ok().and_then(|v| v.dirs_default(parent).ok().flatten());
         let op = UpdateOp::MkdirInode {
             creds: creds.clone(),
@@ -267,34 +256,46 @@ impl Dne {
             dir_default,
             dirs_default,
         };
-        let child = match ask(&peer, k, &Request::MdsUpdate { mdt: k, id, op }).await {
-            Response::Attr(a) => a,
-            other => return other,
+        let entry = move |half: &Response| match half {
+            Response::Attr(child) => {
+                Some((CoordinatedOp::Link { creds, parent, name, child: child.clone() }, child.fid))
+            }
+            _ => None,
         };
-        fault_point("mkdir-remote:before-commit");
-        let job = JobKind::Coordinated {
-            client_id: ctx.client_id,
-            conn_id: ctx.conn_id,
-            xid: ctx.xid,
-            op: CoordinatedOp::LinkDir { creds, parent, name, child: child.clone() },
-        };
-        let r = mdt.submit_own(job).await;
-        let committed = matches!(&r, Response::DirMade { attr, .. } if attr.fid == child.fid);
-        if committed {
-            // On disk before anyone acts on it: a machine crash must not take the entry
-            // back once the participant keeps its half.
-            mdt.submit_own(JobKind::Sync).await;
-        }
-        drop(flight);
-        fault_point("mkdir-remote:before-done");
-        self.tell(peer, child.fid, id, committed);
-        r
+        self.coordinate(callbacks, ctx, mdt, ("mkdir-remote", parent, k), op, entry).await
     }
 
-    /// rmdir of `name` in `parent` (on this MDS), a directory whose inode is `child`
-    /// on another MDT.
+    /// A hard link `name` in `parent` (on this MDS) to file `fid` on another MDT.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) async fn rmdir_remote(
+    pub(crate) async fn link_remote(
+        &self,
+        callbacks: &Callbacks,
+        ctx: &RequestCtx,
+        mdt: &Arc<Mdt>,
+        creds: Creds,
+        fid: Fid,
+        parent: Fid,
+        name: String,
+    ) -> Response {
+        if let Some(r) = kept(mdt, ctx) {
+            return r;
+        }
+        if let Err(r) = self.check_new_entry(mdt, &creds, parent, &name).await {
+            return r;
+        }
+        let op = UpdateOp::LinkInode { fid, parent, name: name.clone() };
+        let entry = move |half: &Response| match half {
+            Response::Attr(child) => Some((CoordinatedOp::Link { creds, parent, name, child: child.clone() }, fid)),
+            _ => None,
+        };
+        self.coordinate(callbacks, ctx, mdt, ("link-remote", parent, fid.mdt()), op, entry).await
+    }
+
+    /// The removal of `name` in `parent` (on this MDS), an entry naming `child` on
+    /// another MDT: the rmdir of a remote directory, or the unlink of a link to a file
+    /// there.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn remove_remote(
         &self,
         callbacks: &Callbacks,
         ctx: &RequestCtx,
@@ -307,12 +308,7 @@ impl Dne {
         if let Some(r) = kept(mdt, ctx) {
             return r;
         }
-        let k = child.mdt();
-        let peer = match self.peer(k).await {
-            Ok(p) => p,
-            Err(r) => return r,
-        };
-        let attr = match ask(&peer, k, &Request::MdsGetattr { fid: child }).await {
+        let attr = match self.remote_attr(child).await {
             Response::Attr(a) => a,
             other => return other,
         };
@@ -330,43 +326,89 @@ impl Dne {
         if checked != Response::Ok {
             return checked;
         }
+        let (op, step) = if attr.kind == FileKind::Dir {
+            (UpdateOp::RmdirInode { fid: child, parent, name: name.clone() }, "rmdir-remote")
+        } else {
+            (UpdateOp::UnlinkInode { fid: child, parent, name: name.clone() }, "unlink-remote")
+        };
+        let entry = move |half: &Response| match half {
+            Response::Ok | Response::Attr(_) => {
+                Some((CoordinatedOp::Unlink { creds, parent, name, child: attr }, child))
+            }
+            _ => None,
+        };
+        self.coordinate(callbacks, ctx, mdt, (step, parent, child.mdt()), op, entry).await
+    }
+
+    /// Checks what can be checked of a new entry `name` in `parent` before a
+    /// participant holds anything: the parent's attributes, or the error answer.
+    async fn check_new_entry(&self, mdt: &Arc<Mdt>, creds: &Creds, parent: Fid, name: &str) -> Result<Attr, Response> {
+        let (c, n) = (creds.clone(), name.to_string());
+        let checked = mdt
+            .read(move |v| {
+                crate::mdt::schema::check_name(&n)?;
+                let dir = v.dir_for(&c, parent, true)?;
+                if v.entry(parent, &n)?.is_some() {
+                    return Err(crate::mdt::OpError::Errno(Errno::Exist, format!("{n} exists")));
+                }
+                Ok(Response::Attr(dir.attr))
+            })
+            .await;
+        match checked {
+            Response::Attr(a) => Ok(a),
+            other => Err(other),
+        }
+    }
+
+    /// Steps 1 to 4 of an operation in directory `parent` (on this MDS) whose inode
+    /// is on MDT `k`: revoke other clients' leases on the directory, have the
+    /// participant apply `op`, apply the entry `entry` makes of its answer (with the
+    /// decision), and tell the participant. `step` names the fault points.
+    async fn coordinate(
+        &self,
+        callbacks: &Callbacks,
+        ctx: &RequestCtx,
+        mdt: &Arc<Mdt>,
+        (step, parent, k): (&str, Fid, u32),
+        op: UpdateOp,
+        entry: impl FnOnce(&Response) -> Option<(CoordinatedOp, Fid)>,
+    ) -> Response {
         self.revoke_others(callbacks, mdt, parent, ctx).await;
+        let peer = match self.peer(k).await {
+            Ok(p) => p,
+            Err(r) => return r,
+        };
         let flight = self.begin(mdt.index);
         let id = flight.id;
-        fault_point("rmdir-remote:before-update");
-        let op = UpdateOp::RmdirInode { fid: child, parent, name: name.clone() };
-        match ask(&peer, k, &Request::MdsUpdate { mdt: k, id, op }).await {
-            Response::Ok => {}
-            other => return other,
-        }
-        fault_point("rmdir-remote:before-commit");
-        let job = JobKind::Coordinated {
-            client_id: ctx.client_id,
-            conn_id: ctx.conn_id,
-            xid: ctx.xid,
-            op: CoordinatedOp::UnlinkDir { creds, parent, name, child: attr },
-        };
-        let r = mdt.submit_own(job).await;
-        // The entry is gone, by this call or by its first try (whose answer this is).
-        let committed = matches!(r, Response::DirChanged { .. });
+        fault_point(&format!("{step}:before-update"));
+        let half = ask(&peer, k, &Request::MdsUpdate { mdt: k, id, op }).await;
+        let Some((op, participant)) = entry(&half) else { return half };
+        fault_point(&format!("{step}:before-commit"));
+        let (client_id, conn_id, xid) = (ctx.client_id, ctx.conn_id, ctx.xid);
+        let participants = vec![participant];
+        let r = mdt.submit_own(JobKind::Coordinated { client_id, conn_id, xid, op, id, participants }).await;
+        // Applied now or by the first try (whose answer this is, from the reply cache).
+        let committed = !matches!(r, Response::Error(_));
         if committed {
+            // On disk before anyone acts on it: a machine crash must not take the entry
+            // back once the participant keeps its half.
             mdt.submit_own(JobKind::Sync).await;
         }
         drop(flight);
-        fault_point("rmdir-remote:before-done");
-        self.tell(peer, child, id, committed);
+        fault_point(&format!("{step}:before-done"));
+        self.tell(mdt.clone(), peer, participant, id, committed);
         r
     }
 
     /// A participant asks about a pending half (see [`UpdateResolve`]).
-    pub(crate) async fn update_query(&self, mdt: &Arc<Mdt>, id: UpdateId, parent: Fid, fid: Fid) -> Response {
+    pub(crate) async fn update_query(&self, mdt: &Arc<Mdt>, id: UpdateId) -> Response {
         if id.mdt != mdt.index {
             return Response::error(Errno::Inval, format!("update {id:?} was not coordinated by MDT {}", mdt.index));
         }
         if self.under_way(id) {
             return Response::Update(UpdateState::InFlight);
         }
-        mdt.read(move |v| Ok(Response::Update(v.update_state(parent, fid)?))).await
+        mdt.read(move |v| Ok(Response::Update(v.update_state(id)?))).await
     }
 
     /// Revokes the lease another client holds on `dir`, if any: a lease is never
@@ -376,13 +418,6 @@ impl Dne {
         if leased {
             mdt.revoke(dir, callbacks).await;
         }
-    }
-
-    /// Whether `name` in `parent` on `mdt` is a directory whose inode is elsewhere.
-    pub(crate) async fn remote_entry(&self, mdt: &Arc<Mdt>, parent: Fid, name: &str) -> Option<(Fid, FileKind)> {
-        let view = mdt.view().ok()?;
-        let (fid, kind) = view.entry(parent, name).ok().flatten()?;
-        (fid.mdt() != mdt.index).then_some((fid, kind))
     }
 
     /// The attributes of `fid`, on another MDT.
@@ -434,6 +469,14 @@ impl Worker for UpdateResolve {
     }
 
     async fn tick(&mut self) {
+        self.ask_coordinators().await;
+        self.tell_participants().await;
+    }
+}
+
+impl UpdateResolve {
+    /// The participant's side: pending halves whose verdict did not come.
+    async fn ask_coordinators(&mut self) {
         let pending = match self.mdt.view().and_then(|v| v.pending_after(self.after, RESOLVE_BATCH)) {
             Ok(p) => p,
             Err(e) => {
@@ -454,22 +497,57 @@ impl Worker for UpdateResolve {
                 silent.insert(p.id.mdt);
                 continue;
             };
-            let query = Request::MdsUpdateQuery { id: p.id, parent: p.parent, fid };
-            let state = match ask(&peer, p.id.mdt, &query).await {
+            let committed = match ask(&peer, p.id.mdt, &Request::MdsUpdateQuery { id: p.id }).await {
                 Response::Update(UpdateState::InFlight) => continue,
-                Response::Update(s) => s,
+                Response::Update(s) => s == UpdateState::Committed,
                 other => {
                     tracing::debug!(mdt = self.mdt.index, %fid, "coordinator did not settle a pending update: {other:?}");
                     silent.insert(p.id.mdt);
                     continue;
                 }
             };
-            let committed = match p.op {
-                crate::mdt::PendingOp::Mkdir => state == UpdateState::Present,
-                crate::mdt::PendingOp::Rmdir => state == UpdateState::Absent,
-            };
             tracing::info!(mdt = self.mdt.index, %fid, ?p.op, committed, "settled a pending update");
             self.mdt.submit_own(JobKind::Settle { fid, id: p.id, committed }).await;
+        }
+    }
+
+    /// The coordinator's side: decisions some participant has not acknowledged
+    /// (the verdict was lost, or this MDS restarted before sending it).
+    async fn tell_participants(&mut self) {
+        let decisions = match self.mdt.view().and_then(|v| v.decisions(RESOLVE_BATCH)) {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::warn!(mdt = self.mdt.index, "cannot list decisions: {e}");
+                return;
+            }
+        };
+        let now = now_secs();
+        let mut silent = HashSet::new();
+        for (id, d) in decisions {
+            // One under way, or just made, is told by its own operation.
+            if self.dne.under_way(id) || now.saturating_sub(d.at) < PENDING_ASK_AFTER.as_secs() {
+                continue;
+            }
+            let mut told = true;
+            for &fid in &d.participants {
+                let k = fid.mdt();
+                let peer = match self.dne.peer(k).await {
+                    Ok(p) if !silent.contains(&k) => p,
+                    _ => {
+                        silent.insert(k);
+                        told = false;
+                        continue;
+                    }
+                };
+                if let Response::Error(e) = ask(&peer, k, &Request::MdsUpdateDone { fid, id, committed: true }).await {
+                    tracing::debug!(mdt = self.mdt.index, %fid, "verdict not taken: {e:?}");
+                    silent.insert(k);
+                    told = false;
+                }
+            }
+            if told {
+                self.mdt.submit_own(JobKind::Forget(id)).await;
+            }
         }
     }
 }

@@ -235,13 +235,9 @@ impl Mds {
             | Request::MdsRename { parent, .. } => *parent,
             Request::MdsUpdate { mdt, .. } => Fid::new(*mdt, 0, 0),
             Request::MdsUpdateDone { fid, .. } => *fid,
-            Request::MdsUpdateQuery { parent, .. } => *parent,
-            Request::MdsLink { fid, parent, .. } => {
-                if fid.mdt() != parent.mdt() {
-                    return Response::error(Errno::XDev, "hard link across MDTs is not supported yet");
-                }
-                *fid
-            }
+            Request::MdsUpdateQuery { id } => Fid::new(id.mdt, 0, 0),
+            // The entry's MDT coordinates a link to a file on another MDT.
+            Request::MdsLink { parent, .. } => *parent,
             Request::MdsGetattr { fid }
             | Request::MdsOpen { fid, .. }
             | Request::MdsReaddir { fid, .. }
@@ -327,7 +323,7 @@ impl Mds {
                 .await
             }
             Request::MdsSync { .. } => mdt.submit_own(JobKind::Sync).await,
-            Request::MdsUpdateQuery { id, parent, fid } => self.dne.update_query(mdt, id, parent, fid).await,
+            Request::MdsUpdateQuery { id } => self.dne.update_query(mdt, id).await,
             // A participant's half: durable before the answer (fault points around it).
             req @ Request::MdsUpdate { .. } => {
                 if let Some(refused) = self.dne.refuse_update(&req).await {
@@ -349,17 +345,10 @@ impl Mds {
             Request::MdsMkdir { creds, parent, name, mode, lease, mdt: asked } => {
                 match self.dne.where_to_mkdir(mdt, parent, asked) {
                     Some(to) if to.0 != mdt.index => {
-                        if let Some(until) = mdt.recovery_until {
-                            tokio::time::sleep_until(until).await;
-                        }
-                        // On a task of its own: the caller giving up (an in-process
-                        // call's timeout) must not end the operation half way.
-                        let (dne, cb, m) = (self.dne.clone(), self.callbacks.clone(), mdt.clone());
-                        let op = async move {
-                            let r = dne.mkdir_remote(&cb, &ctx, &m, creds, parent, name, mode, to).await;
-                            answer_of_first_try(&m, &ctx, r)
-                        };
-                        uncancelled(op).await
+                        self.across(mdt, ctx, move |dne, cb, m, ctx| async move {
+                            dne.mkdir_remote(&cb, &ctx, &m, creds, parent, name, mode, to).await
+                        })
+                        .await
                     }
                     _ => {
                         self.mutate(&ctx, mdt, Request::MdsMkdir { creds, parent, name, mode, lease, mdt: None }).await
@@ -369,27 +358,78 @@ impl Mds {
             Request::MdsRename { new_parent, .. } if new_parent.mdt() != mdt.index => {
                 Response::error(Errno::XDev, "renaming into a directory on another MDT is not supported yet")
             }
-            Request::MdsRmdir { creds, parent, name } => match self.dne.remote_entry(mdt, parent, &name).await {
-                Some((child, proto::msg::FileKind::Dir)) => {
-                    if let Some(until) = mdt.recovery_until {
-                        tokio::time::sleep_until(until).await;
-                    }
-                    let (dne, cb, m) = (self.dne.clone(), self.callbacks.clone(), mdt.clone());
-                    let op = async move {
-                        let r = dne.rmdir_remote(&cb, &ctx, &m, creds, parent, name, child).await;
-                        answer_of_first_try(&m, &ctx, r)
-                    };
-                    uncancelled(op).await
-                }
-                _ => self.mutate(&ctx, mdt, Request::MdsRmdir { creds, parent, name }).await,
-            },
+            Request::MdsLink { creds, fid, parent, name } if fid.mdt() != mdt.index => {
+                self.across(mdt, ctx, move |dne, cb, m, ctx| async move {
+                    dne.link_remote(&cb, &ctx, &m, creds, fid, parent, name).await
+                })
+                .await
+            }
+            Request::MdsUnlink { creds, parent, name } => self.remove(ctx, mdt, creds, parent, name, false).await,
+            Request::MdsRmdir { creds, parent, name } => self.remove(ctx, mdt, creds, parent, name, true).await,
             mutation => self.mutate(&ctx, mdt, mutation).await,
         }
+    }
+
+    /// unlink or rmdir of `name` in `parent`; an entry naming an inode on another MDT
+    /// is removed across the MDTs.
+    async fn remove(
+        &self,
+        ctx: RequestCtx,
+        mdt: &Arc<Mdt>,
+        creds: Creds,
+        parent: Fid,
+        name: String,
+        rmdir: bool,
+    ) -> Response {
+        let (c, n) = (creds.clone(), name.clone());
+        let req = if rmdir {
+            Request::MdsRmdir { creds: c, parent, name: n }
+        } else {
+            Request::MdsUnlink { creds: c, parent, name: n }
+        };
+        match self.mutate_here(&ctx, mdt, req).await {
+            Ok(r) => r,
+            Err(child) => {
+                self.across(mdt, ctx, move |dne, cb, m, ctx| async move {
+                    dne.remove_remote(&cb, &ctx, &m, creds, parent, name, child).await
+                })
+                .await
+            }
+        }
+    }
+
+    /// Runs an operation this MDS coordinates across MDTs (see [`crate::dne`]), once
+    /// recovery is over, on a task of its own: the caller giving up (an in-process
+    /// call's timeout) must not end it half way. A failure of a retry whose first try
+    /// did the operation gets the first try's answer.
+    async fn across<F, Fut>(&self, mdt: &Arc<Mdt>, ctx: RequestCtx, op: F) -> Response
+    where
+        F: FnOnce(Arc<Dne>, Arc<Callbacks>, Arc<Mdt>, RequestCtx) -> Fut,
+        Fut: std::future::Future<Output = Response> + Send + 'static,
+    {
+        if let Some(until) = mdt.recovery_until {
+            tokio::time::sleep_until(until).await;
+        }
+        let m = mdt.clone();
+        let fut = op(self.dne.clone(), self.callbacks.clone(), mdt.clone(), ctx.clone());
+        uncancelled(async move {
+            let r = fut.await;
+            answer_of_first_try(&m, &ctx, r)
+        })
+        .await
     }
 
     /// A mutation of one MDT, through its group commit; leases of other clients it
     /// meets are revoked and it is applied again.
     async fn mutate(&self, ctx: &RequestCtx, mdt: &Arc<Mdt>, mutation: Request) -> Response {
+        self.mutate_here(ctx, mdt, mutation).await.unwrap_or_else(|fid| {
+            Response::error(Errno::XDev, format!("the entry names {fid}, whose inode is on MDT {}", fid.mdt()))
+        })
+    }
+
+    /// As [`Mds::mutate`]; an entry naming an inode on another MDT comes back as that
+    /// inode, with nothing applied (see [`crate::mdt::OpError::Elsewhere`]).
+    async fn mutate_here(&self, ctx: &RequestCtx, mdt: &Arc<Mdt>, mutation: Request) -> Result<Response, Fid> {
         let create = matches!(mutation, Request::MdsCreate { .. });
         if let Some(until) = mdt.recovery_until.filter(|_| changes_entries(&mutation)) {
             tokio::time::sleep_until(until).await;
@@ -400,6 +440,7 @@ impl Mds {
             let job = JobKind::Client { client_id: ctx.client_id, conn_id: ctx.conn_id, xid: ctx.xid, req };
             match mdt.submit(job).await {
                 Outcome::Done(r) => break r,
+                Outcome::Elsewhere(fid, _) => return Err(fid),
                 Outcome::Leased(dir, back) if revoked < REVOKES_MAX => {
                     mdt.revoke(dir, &self.callbacks).await;
                     revoked += 1;
@@ -413,7 +454,7 @@ impl Mds {
         if let (true, Response::Created { attr, .. }) = (create, &r) {
             mdt.opened(attr.fid, ctx.client_id);
         }
-        r
+        Ok(r)
     }
 }
 

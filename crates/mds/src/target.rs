@@ -69,6 +69,7 @@ pub(crate) fn op_error(e: OpError) -> Response {
         OpError::Errno(code, msg) => Response::error(code, msg),
         OpError::Store(e) => Response::error(Errno::Io, format!("MDT storage error: {e}")),
         e @ OpError::Leased(_) => Response::error(Errno::Again, e.to_string()),
+        e @ OpError::Elsewhere(..) => Response::error(Errno::XDev, e.to_string()),
     }
 }
 

@@ -24,8 +24,9 @@ use crate::msg::{AuthProof, AuthResult, Challenge, Hello};
 /// The wire protocol spoken after the handshake. Bumped whenever a message's encoding
 /// changes, so a client and a server of different releases refuse each other with a
 /// clear error instead of misreading frames. 2: composite layouts with DoM components
-/// (`ComponentSpec::pattern`) and the PFL/DoM requests.
-pub const PROTOCOL_VERSION: u32 = 2;
+/// (`ComponentSpec::pattern`) and the PFL/DoM requests. 3: operations across MDTs
+/// (`MdsUpdate` and its kin, `MdsMkdir::mdt`).
+pub const PROTOCOL_VERSION: u32 = 3;
 /// Shortest secret accepted, in bytes.
 pub const SECRET_MIN_BYTES: usize = 16;
 /// A peer that has not finished the handshake by then is dropped.

@@ -463,12 +463,10 @@ pub enum Request {
     },
     /// MDS to MDS: a participant asks the coordinator about a pending update it was
     /// never told the verdict of (the coordinator restarted, or the message was
-    /// lost): is the operation still under way, and does directory `parent` hold an
-    /// entry for inode `fid`? Answered with [`Response::Update`].
+    /// lost): is the operation still under way, and did it commit? Answered with
+    /// [`Response::Update`].
     MdsUpdateQuery {
         id: UpdateId,
-        parent: Fid,
-        fid: Fid,
     },
     /// fsync/fsyncdir: make every operation the MDT holding `fid` has acknowledged
     /// durable (it forces its redo log to disk; see `store::wal`).
@@ -768,6 +766,12 @@ pub enum UpdateOp {
     },
     /// Remove the inode of directory `fid`, entry `name` in `parent`, if it is empty.
     RmdirInode { fid: Fid, parent: Fid, name: String },
+    /// One more link to file `fid` (not a directory), for a new entry `name` in
+    /// `parent` (a hard link across MDTs): answered with its attributes.
+    LinkInode { fid: Fid, parent: Fid, name: String },
+    /// One link less to file `fid` (not a directory), whose entry `name` in `parent`
+    /// the coordinator removes; the last one makes it an orphan or destroys it.
+    UnlinkInode { fid: Fid, parent: Fid, name: String },
 }
 
 /// A coordinator's answer about an operation a participant holds pending.
@@ -775,10 +779,11 @@ pub enum UpdateOp {
 pub enum UpdateState {
     /// Still under way: ask again later.
     InFlight,
-    /// Finished or abandoned, and the directory holds an entry for the inode.
-    Present,
-    /// Finished or abandoned, and the directory holds no entry for the inode.
-    Absent,
+    /// The coordinator applied its half: keep the participant's.
+    Committed,
+    /// The coordinator never applied its half, and no longer will: take the
+    /// participant's back.
+    Aborted,
 }
 
 /// Most bytes one [`Request::MdsDomWrite`] carries (a message is at most 1 MiB).

@@ -45,6 +45,9 @@ pub(super) fn cap_dom(mut spec: LayoutSpec, dom_max: u64, asked: bool) -> OpResu
     Ok(spec)
 }
 
+/// Most links a file may have.
+pub const LINK_MAX: u32 = 65000;
+
 impl Writer<'_> {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn create(
@@ -68,6 +71,10 @@ impl Writer<'_> {
             // (A directory's inode may be on another MDT.)
             if kind == FileKind::Dir {
                 return fail(Errno::IsDir, format!("{name} is a directory"));
+            }
+            if fid.mdt() != self.mdt_index {
+                // A link to a file on another MDT: the client opens it there.
+                return Err(OpError::Elsewhere(fid, kind));
             }
             let ino = self.view.must_inode(fid)?;
             if ino.attr.kind == FileKind::Dir {
@@ -238,7 +245,7 @@ impl Writer<'_> {
         if self.view.entry(parent, name)?.is_some() {
             return fail(Errno::Exist, format!("{name} exists"));
         }
-        if ino.attr.nlink >= 65000 {
+        if ino.attr.nlink >= LINK_MAX {
             return fail(Errno::Range, "too many links");
         }
         ino.attr.nlink += 1;

@@ -1,6 +1,8 @@
 //! What a namespace operation fails with: an errno answer (nothing written), a
-//! storage failure (the batch aborts), or a directory another client leases.
+//! storage failure (the batch aborts), a directory another client leases, or an
+//! entry whose inode is on another MDT.
 
+use proto::msg::FileKind;
 use proto::{Errno, Fid};
 use store::StoreError;
 
@@ -12,6 +14,9 @@ pub enum OpError {
     /// The operation changes the entries of a directory another client holds a lease
     /// on: nothing was written; revoke the lease and apply it again.
     Leased(Fid),
+    /// The operation's entry names an inode on another MDT: nothing was written; the
+    /// MDS coordinates it across the MDTs (or the client goes to that MDT).
+    Elsewhere(Fid, FileKind),
 }
 
 impl std::fmt::Display for OpError {
@@ -20,6 +25,7 @@ impl std::fmt::Display for OpError {
             OpError::Errno(_, m) => f.write_str(m),
             OpError::Store(e) => e.fmt(f),
             OpError::Leased(dir) => write!(f, "directory {dir} is leased by another client"),
+            OpError::Elsewhere(fid, _) => write!(f, "the entry names {fid}, whose inode is on MDT {}", fid.mdt()),
         }
     }
 }

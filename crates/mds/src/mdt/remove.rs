@@ -4,7 +4,7 @@
 use proto::msg::{Creds, FileKind, Response, Timespec};
 use proto::{Errno, Fid};
 
-use super::error::{fail, OpResult};
+use super::error::{fail, OpError, OpResult};
 use super::schema::{check_name, dentry_key, layout_objects, DestroyRecord, Tbl};
 use super::writer::{Placement, Writer};
 use crate::inode::{sticky_allows, Inode};
@@ -26,12 +26,12 @@ impl Writer<'_> {
             return fail(Errno::NoEnt, format!("{name} not found"));
         };
         if fid.mdt() != self.mdt_index {
-            // The MDS coordinates the rmdir of a remote directory (see `crate::dne`).
-            // (Made remote after the MDS routed this rmdir here: it asks again.)
-            return match (is_rmdir, kind) {
-                (false, FileKind::Dir) => fail(Errno::IsDir, format!("{name} is a directory")),
-                (true, FileKind::Dir) => fail(Errno::Again, format!("{name} became a directory on MDT {}", fid.mdt())),
-                _ => fail(Errno::XDev, format!("{name} lives on MDT {}", fid.mdt())),
+            // The MDS coordinates the removal of an entry naming an inode on another
+            // MDT (see `crate::dne`).
+            return match (is_rmdir, kind == FileKind::Dir) {
+                (false, true) => fail(Errno::IsDir, format!("{name} is a directory")),
+                (true, false) => fail(Errno::NotDir, format!("{name} is not a directory")),
+                _ => Err(OpError::Elsewhere(fid, kind)),
             };
         }
         let mut ino = self.view.must_inode(fid)?;

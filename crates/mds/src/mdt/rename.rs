@@ -6,7 +6,7 @@ use proto::{Errno, Fid};
 use super::error::{fail, OpResult};
 use super::schema::{check_name, dentry_key, dentry_value, Tbl};
 use super::writer::{Placement, Writer};
-use crate::inode::{sticky_allows, S_ISVTX};
+use crate::inode::{sticky_allows, Inode, S_ISVTX};
 
 impl Writer<'_> {
     /// Fails if `dir` is `ancestor` or below it (a directory moved under itself).
@@ -74,9 +74,11 @@ impl Writer<'_> {
         Ok(Response::Ok)
     }
 
-    /// A rename within one directory of a directory whose inode is on another MDT:
-    /// only entries change (its `..` stays this directory). A target, which the checks
-    /// before allow only here, is an empty directory and goes.
+    /// A rename within one directory of an entry whose inode is on another MDT (a
+    /// remote directory, or a link to a file there): only entries change (a
+    /// directory's `..` stays this directory; the inode's ctime is not moved). A
+    /// target, which the checks before allow only on this MDT, goes as a rename's
+    /// target does.
     #[allow(clippy::too_many_arguments)]
     fn rename_remote_in_dir(
         &mut self,
@@ -84,36 +86,55 @@ impl Writer<'_> {
         mut dir: crate::inode::Inode,
         parent: Fid,
         (name, new_name): (&str, &str),
-        fid: Fid,
+        (fid, kind): (Fid, FileKind),
         target: Option<(Fid, FileKind)>,
         flags: RenameFlags,
+        place: &Placement<'_>,
         now: Timespec,
     ) -> OpResult<Response> {
         if dir.attr.mode & S_ISVTX != 0 && creds.uid != 0 && creds.uid != dir.attr.uid {
-            return fail(Errno::XDev, "sticky directory: the owner of a directory on another MDT is not known here");
+            return fail(Errno::XDev, "sticky directory: the owner of an inode on another MDT is not known here");
         }
         let mut nlink = 0;
         if let Some((tfid, tkind)) = target {
             if flags.noreplace {
                 return fail(Errno::Exist, format!("{new_name} exists"));
             }
-            if tkind != FileKind::Dir {
-                return fail(Errno::NotDir, format!("{new_name} is not a directory"));
+            match (kind == FileKind::Dir, tkind == FileKind::Dir) {
+                (true, false) => return fail(Errno::NotDir, format!("{new_name} is not a directory")),
+                (false, true) => return fail(Errno::IsDir, format!("{new_name} is a directory")),
+                (true, true) if !self.view.dir_is_empty(tfid)? => {
+                    return fail(Errno::NotEmpty, format!("{new_name} is not empty"))
+                }
+                _ => {}
             }
-            if !self.view.dir_is_empty(tfid)? {
-                return fail(Errno::NotEmpty, format!("{new_name} is not empty"));
-            }
-            let t = self.view.must_inode(tfid)?;
+            let mut t = self.view.must_inode(tfid)?;
             if !sticky_allows(&dir, &t, creds) {
                 return fail(Errno::Perm, "sticky directory: not the owner of the target");
             }
-            self.drop_inode(tfid, &t)?;
-            nlink = -1;
+            if tkind == FileKind::Dir {
+                self.drop_inode(tfid, &t)?;
+                nlink = -1;
+            } else {
+                self.unlink_victim(tfid, &mut t, place, now)?;
+            }
         }
         self.del(Tbl::Dentries, &dentry_key(parent, name))?;
-        self.put(Tbl::Dentries, &dentry_key(parent, new_name), &dentry_value(fid, FileKind::Dir))?;
+        self.put(Tbl::Dentries, &dentry_key(parent, new_name), &dentry_value(fid, kind))?;
         self.touch_dir(parent, &mut dir, now, nlink)?;
         Ok(Response::Ok)
+    }
+
+    /// A file a rename replaces loses that link; the last one makes it an orphan for
+    /// a short grace (see [`Writer::release_last_link`]).
+    fn unlink_victim(&mut self, fid: Fid, t: &mut Inode, place: &Placement<'_>, now: Timespec) -> OpResult<()> {
+        t.attr.nlink = t.attr.nlink.saturating_sub(1);
+        if t.attr.nlink == 0 {
+            self.release_last_link(fid, t, place, now, true)
+        } else {
+            t.attr.ctime = now;
+            self.put_inode(fid, t)
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -136,19 +157,21 @@ impl Writer<'_> {
             return fail(Errno::NoEnt, format!("{name} not found"));
         };
         let target = self.view.entry(new_parent, new_name)?;
-        // Renames that span MDTs (a directory whose inode is on another MDT, whose `..`
-        // and link counts live there) are not coordinated yet: EXDEV, so `mv` copies.
-        // Within one directory, a remote directory's rename changes entries only.
+        // Renames that span MDTs (an inode on another MDT moved between directories,
+        // or replaced) are not coordinated yet: EXDEV, so `mv` copies. Within one
+        // directory, the rename of an entry naming an inode elsewhere changes entries
+        // only.
         if target.is_some_and(|t| t.0 == fid) {
             return Ok(Response::Ok); // Both names are links to the same inode: no-op.
         }
         let remote = |f: Fid| f.mdt() != self.mdt_index;
         let same_dir = parent == new_parent && !flags.exchange;
         if target.is_some_and(|t| remote(t.0)) || (remote(fid) && !same_dir) {
-            return fail(Errno::XDev, "renaming a directory that lives on another MDT is not supported yet");
+            return fail(Errno::XDev, "renaming an inode that lives on another MDT is not supported yet");
         }
         if remote(fid) {
-            return self.rename_remote_in_dir(creds, src_dir, parent, (name, new_name), fid, target, flags, now);
+            let names = (name, new_name);
+            return self.rename_remote_in_dir(creds, src_dir, parent, names, (fid, kind), target, flags, place, now);
         }
         let mut ino = self.view.must_inode(fid)?;
         if !sticky_allows(&src_dir, &ino, creds) {
@@ -195,13 +218,7 @@ impl Writer<'_> {
                 self.drop_inode(tfid, &t)?;
                 dst_nlink -= 1;
             } else {
-                t.attr.nlink = t.attr.nlink.saturating_sub(1);
-                if t.attr.nlink == 0 {
-                    self.release_last_link(tfid, &mut t, place, now, true)?;
-                } else {
-                    t.attr.ctime = now;
-                    self.put_inode(tfid, &t)?;
-                }
+                self.unlink_victim(tfid, &mut t, place, now)?;
             }
         }
         self.del(Tbl::Dentries, &dentry_key(parent, name))?;

@@ -33,10 +33,11 @@ pub enum Tbl {
     Orphans,
     Dom,
     Updates,
+    Decisions,
 }
 
 impl Tbl {
-    pub const ALL: [Tbl; 9] = [
+    pub const ALL: [Tbl; 10] = [
         Tbl::Inodes,
         Tbl::Dentries,
         Tbl::Xattrs,
@@ -46,6 +47,7 @@ impl Tbl {
         Tbl::Orphans,
         Tbl::Dom,
         Tbl::Updates,
+        Tbl::Decisions,
     ];
 
     /// The store's table.
@@ -61,6 +63,7 @@ impl Tbl {
                 Tbl::Orphans => "orphans",
                 Tbl::Dom => "dom",
                 Tbl::Updates => "updates",
+                Tbl::Decisions => "decisions",
             },
             self as usize,
         )
@@ -73,7 +76,7 @@ impl Tbl {
 }
 
 /// Every table of an MDT, as the store names them.
-pub const TABLES: [Table; 9] = [
+pub const TABLES: [Table; 10] = [
     Tbl::Inodes.table(),
     Tbl::Dentries.table(),
     Tbl::Xattrs.table(),
@@ -83,6 +86,7 @@ pub const TABLES: [Table; 9] = [
     Tbl::Orphans.table(),
     Tbl::Dom.table(),
     Tbl::Updates.table(),
+    Tbl::Decisions.table(),
 ];
 
 /// A memtable with a slot for every MDT table.
@@ -147,11 +151,46 @@ pub enum PendingOp {
     /// A directory's inode to remove, once the coordinator removed its entry; new
     /// entries in it wait meanwhile.
     Rmdir,
+    /// A link added for the coordinator's new entry, taken back if it was not made.
+    Link,
+    /// A link to take away once the coordinator removed its entry.
+    Unlink,
 }
 
 impl Record for PendingUpdate {
     const WHAT: &'static str = "pending update";
     const VERSION: u8 = 1;
+}
+
+/// The coordinator's record that an operation spanning MDTs committed: written in
+/// the batch that applies its own half, kept until every participant has learned
+/// the verdict. No record (and the operation no longer under way) means aborted.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Decision {
+    /// The inodes the participants keep their halves under (each names its MDT).
+    pub participants: Vec<Fid>,
+    /// When it committed (seconds): a verdict not delivered then is sent again.
+    pub at: u64,
+}
+
+impl Record for Decision {
+    const WHAT: &'static str = "decision";
+    const VERSION: u8 = 1;
+}
+
+/// The key of an operation's [`Decision`]: the coordinator MDT and its number.
+pub fn decision_key(id: proto::msg::UpdateId) -> [u8; 12] {
+    let mut k = [0u8; 12];
+    k[..4].copy_from_slice(&id.mdt.to_be_bytes());
+    k[4..].copy_from_slice(&id.seq.to_be_bytes());
+    k
+}
+
+/// The operation a [`decision_key`] names.
+pub fn decision_id(key: &[u8]) -> Option<proto::msg::UpdateId> {
+    let mdt = u32::from_be_bytes(key.get(..4)?.try_into().ok()?);
+    let seq = u64::from_be_bytes(key.get(4..12)?.try_into().ok()?);
+    Some(proto::msg::UpdateId { mdt, seq })
 }
 
 /// The version of a directory entry's record (child FID + kind code, not postcard:

@@ -1,30 +1,33 @@
 //! Both halves of a namespace operation that spans two MDTs: a directory entry on
 //! one (the coordinator, which holds the parent directory) naming an inode on
 //! another (the participant). Today: `mkdir -i K` (a remote directory) and the rmdir
-//! of one.
+//! of one, a hard link into a directory on another MDT, and the unlink of such a
+//! link.
 //!
 //! The protocol is presumed abort, with the participant asking (see the MDS's `dne`
 //! module for the coordinator's steps and `docs/design.md` for the argument):
 //! 1. the participant applies its half and records it in `updates` as pending, in
 //!    one batch (durable before it answers);
 //! 2. the coordinator applies its half, the entry, in one batch with the client's
-//!    reply (so a retried call gets the first answer);
+//!    reply (so a retried call gets the first answer) and a [`Decision`] record
+//!    saying the operation committed;
 //! 3. the coordinator tells the participant the verdict, which then keeps or takes
-//!    back its half and forgets the pending record.
+//!    back its half and forgets the pending record; once the participant has
+//!    answered, the coordinator forgets its decision.
 //!
-//! The entry is the commit record: an update is committed exactly when the
-//! coordinator's directory holds (mkdir) or no longer holds (rmdir) an entry for
-//! the inode once the operation is no longer under way. So the coordinator logs
-//! nothing of its own; a participant left with a pending update (the verdict was
-//! lost, or the coordinator died) asks the coordinator
-//! ([`View::update_state`]) and settles it the same way.
-use proto::msg::{Creds, DirDefault, FileKind, Response, Timespec, UpdateId, UpdateOp, UpdateState};
+//! A participant left with a pending update (the verdict was lost, or the
+//! coordinator died) asks the coordinator ([`View::decision`]): no decision once
+//! the operation is no longer under way means it aborted. A pending record also
+//! keeps other operations spanning MDTs off its inode until it is settled.
+use proto::msg::{Attr, Creds, DirDefault, FileKind, Response, Timespec, UpdateId, UpdateOp, UpdateState};
 use proto::{Errno, Fid};
 
 use super::error::{fail, OpResult};
-use super::schema::{check_name, decode_dentry, dentry_key, dentry_value, PendingOp, PendingUpdate, Tbl};
+use super::schema::{
+    check_name, decision_id, decision_key, dentry_key, dentry_value, Decision, PendingOp, PendingUpdate, Tbl,
+};
 use super::view::View;
-use super::writer::Writer;
+use super::writer::{Placement, Writer};
 use crate::commit::now_secs;
 use crate::inode::{sticky_allows_attr, Inode};
 use std::ops::Deref;
@@ -63,18 +66,30 @@ impl<M: Deref<Target = MemTable>> View<M> {
         Ok(out)
     }
 
-    /// The coordinator's answer to a participant: whether directory `parent` holds an
-    /// entry for inode `fid` (the caller has checked that the operation is not under
-    /// way). A directory that is gone holds nothing.
-    pub fn update_state(&self, parent: Fid, fid: Fid) -> OpResult<UpdateState> {
-        let prefix = parent.to_key();
-        for row in self.scan_prefix(Tbl::Dentries, &prefix)? {
-            let (_, v) = row?;
-            if decode_dentry(&v)?.0 == fid {
-                return Ok(UpdateState::Present);
+    /// The coordinator's answer to a participant (the caller has checked that the
+    /// operation is not under way): committed if its decision is kept.
+    pub fn update_state(&self, id: UpdateId) -> OpResult<UpdateState> {
+        Ok(match self.decision(id)? {
+            Some(_) => UpdateState::Committed,
+            None => UpdateState::Aborted,
+        })
+    }
+
+    /// The decision kept for operation `id`, which this MDT coordinated.
+    pub fn decision(&self, id: UpdateId) -> OpResult<Option<Decision>> {
+        self.with(Tbl::Decisions, &decision_key(id), |v| Ok(store::decode_record::<Decision>(v)?))
+    }
+
+    /// Decisions whose participants have not all answered yet, at most `max`.
+    pub fn decisions(&self, max: usize) -> OpResult<Vec<(UpdateId, Decision)>> {
+        let mut out = Vec::new();
+        for row in self.scan(Tbl::Decisions, std::ops::Bound::Unbounded)?.take(max) {
+            let (k, v) = row?;
+            if let Some(id) = decision_id(&k) {
+                out.push((id, store::decode_record::<Decision>(&v)?));
             }
         }
-        Ok(UpdateState::Absent)
+        Ok(out)
     }
 }
 
@@ -108,7 +123,7 @@ impl Writer<'_> {
                 if parent.mdt() != id.mdt {
                     return fail(Errno::Inval, format!("directory {parent} is not on the coordinator MDT {}", id.mdt));
                 }
-                let ino = self.view.must_inode(*fid)?;
+                let ino = self.must_local_inode(*fid)?;
                 if ino.attr.kind != FileKind::Dir {
                     return fail(Errno::NotDir, format!("{fid} is not a directory"));
                 }
@@ -124,7 +139,47 @@ impl Writer<'_> {
                 self.put_pending(*fid, id, PendingOp::Rmdir, *parent, name)?;
                 Ok(Response::Ok)
             }
+            UpdateOp::LinkInode { fid, parent, name } | UpdateOp::UnlinkInode { fid, parent, name } => {
+                check_name(name)?;
+                if parent.mdt() != id.mdt {
+                    return fail(Errno::Inval, format!("directory {parent} is not on the coordinator MDT {}", id.mdt));
+                }
+                let mut ino = self.must_local_inode(*fid)?;
+                if ino.attr.kind == FileKind::Dir {
+                    return fail(
+                        Errno::Perm,
+                        format!("{fid} is a directory: hard links to directories are not allowed"),
+                    );
+                }
+                if self.view.pending(*fid)?.is_some() {
+                    return fail(Errno::Again, format!("{fid} is part of another operation across MDTs"));
+                }
+                let link = matches!(op, UpdateOp::LinkInode { .. });
+                if link {
+                    if ino.attr.nlink == 0 {
+                        return fail(Errno::NoEnt, format!("{fid} has no name left"));
+                    }
+                    if ino.attr.nlink >= super::create::LINK_MAX {
+                        return fail(Errno::Range, "too many links");
+                    }
+                    // Counted now, so the inode cannot lose its last link meanwhile.
+                    ino.attr.nlink += 1;
+                    ino.attr.ctime = now;
+                    self.put_inode(*fid, &ino)?;
+                }
+                let pending = if link { PendingOp::Link } else { PendingOp::Unlink };
+                self.put_pending(*fid, id, pending, *parent, name)?;
+                Ok(Response::Attr(ino.attr))
+            }
         }
+    }
+
+    /// Inode `fid`, which must be on this MDT.
+    fn must_local_inode(&self, fid: Fid) -> OpResult<Inode> {
+        if fid.mdt() != self.mdt_index {
+            return fail(Errno::Inval, format!("{fid} is not on MDT {}", self.mdt_index));
+        }
+        self.view.must_inode(fid)
     }
 
     fn put_pending(&mut self, fid: Fid, id: UpdateId, op: PendingOp, parent: Fid, name: &str) -> OpResult<()> {
@@ -134,34 +189,60 @@ impl Writer<'_> {
 
     /// The participant learns the verdict (step 3): a committed mkdir keeps its inode,
     /// an aborted one loses it; a committed rmdir removes the inode, an aborted one
-    /// lets new entries in again. A verdict on an update already settled (or on
-    /// another one) changes nothing.
-    pub(crate) fn update_done(&mut self, fid: Fid, id: UpdateId, committed: bool) -> OpResult<Response> {
+    /// lets new entries in again; an aborted link and a committed unlink take a link
+    /// away (the last one as an unlink does). A verdict on an update already settled
+    /// (or on another one) changes nothing.
+    pub(crate) fn update_done(
+        &mut self,
+        fid: Fid,
+        id: UpdateId,
+        committed: bool,
+        place: &Placement<'_>,
+    ) -> OpResult<Response> {
         let Some(p) = self.view.pending(fid)? else { return Ok(Response::Ok) };
         if p.id != id {
             return Ok(Response::Ok);
         }
         self.del(Tbl::Updates, &fid.to_key())?;
-        let drop = match p.op {
-            PendingOp::Mkdir => !committed,
-            PendingOp::Rmdir => committed,
-        };
-        if drop {
-            if let Some(ino) = self.view.inode(fid)? {
-                self.drop_inode(fid, &ino)?;
+        let Some(mut ino) = self.view.inode(fid)? else { return Ok(Response::Ok) };
+        match (p.op, committed) {
+            (PendingOp::Mkdir, false) | (PendingOp::Rmdir, true) => self.drop_inode(fid, &ino)?,
+            (PendingOp::Link, false) | (PendingOp::Unlink, true) => {
+                let now = Timespec::now();
+                ino.attr.nlink = ino.attr.nlink.saturating_sub(1);
+                if ino.attr.nlink == 0 {
+                    self.release_last_link(fid, &mut ino, place, now, false)?;
+                } else {
+                    ino.attr.ctime = now;
+                    self.put_inode(fid, &ino)?;
+                }
             }
+            _ => {}
         }
         Ok(Response::Ok)
     }
 
-    /// The coordinator's half of a remote mkdir (step 2): the entry for the inode the
-    /// participant made, checked again (the name may have been taken meanwhile).
-    pub(crate) fn link_remote_dir(
+    /// The coordinator records that operation `id` committed (step 2, in the batch
+    /// of its half).
+    pub(crate) fn decide(&mut self, id: UpdateId, participants: Vec<Fid>) -> OpResult<()> {
+        let d = Decision { participants, at: now_secs() };
+        self.put(Tbl::Decisions, &decision_key(id), &store::encode_record(&d))
+    }
+
+    /// Every participant of `id` knows the verdict: the decision goes.
+    pub(crate) fn forget_decision(&mut self, id: UpdateId) -> OpResult<()> {
+        self.del(Tbl::Decisions, &decision_key(id))
+    }
+
+    /// The coordinator's half of a remote mkdir or link (step 2): the entry for the
+    /// inode the participant made or linked, checked again (the name may have been
+    /// taken meanwhile).
+    pub(crate) fn link_remote_entry(
         &mut self,
         creds: &Creds,
         parent: Fid,
         name: &str,
-        child: &proto::msg::Attr,
+        child: &Attr,
         now: Timespec,
     ) -> OpResult<Response> {
         check_name(name)?;
@@ -169,32 +250,37 @@ impl Writer<'_> {
         if self.view.entry(parent, name)?.is_some() {
             return fail(Errno::Exist, format!("{name} exists"));
         }
-        self.put(Tbl::Dentries, &dentry_key(parent, name), &dentry_value(child.fid, FileKind::Dir))?;
-        self.touch_dir(parent, &mut dir, now, 1)?;
-        Ok(Response::DirMade { attr: child.clone(), parent: dir.attr.clone(), lease: None })
+        self.put(Tbl::Dentries, &dentry_key(parent, name), &dentry_value(child.fid, child.kind))?;
+        if child.kind == FileKind::Dir {
+            self.touch_dir(parent, &mut dir, now, 1)?;
+            return Ok(Response::DirMade { attr: child.clone(), parent: dir.attr.clone(), lease: None });
+        }
+        self.touch_dir(parent, &mut dir, now, 0)?;
+        Ok(Response::Attr(child.clone()))
     }
 
-    /// The coordinator's half of the rmdir of a remote directory (step 2): the entry
-    /// goes, if it still names `child`.
-    pub(crate) fn unlink_remote_dir(
+    /// The coordinator's half of the removal of an entry naming an inode on another
+    /// MDT (step 2): the entry goes, if it still names `child`.
+    pub(crate) fn unlink_remote_entry(
         &mut self,
         creds: &Creds,
         parent: Fid,
         name: &str,
-        child: &proto::msg::Attr,
+        child: &Attr,
         now: Timespec,
     ) -> OpResult<Response> {
         check_name(name)?;
         let mut dir = self.view.dir_for(creds, parent, true)?;
         match self.view.entry(parent, name)? {
-            Some((fid, FileKind::Dir)) if fid == child.fid => {}
+            Some((fid, kind)) if fid == child.fid && kind == child.kind => {}
             _ => return fail(Errno::NoEnt, format!("{name} changed while it was removed")),
         }
         if !sticky_allows_attr(&dir, child, creds) {
             return fail(Errno::Perm, "sticky directory: not the owner");
         }
         self.del(Tbl::Dentries, &dentry_key(parent, name))?;
-        self.touch_dir(parent, &mut dir, now, -1)?;
+        let links = if child.kind == FileKind::Dir { -1 } else { 0 };
+        self.touch_dir(parent, &mut dir, now, links)?;
         Ok(Response::DirChanged { dir: dir.attr.clone() })
     }
 }
