@@ -245,11 +245,14 @@ fn hard_links_to_a_file_on_another_mdt_behave_as_links() {
     assert_eq!(client_errno(again), Errno::Exist);
     let dir_link = within(&rt, "link a directory", cl.link(&creds, r, d, "dir"));
     assert_eq!(client_errno(dir_link), Errno::Perm, "no hard links to directories, on any MDT");
-    // Renamed within its directory; across MDTs refused (mv copies).
+    // Renamed within its directory, and between directories on both MDTs: into the
+    // file's own MDT and back, where it is a link across MDTs again.
     let plain = RenameFlags::default();
     within(&rt, "rename", cl.rename(&creds, Fid::ROOT, "link", Fid::ROOT, "renamed", plain)).expect("rename");
-    let across = within(&rt, "rename across", cl.rename(&creds, Fid::ROOT, "renamed", r, "back", plain));
-    assert_eq!(client_errno(across), Errno::XDev);
+    within(&rt, "rename", cl.rename(&creds, Fid::ROOT, "renamed", r, "back", plain)).expect("rename across");
+    assert_eq!((fid_of(&c, "/r/back"), links(&c, "/r/f")), (file.fid, 2));
+    within(&rt, "rename", cl.rename(&creds, r, "back", Fid::ROOT, "renamed", plain)).expect("rename back");
+    assert_eq!((fid_of(&c, "/renamed"), links(&c, "/r/f")), (file.fid, 2));
     // A directory holding such a link is not empty.
     within(&rt, "link", cl.link(&creds, file.fid, d, "x")).expect("a second link across MDTs");
     assert_eq!(links(&c, "/r/f"), 3);
@@ -337,7 +340,7 @@ fn hostile_updates_and_a_down_mdt_get_clear_errors() {
     }
     // A verdict on nothing pending changes nothing; an update no coordinator made is
     // taken back once its coordinator says it never made the entry.
-    let done = Request::MdsUpdateDone { fid: dir, id: id(0), committed: false };
+    let done = Request::MdsUpdateDone { mdt: 1, fid: dir, id: id(0), committed: false };
     assert!(matches!(within(&rt, "verdict", rpc.call(&done, vec![])).expect("answered").response, Response::Ok));
     let stray = Request::MdsUpdate { mdt: 1, id: id(0), op: mkdir(Fid::ROOT) };
     within(&rt, "stray update", rpc.call(&stray, vec![])).expect("applied as pending");
@@ -410,6 +413,21 @@ fn crash_at(c: &mut Cluster, mdts: &[PathBuf], process: &str, point: &str, op: &
             c.braid_ok(&["mkdir", "-i", "1", &url]);
             None
         }
+        "rename" | "rename-back" => {
+            c.put(&format!("/src-{name}"), b"moving");
+            let fid = fid_of(c, &format!("/src-{name}"));
+            if op == "rename-back" {
+                // Its entry on MDT 1, its inode on MDT 0: the participant keeps its
+                // half under a FID of another MDT.
+                let (rt, src) = (runtime(), format!("src-{name}"));
+                let cl = c.connect(&rt);
+                let creds = client::process_creds();
+                let on1 = within(&rt, "resolve", cl.resolve(&creds, "/on1", true)).expect("resolve /on1").fid;
+                let plain = RenameFlags::default();
+                within(&rt, "rename", cl.rename(&creds, Fid::ROOT, &src, on1, &src, plain)).expect("rename to /on1");
+            }
+            Some(fid)
+        }
         "link" | "unlink" => {
             c.put(&format!("/on1/{name}"), b"linked");
             let fid = fid_of(c, &format!("/on1/{name}"));
@@ -443,6 +461,13 @@ fn crash_at(c: &mut Cluster, mdts: &[PathBuf], process: &str, point: &str, op: &
         let creds = client::process_creds();
         let r = match op_name.as_str() {
             "link" => within(&rt, "link", cl.link(&creds, fid, Fid::ROOT, &name_owned)).map(|_| ()),
+            "rename" | "rename-back" => {
+                let on1 = within(&rt, "resolve", cl.resolve(&creds, "/on1", true)).expect("resolve /on1").fid;
+                let src = format!("src-{name_owned}");
+                let plain = RenameFlags::default();
+                let (from, to) = if op_name == "rename" { (Fid::ROOT, on1) } else { (on1, Fid::ROOT) };
+                within(&rt, "rename", cl.rename(&creds, from, &src, to, &name_owned, plain))
+            }
             _ => within(&rt, "unlink", cl.unlink(&creds, Fid::ROOT, &name_owned)),
         };
         r.map_err(|e| e.to_string())
@@ -458,6 +483,13 @@ fn crash_at(c: &mut Cluster, mdts: &[PathBuf], process: &str, point: &str, op: &
         "link" => {
             assert_eq!(fid_of(c, &format!("/{name}")), target.expect("a file"), "{point}");
             assert_eq!(links(c, &format!("/on1/{name}")), 2, "{point}");
+        }
+        "rename" | "rename-back" => {
+            let (to, from) = if op == "rename" { ("/on1", "") } else { ("", "/on1") };
+            assert_eq!(fid_of(c, &format!("{to}/{name}")), target.expect("a file"), "{point}");
+            assert!(!c.braid(&["stat", &c.url(&format!("{from}/src-{name}"))]).status.success(), "{point}");
+            assert_eq!(c.get(&format!("{to}/{name}")), b"moving", "{point}");
+            assert_eq!(links(c, &format!("{to}/{name}")), 1, "{point}");
         }
         "unlink" => {
             assert!(!exists, "{name} still exists after {point}");
@@ -514,4 +546,126 @@ fn a_link_and_unlink_across_mdts_survive_a_sigkill_at_every_step() {
     let listed = c.braid_ok(&["ls", &c.url("/")]);
     let names: Vec<&str> = listed.split_whitespace().collect();
     assert_eq!(names, ["l0", "l1", "l2", "l3", "l4", "on1"], "{listed}");
+}
+
+#[test]
+fn a_rename_between_mdts_survives_a_sigkill_at_every_step() {
+    let (mut c, mdts) = two_mds();
+    c.braid_ok(&["mkdir", "-i", "1", &c.url("/on1")]);
+    // From the root (MDT 0, the participant) into /on1 (MDT 1, the coordinator), and
+    // a file of MDT 0 from /on1 back to the root (the participant, MDT 1, keeps its
+    // half under the file's FID, which names MDT 0).
+    let (into, back) = ("rename", "rename-back");
+    let points = [
+        ("mds1", "rename-remote:before-update", into),
+        ("mds1", "rename-remote:before-commit", into),
+        ("mds1", "rename-remote:before-done", into),
+        ("mds", "update:before-reply", into),
+        ("mds", "update-done:before-apply", into),
+        ("mds", "rename-remote:before-update", back),
+        ("mds", "rename-remote:before-commit", back),
+        ("mds", "rename-remote:before-done", back),
+        ("mds1", "update:before-reply", back),
+        ("mds1", "update-done:before-apply", back),
+    ];
+    for (i, (process, point, op)) in points.into_iter().enumerate() {
+        crash_at(&mut c, &mdts, process, point, op, &format!("m{i}"));
+    }
+    let listed = c.braid_ok(&["ls", &c.url("/on1")]);
+    assert_eq!(listed.split_whitespace().collect::<Vec<_>>(), ["m0", "m1", "m2", "m3", "m4"], "{listed}");
+    let listed = c.braid_ok(&["ls", &c.url("/")]);
+    assert_eq!(listed.split_whitespace().collect::<Vec<_>>(), ["m5", "m6", "m7", "m8", "m9", "on1"], "{listed}");
+}
+
+/// Files renamed between directories on different MDTs: the file keeps its inode
+/// (the new entry names it on its MDT), replaces a file there, and the checks a
+/// rename makes hold; a reader looking the old name up, then the new one, never
+/// finds neither; through a mount `mv` moves without copying.
+#[test]
+fn files_move_between_directories_on_different_mdts() {
+    let (mut c, mdts) = two_mds();
+    c.braid_ok(&["mkdir", "-i", "1", &c.url("/r")]);
+    c.braid_ok(&["mkdir", &c.url("/d")]);
+    c.put("/d/f", b"first");
+    c.put("/r/victim", b"replaced");
+    c.put("/r/keep", b"kept");
+    let f = fid_of(&c, "/d/f");
+    let rt = runtime();
+    let cl = c.connect(&rt);
+    let creds = client::process_creds();
+    let r = within(&rt, "resolve", cl.resolve(&creds, "/r", true)).expect("resolve /r").fid;
+    let d = within(&rt, "resolve", cl.resolve(&creds, "/d", true)).expect("resolve /d").fid;
+    let plain = RenameFlags::default();
+    let rename = |from: Fid, a: &str, to: Fid, b: &str, flags: RenameFlags| {
+        within(&rt, "rename", cl.rename(&creds, from, a, to, b, flags))
+    };
+    rename(d, "f", r, "g", plain).expect("rename from MDT 0 to MDT 1");
+    assert_eq!(fid_of(&c, "/r/g"), f, "the same inode, still on MDT 0");
+    assert_eq!(c.get("/r/g"), b"first");
+    assert!(!c.braid(&["stat", &c.url("/d/f")]).status.success());
+    // Back, replacing a file on the way; then the victim's name holds the file.
+    rename(r, "g", d, "f2", plain).expect("rename from MDT 1 to MDT 0");
+    c.put("/d/tmp", b"x");
+    let victim = fid_of(&c, "/r/victim");
+    rename(d, "f2", r, "victim", plain).expect("rename over a file on the other MDT");
+    assert_eq!(fid_of(&c, "/r/victim"), f);
+    assert_eq!(c.get("/r/victim"), b"first");
+    let gone = within(&rt, "getattr", cl.getattr(victim));
+    assert!(gone.is_err() || gone.is_ok_and(|a| a.nlink == 0), "the replaced file lost its name");
+    // What a rename refuses, it refuses across MDTs too, and changes nothing.
+    let noreplace = RenameFlags { noreplace: true, ..Default::default() };
+    assert_eq!(client_errno(rename(d, "tmp", r, "keep", noreplace)), Errno::Exist);
+    c.braid_ok(&["mkdir", "-i", "1", &c.url("/r/sub")]);
+    assert_eq!(client_errno(rename(d, "tmp", r, "sub", plain)), Errno::IsDir);
+    c.braid_ok(&["mkdir", &c.url("/d/dir")]);
+    assert_eq!(client_errno(rename(d, "dir", r, "dir", plain)), Errno::XDev, "directories stay (mv copies)");
+    assert_eq!(client_errno(rename(d, "missing", r, "x", plain)), Errno::NoEnt);
+    let exchange = RenameFlags { exchange: true, ..Default::default() };
+    assert_eq!(client_errno(rename(d, "tmp", r, "keep", exchange)), Errno::XDev);
+    assert_eq!(c.get("/r/keep"), b"kept");
+    assert_eq!(c.get("/d/tmp"), b"x");
+    // Two names of one file: renaming one onto the other does nothing (POSIX).
+    within(&rt, "link", cl.link(&creds, f, d, "alias")).expect("link");
+    rename(d, "alias", r, "victim", plain).expect("a rename between links of one file");
+    assert!(c.braid(&["stat", &c.url("/d/alias")]).status.success(), "both names stay");
+    within(&rt, "unlink", cl.unlink(&creds, d, "alias")).expect("unlink");
+    check(&mut c, &mdts).expect("consistent after renames between MDTs");
+
+    // Old name, then new name: one of them is always there.
+    let names: Vec<String> = (0..40).map(|i| format!("m{i}")).collect();
+    for n in &names {
+        c.put(&format!("/d/{n}"), n.as_bytes());
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (cfg, watch_names, done) = (c.client_config(), names.clone(), stop.clone());
+    let watcher = std::thread::spawn(move || {
+        let rt = runtime();
+        let cl = testkit::connect(&rt, cfg);
+        let creds = client::process_creds();
+        let mut looks = 0;
+        while !done.load(std::sync::atomic::Ordering::Acquire) {
+            for n in &watch_names {
+                let old = within(&rt, "lookup", cl.lookup(&creds, d, n)).is_ok();
+                let new = old || within(&rt, "lookup", cl.lookup(&creds, r, n)).is_ok();
+                assert!(new, "{n}: neither the old name nor the new one");
+                looks += 1;
+            }
+        }
+        looks
+    });
+    for n in &names {
+        rename(d, n, r, n, plain).expect("rename while a reader looks");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    assert!(watcher.join().expect("the reader") > 0);
+
+    // Through a mount: mv between MDTs is a rename.
+    let m = Mount::new(&c, "");
+    std::fs::rename(m.path("r/m0"), m.path("d/moved")).expect("rename(2) across MDTs");
+    assert_eq!(std::fs::read(m.path("d/moved")).expect("read"), b"m0");
+    let status = std::process::Command::new("mv").arg(m.path("d/moved")).arg(m.path("r/again")).status();
+    assert!(status.expect("mv").success());
+    assert_eq!(std::fs::read(m.path("r/again")).expect("read"), b"m0");
+    drop(m);
+    check(&mut c, &mdts).expect("consistent at the end");
 }

@@ -892,9 +892,6 @@ impl Client {
             self.forget_dir(parent);
             self.forget_dir(new_parent);
             self.settle_closes().await;
-            if parent.mdt() != new_parent.mdt() {
-                return Err(ClientError::Errno(Errno::XDev, "rename across MDTs is not supported yet".into()));
-            }
             let req = Request::MdsRename {
                 creds: creds.clone(),
                 parent,
@@ -904,7 +901,8 @@ impl Client {
                 flags,
             };
             self.inner.leases.add(new_parent, new_name);
-            answer!("rename", self.md_entries(&[parent, new_parent], req).await?, Response::Ok => ())
+            // To the new entry's MDT, which coordinates a rename from another MDT.
+            answer!("rename", self.md_entries(&[new_parent, parent], req).await?, Response::Ok => ())
         })
         .await
     }

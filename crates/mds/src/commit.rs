@@ -21,7 +21,7 @@ use crate::cluster::ClusterView;
 use crate::journal::Journaled;
 use crate::lease::DirLeases;
 use crate::mdt::schema::RedoBatch;
-use crate::mdt::{FidBlock, OpError, OpResult, Placement, Reply, Tbl, Writer};
+use crate::mdt::{FidBlock, OpError, OpResult, Participant, Placement, Reply, Tbl, Writer};
 use crate::MdsConfig;
 
 /// What a job asks of a batch.
@@ -39,7 +39,14 @@ pub enum JobKind {
     /// `conn_id`: the connection it came on (the client's own lease on the parent,
     /// granted on it, is no obstacle). Applied, it records the decision of operation
     /// `id` for its `participants` (the inodes they keep their halves under).
-    Coordinated { client_id: u64, conn_id: u64, xid: u64, op: CoordinatedOp, id: UpdateId, participants: Vec<Fid> },
+    Coordinated {
+        client_id: u64,
+        conn_id: u64,
+        xid: u64,
+        op: CoordinatedOp,
+        id: UpdateId,
+        participants: Vec<Participant>,
+    },
     /// Every participant of operation `id` knows the verdict: its decision goes.
     Forget(UpdateId),
     /// The verdict on this MDT's half of an operation spanning MDTs (see
@@ -64,6 +71,9 @@ pub enum CoordinatedOp {
     Link { creds: Creds, parent: Fid, name: String, child: Attr },
     /// The entry of an inode on another MDT, which that MDT is unlinking.
     Unlink { creds: Creds, parent: Fid, name: String, child: Attr },
+    /// The new entry of a rename from a directory on another MDT (which removes the
+    /// old one), replacing a file here unless `noreplace`.
+    RenameIn { creds: Creds, parent: Fid, name: String, child: Attr, noreplace: bool },
 }
 
 /// What a batch answers a job.
@@ -244,7 +254,7 @@ impl Committer {
                     client_job(&mut w, &mut place, (*client_id, *conn_id, *xid), req)?
                 }
                 JobKind::Coordinated { client_id, conn_id, xid, op, id, participants } => {
-                    coordinated_job(&mut w, (*client_id, *conn_id, *xid), op, *id, participants)?
+                    coordinated_job(&mut w, &place, (*client_id, *conn_id, *xid), op, *id, participants)?
                 }
                 JobKind::Forget(id) => {
                     w.forget_decision(*id)?;
@@ -253,6 +263,8 @@ impl Committer {
                 JobKind::Settle { fid, id, committed } => match w.update_done(*fid, *id, *committed, &place) {
                     Ok(r) => Outcome::Done(r),
                     Err(OpError::Errno(c, m)) => Outcome::Done(Response::error(c, m)),
+                    // Not expected: a removal's directory lost its lease at prepare.
+                    Err(e @ OpError::Leased(_)) => Outcome::Done(crate::target::op_error(e)),
                     Err(e) => return Err(e),
                 },
                 JobKind::DestroyDone(keys) => {
@@ -313,10 +325,11 @@ impl Committer {
 /// committed).
 fn coordinated_job(
     w: &mut Writer<'_>,
+    place: &Placement<'_>,
     ids: (u64, u64, u64),
     op: &CoordinatedOp,
     id: UpdateId,
-    participants: &[Fid],
+    participants: &[Participant],
 ) -> OpResult<Outcome> {
     let now = Timespec::now();
     as_client(
@@ -324,6 +337,9 @@ fn coordinated_job(
         ids,
         |w| {
             let r = match op {
+                CoordinatedOp::RenameIn { creds, parent, name, child, noreplace } => {
+                    w.rename_in_remote(creds, *parent, name, child, *noreplace, place, now)?
+                }
                 CoordinatedOp::Link { creds, parent, name, child } => {
                     w.link_remote_entry(creds, *parent, name, child, now)?
                 }

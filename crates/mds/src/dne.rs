@@ -28,7 +28,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 
-use proto::msg::{Attr, Creds, FileKind, Request, Response, TargetKind, UpdateId, UpdateOp, UpdateState, MDT_BALANCED};
+use proto::msg::{
+    Attr, Creds, FileKind, RenameFlags, Request, Response, TargetKind, UpdateId, UpdateOp, UpdateState, MDT_BALANCED,
+};
 use proto::{Errno, Fid, RpcError};
 use rpc::server::{Callbacks, RequestCtx};
 use rpc::{Identity, RpcClient, RpcOptions};
@@ -36,6 +38,7 @@ use rpc::{Identity, RpcClient, RpcOptions};
 use crate::cluster::ClusterView;
 use crate::commit::{kept_reply, now_secs, CoordinatedOp, JobKind};
 use crate::inode::S_ISGID;
+use crate::mdt::{OpError, Participant};
 use crate::target::Mdt;
 use crate::workers::Worker;
 
@@ -162,9 +165,10 @@ impl Dne {
     /// Tells the participant the verdict, in the background, and forgets a committed
     /// decision once it answered: if the message is lost, the participant asks, and
     /// [`UpdateResolve`] tells it again.
-    fn tell(&self, mdt: Arc<Mdt>, peer: Arc<RpcClient>, fid: Fid, id: UpdateId, committed: bool) {
+    fn tell(&self, mdt: Arc<Mdt>, peer: Arc<RpcClient>, to: Participant, id: UpdateId, committed: bool) {
         tokio::spawn(async move {
-            let req = Request::MdsUpdateDone { fid, id, committed };
+            let Participant { mdt: k, fid } = to;
+            let req = Request::MdsUpdateDone { mdt: k, fid, id, committed };
             match peer.call(&req, vec![]).await {
                 Ok(_) if committed => {
                     mdt.submit_own(JobKind::Forget(id)).await;
@@ -340,6 +344,84 @@ impl Dne {
         self.coordinate(callbacks, ctx, mdt, (step, parent, child.mdt()), op, entry).await
     }
 
+    /// A rename of `name` in `parent` (on another MDT, the participant, which removes
+    /// the entry) to `new_name` in `new_parent` (on this MDS, which makes the new
+    /// one). Files only: a directory moving between MDTs would take its `..` and
+    /// the loop check across them (`EXDEV`).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn rename_remote(
+        &self,
+        callbacks: &Callbacks,
+        ctx: &RequestCtx,
+        mdt: &Arc<Mdt>,
+        creds: Creds,
+        (parent, name): (Fid, String),
+        (new_parent, new_name): (Fid, String),
+        flags: RenameFlags,
+    ) -> Response {
+        if let Some(r) = kept(mdt, ctx) {
+            return r;
+        }
+        if flags.exchange {
+            return Response::error(
+                Errno::XDev,
+                "exchanging entries of directories on different MDTs is not supported yet",
+            );
+        }
+        let k = parent.mdt();
+        let peer = match self.peer(k).await {
+            Ok(p) => p,
+            Err(r) => return r,
+        };
+        let lookup = Request::MdsLookup { creds: creds.clone(), parent, name: name.clone() };
+        let child = match ask(&peer, k, &lookup).await {
+            Response::Attr(a) => a,
+            other => return other,
+        };
+        if child.kind == FileKind::Dir {
+            return Response::error(Errno::XDev, "moving a directory between MDTs is not supported yet");
+        }
+        let (c, n, moving, here) = (creds.clone(), new_name.clone(), child.fid, mdt.index);
+        let checked = mdt
+            .read(move |v| {
+                crate::mdt::schema::check_name(&n)?;
+                let dir = v.dir_for(&c, new_parent, true)?;
+                let refused = |code, why: String| Err(OpError::Errno(code, why));
+                match v.entry(new_parent, &n)? {
+                    Some((t, _)) if t == moving => Ok(Response::Ok),
+                    Some((_, FileKind::Dir)) => refused(Errno::IsDir, format!("{n} is a directory")),
+                    Some(_) if flags.noreplace => refused(Errno::Exist, format!("{n} exists")),
+                    Some((t, _)) if t.mdt() != here => {
+                        refused(Errno::XDev, "replacing a link to a file on another MDT is not supported yet".into())
+                    }
+                    _ => Ok(Response::Attr(dir.attr)),
+                }
+            })
+            .await;
+        match checked {
+            // Both names are links to the same file: nothing to do (POSIX).
+            Response::Ok => return Response::Ok,
+            Response::Attr(_) => {}
+            other => return other,
+        }
+        let op = UpdateOp::RemoveEntry { creds: creds.clone(), parent, name, child: child.clone() };
+        let fid = child.fid;
+        let entry = move |half: &Response| match half {
+            Response::Ok => Some((
+                CoordinatedOp::RenameIn {
+                    creds,
+                    parent: new_parent,
+                    name: new_name,
+                    child,
+                    noreplace: flags.noreplace,
+                },
+                fid,
+            )),
+            _ => None,
+        };
+        self.coordinate(callbacks, ctx, mdt, ("rename-remote", new_parent, k), op, entry).await
+    }
+
     /// Checks what can be checked of a new entry `name` in `parent` before a
     /// participant holds anything: the parent's attributes, or the error answer.
     async fn check_new_entry(&self, mdt: &Arc<Mdt>, creds: &Creds, parent: Fid, name: &str) -> Result<Attr, Response> {
@@ -385,6 +467,7 @@ impl Dne {
         let Some((op, participant)) = entry(&half) else { return half };
         fault_point(&format!("{step}:before-commit"));
         let (client_id, conn_id, xid) = (ctx.client_id, ctx.conn_id, ctx.xid);
+        let participant = Participant { mdt: k, fid: participant };
         let participants = vec![participant];
         let r = mdt.submit_own(JobKind::Coordinated { client_id, conn_id, xid, op, id, participants }).await;
         // Applied now or by the first try (whose answer this is, from the reply cache).
@@ -529,8 +612,7 @@ impl UpdateResolve {
                 continue;
             }
             let mut told = true;
-            for &fid in &d.participants {
-                let k = fid.mdt();
+            for &Participant { mdt: k, fid } in &d.participants {
                 let peer = match self.dne.peer(k).await {
                     Ok(p) if !silent.contains(&k) => p,
                     _ => {
@@ -539,7 +621,9 @@ impl UpdateResolve {
                         continue;
                     }
                 };
-                if let Response::Error(e) = ask(&peer, k, &Request::MdsUpdateDone { fid, id, committed: true }).await {
+                if let Response::Error(e) =
+                    ask(&peer, k, &Request::MdsUpdateDone { mdt: k, fid, id, committed: true }).await
+                {
                     tracing::debug!(mdt = self.mdt.index, %fid, "verdict not taken: {e:?}");
                     silent.insert(k);
                     told = false;

@@ -231,10 +231,11 @@ impl Mds {
             | Request::MdsSymlink { parent, .. }
             | Request::MdsMknod { parent, .. }
             | Request::MdsUnlink { parent, .. }
-            | Request::MdsRmdir { parent, .. }
-            | Request::MdsRename { parent, .. } => *parent,
+            | Request::MdsRmdir { parent, .. } => *parent,
+            // The new entry's MDT coordinates a rename from a directory on another.
+            Request::MdsRename { new_parent, .. } => *new_parent,
             Request::MdsUpdate { mdt, .. } => Fid::new(*mdt, 0, 0),
-            Request::MdsUpdateDone { fid, .. } => *fid,
+            Request::MdsUpdateDone { mdt, .. } => Fid::new(*mdt, 0, 0),
             Request::MdsUpdateQuery { id } => Fid::new(id.mdt, 0, 0),
             // The entry's MDT coordinates a link to a file on another MDT.
             Request::MdsLink { parent, .. } => *parent,
@@ -355,8 +356,11 @@ impl Mds {
                     }
                 }
             }
-            Request::MdsRename { new_parent, .. } if new_parent.mdt() != mdt.index => {
-                Response::error(Errno::XDev, "renaming into a directory on another MDT is not supported yet")
+            Request::MdsRename { creds, parent, name, new_parent, new_name, flags } if parent.mdt() != mdt.index => {
+                self.across(mdt, ctx, move |dne, cb, m, ctx| async move {
+                    dne.rename_remote(&cb, &ctx, &m, creds, (parent, name), (new_parent, new_name), flags).await
+                })
+                .await
             }
             Request::MdsLink { creds, fid, parent, name } if fid.mdt() != mdt.index => {
                 self.across(mdt, ctx, move |dne, cb, m, ctx| async move {

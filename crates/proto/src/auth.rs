@@ -25,8 +25,9 @@ use crate::msg::{AuthProof, AuthResult, Challenge, Hello};
 /// changes, so a client and a server of different releases refuse each other with a
 /// clear error instead of misreading frames. 2: composite layouts with DoM components
 /// (`ComponentSpec::pattern`) and the PFL/DoM requests. 3: operations across MDTs
-/// (`MdsUpdate` and its kin, `MdsMkdir::mdt`).
-pub const PROTOCOL_VERSION: u32 = 3;
+/// (`MdsUpdate` and its kin, `MdsMkdir::mdt`). 4: renames across MDTs
+/// (`UpdateOp::RemoveEntry`; `MdsUpdateDone` names the participant MDT).
+pub const PROTOCOL_VERSION: u32 = 4;
 /// Shortest secret accepted, in bytes.
 pub const SECRET_MIN_BYTES: usize = 16;
 /// A peer that has not finished the handshake by then is dropped.

@@ -455,8 +455,10 @@ pub enum Request {
         id: UpdateId,
         op: UpdateOp,
     },
-    /// MDS to MDS: the coordinator's verdict on a pending update of inode `fid`.
+    /// MDS to MDS: the coordinator's verdict on the update participant MDT `mdt`
+    /// keeps pending under inode `fid`.
     MdsUpdateDone {
+        mdt: u32,
         fid: Fid,
         id: UpdateId,
         committed: bool,
@@ -772,6 +774,10 @@ pub enum UpdateOp {
     /// One link less to file `fid` (not a directory), whose entry `name` in `parent`
     /// the coordinator removes; the last one makes it an orphan or destroys it.
     UnlinkInode { fid: Fid, parent: Fid, name: String },
+    /// The source half of a rename between MDTs: entry `name` in `parent` (on the
+    /// participant), which names `child` (not a directory), goes once the
+    /// coordinator made the new one.
+    RemoveEntry { creds: Creds, parent: Fid, name: String, child: Attr },
 }
 
 /// A coordinator's answer about an operation a participant holds pending.

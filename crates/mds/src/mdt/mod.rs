@@ -52,7 +52,9 @@ pub mod writer;
 
 pub use crate::inode::Inode;
 pub use error::{OpError, OpResult};
-pub use schema::{layout_objects, new_memtable, DestroyRecord, PendingOp, PendingUpdate, Redo, Reply, Tbl};
+pub use schema::{
+    layout_objects, new_memtable, DestroyRecord, Participant, PendingOp, PendingUpdate, Redo, Reply, Tbl,
+};
 pub use schema::{NAME_MAX, READDIR_MAX, SYMLINK_MAX, XATTR_NAME_MAX, XATTR_VALUE_MAX};
 pub use view::View;
 pub use writer::{FidBlock, Placement, Savepoint, Writer};

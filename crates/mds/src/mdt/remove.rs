@@ -34,6 +34,11 @@ impl Writer<'_> {
                 _ => Err(OpError::Elsewhere(fid, kind)),
             };
         }
+        if self.view.pending(fid)?.is_some() {
+            // A rename between MDTs is removing this entry, or the inode is part of
+            // another operation across MDTs: it waits for the verdict.
+            return fail(Errno::Again, format!("{name} is part of an operation across MDTs"));
+        }
         let mut ino = self.view.must_inode(fid)?;
         match (is_rmdir, kind == FileKind::Dir) {
             (true, false) => return fail(Errno::NotDir, format!("{name} is not a directory")),

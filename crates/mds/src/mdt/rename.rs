@@ -74,18 +74,17 @@ impl Writer<'_> {
         Ok(Response::Ok)
     }
 
-    /// A rename within one directory of an entry whose inode is on another MDT (a
-    /// remote directory, or a link to a file there): only entries change (a
-    /// directory's `..` stays this directory; the inode's ctime is not moved). A
-    /// target, which the checks before allow only on this MDT, goes as a rename's
-    /// target does.
+    /// A rename of an entry whose inode is on another MDT: a remote directory
+    /// within its directory (its `..` stays the same), or a link to a file there
+    /// between any two directories here. Only entries change (the inode's ctime is
+    /// not moved). A target, which the checks before allow only on this MDT, goes as
+    /// a rename's target does.
     #[allow(clippy::too_many_arguments)]
-    fn rename_remote_in_dir(
+    fn rename_remote_entry(
         &mut self,
         creds: &Creds,
-        mut dir: crate::inode::Inode,
-        parent: Fid,
-        (name, new_name): (&str, &str),
+        (parent, mut dir): (Fid, Inode),
+        (new_parent, name, new_name): (Fid, &str, &str),
         (fid, kind): (Fid, FileKind),
         target: Option<(Fid, FileKind)>,
         flags: RenameFlags,
@@ -95,6 +94,7 @@ impl Writer<'_> {
         if dir.attr.mode & S_ISVTX != 0 && creds.uid != 0 && creds.uid != dir.attr.uid {
             return fail(Errno::XDev, "sticky directory: the owner of an inode on another MDT is not known here");
         }
+        let mut new_dir = if new_parent == parent { None } else { Some(self.view.dir_for(creds, new_parent, true)?) };
         let mut nlink = 0;
         if let Some((tfid, tkind)) = target {
             if flags.noreplace {
@@ -109,8 +109,11 @@ impl Writer<'_> {
                 _ => {}
             }
             let mut t = self.view.must_inode(tfid)?;
-            if !sticky_allows(&dir, &t, creds) {
+            if !sticky_allows(new_dir.as_ref().unwrap_or(&dir), &t, creds) {
                 return fail(Errno::Perm, "sticky directory: not the owner of the target");
+            }
+            if self.view.pending(tfid)?.is_some() {
+                return fail(Errno::Again, format!("{new_name} is part of an operation across MDTs"));
             }
             if tkind == FileKind::Dir {
                 self.drop_inode(tfid, &t)?;
@@ -120,14 +123,53 @@ impl Writer<'_> {
             }
         }
         self.del(Tbl::Dentries, &dentry_key(parent, name))?;
-        self.put(Tbl::Dentries, &dentry_key(parent, new_name), &dentry_value(fid, kind))?;
-        self.touch_dir(parent, &mut dir, now, nlink)?;
+        self.put(Tbl::Dentries, &dentry_key(new_parent, new_name), &dentry_value(fid, kind))?;
+        match &mut new_dir {
+            Some(d) => {
+                self.touch_dir(parent, &mut dir, now, 0)?;
+                self.touch_dir(new_parent, d, now, nlink)?;
+            }
+            None => self.touch_dir(parent, &mut dir, now, nlink)?,
+        }
         Ok(Response::Ok)
+    }
+
+    /// Whether the entry `name` (`target`, of `kind`) in `dir` may be replaced by a
+    /// rename of a `moving` inode that is not a directory: a file here, not part of
+    /// an operation across MDTs, that the sticky bit lets the caller remove.
+    pub(super) fn check_victim(
+        &self,
+        dir: &Inode,
+        creds: &Creds,
+        name: &str,
+        (target, kind): (Fid, FileKind),
+        moving: FileKind,
+    ) -> OpResult<()> {
+        debug_assert!(moving != FileKind::Dir);
+        if kind == FileKind::Dir {
+            return fail(Errno::IsDir, format!("{name} is a directory"));
+        }
+        if target.mdt() != self.mdt_index {
+            return fail(Errno::XDev, "replacing a link to a file on another MDT is not supported yet");
+        }
+        if self.view.pending(target)?.is_some() {
+            return fail(Errno::Again, format!("{name} is part of an operation across MDTs"));
+        }
+        if !sticky_allows(dir, &self.view.must_inode(target)?, creds) {
+            return fail(Errno::Perm, "sticky directory: not the owner of the target");
+        }
+        Ok(())
     }
 
     /// A file a rename replaces loses that link; the last one makes it an orphan for
     /// a short grace (see [`Writer::release_last_link`]).
-    fn unlink_victim(&mut self, fid: Fid, t: &mut Inode, place: &Placement<'_>, now: Timespec) -> OpResult<()> {
+    pub(super) fn unlink_victim(
+        &mut self,
+        fid: Fid,
+        t: &mut Inode,
+        place: &Placement<'_>,
+        now: Timespec,
+    ) -> OpResult<()> {
         t.attr.nlink = t.attr.nlink.saturating_sub(1);
         if t.attr.nlink == 0 {
             self.release_last_link(fid, t, place, now, true)
@@ -165,13 +207,19 @@ impl Writer<'_> {
             return Ok(Response::Ok); // Both names are links to the same inode: no-op.
         }
         let remote = |f: Fid| f.mdt() != self.mdt_index;
-        let same_dir = parent == new_parent && !flags.exchange;
-        if target.is_some_and(|t| remote(t.0)) || (remote(fid) && !same_dir) {
+        let moves_remote_dir = kind == FileKind::Dir && parent != new_parent;
+        if target.is_some_and(|t| remote(t.0)) || (remote(fid) && (flags.exchange || moves_remote_dir)) {
             return fail(Errno::XDev, "renaming an inode that lives on another MDT is not supported yet");
         }
+        // An entry a rename between MDTs is removing waits for its verdict.
+        if self.view.pending(fid)?.is_some() || target.map(|t| self.view.pending(t.0)).transpose()?.flatten().is_some()
+        {
+            return fail(Errno::Again, format!("{name} or {new_name} is part of an operation across MDTs"));
+        }
         if remote(fid) {
-            let names = (name, new_name);
-            return self.rename_remote_in_dir(creds, src_dir, parent, names, (fid, kind), target, flags, place, now);
+            let names = (new_parent, name, new_name);
+            let src = (parent, src_dir);
+            return self.rename_remote_entry(creds, src, names, (fid, kind), target, flags, place, now);
         }
         let mut ino = self.view.must_inode(fid)?;
         if !sticky_allows(&src_dir, &ino, creds) {

@@ -155,6 +155,9 @@ pub enum PendingOp {
     Link,
     /// A link to take away once the coordinator removed its entry.
     Unlink,
+    /// An entry of this MDT to remove once the coordinator made the rename's new one
+    /// (kept under the FID the entry names).
+    RemoveEntry,
 }
 
 impl Record for PendingUpdate {
@@ -167,15 +170,42 @@ impl Record for PendingUpdate {
 /// the verdict. No record (and the operation no longer under way) means aborted.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Decision {
-    /// The inodes the participants keep their halves under (each names its MDT).
-    pub participants: Vec<Fid>,
+    /// Where the participants keep their halves.
+    pub participants: Vec<Participant>,
     /// When it committed (seconds): a verdict not delivered then is sent again.
     pub at: u64,
 }
 
+/// A participant's half of an operation: the MDT that holds it, and the inode it is
+/// kept under there (in `updates`). The inode need not be on that MDT: the source
+/// entry of a rename between MDTs is kept under the FID of the file it names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Participant {
+    pub mdt: u32,
+    pub fid: Fid,
+}
+
 impl Record for Decision {
     const WHAT: &'static str = "decision";
-    const VERSION: u8 = 1;
+    /// 2: each participant names its MDT (version 1 kept the inode only, whose FID
+    /// named the MDT).
+    const VERSION: u8 = 2;
+
+    fn upgrade(version: u8, body: &[u8]) -> Result<Self, StoreError> {
+        #[derive(Deserialize)]
+        struct V1 {
+            participants: Vec<Fid>,
+            at: u64,
+        }
+        match version {
+            1 => {
+                let v1: V1 = store::decode_exact(body, Self::WHAT)?;
+                let participants = v1.participants.into_iter().map(|fid| Participant { mdt: fid.mdt(), fid }).collect();
+                Ok(Decision { participants, at: v1.at })
+            }
+            v => Err(StoreError::Corrupt { what: Self::WHAT, detail: format!("no upgrade from version {v}") }),
+        }
+    }
 }
 
 /// The key of an operation's [`Decision`]: the coordinator MDT and its number.

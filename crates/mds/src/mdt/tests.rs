@@ -296,6 +296,26 @@ fn an_inode_record_of_version_1_is_read_with_raid0_components() {
 }
 
 #[test]
+fn a_version_1_decision_is_read_with_each_participant_on_the_mdt_of_its_fid() {
+    use schema::{Decision, Participant};
+    #[derive(serde::Serialize)]
+    struct DecisionV1 {
+        participants: Vec<Fid>,
+        at: u64,
+    }
+    let (a, b) = (Fid::new(1, 1, 7), Fid::new(2, 1, 9));
+    let v1 = DecisionV1 { participants: vec![a, b], at: 42 };
+    let bytes = store::seal(1, &postcard::to_allocvec(&v1).unwrap());
+    let read: Decision = store::decode_record(&bytes).expect("a version 1 decision is upgraded");
+    assert_eq!(read.participants, [Participant { mdt: 1, fid: a }, Participant { mdt: 2, fid: b }]);
+    assert_eq!(read.at, 42);
+    // Today's records read back as written, a participant on another MDT than its FID's.
+    let now = Decision { participants: vec![Participant { mdt: 0, fid: b }], at: 7 };
+    let again: Decision = store::decode_record(&store::encode_record(&now)).unwrap();
+    assert_eq!(again.participants, now.participants);
+}
+
+#[test]
 fn a_directory_being_removed_across_mdts_takes_no_new_entry_until_decided() {
     use proto::msg::{UpdateId, UpdateOp};
     let (_d, store) = fresh("dying");
@@ -321,7 +341,7 @@ fn a_directory_being_removed_across_mdts_takes_no_new_entry_until_decided() {
         panic!("no directory")
     };
     assert_eq!((dir.fid.mdt(), w.inodes_delta), (1, 1));
-    w.apply(&Request::MdsUpdateDone { fid: dir.fid, id: made, committed: true }, &mut place).unwrap();
+    w.apply(&Request::MdsUpdateDone { mdt: 1, fid: dir.fid, id: made, committed: true }, &mut place).unwrap();
     let rmdir = UpdateOp::RmdirInode { fid: dir.fid, parent: Fid::ROOT, name: "d".into() };
     w.apply(&Request::MdsUpdate { mdt: 1, id: removing, op: rmdir }, &mut place).unwrap();
     let create = Request::MdsCreate {
@@ -341,7 +361,7 @@ fn a_directory_being_removed_across_mdts_takes_no_new_entry_until_decided() {
         }
     }
     // Aborted: the directory takes entries again.
-    w.apply(&Request::MdsUpdateDone { fid: dir.fid, id: removing, committed: false }, &mut place).unwrap();
+    w.apply(&Request::MdsUpdateDone { mdt: 1, fid: dir.fid, id: removing, committed: false }, &mut place).unwrap();
     assert!(matches!(w.apply(&create, &mut place).unwrap(), Response::Created { existed: false, .. }));
     assert_eq!(w.inodes_delta, 2, "a directory and a file made");
 }

@@ -1,8 +1,10 @@
 //! Both halves of a namespace operation that spans two MDTs: a directory entry on
 //! one (the coordinator, which holds the parent directory) naming an inode on
 //! another (the participant). Today: `mkdir -i K` (a remote directory) and the rmdir
-//! of one, a hard link into a directory on another MDT, and the unlink of such a
-//! link.
+//! of one, a hard link into a directory on another MDT, the unlink of such a link,
+//! and the rename of a file between directories on different MDTs (the coordinator
+//! makes the new entry, the participant removes the old one, keeping its half under
+//! the FID of the file, which may be on a third MDT's sequence).
 //!
 //! The protocol is presumed abort, with the participant asking (see the MDS's `dne`
 //! module for the coordinator's steps and `docs/design.md` for the argument):
@@ -24,7 +26,8 @@ use proto::{Errno, Fid};
 
 use super::error::{fail, OpResult};
 use super::schema::{
-    check_name, decision_id, decision_key, dentry_key, dentry_value, Decision, PendingOp, PendingUpdate, Tbl,
+    check_name, decision_id, decision_key, dentry_key, dentry_value, Decision, Participant, PendingOp, PendingUpdate,
+    Tbl,
 };
 use super::view::View;
 use super::writer::{Placement, Writer};
@@ -171,6 +174,30 @@ impl Writer<'_> {
                 self.put_pending(*fid, id, pending, *parent, name)?;
                 Ok(Response::Attr(ino.attr))
             }
+            UpdateOp::RemoveEntry { creds, parent, name, child } => {
+                check_name(name)?;
+                if parent.mdt() != self.mdt_index {
+                    return fail(Errno::Inval, format!("directory {parent} is not on MDT {}", self.mdt_index));
+                }
+                let dir = self.view.dir_for(creds, *parent, true)?;
+                if self.view.entry(*parent, name)? != Some((child.fid, child.kind)) {
+                    return fail(Errno::NoEnt, format!("{name} changed while it was renamed"));
+                }
+                if child.kind == FileKind::Dir {
+                    return fail(Errno::XDev, "moving a directory between MDTs is not supported yet");
+                }
+                if !sticky_allows_attr(&dir, child, creds) {
+                    return fail(Errno::Perm, "sticky directory: not the owner");
+                }
+                // Another client's lease on the directory goes now: none is granted
+                // again, so the verdict's removal meets none.
+                self.check_lease(Tbl::Dentries, &dentry_key(*parent, name))?;
+                if self.view.pending(child.fid)?.is_some() {
+                    return fail(Errno::Again, format!("{} is part of another operation across MDTs", child.fid));
+                }
+                self.put_pending(child.fid, id, PendingOp::RemoveEntry, *parent, name)?;
+                Ok(Response::Ok)
+            }
         }
     }
 
@@ -204,6 +231,15 @@ impl Writer<'_> {
             return Ok(Response::Ok);
         }
         self.del(Tbl::Updates, &fid.to_key())?;
+        if p.op == PendingOp::RemoveEntry {
+            if committed && self.view.entry(p.parent, &p.name)?.is_some_and(|(f, _)| f == fid) {
+                self.del(Tbl::Dentries, &dentry_key(p.parent, &p.name))?;
+                if let Some(mut dir) = self.view.inode(p.parent)? {
+                    self.touch_dir(p.parent, &mut dir, Timespec::now(), 0)?;
+                }
+            }
+            return Ok(Response::Ok);
+        }
         let Some(mut ino) = self.view.inode(fid)? else { return Ok(Response::Ok) };
         match (p.op, committed) {
             (PendingOp::Mkdir, false) | (PendingOp::Rmdir, true) => self.drop_inode(fid, &ino)?,
@@ -224,7 +260,7 @@ impl Writer<'_> {
 
     /// The coordinator records that operation `id` committed (step 2, in the batch
     /// of its half).
-    pub(crate) fn decide(&mut self, id: UpdateId, participants: Vec<Fid>) -> OpResult<()> {
+    pub(crate) fn decide(&mut self, id: UpdateId, participants: Vec<Participant>) -> OpResult<()> {
         let d = Decision { participants, at: now_secs() };
         self.put(Tbl::Decisions, &decision_key(id), &store::encode_record(&d))
     }
@@ -257,6 +293,38 @@ impl Writer<'_> {
         }
         self.touch_dir(parent, &mut dir, now, 0)?;
         Ok(Response::Attr(child.clone()))
+    }
+
+    /// The coordinator's half of a rename from a directory on another MDT (step 2):
+    /// the new entry `name` in `parent`, for `child`, which replaces a file here.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn rename_in_remote(
+        &mut self,
+        creds: &Creds,
+        parent: Fid,
+        name: &str,
+        child: &Attr,
+        noreplace: bool,
+        place: &Placement<'_>,
+        now: Timespec,
+    ) -> OpResult<Response> {
+        check_name(name)?;
+        let mut dir = self.view.dir_for(creds, parent, true)?;
+        if let Some((t, kind)) = self.view.entry(parent, name)? {
+            if t == child.fid {
+                // A link to the same file appeared meanwhile: the client asks again.
+                return fail(Errno::Again, format!("{name} changed while it was renamed"));
+            }
+            if noreplace {
+                return fail(Errno::Exist, format!("{name} exists"));
+            }
+            self.check_victim(&dir, creds, name, (t, kind), child.kind)?;
+            let mut victim = self.view.must_inode(t)?;
+            self.unlink_victim(t, &mut victim, place, now)?;
+        }
+        self.put(Tbl::Dentries, &dentry_key(parent, name), &dentry_value(child.fid, child.kind))?;
+        self.touch_dir(parent, &mut dir, now, 0)?;
+        Ok(Response::Ok)
     }
 
     /// The coordinator's half of the removal of an entry naming an inode on another

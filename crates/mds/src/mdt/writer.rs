@@ -272,7 +272,7 @@ impl<'a> Writer<'a> {
                 }
                 self.update(*id, op, now)
             }
-            &Request::MdsUpdateDone { fid, id, committed } => self.update_done(fid, id, committed, place),
+            &Request::MdsUpdateDone { fid, id, committed, .. } => self.update_done(fid, id, committed, place),
             Request::MdsSymlink { creds, parent, name, target } => self.symlink(creds, *parent, name, target, now),
             Request::MdsMknod { creds, parent, name, kind, mode, rdev } => {
                 self.mknod(creds, *parent, name, *kind, *mode, *rdev, now)
