@@ -13,6 +13,21 @@ struct Cli {
     command: Command,
 }
 
+/// Where a directory goes over MDTs (`lfs mkdir`/`setdirstripe` options).
+#[derive(clap::Args, Debug)]
+struct DirSpecOpts {
+    /// The MDT of the directory (of its first shard); -1: the MDS chooses, spreading
+    /// directories round-robin over the MDTs.
+    #[arg(short = 'i', long = "mdt-index", value_name = "K", allow_negative_numbers = true)]
+    mdt: Option<i64>,
+    /// Stripe the directory's entries over N MDTs (-1: all of them).
+    #[arg(short = 'c', long = "mdt-count", value_name = "N", allow_negative_numbers = true)]
+    count: Option<i64>,
+    /// How names are spread over the shards: fnv_1a_64 (the default) or all_char.
+    #[arg(short = 'H', long = "mdt-hash", value_name = "HASH")]
+    hash: Option<String>,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Run the management service (MGS).
@@ -65,16 +80,15 @@ enum Command {
         #[arg(required = true)]
         paths: Vec<String>,
     },
-    /// Create directories (`-i K`: on MDT K, a remote directory, as `lfs mkdir -i`).
+    /// Create directories (as `lfs mkdir`: `-i K` on MDT K, a remote directory; `-c N`
+    /// striped over N MDTs from K).
     Mkdir {
         #[command(flatten)]
         client: ClientOpts,
         #[arg(short = 'p')]
         parents: bool,
-        /// The MDT to make the directory on (its entry stays on the parent's MDT); -1:
-        /// the MDS spreads directories over the MDTs.
-        #[arg(short = 'i', long = "mdt-index", value_name = "K", allow_negative_numbers = true)]
-        mdt: Option<i64>,
+        #[command(flatten)]
+        dir: DirSpecOpts,
         #[arg(required = true)]
         paths: Vec<String>,
     },
@@ -119,23 +133,19 @@ enum Command {
         mdt: bool,
         path: String,
     },
-    /// Set a directory's default for the directories made in it (`-D`, as `lfs
-    /// setdirstripe -D`): on MDT K, or spread over the MDTs with `-i -1`.
+    /// Make a directory over MDTs as `braid mkdir` (as `lfs setdirstripe`), or with
+    /// `-D` set a directory's default for the directories made in it.
     Setdirstripe {
         #[command(flatten)]
         client: ClientOpts,
-        /// Set the default for new subdirectories (the only form supported yet).
+        /// Set the default for new subdirectories (inherited by them).
         #[arg(short = 'D', long = "default")]
         default: bool,
-        /// Remove the default.
+        /// With -D, remove the default.
         #[arg(short = 'd', long = "delete")]
         delete: bool,
-        /// The MDT of new subdirectories; -1 spreads them round-robin over the MDTs.
-        #[arg(short = 'i', long = "mdt-index", value_name = "K", allow_negative_numbers = true)]
-        mdt: Option<i64>,
-        /// Stripe count (1: striped directories are not supported yet).
-        #[arg(short = 'c', long = "mdt-count", default_value_t = 1)]
-        count: u32,
+        #[command(flatten)]
+        dir: DirSpecOpts,
         path: String,
     },
     /// Show how a directory is spread over MDTs (as `lfs getdirstripe`).
@@ -212,11 +222,13 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Cp { client, paths } => tools::cp(&client, &paths),
         Command::Ls { client, long, path } => tools::ls(&client, &path, long),
         Command::Rm { client, recursive, paths } => tools::rm(&client, &paths, recursive),
-        Command::Mkdir { client, parents, mdt, paths } => {
-            tools::mkdir(&client, &paths, parents, cli::stripe::mdt_index(mdt)?)
+        Command::Mkdir { client, parents, dir, paths } => {
+            let spec = cli::stripe::dir_spec(dir.mdt, dir.count, dir.hash.as_deref())?;
+            tools::mkdir(&client, &paths, parents, spec)
         }
-        Command::Setdirstripe { client, default, delete, mdt, count, path } => {
-            cli::stripe::setdirstripe(&client, &path, default, delete, cli::stripe::mdt_index(mdt)?, count)
+        Command::Setdirstripe { client, default, delete, dir, path } => {
+            let spec = cli::stripe::dir_spec(dir.mdt, dir.count, dir.hash.as_deref())?;
+            cli::stripe::setdirstripe(&client, &path, default, delete, spec)
         }
         Command::Stat { client, path } => tools::stat(&client, &path),
         Command::Setstripe { args } => {

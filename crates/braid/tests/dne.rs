@@ -184,8 +184,20 @@ fn remote_directories_live_on_the_mdt_asked_for_and_the_namespace_stays_whole() 
     assert!(c.braid_ok(&["getdirstripe", "-D", &c.url("/spread")]).starts_with("lmv_stripe_count: 0"));
     c.braid_ok(&["mkdir", &c.url("/spread/plain")]);
     assert_eq!(fid_of(&c, "/spread/plain").mdt(), 0, "without the default, the parent's MDT");
-    let out = c.braid(&["setdirstripe", "-D", "-c", "2", &c.url("/spread")]);
-    assert!(!out.status.success() && stderr(&out).contains("not supported yet"), "{}", stderr(&out));
+    // A striped default: any user's new directories get two shards.
+    c.braid_ok(&["setdirstripe", "-D", "-c", "2", &c.url("/spread/d1")]);
+    let d1 = within(&rt, "resolve", cl.resolve(&creds, "/spread/d1", true)).expect("resolve").fid;
+    let striped = within(&rt, "mkdir", cl.mkdir(&user, d1, "st", 0o755)).expect("a user's mkdir by a default");
+    assert_eq!(striped.stripes.map(|s| s.shards.len()), Some(2));
+    let shown = c.braid_ok(&["getdirstripe", "-D", &c.url("/spread/d1/st")]);
+    assert_eq!(shown.trim(), "lmv_stripe_count: 2 lmv_stripe_offset: -1 lmv_hash_type: fnv_1a_64", "inherited");
+    let out = c.braid(&["mkdir", "-c", "3", &c.url("/three")]);
+    assert!(!out.status.success() && stderr(&out).contains("larger than the number of MDTs (2)"), "{}", stderr(&out));
+    let out = c.braid(&["mkdir", "-c", "2", "-H", "crush", &c.url("/crush")]);
+    assert!(!out.status.success() && stderr(&out).contains("unknown directory hash type 'crush'"), "{}", stderr(&out));
+    let as_user =
+        cl.mkdir_with(&user, spread, "mine", 0o755, Some(client::DirSpec { count: 2, ..client::DirSpec::on(0) }));
+    assert_eq!(client_errno(within(&rt, "mkdir -c 2 by a user", as_user)), Errno::Perm);
     let garbage = cl.setxattr(&creds, spread, "trusted.dmv", b"stripe_count=1 pool=x", client::XattrMode::Any);
     assert_eq!(client_errno(within(&rt, "setxattr", garbage)), Errno::Inval);
     check(&mut c, &mdts).expect("consistent with remote directories");
@@ -306,6 +318,7 @@ fn hostile_updates_and_a_down_mdt_get_clear_errors() {
         gid: 0,
         dir_default: None,
         dirs_default: None,
+        shard: None,
     };
     let rmdir = |fid: Fid| UpdateOp::RmdirInode { fid, parent: Fid::ROOT, name: "x".into() };
     let link = |fid: Fid| UpdateOp::LinkInode { fid, parent: Fid::ROOT, name: "x".into() };
@@ -668,4 +681,68 @@ fn files_move_between_directories_on_different_mdts() {
     assert_eq!(std::fs::read(m.path("r/again")).expect("read"), b"m0");
     drop(m);
     check(&mut c, &mdts).expect("consistent at the end");
+}
+
+/// A directory striped over both MDTs (`mkdir -c 2`): each name lives in the shard
+/// its fnv_1a_64 hash picks, its inode on that shard's MDT; a listing merges the
+/// shards; the link count sums their subdirectories; `getdirstripe` shows the table;
+/// it is removed once every shard is empty; the checker agrees throughout.
+#[test]
+fn a_striped_directory_spreads_its_names_over_both_mdts() {
+    let (mut c, mdts) = two_mds();
+    c.braid_ok(&["mkdir", "-c", "2", "-i", "1", &c.url("/s")]);
+    let shown = c.braid_ok(&["getdirstripe", &c.url("/s")]);
+    let lines: Vec<&str> = shown.lines().collect();
+    assert_eq!(lines[0], "lmv_stripe_count: 2 lmv_stripe_offset: 1 lmv_hash_type: fnv_1a_64", "{shown}");
+    assert_eq!(lines[1], "mdtidx\t\t FID[seq:oid:ver]", "{shown}");
+    let s = fid_of(&c, "/s");
+    assert_eq!(s.mdt(), 1, "shard 0 is the directory, on the first MDT asked for");
+    assert!(lines[2].starts_with("     1\t\t [") && lines[3].starts_with("     0\t\t ["), "{shown}");
+    let rt = runtime();
+    let cl = c.connect(&rt);
+    let creds = client::process_creds();
+    let dir = within(&rt, "resolve", cl.resolve(&creds, "/s", true)).expect("resolve");
+    let stripes = dir.stripes.clone().expect("a shard table");
+    let names: Vec<String> = (0..40).map(|i| format!("f{i:02}")).collect();
+    for n in &names {
+        let (f, a, _) = within(&rt, "create", cl.create(&creds, dir.fid, n, 0o644, true, RW, None)).expect("create");
+        within(&rt, "close", cl.close(f)).expect("close");
+        let shard = layout::fnv_1a_64(n.as_bytes()) % 2;
+        assert_eq!(a.fid.mdt(), stripes.shards[shard as usize].mdt(), "{n} is made on its shard's MDT");
+    }
+    let on = |k: u32| names.iter().filter(|n| stripes.shard_for(n).mdt() == k).count();
+    assert!(on(0) > 5 && on(1) > 5, "both MDTs hold names: {} and {}", on(0), on(1));
+    for sub in ["d1", "d2", "d3"] {
+        within(&rt, "mkdir", cl.mkdir(&creds, dir.fid, sub, 0o755)).expect("mkdir in a striped directory");
+    }
+    let listed = within(&rt, "readdir", cl.readdir_all(&creds, dir.fid)).expect("readdir");
+    let mut want: Vec<String> = names.clone();
+    want.extend(["d1", "d2", "d3"].map(String::from));
+    want.sort();
+    assert_eq!(listed.iter().map(|e| e.name.clone()).collect::<Vec<_>>(), want, "every name once, in order");
+    // In batches of 7: resuming after a name works across the shards.
+    let (mut after, mut batched) = (None::<String>, Vec::new());
+    loop {
+        let (batch, eof) = within(&rt, "readdir", cl.readdir(&creds, dir.fid, after.as_deref(), 7)).expect("batch");
+        assert!(batch.len() <= 7);
+        after = batch.last().map(|e| e.name.clone()).or(after);
+        batched.extend(batch.into_iter().map(|e| e.name));
+        if eof {
+            break;
+        }
+    }
+    assert_eq!(batched, want);
+    assert_eq!(within(&rt, "getattr", cl.getattr(dir.fid)).expect("getattr").nlink, 5, "2 + 3 subdirectories");
+    assert_eq!(links(&c, "/s"), 5);
+    // A client that never saw the table is sent to the right shard.
+    let fresh = c.connect(&rt);
+    let looked = within(&rt, "lookup", fresh.lookup(&creds, s, "f07")).expect("lookup through shard 0");
+    assert_eq!(looked.fid.mdt(), stripes.shard_for("f07").mdt());
+    check(&mut c, &mdts).expect("consistent with a striped directory");
+    let cl = c.connect(&rt);
+    let not_empty = within(&rt, "rmdir", cl.rmdir(&creds, Fid::ROOT, "s"));
+    assert_eq!(client_errno(not_empty), Errno::NotEmpty);
+    c.braid_ok(&["rm", "-r", &c.url("/s")]);
+    assert!(!c.braid(&["stat", &c.url("/s")]).status.success());
+    check(&mut c, &mdts).expect("consistent after the striped directory went");
 }

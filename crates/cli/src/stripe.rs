@@ -9,7 +9,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
-use client::{DirDefault, Errno, Fid, FileKind, ObjectId, OpenFlags, MDT_BALANCED};
+use client::{DirHash, DirSpec, Errno, Fid, FileKind, ObjectId, OpenFlags, MDT_BALANCED};
 use layout::{Component, ComponentSpec, Layout, LayoutChange, LayoutSpec, Pattern, EOF};
 
 use crate::tools::{creds, with_client};
@@ -449,39 +449,51 @@ pub fn getstripe(opts: &ClientOpts, path: &str, o: &GetstripeOpts) -> Result<()>
     })
 }
 
-/// An MDT index as `-i` takes it: K, or -1 for "the MDS chooses".
-pub fn mdt_index(i: Option<i64>) -> Result<Option<u32>> {
-    match i {
-        None => Ok(None),
-        Some(-1) => Ok(Some(MDT_BALANCED)),
-        Some(k) if (0..MDT_BALANCED as i64).contains(&k) => Ok(Some(k as u32)),
-        Some(k) => bail!("invalid MDT index {k}: want K >= 0, or -1 to let the MDS choose"),
+/// Where a directory goes over MDTs as `-i K -c N -H HASH` ask: `None` when none of
+/// them is given. `-i -1` (or no `-i` with `-c`) lets the MDS choose the first MDT;
+/// `-c -1` stripes over every MDT.
+pub fn dir_spec(mdt: Option<i64>, count: Option<i64>, hash: Option<&str>) -> Result<Option<DirSpec>> {
+    if mdt.is_none() && count.is_none() && hash.is_none() {
+        return Ok(None);
+    }
+    let index = |v: i64, what: &str| match v {
+        -1 => Ok(u32::MAX),
+        k if (0..u32::MAX as i64).contains(&k) => Ok(k as u32),
+        k => bail!("invalid {what} {k}: want a number >= 0, or -1"),
+    };
+    let spec = DirSpec {
+        mdt: mdt.map_or(Ok(MDT_BALANCED), |k| index(k, "MDT index"))?,
+        count: match count {
+            Some(0) => bail!("invalid MDT count 0: want N >= 1, or -1 for every MDT"),
+            Some(n) => index(n, "MDT count")?,
+            None => 1,
+        },
+        hash: hash.map(DirHash::parse).transpose().map_err(anyhow::Error::msg)?.unwrap_or_default(),
+    };
+    spec.check().map_err(anyhow::Error::msg)?;
+    Ok(Some(spec))
+}
+
+/// `setdirstripe [-i K] [-c N] [-H HASH] DIR`: makes DIR as `braid mkdir` does; with
+/// `-D` (`default`), sets DIR's default for new directories instead (`-i -1` when
+/// nothing is given), or removes it with `-d` (`delete`).
+pub fn setdirstripe(opts: &ClientOpts, path: &str, default: bool, delete: bool, spec: Option<DirSpec>) -> Result<()> {
+    match (default, delete) {
+        (false, true) => bail!("-d removes a default for new subdirectories: use it with -D"),
+        (false, false) => crate::tools::mkdir(opts, &[path.to_string()], false, spec),
+        (true, true) => set_dirs_default(opts, path, None),
+        (true, false) => set_dirs_default(opts, path, Some(spec.unwrap_or(DirSpec::on(MDT_BALANCED)))),
     }
 }
 
-/// `setdirstripe -D [-i K|-1] DIR` (or `-D -d`): DIR's default for new directories.
-pub fn setdirstripe(
-    opts: &ClientOpts,
-    path: &str,
-    default: bool,
-    delete: bool,
-    mdt: Option<u32>,
-    count: u32,
-) -> Result<()> {
-    if !default {
-        bail!("only -D (a default for new subdirectories) is supported yet; use `braid mkdir -i K` for one directory");
-    }
-    if count != 1 {
-        bail!("striped directories (-c above 1) are not supported yet");
-    }
+/// DIR's default for new directories (`setdirstripe -D`), or none.
+fn set_dirs_default(opts: &ClientOpts, path: &str, spec: Option<DirSpec>) -> Result<()> {
     with_client(opts, path, |bc, p| {
         let c = creds();
         let a = bc.run(bc.client.resolve(&c, &p.path, true)).map_err(|e| e.at(&p.url()))?;
-        let r = if delete {
-            bc.run(bc.client.removexattr(&c, a.fid, DirDefault::XATTR))
-        } else {
-            let d = DirDefault { mdt: mdt.unwrap_or(MDT_BALANCED) };
-            bc.run(bc.client.setxattr(&c, a.fid, DirDefault::XATTR, &d.to_xattr(), client::XattrMode::Any))
+        let r = match spec {
+            None => bc.run(bc.client.removexattr(&c, a.fid, DirSpec::XATTR)),
+            Some(d) => bc.run(bc.client.setxattr(&c, a.fid, DirSpec::XATTR, &d.to_xattr(), client::XattrMode::Any)),
         };
         r.map_err(|e| e.at(&p.url()))?;
         Ok(())
@@ -506,23 +518,31 @@ pub struct DirstripeOpts {
     pub hash: bool,
 }
 
-/// `getdirstripe DIR`, in `lfs getdirstripe`'s format. A directory that is not
-/// striped shows stripe count 0, the MDT holding it, and hash type `none`.
+/// `getdirstripe DIR`, in `lfs getdirstripe`'s format: a striped directory's
+/// stripe count, first MDT and hash type, then its shards (`mdtidx FID`); a directory
+/// that is not striped shows stripe count 0, the MDT holding it, and hash type
+/// `none`.
 pub fn getdirstripe(opts: &ClientOpts, path: &str, o: &DirstripeOpts) -> Result<()> {
     with_client(opts, path, |bc, p| {
         let a = bc.run(bc.client.resolve(&creds(), &p.path, true)).map_err(|e| e.at(&p.url()))?;
         if a.kind != FileKind::Dir {
             anyhow::bail!("{}: not a directory", p.url());
         }
+        let signed = |v: u32| if v == u32::MAX { -1 } else { v as i64 };
+        let mut shards = Vec::new();
         let (count, offset, hash) = if o.default {
-            match bc.run(bc.client.getxattr(&creds(), a.fid, DirDefault::XATTR)) {
-                Ok(v) => match DirDefault::from_xattr(&v).map_err(anyhow::Error::msg)?.mdt {
-                    MDT_BALANCED => (1, -1, "none"),
-                    k => (1, k as i64, "none"),
-                },
+            match bc.run(bc.client.getxattr(&creds(), a.fid, DirSpec::XATTR)) {
+                Ok(v) => {
+                    let d = DirSpec::from_xattr(&v).map_err(anyhow::Error::msg)?;
+                    let hash = if d.count == 1 { "none" } else { d.hash.name() };
+                    (signed(d.count), signed(d.mdt), hash)
+                }
                 Err(e) if e.errno() == client::Errno::NoData => (0, -1, "none"),
                 Err(e) => return Err(e.at(&p.url()).into()),
             }
+        } else if let Some(s) = &a.stripes {
+            shards.clone_from(&s.shards);
+            (s.shards.len() as i64, s.master().mdt() as i64, s.hash.name())
         } else {
             (0, a.fid.mdt() as i64, "none")
         };
@@ -530,7 +550,15 @@ pub fn getdirstripe(opts: &ClientOpts, path: &str, o: &DirstripeOpts) -> Result<
             (true, _, _) => println!("{count}"),
             (_, true, _) => println!("{offset}"),
             (_, _, true) => println!("{hash}"),
-            _ => println!("lmv_stripe_count: {count} lmv_stripe_offset: {offset} lmv_hash_type: {hash}"),
+            _ => {
+                println!("lmv_stripe_count: {count} lmv_stripe_offset: {offset} lmv_hash_type: {hash}");
+                if !shards.is_empty() {
+                    println!("mdtidx\t\t FID[seq:oid:ver]");
+                    for fid in shards {
+                        println!("{:6}\t\t {fid}", fid.mdt());
+                    }
+                }
+            }
         }
         Ok(())
     })

@@ -419,14 +419,14 @@ pub fn rm(opts: &ClientOpts, paths: &[String], recursive: bool) -> Result<()> {
     Ok(())
 }
 
-pub fn mkdir(opts: &ClientOpts, paths: &[String], parents: bool, mdt: Option<u32>) -> Result<()> {
+pub fn mkdir(opts: &ClientOpts, paths: &[String], parents: bool, spec: Option<client::DirSpec>) -> Result<()> {
     for path in paths {
         with_client(opts, path, |bc, p| {
             let c = creds();
             let client = &bc.client;
             if !parents {
                 let (parent, name) = bc.run(client.resolve_parent(&c, &p.path))?;
-                bc.run(client.mkdir_on(&c, parent.fid, &name, 0o755, mdt)).map_err(|e| e.at(&p.url()))?;
+                bc.run(client.mkdir_with(&c, parent.fid, &name, 0o755, spec)).map_err(|e| e.at(&p.url()))?;
                 return Ok(());
             }
             let mut at = bc.run(client.getattr(client::Fid::ROOT))?;
@@ -434,12 +434,13 @@ pub fn mkdir(opts: &ClientOpts, paths: &[String], parents: bool, mdt: Option<u32
                 at = match bc.run(client.lookup(&c, at.fid, &comp)) {
                     Ok(a) if a.kind == FileKind::Dir => a,
                     Ok(_) => bail!("{}: {comp} exists and is not a directory", p.url()),
-                    Err(e) if e.errno() == Errno::NoEnt => match bc.run(client.mkdir_on(&c, at.fid, &comp, 0o755, mdt))
-                    {
-                        Ok(a) => a,
-                        Err(e) if e.errno() == Errno::Exist => bc.run(client.lookup(&c, at.fid, &comp))?,
-                        Err(e) => return Err(e.at(&p.url()).into()),
-                    },
+                    Err(e) if e.errno() == Errno::NoEnt => {
+                        match bc.run(client.mkdir_with(&c, at.fid, &comp, 0o755, spec)) {
+                            Ok(a) => a,
+                            Err(e) if e.errno() == Errno::Exist => bc.run(client.lookup(&c, at.fid, &comp))?,
+                            Err(e) => return Err(e.at(&p.url()).into()),
+                        }
+                    }
                     Err(e) => return Err(e.at(&p.url()).into()),
                 };
             }

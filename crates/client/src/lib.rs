@@ -13,12 +13,14 @@
 //!   place DoM, mirrors and a read cache plug in.
 //! - `lease`: directory leases, which answer lookups of absent names locally.
 //! - [`path`]: path resolution over lookups, symlinks included.
+//! - `striped`: striped directories (which shard holds a name, merged listings).
 //! - [`OpenFile`]: an open file's layout (replaceable) and the size it knows.
 
 pub mod io;
 mod lease;
 pub mod objio;
 pub mod path;
+mod striped;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -33,10 +35,11 @@ use rpc::{Identity, RpcClient, RpcOptions};
 
 // What front ends (the FUSE mount, the CLI tools, the coming NBD server) need of the
 // wire's types, so that they depend on this crate alone and never on messages.
+pub use layout::DirHash;
 pub use proto::auth::Secret;
 pub use proto::msg::{
-    Attr, ClusterConfig, Creds, DirDefault, DirEntry, FileKind, LockInfo, LockRequest, LockType, OpenFlags,
-    RenameFlags, SetAttr, TargetInfo, TargetKind, TimeSet, Timespec, Usage, XattrMode, MDT_BALANCED,
+    Attr, ClusterConfig, Creds, DirEntry, DirSpec, DirStripes, FileKind, LockInfo, LockRequest, LockType, OpenFlags,
+    RenameFlags, SetAttr, TargetInfo, TargetKind, TimeSet, Timespec, Usage, XattrMode, DIR_STRIPES_ALL, MDT_BALANCED,
 };
 pub use proto::{Errno, Fid, ObjectId};
 
@@ -220,6 +223,8 @@ struct Inner {
     leases_reachable: AtomicBool,
     /// Requests sent, by kind of target.
     rpcs: Arc<RpcCounters>,
+    /// The shard tables of striped directories met so far.
+    stripes: striped::StripeTables,
 }
 
 /// How many requests a client sent to MDTs and to OSTs (Data-on-MDT I/O counts as
@@ -447,6 +452,7 @@ impl Client {
                 leases,
                 leases_reachable: AtomicBool::new(true),
                 rpcs: Arc::default(),
+                stripes: Default::default(),
             }),
         })
     }
@@ -580,11 +586,12 @@ impl Client {
         Ok(c.call(&req, vec![]).await?)
     }
 
-    /// Sends `req`, which changes entries of `dirs` (to the MDT of the first), and keeps
-    /// the directory leases true to it (see [`Client::track_entries`]).
-    async fn md_entries(&self, dirs: &[Fid], req: Request) -> Result<Response> {
-        let r = self.md(dirs[0], req).await;
-        self.track_entries(&r, dirs);
+    /// Sends the request `build(shard)` makes, which changes entry `name` of `dir`
+    /// (to the shard holding it, see [`Client::md_entry`]), and keeps the directory
+    /// leases true to it (see [`Client::track_entries`]).
+    async fn md_change(&self, dir: Fid, name: &str, build: impl Fn(Fid) -> Request) -> Result<Response> {
+        let r = self.md_entry(dir, name, build).await.map(|r| r.response);
+        self.track_entries(&r, &[self.shard(dir, name)]);
         r
     }
 
@@ -635,17 +642,23 @@ impl Client {
 
     pub async fn lookup(&self, creds: &Creds, parent: Fid, name: &str) -> Result<Attr> {
         self.observe("lookup", Some(parent), 0, 0, async {
-            if self.inner.leases.absent(parent, name) {
+            if self.inner.leases.absent(self.shard(parent, name), name) {
                 return Err(ClientError::Errno(Errno::NoEnt, format!("{name} not found")));
             }
-            let req = Request::MdsLookup { creds: creds.clone(), parent, name: name.to_string() };
-            answer!("lookup", self.md(parent, req).await?, Response::Attr(a) => a)
+            let req = |dir| Request::MdsLookup { creds: creds.clone(), parent: dir, name: name.to_string() };
+            let attr = answer!("lookup", self.md_entry(parent, name, req).await?.response, Response::Attr(a) => a)?;
+            self.dir_attr_merged(attr).await
         })
         .await
     }
 
+    /// Attributes of `fid` (of a striped directory, summed over its shards).
     pub async fn getattr(&self, fid: Fid) -> Result<Attr> {
-        md_op!(self, "getattr", fid, Request::MdsGetattr { fid }, Response::Attr(a) => a)
+        self.observe("getattr", Some(fid), 0, 0, async {
+            let attr = answer!("getattr", self.md(fid, Request::MdsGetattr { fid }).await?, Response::Attr(a) => a)?;
+            self.dir_attr_merged(attr).await
+        })
+        .await
     }
 
     /// Creates (or, without `exclusive`, opens an existing) file: one MDS round trip
@@ -665,17 +678,18 @@ impl Client {
             if let Some(l) = &layout {
                 l.validate()?;
             }
-            let req = Request::MdsCreate {
+            let req = |dir| Request::MdsCreate {
                 creds: creds.clone(),
-                parent,
+                parent: dir,
                 name: name.to_string(),
                 mode,
                 exclusive,
                 flags,
-                layout,
+                layout: layout.clone(),
             };
-            let unknown = self.inner.leases.add(parent, name);
-            let r = self.md_entries(&[parent], req).await;
+            let dir = self.shard(parent, name);
+            let unknown = self.inner.leases.add(dir, name);
+            let r = self.md_change(parent, name, req).await;
             if !exclusive && r.as_ref().is_err_and(|e| e.errno() == Errno::XDev) {
                 // An existing link to a file on another MDT: opened there.
                 let (f, attr) = self.open_link_elsewhere(creds, parent, name, flags).await?;
@@ -683,7 +697,7 @@ impl Client {
             }
             if unknown && matches!(r, Ok(Response::Created { existed: true, .. })) {
                 // An existing name the lease did not know of: the lease was wrong.
-                self.inner.leases.forget(parent);
+                self.inner.leases.forget(dir);
             }
             match r? {
                 Response::Created { attr, existed, dir } => {
@@ -710,7 +724,12 @@ impl Client {
     /// file is emptied.
     pub async fn open(&self, creds: &Creds, fid: Fid, flags: OpenFlags) -> Result<(OpenFile, Attr)> {
         let req = Request::MdsOpen { creds: creds.clone(), fid, flags };
-        self.observe("open", Some(fid), 0, 0, self.open_with(creds, fid, req, flags)).await
+        self.observe("open", Some(fid), 0, 0, async {
+            let sent_at = io::write_seq();
+            let reply = self.md_reply(fid, req).await?;
+            self.opened(creds, sent_at, reply, flags).await
+        })
+        .await
     }
 
     /// Opens `name` in `parent`: the lookup and the open in one MDS round trip
@@ -718,13 +737,15 @@ impl Client {
     /// reading it needs nothing more.
     pub async fn open_at(&self, creds: &Creds, parent: Fid, name: &str, flags: OpenFlags) -> Result<(OpenFile, Attr)> {
         self.observe("open", Some(parent), 0, 0, async {
-            if self.inner.leases.absent(parent, name) {
+            if self.inner.leases.absent(self.shard(parent, name), name) {
                 return Err(ClientError::Errno(Errno::NoEnt, format!("{name} not found")));
             }
-            let req = Request::MdsOpenAt { creds: creds.clone(), parent, name: name.to_string(), flags };
-            match self.open_with(creds, parent, req, flags).await {
+            let req = |dir| Request::MdsOpenAt { creds: creds.clone(), parent: dir, name: name.to_string(), flags };
+            let sent_at = io::write_seq();
+            match self.md_entry(parent, name, req).await {
                 Err(e) if e.errno() == Errno::XDev => self.open_link_elsewhere(creds, parent, name, flags).await,
-                r => r,
+                Err(e) => Err(e),
+                Ok(reply) => self.opened(creds, sent_at, reply, flags).await,
             }
         })
         .await
@@ -741,14 +762,21 @@ impl Client {
     ) -> Result<(OpenFile, Attr)> {
         let fid = self.lookup(creds, parent, name).await?.fid;
         let req = Request::MdsOpen { creds: creds.clone(), fid, flags };
-        self.open_with(creds, fid, req, flags).await
+        let sent_at = io::write_seq();
+        let reply = self.md_reply(fid, req).await?;
+        self.opened(creds, sent_at, reply, flags).await
     }
 
-    /// Sends an open (`MdsOpen` or `MdsOpenAt`) to the MDT of `on` and makes the handle.
-    async fn open_with(&self, creds: &Creds, on: Fid, req: Request, flags: OpenFlags) -> Result<(OpenFile, Attr)> {
+    /// Makes the handle an open (`MdsOpen` or `MdsOpenAt`, sent when this client's
+    /// write clock was at `sent_at`) answered.
+    async fn opened(
+        &self,
+        creds: &Creds,
+        sent_at: u64,
+        reply: rpc::Reply,
+        flags: OpenFlags,
+    ) -> Result<(OpenFile, Attr)> {
         {
-            let sent_at = io::write_seq();
-            let reply = self.md_reply(on, req).await?;
             let (mut attr, data) = match reply.response {
                 Response::Attr(a) => (a, None),
                 // A small Data-on-MDT file: its bytes came with the open.
@@ -777,27 +805,41 @@ impl Client {
     }
 
     /// Makes a directory whose inode is on MDT `on` (`braid mkdir -i K`, a remote
-    /// directory; its entry stays on the parent's MDT), or on the parent's MDT for
-    /// `None`.
+    /// directory; its entry stays on the parent's MDT), or as the parent's default
+    /// for new directories says (on the parent's MDT without one) for `None`.
     pub async fn mkdir_on(&self, creds: &Creds, parent: Fid, name: &str, mode: u32, on: Option<u32>) -> Result<Attr> {
+        self.mkdir_with(creds, parent, name, mode, on.map(DirSpec::on)).await
+    }
+
+    /// Makes a directory placed over MDTs as `spec` asks (`braid mkdir -i K -c N`: a
+    /// remote or striped directory), or as the parent's default says for `None`.
+    pub async fn mkdir_with(
+        &self,
+        creds: &Creds,
+        parent: Fid,
+        name: &str,
+        mode: u32,
+        spec: Option<DirSpec>,
+    ) -> Result<Attr> {
         self.observe("mkdir", Some(parent), 0, 0, async {
             self.forget_dir(parent);
+            let dir = self.shard(parent, name);
             // The server first: making its connection is what tells whether its
             // callbacks can reach this client.
-            let mdt = self.mdt(parent).await?;
-            let on = on.filter(|&k| k != parent.mdt());
+            self.mdt(dir).await?;
             // A lease comes from the MDT holding the directory's entries: only its own.
-            let lease =
-                on.is_none() && self.inner.cfg.dir_leases && self.inner.leases_reachable.load(Ordering::Acquire);
-            let req = Request::MdsMkdir { creds: creds.clone(), parent, name: name.to_string(), mode, lease, mdt: on };
-            self.inner.leases.add(parent, name);
-            self.inner.rpcs.count_mds();
-            let r = mdt.call(&req, vec![]).await.map_err(ClientError::from);
-            self.track_entries(&r, &[parent]);
+            let here = spec.is_none_or(|s| s.count == 1 && s.mdt == dir.mdt());
+            let lease = here && self.inner.cfg.dir_leases && self.inner.leases_reachable.load(Ordering::Acquire);
+            let req =
+                |d| Request::MdsMkdir { creds: creds.clone(), parent: d, name: name.to_string(), mode, lease, spec };
+            self.inner.leases.add(dir, name);
+            let r = self.md_entry(parent, name, req).await;
+            self.track_entries(&r, &[dir]);
             let reply = r?;
             match reply.response {
                 Response::DirMade { attr, parent: dir, lease } => {
                     self.note_dir(dir);
+                    self.learn_stripes(&attr);
                     // An answer to a request sent again may be the reply cache's, for a
                     // lease the MDS dropped with the connection the first try was on.
                     if let (Some(id), false) = (lease, reply.resent) {
@@ -813,8 +855,12 @@ impl Client {
     }
 
     pub async fn symlink(&self, creds: &Creds, parent: Fid, name: &str, target: &str) -> Result<Attr> {
-        let req =
-            Request::MdsSymlink { creds: creds.clone(), parent, name: name.to_string(), target: target.to_string() };
+        let req = |dir| Request::MdsSymlink {
+            creds: creds.clone(),
+            parent: dir,
+            name: name.to_string(),
+            target: target.to_string(),
+        };
         self.observe("symlink", Some(parent), 0, 0, self.make_leaf(parent, name, req)).await
     }
 
@@ -829,17 +875,19 @@ impl Client {
         mode: u32,
         rdev: u64,
     ) -> Result<Attr> {
-        let req = Request::MdsMknod { creds: creds.clone(), parent, name: name.to_string(), kind, mode, rdev };
+        let req =
+            |dir| Request::MdsMknod { creds: creds.clone(), parent: dir, name: name.to_string(), kind, mode, rdev };
         self.observe("mknod", Some(parent), 0, 0, self.make_leaf(parent, name, req)).await
     }
 
-    /// Sends `req`, which makes the entry `name` in `parent` for a new inode without
-    /// data (a symlink or a special file), and returns the inode's attributes.
-    async fn make_leaf(&self, parent: Fid, name: &str, req: Request) -> Result<Attr> {
+    /// Sends the request `build(shard)` makes, which makes the entry `name` in
+    /// `parent` for a new inode without data (a symlink or a special file), and
+    /// returns the inode's attributes.
+    async fn make_leaf(&self, parent: Fid, name: &str, build: impl Fn(Fid) -> Request) -> Result<Attr> {
         self.forget_dir(parent);
-        self.inner.leases.add(parent, name);
-        let op = req.op_name();
-        answer!(op, self.md_entries(&[parent], req).await?, Response::Attr(a) => a)
+        self.inner.leases.add(self.shard(parent, name), name);
+        let op = build(parent).op_name();
+        answer!(op, self.md_change(parent, name, build).await?, Response::Attr(a) => a)
     }
 
     pub async fn readlink(&self, fid: Fid) -> Result<String> {
@@ -849,32 +897,32 @@ impl Client {
     pub async fn link(&self, creds: &Creds, fid: Fid, parent: Fid, name: &str) -> Result<Attr> {
         self.observe("link", Some(fid), 0, 0, async {
             self.forget_dir(parent);
-            self.inner.leases.add(parent, name);
-            let req = Request::MdsLink { creds: creds.clone(), fid, parent, name: name.to_string() };
-            answer!("link", self.md_entries(&[parent], req).await?, Response::Attr(a) => a)
+            self.inner.leases.add(self.shard(parent, name), name);
+            let req = |dir| Request::MdsLink { creds: creds.clone(), fid, parent: dir, name: name.to_string() };
+            answer!("link", self.md_change(parent, name, req).await?, Response::Attr(a) => a)
         })
         .await
     }
 
     pub async fn unlink(&self, creds: &Creds, parent: Fid, name: &str) -> Result<()> {
-        let req = Request::MdsUnlink { creds: creds.clone(), parent, name: name.to_string() };
+        let req = |dir| Request::MdsUnlink { creds: creds.clone(), parent: dir, name: name.to_string() };
         self.observe("unlink", Some(parent), 0, 0, async {
             self.settle_closes().await;
-            self.remove_entry(parent, req).await
+            self.remove_entry(parent, name, req).await
         })
         .await
     }
 
     pub async fn rmdir(&self, creds: &Creds, parent: Fid, name: &str) -> Result<()> {
-        let req = Request::MdsRmdir { creds: creds.clone(), parent, name: name.to_string() };
-        self.observe("rmdir", Some(parent), 0, 0, self.remove_entry(parent, req)).await
+        let req = |dir| Request::MdsRmdir { creds: creds.clone(), parent: dir, name: name.to_string() };
+        self.observe("rmdir", Some(parent), 0, 0, self.remove_entry(parent, name, req)).await
     }
 
-    /// Sends `req`, which removes a name from `parent` (an unlink or an rmdir), and
-    /// remembers the directory as the MDS left it.
-    async fn remove_entry(&self, parent: Fid, req: Request) -> Result<()> {
-        let op = req.op_name();
-        let dir = answer!(op, self.md_entries(&[parent], req).await?, Response::DirChanged { dir } => dir)?;
+    /// Sends the request `build(shard)` makes, which removes `name` from `parent` (an
+    /// unlink or an rmdir), and remembers the directory as the MDS left it.
+    async fn remove_entry(&self, parent: Fid, name: &str, build: impl Fn(Fid) -> Request) -> Result<()> {
+        let op = build(parent).op_name();
+        let dir = answer!(op, self.md_change(parent, name, build).await?, Response::DirChanged { dir } => dir)?;
         self.note_dir(dir);
         Ok(())
     }
@@ -892,22 +940,26 @@ impl Client {
             self.forget_dir(parent);
             self.forget_dir(new_parent);
             self.settle_closes().await;
-            let req = Request::MdsRename {
+            let req = |from, to| Request::MdsRename {
                 creds: creds.clone(),
-                parent,
+                parent: from,
                 name: name.to_string(),
-                new_parent,
+                new_parent: to,
                 new_name: new_name.to_string(),
                 flags,
             };
-            self.inner.leases.add(new_parent, new_name);
+            let dirs = [self.shard(new_parent, new_name), self.shard(parent, name)];
+            self.inner.leases.add(dirs[0], new_name);
             // To the new entry's MDT, which coordinates a rename from another MDT.
-            answer!("rename", self.md_entries(&[new_parent, parent], req).await?, Response::Ok => ())
+            let r = self.md_entries2((parent, name), Some((new_parent, new_name)), req).await.map(|r| r.response);
+            self.track_entries(&r, &dirs);
+            answer!("rename", r?, Response::Ok => ())
         })
         .await
     }
 
-    /// One batch of directory entries after `after` (name order).
+    /// One batch of directory entries after `after` (name order), of every shard of
+    /// a striped directory.
     pub async fn readdir(
         &self,
         creds: &Creds,
@@ -915,8 +967,7 @@ impl Client {
         after: Option<&str>,
         max: u32,
     ) -> Result<(Vec<DirEntry>, bool)> {
-        let req = Request::MdsReaddir { creds: creds.clone(), fid, after: after.map(str::to_string), max };
-        md_op!(self, "readdir", fid, req, Response::Dirents { entries, eof } => (entries, eof))
+        self.observe("readdir", Some(fid), 0, 0, self.readdir_merged(creds, fid, after, max)).await
     }
 
     /// Every entry of a directory.
@@ -956,7 +1007,8 @@ impl Client {
                 }
             }
             let req = Request::MdsSetattr { creds: creds.clone(), fid, set };
-            answer!("setattr", self.md(fid, req).await?, Response::Attr(a) => a)
+            let attr = answer!("setattr", self.md(fid, req).await?, Response::Attr(a) => a)?;
+            self.dir_attr_merged(attr).await
         })
         .await
     }
@@ -1290,6 +1342,10 @@ impl Client {
     }
 
     fn note_dir(&self, attr: Attr) {
+        if attr.stripes.is_some() {
+            // A shard's own attributes: the directory's are summed over all of them.
+            return self.forget_dir(attr.fid);
+        }
         let mut dirs = self.inner.recent_dirs.lock().expect("recent dirs");
         if dirs.len() >= RECENT_DIRS_MAX {
             dirs.clear();

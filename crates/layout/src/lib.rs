@@ -16,9 +16,11 @@
 //! `(x / (S*C)) * S + x % S`. Objects therefore never need to know where their component
 //! starts, and a component's objects are sparse below its extent.
 
+mod dirhash;
 mod parse;
 mod spec;
 
+pub use dirhash::{fnv_1a_64, DirHash, DIR_STRIPES_MAX};
 pub use parse::{format_size, parse_ost_list, parse_size};
 pub use spec::{choose_osts, ComponentSpec, LayoutChange, LayoutSpec, OstState, PlacementError, TEMPLATES};
 

@@ -10,6 +10,9 @@
 //!   directory exactly one, in the directory its `..` names;
 //! - a file's link count is its number of entries, a directory's is 2 plus its
 //!   subdirectories;
+//! - a striped directory's shards exist on the MDTs its table names, each with the
+//!   same table and `..` naming shard 0, and every entry is in the shard its name
+//!   hashes to;
 //! - no operation spanning MDTs is left undecided.
 //!
 //! It holds every MDT's inodes and entries in memory: a checker for test and repair
@@ -72,6 +75,12 @@ pub fn check_namespace(dirs: &[PathBuf]) -> Result<Vec<String>, MdsError> {
                 }
                 Some(_) => {}
             }
+            if let Some(s) = inode(*parent).and_then(|p| p.attr.stripes.as_ref()) {
+                if s.shard_for(name) != *parent {
+                    problems
+                        .push(format!("entry {parent}/{name} belongs to shard {}, not this one", s.shard_for(name)));
+                }
+            }
             names.entry(*child).or_default().push((*parent, name));
             if *kind == FileKind::Dir {
                 *subdirs.entry(*parent).or_default() += 1;
@@ -83,6 +92,40 @@ pub fn check_namespace(dirs: &[PathBuf]) -> Result<Vec<String>, MdsError> {
     }
     for m in &missing_mdts {
         problems.push(format!("entries name inodes on MDT {m}, whose directory was not given"));
+    }
+    // A striped directory reaches its other shards; they have no entry of their own.
+    let mut shards_of: HashMap<Fid, Fid> = HashMap::new();
+    for c in all.values() {
+        for (fid, ino) in &c.inodes {
+            let Some(s) = &ino.attr.stripes else { continue };
+            if let Err(e) = s.validate() {
+                problems.push(format!("directory {fid} has a bad shard table: {e}"));
+                continue;
+            }
+            if s.master() != *fid {
+                match inode(s.master()) {
+                    Some(m) if m.attr.stripes.as_ref() == Some(s) => {}
+                    _ => problems.push(format!("shard {fid} is not in its directory {}'s table", s.master())),
+                }
+                if ino.parent != Some(s.master()) {
+                    problems.push(format!("shard {fid} has `..` {:?}, not its directory {}", ino.parent, s.master()));
+                }
+                continue;
+            }
+            for &shard in &s.shards[1..] {
+                match inode(shard) {
+                    None if !all.contains_key(&shard.mdt()) => {}
+                    None => problems.push(format!("shard {shard} of directory {fid} does not exist")),
+                    Some(i) if i.attr.stripes.as_ref() != Some(s) => {
+                        problems.push(format!("shard {shard} of directory {fid} has another table"))
+                    }
+                    Some(_) => {
+                        children.entry(*fid).or_default().push(shard);
+                        shards_of.insert(shard, *fid);
+                    }
+                }
+            }
+        }
     }
     // Everything with an entry is reachable from the root (no cycle cut off from it).
     let mut reached: BTreeSet<Fid> = BTreeSet::from([Fid::ROOT]);
@@ -96,7 +139,7 @@ pub fn check_namespace(dirs: &[PathBuf]) -> Result<Vec<String>, MdsError> {
     }
     for c in all.values() {
         for fid in c.inodes.keys() {
-            if names.contains_key(fid) && !reached.contains(fid) {
+            if (names.contains_key(fid) || shards_of.contains_key(fid)) && !reached.contains(fid) {
                 problems.push(format!("{fid} is not reachable from the root (a cycle, or a lost subtree)"));
             }
         }
@@ -110,6 +153,7 @@ pub fn check_namespace(dirs: &[PathBuf]) -> Result<Vec<String>, MdsError> {
             match ino.attr.kind {
                 FileKind::Dir => {
                     match refs {
+                        [] if shards_of.contains_key(fid) => {}
                         [] => problems.push(format!("directory {fid} has no entry (lost)")),
                         [(parent, name)] if ino.parent != Some(*parent) => {
                             problems.push(format!("directory {fid} ({parent}/{name}) has `..` {:?}", ino.parent))

@@ -49,6 +49,9 @@ pub enum JobKind {
     },
     /// Every participant of operation `id` knows the verdict: its decision goes.
     Forget(UpdateId),
+    /// Every shard of striped directory `fid` took its attributes as of change `seq`:
+    /// the note goes, unless a later change came meanwhile.
+    ShardSynced { fid: Fid, seq: u64 },
     /// The verdict on this MDT's half of an operation spanning MDTs (see
     /// [`crate::mdt::update`]), learned from the coordinator.
     Settle { fid: Fid, id: UpdateId, committed: bool },
@@ -256,6 +259,12 @@ impl Committer {
                 JobKind::Coordinated { client_id, conn_id, xid, op, id, participants } => {
                     coordinated_job(&mut w, &place, (*client_id, *conn_id, *xid), op, *id, participants)?
                 }
+                JobKind::ShardSynced { fid, seq } => {
+                    if w.view.shard_sync_seq(*fid)? == Some(*seq) {
+                        w.del(Tbl::ShardSync, &fid.to_key())?;
+                    }
+                    Outcome::Done(Response::Ok)
+                }
                 JobKind::Forget(id) => {
                     w.forget_decision(*id)?;
                     Outcome::Done(Response::Ok)
@@ -264,7 +273,7 @@ impl Committer {
                     Ok(r) => Outcome::Done(r),
                     Err(OpError::Errno(c, m)) => Outcome::Done(Response::error(c, m)),
                     // Not expected: a removal's directory lost its lease at prepare.
-                    Err(e @ OpError::Leased(_)) => Outcome::Done(crate::target::op_error(e)),
+                    Err(e @ (OpError::Leased(_) | OpError::WrongShard(_))) => Outcome::Done(crate::target::op_error(e)),
                     Err(e) => return Err(e),
                 },
                 JobKind::DestroyDone(keys) => {
@@ -402,6 +411,7 @@ fn as_client<'w>(
     let response = match apply(w) {
         Ok(r) => r,
         Err(OpError::Errno(c, m)) => Response::error(c, m),
+        Err(OpError::WrongShard(s)) => Response::Striped(*s),
         Err(OpError::Leased(dir)) => {
             w.rollback(start);
             return Ok(leased(dir));
@@ -413,8 +423,9 @@ fn as_client<'w>(
         Err(e @ OpError::Store(_)) => return Err(e),
     };
     // `Again` means nothing was applied and the client will ask again with the same
-    // xid: it must not find this answer then.
-    let again = matches!(&response, Response::Error(e) if e.code == Errno::Again);
+    // xid: it must not find this answer then (nor a redirection to another shard).
+    let again =
+        matches!(&response, Response::Error(e) if e.code == Errno::Again) || matches!(response, Response::Striped(_));
     let reply = Reply { at: now_secs(), response };
     if !again {
         w.put(Tbl::Replies, &key, &store::encode_record(&reply))?;

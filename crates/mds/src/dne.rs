@@ -28,8 +28,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 
+use layout::DirHash;
 use proto::msg::{
-    Attr, Creds, FileKind, RenameFlags, Request, Response, TargetKind, UpdateId, UpdateOp, UpdateState, MDT_BALANCED,
+    Attr, ClusterConfig, Creds, DirSpec, DirStripes, FileKind, RenameFlags, Request, Response, ShardSync, TargetKind,
+    UpdateId, UpdateOp, UpdateState, DIR_STRIPES_ALL, MDT_BALANCED,
 };
 use proto::{Errno, Fid, RpcError};
 use rpc::server::{Callbacks, RequestCtx};
@@ -79,6 +81,18 @@ pub struct Dne {
     next_seq: AtomicU64,
     /// Round-robin cursor of `-i -1`.
     rr: AtomicU64,
+    /// One copy of a striped directory's attributes to its shards at a time (see
+    /// [`Dne::sync_shards`]); an entry lives while a copy runs or waits.
+    syncing: Mutex<HashMap<Fid, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// Where a new directory goes: its shards' MDTs in shard order (one for a plain
+/// directory), their name hash, and whether the caller asked for it (`mkdir -i/-c`,
+/// root only) rather than a default placing it.
+pub(crate) struct DirPlacement {
+    pub mdts: Vec<u32>,
+    pub hash: DirHash,
+    pub explicit: bool,
 }
 
 /// Ends an operation's "under way" mark when dropped.
@@ -106,6 +120,7 @@ impl Dne {
             under_way: Mutex::new(HashSet::new()),
             next_seq: AtomicU64::new(base),
             rr: AtomicU64::new(0),
+            syncing: Mutex::new(HashMap::new()),
         }
     }
 
@@ -162,22 +177,152 @@ impl Dne {
         Ok(c.clone())
     }
 
-    /// Tells the participant the verdict, in the background, and forgets a committed
-    /// decision once it answered: if the message is lost, the participant asks, and
-    /// [`UpdateResolve`] tells it again.
-    fn tell(&self, mdt: Arc<Mdt>, peer: Arc<RpcClient>, to: Participant, id: UpdateId, committed: bool) {
+    /// Tells the participants the verdict, in the background, and forgets a committed
+    /// decision once all of them answered: if a message is lost, the participant asks,
+    /// and [`UpdateResolve`] tells it again.
+    fn tell(&self, mdt: Arc<Mdt>, id: UpdateId, committed: bool, to: Vec<(Arc<RpcClient>, Participant)>) {
         tokio::spawn(async move {
-            let Participant { mdt: k, fid } = to;
-            let req = Request::MdsUpdateDone { mdt: k, fid, id, committed };
-            match peer.call(&req, vec![]).await {
-                Ok(_) if committed => {
-                    mdt.submit_own(JobKind::Forget(id)).await;
+            let mut all = true;
+            for (peer, Participant { mdt: k, fid }) in to {
+                let req = Request::MdsUpdateDone { mdt: k, fid, id, committed };
+                if let Err(e) = peer.call(&req, vec![]).await {
+                    tracing::debug!(%fid, "verdict on a pending update not delivered (sent again later): {e}");
+                    all = false;
                 }
-                Ok(_) => {}
-                Err(e) => tracing::debug!(%fid, "verdict on a pending update not delivered (sent again later): {e}"),
+            }
+            if committed && all {
+                mdt.submit_own(JobKind::Forget(id)).await;
             }
         });
     }
+
+    /// Steps 3 and 4 once every participant in `prepared` holds its half: applies the
+    /// entry `op` with the client's reply and the decision, forces it to disk, ends
+    /// the mark and tells the participants. `step` names the fault points.
+    async fn commit(
+        &self,
+        ctx: &RequestCtx,
+        mdt: &Arc<Mdt>,
+        step: &str,
+        flight: UnderWay<'_>,
+        op: CoordinatedOp,
+        prepared: Vec<(Arc<RpcClient>, Participant)>,
+    ) -> Response {
+        fault_point(&format!("{step}:before-commit"));
+        let (client_id, conn_id, xid, id) = (ctx.client_id, ctx.conn_id, ctx.xid, flight.id);
+        let participants = prepared.iter().map(|p| p.1).collect();
+        let r = mdt.submit_own(JobKind::Coordinated { client_id, conn_id, xid, op, id, participants }).await;
+        // Applied now or by the first try (whose answer this is, from the reply cache).
+        let committed = !matches!(r, Response::Error(_));
+        if committed {
+            // On disk before anyone acts on it: a machine crash must not take the entry
+            // back once a participant keeps its half.
+            mdt.submit_own(JobKind::Sync).await;
+        }
+        drop(flight);
+        fault_point(&format!("{step}:before-done"));
+        self.tell(mdt.clone(), id, committed, prepared);
+        r
+    }
+}
+
+impl Dne {
+    /// Copies striped directory `fid`'s attributes (on this MDS) to its other shards
+    /// if a change is noted in `shard_sync`, and forgets the note once all took it.
+    /// One copy at a time per directory, each reading the directory when it starts,
+    /// so an earlier state never lands after a later one.
+    pub(crate) async fn sync_shards(&self, mdt: &Arc<Mdt>, fid: Fid) -> Result<(), Response> {
+        let Ok(Some(_)) = mdt.view().and_then(|v| v.shard_sync_seq(fid)) else { return Ok(()) };
+        let lock = self.syncing.lock().expect("shard syncs").entry(fid).or_default().clone();
+        let held = lock.lock().await;
+        let read = mdt.view().and_then(|v| Ok((v.shard_sync_seq(fid)?, v.must_inode(fid)?, v.dirs_default(fid)?)));
+        let r = match read {
+            Ok((Some(seq), ino, dirs_default)) => self.push_shards(mdt, seq, ino, dirs_default).await,
+            Ok((None, ..)) => Ok(()),
+            Err(e) => Err(crate::target::op_error(e)),
+        };
+        drop(held);
+        let mut syncing = self.syncing.lock().expect("shard syncs");
+        if syncing.get(&fid).is_some_and(|l| Arc::strong_count(l) == 2) {
+            syncing.remove(&fid);
+        }
+        r
+    }
+
+    async fn push_shards(
+        &self,
+        mdt: &Arc<Mdt>,
+        seq: u64,
+        ino: crate::inode::Inode,
+        dirs_default: Option<DirSpec>,
+    ) -> Result<(), Response> {
+        let master = ino.attr.fid;
+        let Some(stripes) = ino.attr.stripes.as_ref().filter(|s| s.master() == master) else { return Ok(()) };
+        let mut pushes = Vec::new();
+        for &fid in &stripes.shards[1..] {
+            let a = &ino.attr;
+            let sync = ShardSync {
+                fid,
+                master,
+                mode: a.mode,
+                uid: a.uid,
+                gid: a.gid,
+                atime: a.atime,
+                mtime: a.mtime,
+                dir_default: ino.dir_default.clone(),
+                dirs_default,
+            };
+            pushes.push((self.peer(fid.mdt()).await?, fid.mdt(), Request::MdsShardSync(sync)));
+        }
+        if let Some(refused) = ask_all(pushes).await.into_iter().find(|r| *r != Response::Ok) {
+            return Err(refused);
+        }
+        mdt.submit_own(JobKind::ShardSynced { fid: master, seq }).await;
+        Ok(())
+    }
+}
+
+/// Copies to their shards the attributes of striped directories whose change a
+/// crash or a down MDT kept from them (see [`Dne::sync_shards`]).
+pub struct ShardSyncRetry {
+    pub mdt: Arc<Mdt>,
+    pub dne: Arc<Dne>,
+    pub every: Duration,
+}
+
+impl Worker for ShardSyncRetry {
+    const NAME: &'static str = "shard-sync";
+
+    fn period(&self) -> Duration {
+        self.every
+    }
+
+    fn eager(&self) -> bool {
+        true
+    }
+
+    async fn tick(&mut self) {
+        let due = match self.mdt.view().and_then(|v| v.shard_syncs(RESOLVE_BATCH)) {
+            Ok(d) => d,
+            Err(e) => return tracing::warn!(mdt = self.mdt.index, "cannot list shard syncs: {e}"),
+        };
+        for fid in due {
+            if let Err(e) = self.dne.sync_shards(&self.mdt, fid).await {
+                tracing::debug!(mdt = self.mdt.index, %fid, "shards not updated yet: {e:?}");
+            }
+        }
+    }
+}
+
+/// Sends each participant its half at once; the answers in the order of `halves`.
+async fn ask_all(halves: Vec<(Arc<RpcClient>, u32, Request)>) -> Vec<Response> {
+    let tasks: Vec<_> =
+        halves.into_iter().map(|(peer, k, req)| tokio::spawn(async move { ask(&peer, k, &req).await })).collect();
+    let mut answers = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        answers.push(t.await.unwrap_or_else(|e| Response::error(Errno::Io, format!("a peer request failed: {e}"))));
+    }
+    answers
 }
 
 fn peer_options() -> RpcOptions {
@@ -194,15 +339,66 @@ async fn ask(peer: &RpcClient, mdt: u32, req: &Request) -> Response {
 }
 
 impl Dne {
-    /// Where a new directory in `parent` goes: the MDT asked for (`mkdir -i K`, or
-    /// [`MDT_BALANCED`]), else the one the parent's default for new directories names,
-    /// else (`None`) the parent's own. With whether the caller asked for it.
-    pub(crate) fn where_to_mkdir(&self, mdt: &Mdt, parent: Fid, asked: Option<u32>) -> Option<(u32, bool)> {
-        let (k, explicit) = match asked {
-            Some(k) => (k, true),
-            None => (mdt.view().ok()?.dirs_default(parent).ok()??.mdt, false),
+    /// Where a new directory in `parent` goes: as asked (`mkdir -i K -c N`), else as
+    /// the parent's default for new directories says, else on the parent's own MDT.
+    /// An impossible request (more shards than MDTs, an MDT not in the file system)
+    /// gets its error answer; a default asking for more shards than there are MDTs
+    /// gets them all, as Lustre's.
+    pub(crate) async fn where_to_mkdir(
+        &self,
+        mdt: &Mdt,
+        parent: Fid,
+        asked: Option<DirSpec>,
+    ) -> Result<DirPlacement, Response> {
+        let here = DirPlacement { mdts: vec![mdt.index], hash: DirHash::default(), explicit: false };
+        let (spec, explicit) = match asked {
+            Some(s) => (s, true),
+            None => match mdt.view().ok().and_then(|v| v.dirs_default(parent).ok().flatten()) {
+                Some(s) => (s, false),
+                None => return Ok(here),
+            },
         };
-        Some((if k == MDT_BALANCED { self.balanced(mdt.index) } else { k }, explicit))
+        if let Err(e) = spec.check() {
+            return Err(Response::error(Errno::Inval, e));
+        }
+        let start = if spec.mdt == MDT_BALANCED { self.balanced(mdt.index) } else { spec.mdt };
+        let all = self.mdt_indices(start).await?;
+        if all.is_empty() {
+            return Ok(here);
+        }
+        let count = match spec.count {
+            DIR_STRIPES_ALL => all.len(),
+            n if n as usize > all.len() && explicit => {
+                let why = format!("stripe count {n} is larger than the number of MDTs ({})", all.len());
+                return Err(Response::error(Errno::Inval, why));
+            }
+            n => (n as usize).min(all.len()),
+        };
+        let Some(at) = all.iter().position(|&k| k == start) else {
+            let why = format!("MDT {start} is not in this file system (it has {} MDT(s))", all.len());
+            return Err(Response::error(Errno::Inval, why));
+        };
+        let mdts = (0..count).map(|i| all[(at + i) % all.len()]).collect();
+        Ok(DirPlacement { mdts, hash: spec.hash, explicit })
+    }
+
+    /// The indices of the file system's MDTs, in order; asked of the MGS when the
+    /// configuration this MDS holds does not know `want` (it may predate it).
+    async fn mdt_indices(&self, want: u32) -> Result<Vec<u32>, Response> {
+        let indices = |c: &ClusterConfig| {
+            let mut all: Vec<u32> = c.mdts.iter().map(|t| t.index).collect();
+            all.sort_unstable();
+            all
+        };
+        let known = self.cluster.read().expect("cluster view").config.as_ref().map(indices).unwrap_or_default();
+        if known.contains(&want) {
+            return Ok(known);
+        }
+        match self.mgs.call(&Request::MgsGetConfig, vec![]).await {
+            Ok(rpc::Reply { response: Response::Config(c), .. }) => Ok(indices(&c)),
+            Ok(r) => Err(Response::error(Errno::Io, format!("the MGS answered {:?}", r.response))),
+            Err(e) => Err(Response::error(Errno::Io, format!("cannot reach the MGS: {e}"))),
+        }
     }
 
     /// The next MDT that is up, round-robin (`-i -1`); `here` when none is known.
@@ -237,28 +433,9 @@ impl Dne {
         if explicit && creds.uid != 0 {
             return Response::error(Errno::Perm, "only root may make a directory on another MDT");
         }
-        let dir = match self.check_new_entry(mdt, &creds, parent, &name).await {
-            Ok(dir) => dir,
+        let op = match self.new_dir_half(mdt, &creds, parent, &name, mode).await {
+            Ok(op) => op,
             Err(r) => return r,
-        };
-        let dir_default = mdt.read(move |v| Ok(Response::DirLayout(v.must_inode(parent)?.dir_default))).await;
-        let dir_default = match dir_default {
-            Response::DirLayout(d) if parent != Fid::ROOT => d,
-            Response::DirLayout(_) => None,
-            other => return other,
-        };
-        let setgid = dir.mode & S_ISGID != 0;
-        let gid = if setgid { dir.gid } else { creds.gid };
-        let mode = mode | if setgid { S_ISGID } else { 0 };
-        let dirs_default = mdt.view().ok().and_then(|v| v.dirs_default(parent).ok().flatten());
-        let op = UpdateOp::MkdirInode {
-            creds: creds.clone(),
-            parent,
-            name: name.clone(),
-            mode,
-            gid,
-            dir_default,
-            dirs_default,
         };
         let entry = move |half: &Response| match half {
             Response::Attr(child) => {
@@ -267,6 +444,86 @@ impl Dne {
             _ => None,
         };
         self.coordinate(callbacks, ctx, mdt, ("mkdir-remote", parent, k), op, entry).await
+    }
+
+    /// The removal of striped directory `name` in `parent` (on this MDS): every shard
+    /// checked empty and held (no new entries) on its MDT, then the entry goes.
+    #[allow(clippy::too_many_arguments)]
+    async fn rmdir_striped(
+        &self,
+        callbacks: &Callbacks,
+        ctx: &RequestCtx,
+        mdt: &Arc<Mdt>,
+        creds: Creds,
+        (parent, name): (Fid, String),
+        attr: Attr,
+        stripes: DirStripes,
+    ) -> Response {
+        self.revoke_others(callbacks, mdt, parent, ctx).await;
+        let mut halves = Vec::with_capacity(stripes.shards.len());
+        for &fid in &stripes.shards {
+            let peer = match self.peer(fid.mdt()).await {
+                Ok(p) => p,
+                Err(r) => return r,
+            };
+            halves.push((peer, fid));
+        }
+        let flight = self.begin(mdt.index);
+        let id = flight.id;
+        fault_point("rmdir-striped:before-update");
+        let hold = |(peer, fid): &(Arc<RpcClient>, Fid)| {
+            let op = UpdateOp::RmdirInode { fid: *fid, parent, name: name.clone() };
+            (peer.clone(), fid.mdt(), Request::MdsUpdate { mdt: fid.mdt(), id, op })
+        };
+        let mut prepared = Vec::new();
+        let mut refused = None;
+        for ((peer, fid), r) in halves.iter().zip(ask_all(halves.iter().map(hold).collect()).await) {
+            match r {
+                Response::Ok => prepared.push((peer.clone(), Participant { mdt: fid.mdt(), fid: *fid })),
+                other => refused = refused.or(Some(other)),
+            }
+        }
+        if let Some(r) = refused {
+            self.tell(mdt.clone(), id, false, prepared);
+            return r;
+        }
+        let op = CoordinatedOp::Unlink { creds, parent, name, child: attr };
+        self.commit(ctx, mdt, "rmdir-striped", flight, op, prepared).await
+    }
+
+    /// The participant's half of a new directory `name` in `parent` (on this MDS),
+    /// with what it inherits from the parent (its default layout, its default for new
+    /// directories, a setgid bit's group), once the entry is checked.
+    async fn new_dir_half(
+        &self,
+        mdt: &Arc<Mdt>,
+        creds: &Creds,
+        parent: Fid,
+        name: &str,
+        mode: u32,
+    ) -> Result<UpdateOp, Response> {
+        let dir = self.check_new_entry(mdt, creds, parent, name).await?;
+        let dir_default = mdt.read(move |v| Ok(Response::DirLayout(v.must_inode(parent)?.dir_default))).await;
+        let dir_default = match dir_default {
+            Response::DirLayout(d) if parent != Fid::ROOT => d,
+            Response::DirLayout(_) => None,
+            other => return Err(other),
+        };
+        let setgid = dir.mode & S_ISGID != 0;
+        let gid = if setgid { dir.gid } else { creds.gid };
+        let mode = mode | if setgid { S_ISGID } else { 0 };
+        let dirs_default = mdt.view().ok().and_then(|v| v.dirs_default(parent).ok().flatten());
+        let op = UpdateOp::MkdirInode {
+            creds: creds.clone(),
+            parent,
+            name: name.to_string(),
+            mode,
+            gid,
+            dir_default,
+            dirs_default,
+            shard: None,
+        };
+        Ok(op)
     }
 
     /// A hard link `name` in `parent` (on this MDS) to file `fid` on another MDT.
@@ -312,15 +569,20 @@ impl Dne {
         if let Some(r) = kept(mdt, ctx) {
             return r;
         }
-        let attr = match self.remote_attr(child).await {
+        let attr = if child.mdt() == mdt.index {
+            mdt.read(move |v| Ok(Response::Attr(v.must_inode(child)?.attr))).await
+        } else {
+            self.remote_attr(child).await
+        };
+        let attr = match attr {
             Response::Attr(a) => a,
             other => return other,
         };
         // What can be checked here is, before the participant holds anything.
-        let (c, a) = (creds.clone(), attr.clone());
+        let (c, a, n) = (creds.clone(), attr.clone(), name.clone());
         let checked = mdt
             .read(move |v| {
-                let dir = v.dir_for(&c, parent, true)?;
+                let dir = v.dir_for(&c, parent, &n, true)?;
                 if !crate::inode::sticky_allows_attr(&dir, &a, &c) {
                     return Err(crate::mdt::OpError::Errno(Errno::Perm, "sticky directory: not the owner".into()));
                 }
@@ -329,6 +591,9 @@ impl Dne {
             .await;
         if checked != Response::Ok {
             return checked;
+        }
+        if let Some(stripes) = attr.stripes.clone() {
+            return self.rmdir_striped(callbacks, ctx, mdt, creds, (parent, name), attr, stripes).await;
         }
         let (op, step) = if attr.kind == FileKind::Dir {
             (UpdateOp::RmdirInode { fid: child, parent, name: name.clone() }, "rmdir-remote")
@@ -385,7 +650,7 @@ impl Dne {
         let checked = mdt
             .read(move |v| {
                 crate::mdt::schema::check_name(&n)?;
-                let dir = v.dir_for(&c, new_parent, true)?;
+                let dir = v.dir_for(&c, new_parent, &n, true)?;
                 let refused = |code, why: String| Err(OpError::Errno(code, why));
                 match v.entry(new_parent, &n)? {
                     Some((t, _)) if t == moving => Ok(Response::Ok),
@@ -429,7 +694,7 @@ impl Dne {
         let checked = mdt
             .read(move |v| {
                 crate::mdt::schema::check_name(&n)?;
-                let dir = v.dir_for(&c, parent, true)?;
+                let dir = v.dir_for(&c, parent, &n, true)?;
                 if v.entry(parent, &n)?.is_some() {
                     return Err(crate::mdt::OpError::Errno(Errno::Exist, format!("{n} exists")));
                 }
@@ -465,22 +730,88 @@ impl Dne {
         fault_point(&format!("{step}:before-update"));
         let half = ask(&peer, k, &Request::MdsUpdate { mdt: k, id, op }).await;
         let Some((op, participant)) = entry(&half) else { return half };
-        fault_point(&format!("{step}:before-commit"));
-        let (client_id, conn_id, xid) = (ctx.client_id, ctx.conn_id, ctx.xid);
-        let participant = Participant { mdt: k, fid: participant };
-        let participants = vec![participant];
-        let r = mdt.submit_own(JobKind::Coordinated { client_id, conn_id, xid, op, id, participants }).await;
-        // Applied now or by the first try (whose answer this is, from the reply cache).
-        let committed = !matches!(r, Response::Error(_));
-        if committed {
-            // On disk before anyone acts on it: a machine crash must not take the entry
-            // back once the participant keeps its half.
-            mdt.submit_own(JobKind::Sync).await;
+        self.commit(ctx, mdt, step, flight, op, vec![(peer, Participant { mdt: k, fid: participant })]).await
+    }
+
+    /// A striped directory `name` in `parent` (on this MDS), its shards on the MDTs
+    /// of `to` (`mkdir -c N`, root only as [`Dne::mkdir_remote`], or a default): a
+    /// FID reserved on each shard's MDT, then every shard made with the whole table,
+    /// then the entry. Every shard is a participant's half, on this MDT's too.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn mkdir_striped(
+        &self,
+        callbacks: &Callbacks,
+        ctx: &RequestCtx,
+        mdt: &Arc<Mdt>,
+        creds: Creds,
+        parent: Fid,
+        name: String,
+        mode: u32,
+        to: DirPlacement,
+    ) -> Response {
+        if let Some(r) = kept(mdt, ctx) {
+            return r;
         }
-        drop(flight);
-        fault_point(&format!("{step}:before-done"));
-        self.tell(mdt.clone(), peer, participant, id, committed);
-        r
+        if to.explicit && creds.uid != 0 {
+            return Response::error(Errno::Perm, "only root may make a striped directory");
+        }
+        let shard_op = match self.new_dir_half(mdt, &creds, parent, &name, mode).await {
+            Ok(op) => op,
+            Err(r) => return r,
+        };
+        self.revoke_others(callbacks, mdt, parent, ctx).await;
+        let mut peers = Vec::with_capacity(to.mdts.len());
+        for &k in &to.mdts {
+            match self.peer(k).await {
+                Ok(p) => peers.push((p, k)),
+                Err(r) => return r,
+            }
+        }
+        let flight = self.begin(mdt.index);
+        let id = flight.id;
+        fault_point("mkdir-striped:before-reserve");
+        let reserve = |(p, k): &(Arc<RpcClient>, u32)| {
+            (p.clone(), *k, Request::MdsUpdate { mdt: *k, id, op: UpdateOp::ReserveFid })
+        };
+        let mut prepared = Vec::new();
+        let mut shards = Vec::new();
+        let mut refused = None;
+        for ((peer, k), r) in peers.iter().zip(ask_all(peers.iter().map(reserve).collect()).await) {
+            match r {
+                Response::Reserved(fid) if fid.mdt() == *k => {
+                    prepared.push((peer.clone(), Participant { mdt: *k, fid }));
+                    shards.push(fid);
+                }
+                other => refused = refused.or(Some(other)),
+            }
+        }
+        if let Some(r) = refused {
+            self.tell(mdt.clone(), id, false, prepared);
+            return r;
+        }
+        let stripes = DirStripes { hash: to.hash, shards };
+        fault_point("mkdir-striped:before-update");
+        let make = |(peer, p): &(Arc<RpcClient>, Participant)| {
+            let mut op = shard_op.clone();
+            if let UpdateOp::MkdirInode { shard, .. } = &mut op {
+                *shard = Some((p.fid, stripes.clone()));
+            }
+            (peer.clone(), p.mdt, Request::MdsUpdate { mdt: p.mdt, id, op })
+        };
+        let mut master = None;
+        for r in ask_all(prepared.iter().map(make).collect()).await {
+            match r {
+                Response::Attr(a) if a.fid == stripes.master() => master = Some(a),
+                Response::Attr(_) => {}
+                other => refused = refused.or(Some(other)),
+            }
+        }
+        let (Some(child), None) = (master, refused.clone()) else {
+            self.tell(mdt.clone(), id, false, prepared);
+            return refused.unwrap_or_else(|| Response::error(Errno::Io, "shard 0 did not answer its attributes"));
+        };
+        let op = CoordinatedOp::Link { creds, parent, name, child };
+        self.commit(ctx, mdt, "mkdir-striped", flight, op, prepared).await
     }
 
     /// A participant asks about a pending half (see [`UpdateResolve`]).

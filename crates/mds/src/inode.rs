@@ -67,12 +67,47 @@ impl From<LayoutSpecV1> for LayoutSpec {
     }
 }
 
+/// The attributes as records of versions 1 and 2 stored them, before striped
+/// directories. Frozen, as [`LayoutSpecV1`].
+#[derive(Deserialize)]
+struct AttrV2 {
+    fid: Fid,
+    kind: FileKind,
+    mode: u32,
+    nlink: u32,
+    uid: u32,
+    gid: u32,
+    size: u64,
+    atime: Timespec,
+    mtime: Timespec,
+    ctime: Timespec,
+    layout: Option<Layout>,
+    rdev: u64,
+    trunc_epoch: u64,
+}
+
+impl From<AttrV2> for Attr {
+    fn from(a: AttrV2) -> Attr {
+        let AttrV2 { fid, kind, mode, nlink, uid, gid, size, atime, mtime, ctime, layout, rdev, trunc_epoch } = a;
+        Attr { fid, kind, mode, nlink, uid, gid, size, atime, mtime, ctime, layout, rdev, trunc_epoch, stripes: None }
+    }
+}
+
 /// An inode record of version 1: the directory default without patterns.
 #[derive(Deserialize)]
 struct InodeV1 {
-    attr: Attr,
+    attr: AttrV2,
     symlink: Option<String>,
     dir_default: Option<LayoutSpecV1>,
+    parent: Option<Fid>,
+}
+
+/// An inode record of version 2: attributes without a shard table.
+#[derive(Deserialize)]
+struct InodeV2 {
+    attr: AttrV2,
+    symlink: Option<String>,
+    dir_default: Option<LayoutSpec>,
     parent: Option<Fid>,
 }
 
@@ -129,6 +164,7 @@ impl Inode {
                 layout: v.layout,
                 rdev,
                 trunc_epoch,
+                stripes: None,
             },
             symlink: v.symlink,
             dir_default: v.dir_default.map(LayoutSpec::from),
@@ -140,11 +176,17 @@ impl Inode {
     pub fn decode_v1(body: &[u8]) -> Result<Inode, store::StoreError> {
         let v: InodeV1 = store::decode_exact(body, "inode")?;
         Ok(Inode {
-            attr: v.attr,
+            attr: v.attr.into(),
             symlink: v.symlink,
             dir_default: v.dir_default.map(LayoutSpec::from),
             parent: v.parent,
         })
+    }
+
+    /// Decodes the body of an inode record of version 2 (see [`InodeV2`]).
+    pub fn decode_v2(body: &[u8]) -> Result<Inode, store::StoreError> {
+        let v: InodeV2 = store::decode_exact(body, "inode")?;
+        Ok(Inode { attr: v.attr.into(), symlink: v.symlink, dir_default: v.dir_default, parent: v.parent })
     }
 
     pub fn new(fid: Fid, kind: FileKind, mode: u32, creds: &Creds, gid: u32, now: Timespec) -> Inode {
@@ -163,6 +205,7 @@ impl Inode {
                 layout: None,
                 rdev: 0,
                 trunc_epoch: 0,
+                stripes: None,
             },
             symlink: None,
             dir_default: None,

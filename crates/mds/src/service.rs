@@ -15,7 +15,7 @@ use rpc::{Identity, RpcClient};
 
 use crate::cluster::ClusterView;
 use crate::commit::{JobKind, Outcome};
-use crate::dne::{answer_of_first_try, Dne, UpdateResolve, PENDING_ASK_AFTER};
+use crate::dne::{answer_of_first_try, Dne, ShardSyncRetry, UpdateResolve, PENDING_ASK_AFTER};
 use crate::mdt::view::Found;
 use crate::target::Mdt;
 use crate::workers::{CheckpointTick, ClusterRefresh, DestroyDrain, OrphanReap, ReplyPrune, Workers};
@@ -64,6 +64,7 @@ impl Mds {
             workers.spawn(CheckpointTick { mdt: m.clone(), every: cfg.checkpoint_interval });
             workers.spawn(OrphanReap { mdt: m.clone() });
             workers.spawn(UpdateResolve { mdt: m.clone(), dne: dne.clone(), every: PENDING_ASK_AFTER, after: None });
+            workers.spawn(ShardSyncRetry { mdt: m.clone(), dne: dne.clone(), every: PENDING_ASK_AFTER });
         }
         Ok(Arc::new(Mds { mdts, dirs, callbacks: Arc::default(), dne, workers }))
     }
@@ -236,6 +237,7 @@ impl Mds {
             Request::MdsRename { new_parent, .. } => *new_parent,
             Request::MdsUpdate { mdt, .. } => Fid::new(*mdt, 0, 0),
             Request::MdsUpdateDone { mdt, .. } => Fid::new(*mdt, 0, 0),
+            Request::MdsShardSync(s) => s.fid,
             Request::MdsUpdateQuery { id } => Fid::new(id.mdt, 0, 0),
             // The entry's MDT coordinates a link to a file on another MDT.
             Request::MdsLink { parent, .. } => *parent,
@@ -293,9 +295,9 @@ impl Mds {
             Request::MdsGetLock { fid, lock } => {
                 Response::Lock(mdt.locks.lock().expect("locks").conflict(fid, ctx.client_id, &lock))
             }
-            Request::MdsReaddir { creds, fid, after, max } => {
+            Request::MdsReaddir { creds, fid, after, max, shard } => {
                 mdt.read(move |v| {
-                    let (entries, eof) = v.readdir(&creds, fid, after.as_deref(), max)?;
+                    let (entries, eof) = v.readdir(&creds, fid, after.as_deref(), max, shard)?;
                     Ok(Response::Dirents { entries, eof })
                 })
                 .await
@@ -343,17 +345,23 @@ impl Mds {
                 crate::dne::fault_point("update-done:before-apply");
                 self.mutate(&ctx, mdt, req).await
             }
-            Request::MdsMkdir { creds, parent, name, mode, lease, mdt: asked } => {
-                match self.dne.where_to_mkdir(mdt, parent, asked) {
-                    Some(to) if to.0 != mdt.index => {
-                        self.across(mdt, ctx, move |dne, cb, m, ctx| async move {
-                            dne.mkdir_remote(&cb, &ctx, &m, creds, parent, name, mode, to).await
-                        })
-                        .await
-                    }
-                    _ => {
-                        self.mutate(&ctx, mdt, Request::MdsMkdir { creds, parent, name, mode, lease, mdt: None }).await
-                    }
+            Request::MdsMkdir { creds, parent, name, mode, lease, spec } => {
+                let to = match self.dne.where_to_mkdir(mdt, parent, spec).await {
+                    Ok(to) => to,
+                    Err(refused) => return refused,
+                };
+                if to.mdts.len() > 1 {
+                    self.across(mdt, ctx, move |dne, cb, m, ctx| async move {
+                        dne.mkdir_striped(&cb, &ctx, &m, creds, parent, name, mode, to).await
+                    })
+                    .await
+                } else if to.mdts[0] != mdt.index {
+                    self.across(mdt, ctx, move |dne, cb, m, ctx| async move {
+                        dne.mkdir_remote(&cb, &ctx, &m, creds, parent, name, mode, (to.mdts[0], to.explicit)).await
+                    })
+                    .await
+                } else {
+                    self.mutate(&ctx, mdt, Request::MdsMkdir { creds, parent, name, mode, lease, spec: None }).await
                 }
             }
             Request::MdsRename { creds, parent, name, new_parent, new_name, flags } if parent.mdt() != mdt.index => {
@@ -367,6 +375,19 @@ impl Mds {
                     dne.link_remote(&cb, &ctx, &m, creds, fid, parent, name).await
                 })
                 .await
+            }
+            req @ (Request::MdsSetattr { .. }
+            | Request::MdsSetxattr { .. }
+            | Request::MdsRemovexattr { .. }
+            | Request::MdsSetDirLayout { .. }) => {
+                let r = self.mutate(&ctx, mdt, req).await;
+                // A striped directory's shards take the change before the answer.
+                if !matches!(r, Response::Error(_)) {
+                    if let Err(e) = self.dne.sync_shards(mdt, target).await {
+                        tracing::warn!(%target, "shards of a striped directory not updated yet (retried): {e:?}");
+                    }
+                }
+                r
             }
             Request::MdsUnlink { creds, parent, name } => self.remove(ctx, mdt, creds, parent, name, false).await,
             Request::MdsRmdir { creds, parent, name } => self.remove(ctx, mdt, creds, parent, name, true).await,

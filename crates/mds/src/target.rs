@@ -70,6 +70,7 @@ pub(crate) fn op_error(e: OpError) -> Response {
         OpError::Store(e) => Response::error(Errno::Io, format!("MDT storage error: {e}")),
         e @ OpError::Leased(_) => Response::error(Errno::Again, e.to_string()),
         e @ OpError::Elsewhere(..) => Response::error(Errno::XDev, e.to_string()),
+        OpError::WrongShard(s) => Response::Striped(*s),
     }
 }
 

@@ -6,7 +6,7 @@
 //! Compatibility: variants are only ever appended, so the postcard discriminants of
 //! existing variants never change within protocol version 1.
 
-use layout::{Layout, LayoutChange, LayoutSpec};
+use layout::{DirHash, Layout, LayoutChange, LayoutSpec};
 use serde::{Deserialize, Serialize};
 
 use crate::error::RemoteError;
@@ -192,6 +192,51 @@ pub struct Attr {
     /// Bumped by every truncate (a setattr of the size): a writer's idea of the size
     /// is trusted only under the epoch it opened or last truncated at.
     pub trunc_epoch: u64,
+    /// A striped directory's shards (Lustre's LMV): on the directory itself (shard
+    /// 0) and on each of its other shards; `None` for everything else.
+    pub stripes: Option<DirStripes>,
+}
+
+/// How a striped directory's entries are spread over MDTs (Lustre's LMV): entry
+/// `name` lives in shard `hash(name) % shards.len()`, a directory object on its own
+/// MDT. Shard 0 is the directory itself (its FID is the one users see); the others
+/// have no entry of their own. The table never changes once the directory is made.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirStripes {
+    pub hash: DirHash,
+    pub shards: Vec<Fid>,
+}
+
+impl DirStripes {
+    /// The directory as users see it (shard 0).
+    pub fn master(&self) -> Fid {
+        self.shards[0]
+    }
+
+    /// The index of the shard holding `name`.
+    pub fn index_of(&self, name: &str) -> usize {
+        self.hash.shard_of(name.as_bytes(), self.shards.len() as u32) as usize
+    }
+
+    /// The shard holding `name`.
+    pub fn shard_for(&self, name: &str) -> Fid {
+        self.shards[self.index_of(name)]
+    }
+
+    /// Checks a table read from the wire or a disk: 2 to [`layout::DIR_STRIPES_MAX`]
+    /// shards, each on its own MDT.
+    pub fn validate(&self) -> Result<(), String> {
+        let n = self.shards.len();
+        if n < 2 || n > layout::DIR_STRIPES_MAX as usize {
+            return Err(format!("a striped directory has 2 to {} shards, not {n}", layout::DIR_STRIPES_MAX));
+        }
+        let mut mdts: Vec<u32> = self.shards.iter().map(Fid::mdt).collect();
+        mdts.sort_unstable();
+        if mdts.windows(2).any(|w| w[0] == w[1]) {
+            return Err("two shards of a striped directory are on one MDT".into());
+        }
+        Ok(())
+    }
 }
 
 impl Attr {
@@ -307,9 +352,10 @@ pub enum Request {
         mode: u32,
         /// Ask for a lease on the new directory (see [`Response::DirMade`]).
         lease: bool,
-        /// The MDT to make the directory's inode on (`braid mkdir -i K`, a remote
-        /// directory): `None` or the parent's own MDT for an ordinary mkdir.
-        mdt: Option<u32>,
+        /// Where the directory goes over MDTs, as asked (`braid mkdir -i K -c N`: a
+        /// remote or striped directory; root only): `None` for the parent's default
+        /// for new directories, or the parent's own MDT.
+        spec: Option<DirSpec>,
     },
     MdsSymlink {
         creds: Creds,
@@ -358,6 +404,10 @@ pub enum Request {
         fid: Fid,
         after: Option<String>,
         max: u32,
+        /// The entries of this shard of a striped directory only (a client merging
+        /// the shards); without it, a striped directory answers with its table
+        /// ([`Response::Striped`]).
+        shard: bool,
     },
     MdsSetattr {
         creds: Creds,
@@ -463,6 +513,9 @@ pub enum Request {
         id: UpdateId,
         committed: bool,
     },
+    /// MDS to MDS: the MDT of a striped directory copies its attributes to one of its
+    /// other shards (their permissions decide creates there).
+    MdsShardSync(ShardSync),
     /// MDS to MDS: a participant asks the coordinator about a pending update it was
     /// never told the verdict of (the coordinator restarted, or the message was
     /// lost): is the operation still under way, and did it commit? Answered with
@@ -619,6 +672,7 @@ impl Request {
             Request::MdsUpdate { .. } => "update",
             Request::MdsUpdateDone { .. } => "update_done",
             Request::MdsUpdateQuery { .. } => "update_query",
+            Request::MdsShardSync(_) => "shard_sync",
             Request::MdsLeaseCancel { .. } => "lease_cancel",
             Request::OstWrite { .. } => "ost_write",
             Request::OstRead { .. } => "ost_read",
@@ -701,46 +755,87 @@ pub enum Response {
     },
     /// Answer to [`Request::MdsUpdateQuery`].
     Update(UpdateState),
+    /// The request named an entry in a striped directory, whose name lives in
+    /// another shard: the directory's shards, for the client to send it there.
+    Striped(DirStripes),
+    /// Answer to [`UpdateOp::ReserveFid`]: the FID reserved for the operation.
+    Reserved(Fid),
 }
 
 /// `braid mkdir -i -1`: the MDS chooses the MDT (Lustre's `-1` as an unsigned index).
 pub const MDT_BALANCED: u32 = u32::MAX;
 
-/// A directory's default for the directories made in it (`setdirstripe -D`, Lustre's
-/// default LMV): on which MDT they are made ([`MDT_BALANCED`]: spread round-robin over
-/// the MDTs that are up). Inherited by those directories. Kept as the directory's
-/// xattr [`DirDefault::XATTR`], in a text form a user can read.
+/// `braid mkdir -c -1` / `setdirstripe -c -1`: a directory striped over every MDT.
+pub const DIR_STRIPES_ALL: u32 = u32::MAX;
+
+/// Where a directory goes over MDTs, as `lfs setdirstripe` asks (Lustre's LMV user
+/// descriptor): `count` shards ([`DIR_STRIPES_ALL`] for every MDT; 1 for a plain
+/// directory) from MDT `mdt` ([`MDT_BALANCED`]: the MDS chooses, round-robin over the
+/// MDTs that are up), names spread by `hash`. Also a directory's default for the
+/// directories made in it (`setdirstripe -D`, Lustre's default LMV), inherited by
+/// them, kept as the directory's xattr [`DirSpec::XATTR`] in a text form a user can
+/// read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DirDefault {
+pub struct DirSpec {
     pub mdt: u32,
+    pub count: u32,
+    pub hash: DirHash,
 }
 
-impl DirDefault {
+impl DirSpec {
     /// Where Lustre keeps its default LMV.
     pub const XATTR: &'static str = "trusted.dmv";
 
-    /// `stripe_count=1 stripe_offset=K` (`-1` for balanced).
-    pub fn to_xattr(&self) -> Vec<u8> {
-        let offset = if self.mdt == MDT_BALANCED { -1 } else { self.mdt as i64 };
-        format!("stripe_count=1 stripe_offset={offset}").into_bytes()
+    /// A plain directory on MDT `mdt`.
+    pub fn on(mdt: u32) -> DirSpec {
+        DirSpec { mdt, count: 1, hash: DirHash::default() }
     }
 
-    pub fn from_xattr(v: &[u8]) -> Result<DirDefault, String> {
+    /// `stripe_count=N stripe_offset=K hash_type=H` (`-1` for every MDT and for
+    /// balanced).
+    pub fn to_xattr(&self) -> Vec<u8> {
+        let signed = |v: u32| if v == u32::MAX { -1 } else { v as i64 };
+        let (count, offset) = (signed(self.count), signed(self.mdt));
+        format!("stripe_count={count} stripe_offset={offset} hash_type={}", self.hash.name()).into_bytes()
+    }
+
+    pub fn from_xattr(v: &[u8]) -> Result<DirSpec, String> {
         let text = std::str::from_utf8(v).map_err(|_| "a default directory layout is text".to_string())?;
-        let (mut count, mut offset) = (None, None);
+        let (mut count, mut offset, mut hash) = (None, None, DirHash::default());
+        let index = |n: &str| match n.parse::<i64>() {
+            Ok(-1) => Some(u32::MAX),
+            Ok(k) if (0..u32::MAX as i64).contains(&k) => Some(k as u32),
+            _ => None,
+        };
         for field in text.split_whitespace() {
             match field.split_once('=') {
-                Some(("stripe_count", n)) => count = n.parse::<u32>().ok(),
-                Some(("stripe_offset", n)) => offset = n.parse::<i64>().ok(),
+                Some(("stripe_count", n)) => count = index(n),
+                Some(("stripe_offset", n)) => offset = index(n),
+                Some(("hash_type", h)) => hash = DirHash::parse(h)?,
                 _ => return Err(format!("unknown field {field:?} in a default directory layout")),
             }
         }
+        let bad = || format!("invalid default directory layout {text:?}: want stripe_count=N stripe_offset=K|-1");
         match (count, offset) {
-            (Some(1), Some(-1)) => Ok(DirDefault { mdt: MDT_BALANCED }),
-            (Some(1), Some(k)) if (0..MDT_BALANCED as i64).contains(&k) => Ok(DirDefault { mdt: k as u32 }),
-            (Some(c), _) if c != 1 => Err("striped directories (stripe_count above 1) are not supported yet".into()),
-            _ => Err(format!("invalid default directory layout {text:?}: want stripe_count=1 stripe_offset=K|-1")),
+            (Some(count), Some(mdt)) if count != 0 => {
+                let spec = DirSpec { mdt, count, hash };
+                spec.check()?;
+                Ok(spec)
+            }
+            _ => Err(bad()),
         }
+    }
+
+    /// Checks what can be checked without the cluster's MDT count.
+    pub fn check(&self) -> Result<(), String> {
+        if self.count == 0 || (self.count > layout::DIR_STRIPES_MAX && self.count != DIR_STRIPES_ALL) {
+            return Err(format!(
+                "stripe count {} is out of range (1 to {}, or -1)",
+                self.count,
+                layout::DIR_STRIPES_MAX
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -764,8 +859,15 @@ pub enum UpdateOp {
         gid: u32,
         dir_default: Option<LayoutSpec>,
         /// The parent's default for new directories, inherited.
-        dirs_default: Option<DirDefault>,
+        dirs_default: Option<DirSpec>,
+        /// A shard of a striped directory: the FID reserved for it
+        /// ([`UpdateOp::ReserveFid`], on this participant, by this operation) and the
+        /// whole shard table.
+        shard: Option<(Fid, DirStripes)>,
     },
+    /// Reserve a FID for a shard of a striped directory this operation makes
+    /// (answered [`Response::Reserved`]); an aborted operation frees it.
+    ReserveFid,
     /// Remove the inode of directory `fid`, entry `name` in `parent`, if it is empty.
     RmdirInode { fid: Fid, parent: Fid, name: String },
     /// One more link to file `fid` (not a directory), for a new entry `name` in
@@ -778,6 +880,23 @@ pub enum UpdateOp {
     /// participant), which names `child` (not a directory), goes once the
     /// coordinator made the new one.
     RemoveEntry { creds: Creds, parent: Fid, name: String, child: Attr },
+}
+
+/// What a shard of a striped directory keeps of the directory's attributes (see
+/// [`Request::MdsShardSync`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShardSync {
+    /// The shard, and its directory (shard 0).
+    pub fid: Fid,
+    pub master: Fid,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub atime: Timespec,
+    pub mtime: Timespec,
+    /// The default layout of new files, and of new directories.
+    pub dir_default: Option<LayoutSpec>,
+    pub dirs_default: Option<DirSpec>,
 }
 
 /// A coordinator's answer about an operation a participant holds pending.

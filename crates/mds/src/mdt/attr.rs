@@ -1,18 +1,19 @@
 //! Operations on one inode's attributes: setattr (mode, owner, times, size and the
 //! truncate epoch), xattrs, and a directory's default layout.
 use layout::LayoutSpec;
-use proto::msg::{Creds, DirDefault, FileKind, Response, SetAttr, TimeSet, Timespec, XattrMode};
+use proto::msg::{Creds, DirSpec, FileKind, Response, SetAttr, ShardSync, TimeSet, Timespec, XattrMode};
 use proto::{Errno, Fid};
 
 use super::error::{fail, OpError, OpResult};
 use super::schema::{dentry_key, Tbl, XATTR_VALUE_MAX};
 use super::view::xattr_access;
 use super::writer::Writer;
-use crate::inode::{MAY_WRITE, S_ISGID, S_ISUID};
+use crate::inode::{Inode, MAY_WRITE, S_ISGID, S_ISUID};
 
 impl Writer<'_> {
     pub(super) fn setattr(&mut self, creds: &Creds, fid: Fid, set: SetAttr, now: Timespec) -> OpResult<Response> {
         let mut ino = self.view.must_inode(fid)?;
+        check_not_shard(&ino)?;
         let owner = ino.is_owner_or_root(creds);
         if let Some(mode) = set.mode {
             let mut m = mode & 0o7777;
@@ -92,6 +93,7 @@ impl Writer<'_> {
         }
         ino.attr.ctime = now;
         self.put_inode(fid, &ino)?;
+        self.shards_changed(&ino)?;
         Ok(Response::Attr(ino.attr.clone()))
     }
 
@@ -105,12 +107,13 @@ impl Writer<'_> {
         now: Timespec,
     ) -> OpResult<Response> {
         let mut ino = self.view.must_inode(fid)?;
+        check_not_shard(&ino)?;
         xattr_access(&ino, creds, name, true)?;
-        if name == DirDefault::XATTR {
+        if name == DirSpec::XATTR {
             if ino.attr.kind != FileKind::Dir {
                 return fail(Errno::NotDir, "a default for new directories belongs to a directory");
             }
-            DirDefault::from_xattr(&value).map_err(|e| OpError::Errno(Errno::Inval, e))?;
+            DirSpec::from_xattr(&value).map_err(|e| OpError::Errno(Errno::Inval, e))?;
         }
         if value.len() > XATTR_VALUE_MAX {
             return fail(Errno::Range, format!("xattr value of {} bytes exceeds {XATTR_VALUE_MAX}", value.len()));
@@ -125,11 +128,13 @@ impl Writer<'_> {
         self.put(Tbl::Xattrs, &key, &value)?;
         ino.attr.ctime = now;
         self.put_inode(fid, &ino)?;
+        self.shards_changed(&ino)?;
         Ok(Response::Ok)
     }
 
     pub(super) fn removexattr(&mut self, creds: &Creds, fid: Fid, name: &str, now: Timespec) -> OpResult<Response> {
         let mut ino = self.view.must_inode(fid)?;
+        check_not_shard(&ino)?;
         xattr_access(&ino, creds, name, true)?;
         let key = dentry_key(fid, name);
         if !self.view.contains(Tbl::Xattrs, &key)? {
@@ -138,6 +143,7 @@ impl Writer<'_> {
         self.del(Tbl::Xattrs, &key)?;
         ino.attr.ctime = now;
         self.put_inode(fid, &ino)?;
+        self.shards_changed(&ino)?;
         Ok(Response::Ok)
     }
 
@@ -150,6 +156,7 @@ impl Writer<'_> {
         now: Timespec,
     ) -> OpResult<Response> {
         let mut ino = self.view.must_inode(fid)?;
+        check_not_shard(&ino)?;
         if ino.attr.kind != FileKind::Dir {
             return fail(Errno::NotDir, "a default layout belongs to a directory");
         }
@@ -163,6 +170,52 @@ impl Writer<'_> {
         ino.dir_default = spec;
         ino.attr.ctime = now;
         self.put_inode(fid, &ino)?;
+        self.shards_changed(&ino)?;
         Ok(Response::Ok)
+    }
+
+    /// A striped directory's attributes that its shards keep a copy of (permissions,
+    /// times, defaults) changed: the change is noted in `shard_sync` in this batch,
+    /// and the MDS copies it to the shards (see `crate::dne::Dne::sync_shards`).
+    fn shards_changed(&mut self, ino: &Inode) -> OpResult<()> {
+        let fid = ino.attr.fid;
+        if ino.attr.stripes.as_ref().is_some_and(|s| s.master() == fid) {
+            let seq = self.view.shard_sync_seq(fid)?.unwrap_or(0) + 1;
+            self.put(Tbl::ShardSync, &fid.to_key(), &seq.to_le_bytes())?;
+        }
+        Ok(())
+    }
+
+    /// A shard (other than 0) of a striped directory takes its directory's attributes
+    /// from it (`MdsShardSync`): the MDT of shard 0 copies them.
+    pub(super) fn shard_sync(&mut self, sync: &ShardSync, now: Timespec) -> OpResult<Response> {
+        let mut ino = self.view.must_inode(sync.fid)?;
+        match &ino.attr.stripes {
+            Some(s) if s.master() == sync.master && sync.fid != sync.master => {}
+            _ => return fail(Errno::Inval, format!("{} is not a shard of directory {}", sync.fid, sync.master)),
+        }
+        let a = &mut ino.attr;
+        (a.mode, a.uid, a.gid, a.atime, a.mtime) = (sync.mode, sync.uid, sync.gid, sync.atime, sync.mtime);
+        a.ctime = now;
+        ino.dir_default = sync.dir_default.clone();
+        self.put_inode(sync.fid, &ino)?;
+        let key = dentry_key(sync.fid, DirSpec::XATTR);
+        match &sync.dirs_default {
+            Some(d) => self.put(Tbl::Xattrs, &key, &d.to_xattr())?,
+            None if self.view.contains(Tbl::Xattrs, &key)? => self.del(Tbl::Xattrs, &key)?,
+            None => {}
+        }
+        Ok(Response::Ok)
+    }
+}
+
+/// A shard other than 0 of a striped directory changes with its directory, never on
+/// its own.
+fn check_not_shard(ino: &Inode) -> OpResult<()> {
+    match &ino.attr.stripes {
+        Some(s) if s.master() != ino.attr.fid => {
+            fail(Errno::Perm, format!("{} is a shard of directory {}: change the directory", ino.attr.fid, s.master()))
+        }
+        _ => Ok(()),
     }
 }

@@ -1,7 +1,7 @@
 //! Namespace operations that add a name: create (with the layout a new file gets),
 //! mkdir, symlink, mknod and link.
 use layout::{Layout, LayoutSpec, Pattern};
-use proto::msg::{Creds, DirDefault, FileKind, OpenFlags, Response, Timespec};
+use proto::msg::{Creds, DirSpec, FileKind, OpenFlags, Response, Timespec};
 use proto::{Errno, Fid};
 
 use super::error::{fail, OpError, OpResult};
@@ -63,7 +63,7 @@ impl Writer<'_> {
         now: Timespec,
     ) -> OpResult<Response> {
         check_name(name)?;
-        let mut dir = self.view.dir_for(creds, parent, false)?;
+        let mut dir = self.view.dir_for(creds, parent, name, false)?;
         if let Some((fid, kind)) = self.view.entry(parent, name)? {
             if exclusive {
                 return fail(Errno::Exist, format!("{name} exists"));
@@ -134,7 +134,7 @@ impl Writer<'_> {
         now: Timespec,
     ) -> OpResult<Response> {
         check_name(name)?;
-        let mut dir = self.view.dir_for(creds, parent, true)?;
+        let mut dir = self.view.dir_for(creds, parent, name, true)?;
         if self.view.entry(parent, name)?.is_some() {
             return fail(Errno::Exist, format!("{name} exists"));
         }
@@ -151,7 +151,7 @@ impl Writer<'_> {
         self.put_inode(fid, &ino)?;
         // ... and its default for new directories.
         if let Some(d) = self.view.dirs_default(parent)? {
-            self.put(Tbl::Xattrs, &dentry_key(fid, DirDefault::XATTR), &d.to_xattr())?;
+            self.put(Tbl::Xattrs, &dentry_key(fid, DirSpec::XATTR), &d.to_xattr())?;
         }
         self.put(Tbl::Dentries, &dentry_key(parent, name), &dentry_value(fid, FileKind::Dir))?;
         self.touch_dir(parent, &mut dir, now, 1)?;
@@ -214,7 +214,7 @@ impl Writer<'_> {
         now: Timespec,
         fill: impl FnOnce(&mut Inode),
     ) -> OpResult<Response> {
-        let mut dir = self.view.dir_for(creds, parent, true)?;
+        let mut dir = self.view.dir_for(creds, parent, name, true)?;
         if self.view.entry(parent, name)?.is_some() {
             return fail(Errno::Exist, format!("{name} exists"));
         }
@@ -241,7 +241,7 @@ impl Writer<'_> {
         if ino.attr.kind == FileKind::Dir {
             return fail(Errno::Perm, "hard links to directories are not allowed");
         }
-        let mut dir = self.view.dir_for(creds, parent, true)?;
+        let mut dir = self.view.dir_for(creds, parent, name, true)?;
         if self.view.entry(parent, name)?.is_some() {
             return fail(Errno::Exist, format!("{name} exists"));
         }

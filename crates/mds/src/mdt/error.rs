@@ -1,8 +1,8 @@
 //! What a namespace operation fails with: an errno answer (nothing written), a
-//! storage failure (the batch aborts), a directory another client leases, or an
-//! entry whose inode is on another MDT.
+//! storage failure (the batch aborts), a directory another client leases, an entry
+//! whose inode is on another MDT, or a name of another shard of a striped directory.
 
-use proto::msg::FileKind;
+use proto::msg::{DirStripes, FileKind};
 use proto::{Errno, Fid};
 use store::StoreError;
 
@@ -17,6 +17,9 @@ pub enum OpError {
     /// The operation's entry names an inode on another MDT: nothing was written; the
     /// MDS coordinates it across the MDTs (or the client goes to that MDT).
     Elsewhere(Fid, FileKind),
+    /// The name belongs to another shard of the striped directory the request named
+    /// (its table): nothing was written; the client sends it to that shard.
+    WrongShard(Box<DirStripes>),
 }
 
 impl std::fmt::Display for OpError {
@@ -26,6 +29,7 @@ impl std::fmt::Display for OpError {
             OpError::Store(e) => e.fmt(f),
             OpError::Leased(dir) => write!(f, "directory {dir} is leased by another client"),
             OpError::Elsewhere(fid, _) => write!(f, "the entry names {fid}, whose inode is on MDT {}", fid.mdt()),
+            OpError::WrongShard(s) => write!(f, "the name belongs to another shard of directory {}", s.master()),
         }
     }
 }

@@ -21,7 +21,7 @@ impl Writer<'_> {
         now: Timespec,
     ) -> OpResult<Response> {
         check_name(name)?;
-        let mut dir = self.view.dir_for(creds, parent, true)?;
+        let mut dir = self.view.dir_for(creds, parent, name, true)?;
         let Some((fid, kind)) = self.view.entry(parent, name)? else {
             return fail(Errno::NoEnt, format!("{name} not found"));
         };
@@ -40,6 +40,10 @@ impl Writer<'_> {
             return fail(Errno::Again, format!("{name} is part of an operation across MDTs"));
         }
         let mut ino = self.view.must_inode(fid)?;
+        if is_rmdir && ino.attr.stripes.is_some() {
+            // A striped directory's shards are on several MDTs: the MDS coordinates.
+            return Err(OpError::Elsewhere(fid, kind));
+        }
         match (is_rmdir, kind == FileKind::Dir) {
             (true, false) => return fail(Errno::NotDir, format!("{name} is not a directory")),
             (false, true) => return fail(Errno::IsDir, format!("{name} is a directory")),

@@ -94,7 +94,8 @@ impl Writer<'_> {
         if dir.attr.mode & S_ISVTX != 0 && creds.uid != 0 && creds.uid != dir.attr.uid {
             return fail(Errno::XDev, "sticky directory: the owner of an inode on another MDT is not known here");
         }
-        let mut new_dir = if new_parent == parent { None } else { Some(self.view.dir_for(creds, new_parent, true)?) };
+        let mut new_dir =
+            if new_parent == parent { None } else { Some(self.view.dir_for(creds, new_parent, new_name, true)?) };
         let mut nlink = 0;
         if let Some((tfid, tkind)) = target {
             if flags.noreplace {
@@ -109,6 +110,9 @@ impl Writer<'_> {
                 _ => {}
             }
             let mut t = self.view.must_inode(tfid)?;
+            if t.attr.stripes.is_some() {
+                return fail(Errno::XDev, format!("{new_name} is a striped directory: remove it first"));
+            }
             if !sticky_allows(new_dir.as_ref().unwrap_or(&dir), &t, creds) {
                 return fail(Errno::Perm, "sticky directory: not the owner of the target");
             }
@@ -193,8 +197,8 @@ impl Writer<'_> {
     ) -> OpResult<Response> {
         check_name(name)?;
         check_name(new_name)?;
-        let src_dir = self.view.dir_for(creds, parent, true)?;
-        let dst_dir = self.view.dir_for(creds, new_parent, true)?;
+        let src_dir = self.view.dir_for(creds, parent, name, true)?;
+        let dst_dir = self.view.dir_for(creds, new_parent, new_name, true)?;
         let Some((fid, kind)) = self.view.entry(parent, name)? else {
             return fail(Errno::NoEnt, format!("{name} not found"));
         };
@@ -246,6 +250,10 @@ impl Writer<'_> {
                 return fail(Errno::Exist, format!("{new_name} exists"));
             }
             let t = self.view.must_inode(tfid)?;
+            if t.attr.stripes.is_some() {
+                // Its shards on other MDTs would go with it: not coordinated yet.
+                return fail(Errno::XDev, format!("{new_name} is a striped directory: remove it first"));
+            }
             match (is_dir, tkind == FileKind::Dir) {
                 (true, false) => return fail(Errno::NotDir, format!("{new_name} is not a directory")),
                 (false, true) => return fail(Errno::IsDir, format!("{new_name} is a directory")),

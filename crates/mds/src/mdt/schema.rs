@@ -34,10 +34,11 @@ pub enum Tbl {
     Dom,
     Updates,
     Decisions,
+    ShardSync,
 }
 
 impl Tbl {
-    pub const ALL: [Tbl; 10] = [
+    pub const ALL: [Tbl; 11] = [
         Tbl::Inodes,
         Tbl::Dentries,
         Tbl::Xattrs,
@@ -48,6 +49,7 @@ impl Tbl {
         Tbl::Dom,
         Tbl::Updates,
         Tbl::Decisions,
+        Tbl::ShardSync,
     ];
 
     /// The store's table.
@@ -64,6 +66,7 @@ impl Tbl {
                 Tbl::Dom => "dom",
                 Tbl::Updates => "updates",
                 Tbl::Decisions => "decisions",
+                Tbl::ShardSync => "shard_sync",
             },
             self as usize,
         )
@@ -76,7 +79,7 @@ impl Tbl {
 }
 
 /// Every table of an MDT, as the store names them.
-pub const TABLES: [Table; 10] = [
+pub const TABLES: [Table; 11] = [
     Tbl::Inodes.table(),
     Tbl::Dentries.table(),
     Tbl::Xattrs.table(),
@@ -87,6 +90,7 @@ pub const TABLES: [Table; 10] = [
     Tbl::Dom.table(),
     Tbl::Updates.table(),
     Tbl::Decisions.table(),
+    Tbl::ShardSync.table(),
 ];
 
 /// A memtable with a slot for every MDT table.
@@ -95,14 +99,16 @@ pub fn new_memtable() -> MemTable {
 }
 
 /// Inode records: version 2 added the pattern of each component of a directory's
-/// default layout (Data-on-MDT); version 1 records are read as all-RAID-0.
+/// default layout (Data-on-MDT); version 1 records are read as all-RAID-0. Version 3
+/// added a striped directory's shard table (`Attr::stripes`); older records have none.
 impl Record for Inode {
     const WHAT: &'static str = "inode";
-    const VERSION: u8 = 2;
+    const VERSION: u8 = 3;
 
     fn upgrade(version: u8, body: &[u8]) -> Result<Inode, StoreError> {
         match version {
             1 => Inode::decode_v1(body),
+            2 => Inode::decode_v2(body),
             v => Err(StoreError::Corrupt { what: "inode", detail: format!("no upgrade from version {v}") }),
         }
     }
@@ -158,6 +164,9 @@ pub enum PendingOp {
     /// An entry of this MDT to remove once the coordinator made the rename's new one
     /// (kept under the FID the entry names).
     RemoveEntry,
+    /// A FID reserved for a shard of a striped directory being made; the shard's
+    /// inode replaces it by [`PendingOp::Mkdir`], an abort frees it.
+    Reserved,
 }
 
 impl Record for PendingUpdate {

@@ -32,7 +32,7 @@ fn mkdir(name: &str) -> Request {
         name: name.into(),
         mode: 0o755,
         lease: false,
-        mdt: None,
+        spec: None,
     }
 }
 
@@ -65,7 +65,7 @@ fn a_writer_dropped_unfinished_takes_its_batch_back_and_a_finished_one_is_writte
     let (fid, kind) = view.entry(Fid::ROOT, "kept").unwrap().expect("kept is visible through the memtable");
     assert_eq!(kind, FileKind::Dir);
     assert!(view.entry(Fid::ROOT, "lost").unwrap().is_none());
-    let (names, eof) = view.readdir(&Creds::root(), Fid::ROOT, None, 100).unwrap();
+    let (names, eof) = view.readdir(&Creds::root(), Fid::ROOT, None, 100, false).unwrap();
     assert_eq!(names.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), ["kept"]);
     assert!(eof);
     drop(view);
@@ -114,7 +114,7 @@ fn an_entry_change_in_a_directory_leased_by_another_client_is_refused_and_taken_
             name: "lost".into(),
             mode: 0o755,
             lease: true,
-            mdt: None,
+            spec: None,
         };
         assert!(matches!(w.apply(&req, &mut place).unwrap(), Response::DirMade { lease: Some(_), .. }));
     }
@@ -128,7 +128,7 @@ fn an_entry_change_in_a_directory_leased_by_another_client_is_refused_and_taken_
         name: "job".into(),
         mode: 0o755,
         lease: true,
-        mdt: None,
+        spec: None,
     };
     let Response::DirMade { attr: job, lease: Some(_), .. } = w.apply(&req, &mut place).unwrap() else {
         panic!("mkdir with a lease asked for grants one")
@@ -252,8 +252,14 @@ fn dom_bytes_are_written_read_trimmed_cut_and_dropped_with_the_inode() {
     w.finish();
 }
 
+/// The attributes as inode records of versions 1 and 2 held them (before shard
+/// tables), for writing such records.
+fn attr_v2(a: &proto::msg::Attr) -> impl serde::Serialize + '_ {
+    (a.fid, a.kind, a.mode, a.nlink, a.uid, a.gid, a.size, a.atime, a.mtime, a.ctime, &a.layout, a.rdev, a.trunc_epoch)
+}
+
 #[test]
-fn an_inode_record_of_version_1_is_read_with_raid0_components() {
+fn inode_records_of_versions_1_and_2_are_read() {
     // Version 1 as it was written: the body of an inode whose directory default has
     // components without a pattern.
     #[derive(serde::Serialize)]
@@ -265,13 +271,6 @@ fn an_inode_record_of_version_1_is_read_with_raid0_components() {
         ost_list: Option<Vec<u32>>,
         pool: Option<String>,
     }
-    #[derive(serde::Serialize)]
-    struct InodeV1 {
-        attr: proto::msg::Attr,
-        symlink: Option<String>,
-        dir_default: Option<Vec<SpecV1>>,
-        parent: Option<Fid>,
-    }
     let now = proto::msg::Timespec::now();
     let ino = Inode::new(Fid::ROOT, FileKind::Dir, 0o755, &Creds::root(), 0, now);
     let spec = SpecV1 {
@@ -282,15 +281,24 @@ fn an_inode_record_of_version_1_is_read_with_raid0_components() {
         ost_list: None,
         pool: None,
     };
-    let v1 = InodeV1 { attr: ino.attr.clone(), symlink: None, dir_default: Some(vec![spec]), parent: None };
-    let bytes = store::seal(1, &postcard::to_allocvec(&v1).unwrap());
+    let bytes = store::seal(
+        1,
+        &postcard::to_allocvec(&(attr_v2(&ino.attr), None::<String>, Some(vec![spec]), None::<Fid>)).unwrap(),
+    );
     let read: Inode = store::decode_record(&bytes).expect("a version 1 inode is upgraded");
     let d = read.dir_default.expect("the default survives");
     assert_eq!(d, LayoutSpec::raid0(Some(4), Some(1 << 20)));
     assert_eq!(read.attr, ino.attr);
+    // Version 2: patterns, no shard table.
+    let dom = Some(LayoutSpec { components: vec![layout::ComponentSpec::dom(64 << 10)] });
+    let v2 = postcard::to_allocvec(&(attr_v2(&ino.attr), Some("t".to_string()), dom.clone(), Some(Fid::new(0, 1, 7))));
+    let read: Inode = store::decode_record(&store::seal(2, &v2.unwrap())).expect("version 2");
+    assert_eq!((read.attr.stripes, read.dir_default, read.parent), (None, dom, Some(Fid::new(0, 1, 7))));
     // And today's records read back as written.
     let mut now_ino = ino;
     now_ino.dir_default = Some(LayoutSpec { components: vec![layout::ComponentSpec::dom(64 << 10)] });
+    now_ino.attr.stripes =
+        Some(proto::msg::DirStripes { hash: layout::DirHash::AllChar, shards: vec![Fid::ROOT, Fid::new(1, 1, 2)] });
     let again: Inode = store::decode_record(&store::encode_record(&now_ino)).unwrap();
     assert_eq!(again, now_ino);
 }
@@ -336,6 +344,7 @@ fn a_directory_being_removed_across_mdts_takes_no_new_entry_until_decided() {
         gid: 0,
         dir_default: None,
         dirs_default: None,
+        shard: None,
     };
     let Response::Attr(dir) = w.apply(&Request::MdsUpdate { mdt: 1, id: made, op }, &mut place).unwrap() else {
         panic!("no directory")

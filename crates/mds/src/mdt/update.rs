@@ -21,7 +21,7 @@
 //! coordinator died) asks the coordinator ([`View::decision`]): no decision once
 //! the operation is no longer under way means it aborted. A pending record also
 //! keeps other operations spanning MDTs off its inode until it is settled.
-use proto::msg::{Attr, Creds, DirDefault, FileKind, Response, Timespec, UpdateId, UpdateOp, UpdateState};
+use proto::msg::{Attr, Creds, DirSpec, DirStripes, FileKind, Response, Timespec, UpdateId, UpdateOp, UpdateState};
 use proto::{Errno, Fid};
 
 use super::error::{fail, OpResult};
@@ -44,9 +44,25 @@ impl<M: Deref<Target = MemTable>> View<M> {
 
     /// Directory `fid`'s default for the directories made in it, if it has one (a
     /// value that does not parse is none: it was checked when set).
-    pub fn dirs_default(&self, fid: Fid) -> OpResult<Option<DirDefault>> {
-        let v = self.with(Tbl::Xattrs, &dentry_key(fid, DirDefault::XATTR), |v| Ok(v.to_vec()))?;
-        Ok(v.and_then(|v| DirDefault::from_xattr(&v).ok()))
+    pub fn dirs_default(&self, fid: Fid) -> OpResult<Option<DirSpec>> {
+        let v = self.with(Tbl::Xattrs, &dentry_key(fid, DirSpec::XATTR), |v| Ok(v.to_vec()))?;
+        Ok(v.and_then(|v| DirSpec::from_xattr(&v).ok()))
+    }
+
+    /// The change count of striped directory `fid`'s attributes not yet copied to
+    /// its shards, if any.
+    pub fn shard_sync_seq(&self, fid: Fid) -> OpResult<Option<u64>> {
+        Ok(self.with(Tbl::ShardSync, &fid.to_key(), |v| Ok(v.try_into().ok().map(u64::from_le_bytes)))?.flatten())
+    }
+
+    /// Striped directories whose shards have not all taken their attributes yet, at
+    /// most `max`.
+    pub fn shard_syncs(&self, max: usize) -> OpResult<Vec<Fid>> {
+        let mut out = Vec::new();
+        for row in self.scan(Tbl::ShardSync, std::ops::Bound::Unbounded)?.take(max) {
+            out.extend(Fid::from_key(&row?.0));
+        }
+        Ok(out)
     }
 
     /// Every undecided update on this MDT: (inode, update).
@@ -99,11 +115,22 @@ impl<M: Deref<Target = MemTable>> View<M> {
 impl Writer<'_> {
     /// The participant's half: applies `op` and records it as pending (step 1).
     pub(super) fn update(&mut self, id: UpdateId, op: &UpdateOp, now: Timespec) -> OpResult<Response> {
-        if id.mdt == self.mdt_index {
+        // The shards of a striped directory are halves on every MDT they go on, the
+        // coordinator's own included.
+        let shard_op = matches!(
+            op,
+            UpdateOp::ReserveFid | UpdateOp::MkdirInode { shard: Some(_), .. } | UpdateOp::RmdirInode { .. }
+        );
+        if id.mdt == self.mdt_index && !shard_op {
             return fail(Errno::Inval, "an update names this MDT as its own coordinator");
         }
         match op {
-            UpdateOp::MkdirInode { creds, parent, name, mode, gid, dir_default, dirs_default } => {
+            UpdateOp::ReserveFid => {
+                let fid = self.new_fid()?;
+                self.put_pending(fid, id, PendingOp::Reserved, fid, "")?;
+                Ok(Response::Reserved(fid))
+            }
+            UpdateOp::MkdirInode { creds, parent, name, mode, gid, dir_default, dirs_default, shard } => {
                 check_name(name)?;
                 if parent.mdt() != id.mdt {
                     return fail(Errno::Inval, format!("directory {parent} is not on the coordinator MDT {}", id.mdt));
@@ -111,13 +138,25 @@ impl Writer<'_> {
                 if let Some(spec) = dir_default {
                     spec.validate().map_err(|e| super::error::OpError::Errno(Errno::Inval, e.to_string()))?;
                 }
-                let fid = self.new_fid()?;
+                let (fid, stripes) = match shard {
+                    Some((fid, stripes)) => {
+                        self.check_reserved(*fid, id, stripes)?;
+                        (*fid, Some(stripes.clone()))
+                    }
+                    None => (self.new_fid()?, None),
+                };
                 let mut ino = Inode::new(fid, FileKind::Dir, *mode, creds, *gid, now);
-                ino.parent = Some(*parent);
+                // A shard's `..` is the directory users see (shard 0), so a walk up
+                // from an entry of any shard meets it.
+                ino.parent = match &stripes {
+                    Some(s) if s.master() != fid => Some(s.master()),
+                    _ => Some(*parent),
+                };
                 ino.dir_default = dir_default.clone();
+                ino.attr.stripes = stripes;
                 self.put_inode(fid, &ino)?;
                 if let Some(d) = dirs_default {
-                    self.put(Tbl::Xattrs, &dentry_key(fid, DirDefault::XATTR), &d.to_xattr())?;
+                    self.put(Tbl::Xattrs, &dentry_key(fid, DirSpec::XATTR), &d.to_xattr())?;
                 }
                 self.put_pending(fid, id, PendingOp::Mkdir, *parent, name)?;
                 Ok(Response::Attr(ino.attr))
@@ -130,7 +169,9 @@ impl Writer<'_> {
                 if ino.attr.kind != FileKind::Dir {
                     return fail(Errno::NotDir, format!("{fid} is not a directory"));
                 }
-                if ino.parent != Some(*parent) {
+                // A shard other than 0 hangs below shard 0, whose entry is in `parent`.
+                let shard_of = ino.attr.stripes.as_ref().map(|s| s.master()).filter(|&m| m != *fid);
+                if ino.parent != Some(*parent) && (shard_of.is_none() || ino.parent != shard_of) {
                     return fail(Errno::Inval, format!("{fid} is not a subdirectory of {parent}"));
                 }
                 if self.view.pending(*fid)?.is_some() {
@@ -179,7 +220,7 @@ impl Writer<'_> {
                 if parent.mdt() != self.mdt_index {
                     return fail(Errno::Inval, format!("directory {parent} is not on MDT {}", self.mdt_index));
                 }
-                let dir = self.view.dir_for(creds, *parent, true)?;
+                let dir = self.view.dir_for(creds, *parent, name, true)?;
                 if self.view.entry(*parent, name)? != Some((child.fid, child.kind)) {
                     return fail(Errno::NoEnt, format!("{name} changed while it was renamed"));
                 }
@@ -198,6 +239,19 @@ impl Writer<'_> {
                 self.put_pending(child.fid, id, PendingOp::RemoveEntry, *parent, name)?;
                 Ok(Response::Ok)
             }
+        }
+    }
+
+    /// Checks that `fid`, a shard of the table `stripes`, was reserved on this MDT by
+    /// operation `id` and has no inode yet.
+    fn check_reserved(&self, fid: Fid, id: UpdateId, stripes: &DirStripes) -> OpResult<()> {
+        stripes.validate().map_err(|e| super::error::OpError::Errno(Errno::Inval, e))?;
+        if !stripes.shards.contains(&fid) || fid.mdt() != self.mdt_index {
+            return fail(Errno::Inval, format!("{fid} is not a shard of this MDT in the table"));
+        }
+        match self.view.pending(fid)? {
+            Some(p) if p.id == id && p.op == PendingOp::Reserved && self.view.inode(fid)?.is_none() => Ok(()),
+            _ => fail(Errno::Inval, format!("{fid} was not reserved by this operation")),
         }
     }
 
@@ -231,6 +285,11 @@ impl Writer<'_> {
             return Ok(Response::Ok);
         }
         self.del(Tbl::Updates, &fid.to_key())?;
+        if p.op == PendingOp::Reserved {
+            // Never used: the FID is not handed out again, the inode count goes back.
+            self.inodes_delta -= 1;
+            return Ok(Response::Ok);
+        }
         if p.op == PendingOp::RemoveEntry {
             if committed && self.view.entry(p.parent, &p.name)?.is_some_and(|(f, _)| f == fid) {
                 self.del(Tbl::Dentries, &dentry_key(p.parent, &p.name))?;
@@ -282,7 +341,7 @@ impl Writer<'_> {
         now: Timespec,
     ) -> OpResult<Response> {
         check_name(name)?;
-        let mut dir = self.view.dir_for(creds, parent, true)?;
+        let mut dir = self.view.dir_for(creds, parent, name, true)?;
         if self.view.entry(parent, name)?.is_some() {
             return fail(Errno::Exist, format!("{name} exists"));
         }
@@ -309,7 +368,7 @@ impl Writer<'_> {
         now: Timespec,
     ) -> OpResult<Response> {
         check_name(name)?;
-        let mut dir = self.view.dir_for(creds, parent, true)?;
+        let mut dir = self.view.dir_for(creds, parent, name, true)?;
         if let Some((t, kind)) = self.view.entry(parent, name)? {
             if t == child.fid {
                 // A link to the same file appeared meanwhile: the client asks again.
@@ -338,7 +397,7 @@ impl Writer<'_> {
         now: Timespec,
     ) -> OpResult<Response> {
         check_name(name)?;
-        let mut dir = self.view.dir_for(creds, parent, true)?;
+        let mut dir = self.view.dir_for(creds, parent, name, true)?;
         match self.view.entry(parent, name)? {
             Some((fid, kind)) if fid == child.fid && kind == child.kind => {}
             _ => return fail(Errno::NoEnt, format!("{name} changed while it was removed")),

@@ -72,11 +72,16 @@ impl<M: Deref<Target = MemTable>> View<M> {
         self.inode(fid)?.map_or_else(|| fail(Errno::NoEnt, format!("no inode {fid}")), Ok)
     }
 
-    /// The inode of a directory the caller may search (and, with `write`, modify).
-    pub fn dir_for(&self, creds: &Creds, fid: Fid, write: bool) -> OpResult<Inode> {
+    /// The inode of a directory the caller may search (and, with `write`, modify),
+    /// to find or change its entry `name`, which must belong to it if the directory
+    /// is a shard of a striped one.
+    pub fn dir_for(&self, creds: &Creds, fid: Fid, name: &str, write: bool) -> OpResult<Inode> {
         let dir = self.must_inode(fid)?;
         if dir.attr.kind != FileKind::Dir {
             return fail(Errno::NotDir, format!("{fid} is not a directory"));
+        }
+        if let Some(s) = dir.attr.stripes.as_ref().filter(|s| s.shard_for(name) != fid) {
+            return Err(OpError::WrongShard(Box::new(s.clone())));
         }
         let want = if write { MAY_WRITE | MAY_EXEC } else { MAY_EXEC };
         if !dir.may(creds, want) {
@@ -126,7 +131,7 @@ impl<M: Deref<Target = MemTable>> View<M> {
     /// when its inode lives on another MDT (a remote directory).
     pub fn lookup_entry(&self, creds: &Creds, parent: Fid, name: &str) -> OpResult<Found> {
         check_name(name)?;
-        self.dir_for(creds, parent, false)?;
+        self.dir_for(creds, parent, name, false)?;
         let Some((fid, kind)) = self.entry(parent, name)? else {
             return fail(Errno::NoEnt, format!("{name} not found"));
         };
@@ -136,10 +141,22 @@ impl<M: Deref<Target = MemTable>> View<M> {
         Ok(Found::Here(self.must_inode(fid)?.attr))
     }
 
-    pub fn readdir(&self, creds: &Creds, fid: Fid, after: Option<&str>, max: u32) -> OpResult<(Vec<DirEntry>, bool)> {
+    /// Entries of directory `fid` after `after`, in name order, at most `max`; of a
+    /// striped directory, this `shard`'s alone (or its table, see [`OpError::WrongShard`]).
+    pub fn readdir(
+        &self,
+        creds: &Creds,
+        fid: Fid,
+        after: Option<&str>,
+        max: u32,
+        shard: bool,
+    ) -> OpResult<(Vec<DirEntry>, bool)> {
         let dir = self.must_inode(fid)?;
         if dir.attr.kind != FileKind::Dir {
             return fail(Errno::NotDir, format!("{fid} is not a directory"));
+        }
+        if let Some(s) = dir.attr.stripes.as_ref().filter(|_| !shard) {
+            return Err(OpError::WrongShard(Box::new(s.clone())));
         }
         if !dir.may(creds, MAY_READ) {
             return fail(Errno::Access, format!("permission denied reading directory {fid}"));

@@ -260,9 +260,12 @@ impl<'a> Writer<'a> {
             Request::MdsCreate { creds, parent, name, mode, exclusive, flags, layout } => {
                 self.create(creds, *parent, name, *mode, *exclusive, *flags, layout.clone(), place, now)
             }
-            Request::MdsMkdir { creds, parent, name, mode, lease, mdt } => {
-                if mdt.is_some_and(|m| m != self.mdt_index) {
-                    return fail(Errno::Inval, "a remote mkdir is coordinated by the MDS, not applied as one");
+            Request::MdsMkdir { creds, parent, name, mode, lease, spec } => {
+                if spec.is_some_and(|s| s.mdt != self.mdt_index || s.count != 1) {
+                    return fail(
+                        Errno::Inval,
+                        "a remote or striped mkdir is coordinated by the MDS, not applied as one",
+                    );
                 }
                 self.mkdir(creds, *parent, name, *mode, *lease, now)
             }
@@ -273,6 +276,7 @@ impl<'a> Writer<'a> {
                 self.update(*id, op, now)
             }
             &Request::MdsUpdateDone { fid, id, committed, .. } => self.update_done(fid, id, committed, place),
+            Request::MdsShardSync(sync) => self.shard_sync(sync, now),
             Request::MdsSymlink { creds, parent, name, target } => self.symlink(creds, *parent, name, target, now),
             Request::MdsMknod { creds, parent, name, kind, mode, rdev } => {
                 self.mknod(creds, *parent, name, *kind, *mode, *rdev, now)
