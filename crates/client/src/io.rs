@@ -137,12 +137,7 @@ pub(crate) async fn write(c: &Client, f: &OpenFile, offset: u64, data: Bytes) ->
     f.inflight.take_error()?;
     f.inflight.touch();
     // What this or another handle of the file read ahead may predate this write.
-    f.inflight.data_gen.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-    for other in c.file_inflights(f.fid) {
-        if !Arc::ptr_eq(&other, &f.inflight) {
-            other.data_gen.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        }
-    }
+    bump_data_gen(c, f);
     // A component not instantiated yet gets its objects first (PFL): the MDS
     // instantiates, the handle takes the layout of the new generation.
     let layout = c.instantiate(f, end).await?;
@@ -151,6 +146,7 @@ pub(crate) async fn write(c: &Client, f: &OpenFile, offset: u64, data: Bytes) ->
     let behind = limit > 0;
     let id = if behind { f.inflight.admit(offset, end, len, limit).await } else { 0 };
     let mut set = JoinSet::new();
+    let mut to_publish = false;
     for extent in extents {
         let payload: Vec<Bytes> = extent.spans.iter().map(|&(b, n)| data.slice(b as usize..(b + n) as usize)).collect();
         let target = match c.object_io(extent.target).await {
@@ -169,6 +165,7 @@ pub(crate) async fn write(c: &Client, f: &OpenFile, offset: u64, data: Bytes) ->
         let publish = match extent.target {
             objio::Target::Ost { .. } => {
                 f.needs_publish.store(true, std::sync::atomic::Ordering::Release);
+                to_publish = true;
                 None
             }
             objio::Target::Mdt { .. } => Some(f.inflight.trunc_epoch.load(std::sync::atomic::Ordering::Acquire)),
@@ -196,7 +193,31 @@ pub(crate) async fn write(c: &Client, f: &OpenFile, offset: u64, data: Bytes) ->
     }
     f.written.store(true, std::sync::atomic::Ordering::Release);
     f.grow(end);
+    // Once more, now that the size covers this write and its range is registered (or,
+    // without write-behind, written):
+    // - a size report (`Client::report_size`) reads the generation before the size; one
+    //   that ran since the bump above (a FLUSH of another descriptor of the handle, e.g.
+    //   a forked child's exec closing it) may have published the size without this
+    //   write, and must not count as covering it. The flag is set again after the size
+    //   grew, so the next flush, fsync or close publishes it.
+    // - read-ahead issued since the bump above by a concurrent read took the new
+    //   generation and may have read this range before the write reached the OSTs.
+    if to_publish {
+        f.needs_publish.store(true, std::sync::atomic::Ordering::Release);
+    }
+    bump_data_gen(c, f);
     Ok(())
+}
+
+/// Drops what every handle of the file in this client read ahead, and makes the
+/// handle's size count as not published (see `Client::report_size`).
+fn bump_data_gen(c: &Client, f: &OpenFile) {
+    f.inflight.data_gen.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    for other in c.file_inflights(f.fid) {
+        if !Arc::ptr_eq(&other, &f.inflight) {
+            other.data_gen.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        }
+    }
 }
 
 pub(crate) async fn read(c: &Client, f: &OpenFile, offset: u64, len: u64) -> Result<Bytes> {
@@ -338,6 +359,13 @@ impl Readahead {
                 let (tx, rx) = tokio::sync::oneshot::channel();
                 let (client, fid, layout) = (c.clone(), f.fid, layout.clone());
                 tokio::spawn(async move {
+                    // Not before the writes of this range still on their way to the
+                    // OSTs (write-behind), from any handle of the file here: the chunk
+                    // carries the data generation of now, so bytes read from under such
+                    // a write would be served as current after it landed.
+                    for i in client.file_inflights(fid) {
+                        i.admit(at, at + n, 0, u64::MAX).await;
+                    }
                     let _ = tx.send(read_extents(&client, fid, &layout, at, n).await);
                 });
                 self.pending.push_back((at, n, rx));

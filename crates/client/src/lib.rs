@@ -1243,15 +1243,19 @@ impl Client {
     /// Tells the MDS the size and mtime of a written handle, unless nothing was written
     /// since the last time.
     async fn report_size(&self, f: &OpenFile) -> Result<()> {
+        // The generation before the size: a write bumps it again only once its end is in
+        // the size (`io::write`), so the size read below covers every write this
+        // generation counts.
         let gen = f.inflight.data_gen.load(Ordering::Acquire);
-        if !f.was_written()
-            || f.published_gen.load(Ordering::Acquire) == gen
-            || !f.needs_publish.load(Ordering::Acquire)
-        {
+        if !f.was_written() || f.published_gen.load(Ordering::Acquire) == gen {
             return Ok(());
         }
-        // Cleared before the size is read: a write issued from here on sets it again.
-        f.needs_publish.store(false, Ordering::Release);
+        // Taken before the size is read (one atomic step, so a write that sets it again
+        // after growing the size is either seen here with its size, or left for the next
+        // report).
+        if !f.needs_publish.swap(false, Ordering::AcqRel) {
+            return Ok(());
+        }
         let epoch = f.inflight.trunc_epoch.load(Ordering::Acquire);
         let req = Request::MdsSizeUpdate { fid: f.fid, size: f.size(), mtime: Timespec::now(), trunc_epoch: epoch };
         let reported = match self.md(f.fid, req).await {
