@@ -60,6 +60,13 @@ impl Calls {
 
 #[test]
 fn every_client_operation_reports_once_to_the_observer() {
+    // One poll function holds every call's future at once in a debug build: more than
+    // a test thread's stack.
+    let body = std::thread::Builder::new().stack_size(64 << 20).spawn(every_operation).expect("a thread");
+    body.join().unwrap_or_else(|e| std::panic::resume_unwind(e));
+}
+
+fn every_operation() {
     let c = cluster();
     let rt = testkit::runtime();
     let client = c.connect(&rt);
