@@ -129,8 +129,10 @@ fn remote_directories_live_on_the_mdt_asked_for_and_the_namespace_stays_whole() 
     assert_eq!(client_errno(denied), Errno::Perm, "only root makes remote directories, as in Lustre");
     let local = within(&rt, "resolve", cl.resolve(&creds, "/local", true)).expect("resolve").fid;
     let no_flags = RenameFlags::default();
-    let renamed = within(&rt, "rename", cl.rename(&creds, Fid::ROOT, "remote", local, "moved", no_flags));
-    assert_eq!(client_errno(renamed), Errno::XDev, "renames across MDTs are refused (mv copies)");
+    // Into another directory of its entry's MDT and back (its MDT moves its `..`).
+    within(&rt, "rename", cl.rename(&creds, Fid::ROOT, "remote", local, "moved", no_flags)).expect("moved");
+    assert_eq!(fid_of(&c, "/local/moved"), remote.fid);
+    within(&rt, "rename", cl.rename(&creds, local, "moved", Fid::ROOT, "remote", no_flags)).expect("back");
     // Within its directory a remote directory's rename is its entry's alone.
     within(&rt, "rename in place", cl.rename(&creds, Fid::ROOT, "remote", Fid::ROOT, "moved", no_flags))
         .expect("rename within the directory");
@@ -148,7 +150,7 @@ fn remote_directories_live_on_the_mdt_asked_for_and_the_namespace_stays_whole() 
     let x = within(&rt, "mkdir -i 1 under a lease", leasing.mkdir_on(&creds, own.fid, "x", 0o755, Some(1)));
     assert_eq!(x.expect("remote mkdir under the client's own lease").fid.mdt(), 1);
     within(&rt, "rmdir", leasing.rmdir(&creds, own.fid, "x")).expect("remote rmdir under the client's own lease");
-    // A move whose loop check would pass through another MDT is refused, not made:
+    // A move whose loop check passes through another MDT is checked all the same:
     // /w/a on MDT 1, /w/a/p on MDT 0, /w/a/p/x on MDT 1; /w/a into x would be a cycle.
     c.braid_ok(&["mkdir", "-i", "1", &c.url("/w")]);
     c.braid_ok(&["mkdir", &c.url("/w/a")]);
@@ -156,7 +158,7 @@ fn remote_directories_live_on_the_mdt_asked_for_and_the_namespace_stays_whole() 
     c.braid_ok(&["mkdir", "-i", "1", &c.url("/w/a/p/x")]);
     let (w, x) = (fid_of(&c, "/w"), fid_of(&c, "/w/a/p/x"));
     let cycle = within(&rt, "rename into itself", cl.rename(&creds, w, "a", x, "a", RenameFlags::default()));
-    assert_eq!(client_errno(cycle), Errno::XDev);
+    assert_eq!(client_errno(cycle), Errno::Inval);
 
     // A default for new directories (`setdirstripe -D`): spread round-robin (`-i -1`)
     // or on one MDT, for anyone making directories there, inherited below.
@@ -441,6 +443,14 @@ fn crash_at(c: &mut Cluster, mdts: &[PathBuf], process: &str, point: &str, op: &
             }
             Some(fid)
         }
+        "rename-dir" | "rename-dir-remote" => {
+            // Its entry and inode on MDT 0, moved into /on1; or its inode on MDT 1,
+            // moved between two directories of MDT 0 (into /on0).
+            let mdt = if op == "rename-dir" { "0" } else { "1" };
+            c.braid_ok(&["mkdir", "-i", mdt, &c.url(&format!("/src-{name}"))]);
+            c.put(&format!("/src-{name}/f"), b"moving");
+            Some(fid_of(c, &format!("/src-{name}")))
+        }
         "link" | "unlink" => {
             c.put(&format!("/on1/{name}"), b"linked");
             let fid = fid_of(c, &format!("/on1/{name}"));
@@ -481,6 +491,12 @@ fn crash_at(c: &mut Cluster, mdts: &[PathBuf], process: &str, point: &str, op: &
                 let (from, to) = if op_name == "rename" { (Fid::ROOT, on1) } else { (on1, Fid::ROOT) };
                 within(&rt, "rename", cl.rename(&creds, from, &src, to, &name_owned, plain))
             }
+            "rename-dir" | "rename-dir-remote" => {
+                let to = if op_name == "rename-dir" { "/on1" } else { "/on0" };
+                let to = within(&rt, "resolve", cl.resolve(&creds, to, true)).expect("resolve").fid;
+                let src = format!("src-{name_owned}");
+                within(&rt, "rename", cl.rename(&creds, Fid::ROOT, &src, to, &name_owned, RenameFlags::default()))
+            }
             _ => within(&rt, "unlink", cl.unlink(&creds, Fid::ROOT, &name_owned)),
         };
         r.map_err(|e| e.to_string())
@@ -507,6 +523,12 @@ fn crash_at(c: &mut Cluster, mdts: &[PathBuf], process: &str, point: &str, op: &
         "unlink" => {
             assert!(!exists, "{name} still exists after {point}");
             assert_eq!(links(c, &format!("/on1/{name}")), 1, "{point}");
+        }
+        "rename-dir" | "rename-dir-remote" => {
+            let to = if op == "rename-dir" { "/on1" } else { "/on0" };
+            assert_eq!(fid_of(c, &format!("{to}/{name}")), target.expect("a directory"), "{point}");
+            assert!(!c.braid(&["stat", &c.url(&format!("/src-{name}"))]).status.success(), "{point}");
+            assert_eq!(c.get(&format!("{to}/{name}/f")), b"moving", "{point}");
         }
         _ => assert!(!exists, "{name} still exists after {point}"),
     }
@@ -631,7 +653,8 @@ fn files_move_between_directories_on_different_mdts() {
     c.braid_ok(&["mkdir", "-i", "1", &c.url("/r/sub")]);
     assert_eq!(client_errno(rename(d, "tmp", r, "sub", plain)), Errno::IsDir);
     c.braid_ok(&["mkdir", &c.url("/d/dir")]);
-    assert_eq!(client_errno(rename(d, "dir", r, "dir", plain)), Errno::XDev, "directories stay (mv copies)");
+    c.put("/r/file", b"f");
+    assert_eq!(client_errno(rename(d, "dir", r, "file", plain)), Errno::NotDir, "a directory over a file");
     assert_eq!(client_errno(rename(d, "missing", r, "x", plain)), Errno::NoEnt);
     let exchange = RenameFlags { exchange: true, ..Default::default() };
     assert_eq!(client_errno(rename(d, "tmp", r, "keep", exchange)), Errno::XDev);
@@ -745,4 +768,96 @@ fn a_striped_directory_spreads_its_names_over_both_mdts() {
     c.braid_ok(&["rm", "-r", &c.url("/s")]);
     assert!(!c.braid(&["stat", &c.url("/s")]).status.success());
     check(&mut c, &mdts).expect("consistent after the striped directory went");
+}
+
+/// Directories moved between directories on different MDTs, in every arrangement
+/// of the old parent's, the new parent's and the directory's own MDT: the tree stays
+/// a tree (a move below itself is refused even when the walk up crosses MDTs), link
+/// counts and `..` follow, an empty directory is replaced, and `mv` through a mount
+/// renames without copying.
+#[test]
+fn directories_move_between_directories_on_different_mdts() {
+    let (mut c, mdts) = two_mds();
+    for (dir, mdt) in [("/a", "0"), ("/b", "1")] {
+        c.braid_ok(&["mkdir", "-i", mdt, &c.url(dir)]);
+    }
+    c.braid_ok(&["mkdir", &c.url("/a/d")]);
+    c.put("/a/d/f", b"inside");
+    c.braid_ok(&["mkdir", &c.url("/a/d/sub")]);
+    c.braid_ok(&["mkdir", "-i", "1", &c.url("/a/r")]);
+    let (d, r) = (fid_of(&c, "/a/d"), fid_of(&c, "/a/r"));
+    assert_eq!((d.mdt(), r.mdt()), (0, 1));
+    let rt = runtime();
+    let cl = c.connect(&rt);
+    let creds = client::process_creds();
+    let at = |p: &str| within(&rt, "resolve", cl.resolve(&creds, p, true)).expect("resolve").fid;
+    let (a, b) = (at("/a"), at("/b"));
+    let plain = RenameFlags::default();
+    let mv = |from: Fid, x: &str, to: Fid, y: &str| within(&rt, "rename", cl.rename(&creds, from, x, to, y, plain));
+    // Old parent and directory on MDT 0, new parent on MDT 1.
+    mv(a, "d", b, "d").expect("a directory to a directory on another MDT");
+    assert_eq!(fid_of(&c, "/b/d"), d, "the same directory");
+    assert_eq!(c.get("/b/d/f"), b"inside");
+    assert_eq!((links(&c, "/a"), links(&c, "/b")), (3, 3), "/a lost d's `..`, /b gained it");
+    // Below itself, even with the walk up crossing MDTs: /b (MDT 1) into /b/d/sub (MDT 0).
+    let under = mv(Fid::ROOT, "b", at("/b/d/sub"), "b");
+    assert_eq!(client_errno(under), Errno::Inval);
+    assert_eq!(client_errno(mv(b, "d", at("/b/d"), "x")), Errno::Inval);
+    // Old parent on MDT 1, new parent and directory on MDT 0; over an empty directory.
+    c.braid_ok(&["mkdir", &c.url("/a/empty")]);
+    mv(b, "d", a, "empty").expect("a directory over an empty one, back to MDT 0");
+    assert_eq!(fid_of(&c, "/a/empty"), d);
+    assert_eq!((links(&c, "/a"), links(&c, "/b")), (4, 2));
+    c.braid_ok(&["mkdir", &c.url("/b/full")]);
+    c.put("/b/full/x", b"x");
+    assert_eq!(client_errno(mv(a, "empty", b, "full")), Errno::NotEmpty);
+    c.put("/b/file", b"x");
+    assert_eq!(client_errno(mv(a, "empty", b, "file")), Errno::NotDir);
+    // Both parents on MDT 0, the directory on MDT 1: its MDT moves its `..`.
+    c.braid_ok(&["mkdir", "-i", "0", &c.url("/c")]);
+    mv(a, "r", at("/c"), "r").expect("a remote directory between two directories of one MDT");
+    assert_eq!(fid_of(&c, "/c/r"), r);
+    assert_eq!((links(&c, "/a"), links(&c, "/c")), (3, 3));
+    check(&mut c, &mdts).expect("consistent after directories moved between MDTs");
+
+    // Through a mount: mv renames (the inode stays), no copy.
+    let m = Mount::new(&c, "");
+    std::fs::rename(m.path("a/empty"), m.path("b/moved")).expect("rename(2) of a directory across MDTs");
+    assert_eq!(std::fs::read(m.path("b/moved/f")).expect("read"), b"inside");
+    let status = std::process::Command::new("mv").arg(m.path("b/moved")).arg(m.path("c/r/again")).status();
+    assert!(status.expect("mv").success());
+    assert_eq!(std::fs::read(m.path("c/r/again/f")).expect("read"), b"inside");
+    drop(m);
+    assert_eq!(fid_of(&c, "/c/r/again"), d);
+    check(&mut c, &mdts).expect("consistent at the end");
+}
+
+#[test]
+fn a_directory_move_between_mdts_survives_a_sigkill_at_every_step() {
+    let (mut c, mdts) = two_mds();
+    c.braid_ok(&["mkdir", "-i", "1", &c.url("/on1")]);
+    c.braid_ok(&["mkdir", "-i", "0", &c.url("/on0")]);
+    // From the root into /on1: the coordinator is MDT 1, the old entry's MDT 0 moves
+    // the directory's `..` too. Then a directory of MDT 1 between the root and /on0,
+    // both on MDT 0 (the coordinator): MDT 1 moves its `..`.
+    let (into, remote) = ("rename-dir", "rename-dir-remote");
+    let points = [
+        ("mds1", "rename-dir:before-update", into),
+        ("mds1", "rename-dir:before-commit", into),
+        ("mds1", "rename-dir:before-done", into),
+        ("mds", "update:before-reply", into),
+        ("mds", "update-done:before-apply", into),
+        ("mds", "rename-dir:before-update", remote),
+        ("mds", "rename-dir:before-commit", remote),
+        ("mds", "rename-dir:before-done", remote),
+        ("mds1", "update:before-reply", remote),
+        ("mds1", "update-done:before-apply", remote),
+    ];
+    for (i, (process, point, op)) in points.into_iter().enumerate() {
+        crash_at(&mut c, &mdts, process, point, op, &format!("m{i}"));
+    }
+    let listed = c.braid_ok(&["ls", &c.url("/on1")]);
+    assert_eq!(listed.split_whitespace().collect::<Vec<_>>(), ["m0", "m1", "m2", "m3", "m4"], "{listed}");
+    let listed = c.braid_ok(&["ls", &c.url("/on0")]);
+    assert_eq!(listed.split_whitespace().collect::<Vec<_>>(), ["m5", "m6", "m7", "m8", "m9"], "{listed}");
 }

@@ -77,6 +77,17 @@ pub enum CoordinatedOp {
     /// The new entry of a rename from a directory on another MDT (which removes the
     /// old one), replacing a file here unless `noreplace`.
     RenameIn { creds: Creds, parent: Fid, name: String, child: Attr, noreplace: bool },
+    /// A directory's move from `name` in `parent` to `new_name` in `new_parent`
+    /// (here), checked under the rename lock not to go below itself.
+    RenameDir {
+        creds: Creds,
+        parent: Fid,
+        name: String,
+        new_parent: Fid,
+        new_name: String,
+        child: Attr,
+        noreplace: bool,
+    },
 }
 
 /// What a batch answers a job.
@@ -348,6 +359,10 @@ fn coordinated_job(
             let r = match op {
                 CoordinatedOp::RenameIn { creds, parent, name, child, noreplace } => {
                     w.rename_in_remote(creds, *parent, name, child, *noreplace, place, now)?
+                }
+                CoordinatedOp::RenameDir { creds, parent, name, new_parent, new_name, child, noreplace } => {
+                    let names = ((*parent, name.as_str()), (*new_parent, new_name.as_str()));
+                    w.rename_dir_in(creds, names, child, *noreplace, place, now)?
                 }
                 CoordinatedOp::Link { creds, parent, name, child } => {
                     w.link_remote_entry(creds, *parent, name, child, now)?

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
-use proto::msg::{Creds, OpenFlags, Request, Response};
+use proto::msg::{Creds, FileKind, OpenFlags, Request, Response};
 use proto::Errno;
 use proto::Fid;
 use rpc::server::{Answer, Callbacks, RequestCtx, Service};
@@ -50,7 +50,7 @@ impl Mds {
             dirs.insert(*index, dir.clone());
         }
         let workers = Workers::default();
-        let dne = Arc::new(Dne::new(identity.clone(), cluster.clone(), mgs.clone()));
+        let dne = Arc::new(Dne::new(identity.clone(), cluster.clone(), mgs.clone(), mdts.get(&0).map(|m| &**m)));
         workers.spawn(ClusterRefresh { mgs, cluster: cluster.clone(), every: cfg.config_refresh });
         for m in mdts.values() {
             // Open counts do not survive a restart: orphans left by the previous run
@@ -220,6 +220,7 @@ impl Mds {
                 }
                 return Response::Ok;
             }
+            Request::MdsRenameLock { hold, holder } => return self.dne.rename_lock_for(*hold, *holder).await,
             Request::MdsStatfs { mdt } => {
                 return match (self.dirs.get(mdt), self.mdts.get(mdt)) {
                     (Some(d), Some(m)) => Response::Usage(m.usage(d)),
@@ -238,6 +239,7 @@ impl Mds {
             Request::MdsUpdate { mdt, .. } => Fid::new(*mdt, 0, 0),
             Request::MdsUpdateDone { mdt, .. } => Fid::new(*mdt, 0, 0),
             Request::MdsShardSync(s) => s.fid,
+            Request::MdsAncestors { fid } => *fid,
             Request::MdsUpdateQuery { id } => Fid::new(id.mdt, 0, 0),
             // The entry's MDT coordinates a link to a file on another MDT.
             Request::MdsLink { parent, .. } => *parent,
@@ -327,6 +329,9 @@ impl Mds {
             }
             Request::MdsSync { .. } => mdt.submit_own(JobKind::Sync).await,
             Request::MdsUpdateQuery { id } => self.dne.update_query(mdt, id).await,
+            Request::MdsAncestors { fid } => {
+                mdt.read(move |v| Ok(Response::Ancestors(v.ancestors(fid, crate::dne::WALK_MAX)?))).await
+            }
             // A participant's half: durable before the answer (fault points around it).
             req @ Request::MdsUpdate { .. } => {
                 if let Some(refused) = self.dne.refuse_update(&req).await {
@@ -369,6 +374,33 @@ impl Mds {
                     dne.rename_remote(&cb, &ctx, &m, creds, (parent, name), (new_parent, new_name), flags).await
                 })
                 .await
+            }
+            // A directory moving between directories, with several MDTs: its loop check
+            // may cross them, under the rename lock.
+            Request::MdsRename { creds, parent, name, new_parent, new_name, flags }
+                if parent != new_parent && self.dne.several_mdts() =>
+            {
+                let child = match mdt.view().and_then(|v| v.entry(parent, &name)) {
+                    Ok(Some((fid, FileKind::Dir))) if fid.mdt() == mdt.index => {
+                        mdt.read(move |v| Ok(Response::Attr(v.must_inode(fid)?.attr))).await
+                    }
+                    Ok(Some((fid, FileKind::Dir))) => self.dne.remote_attr(fid).await,
+                    _ => Response::Ok,
+                };
+                match child {
+                    Response::Attr(child) => {
+                        self.across(mdt, ctx, move |dne, cb, m, ctx| async move {
+                            let (from, to) = ((parent, name), (new_parent, new_name));
+                            dne.rename_dir(&cb, &ctx, &m, creds, from, to, flags, child).await
+                        })
+                        .await
+                    }
+                    Response::Ok => {
+                        let req = Request::MdsRename { creds, parent, name, new_parent, new_name, flags };
+                        self.mutate(&ctx, mdt, req).await
+                    }
+                    other => other,
+                }
             }
             Request::MdsLink { creds, fid, parent, name } if fid.mdt() != mdt.index => {
                 self.across(mdt, ctx, move |dne, cb, m, ctx| async move {

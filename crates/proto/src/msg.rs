@@ -516,6 +516,19 @@ pub enum Request {
     /// MDS to MDS: the MDT of a striped directory copies its attributes to one of its
     /// other shards (their permissions decide creates there).
     MdsShardSync(ShardSync),
+    /// MDS to MDS: the directories above `fid` (its `..`, then that one's, ...) as far
+    /// as they are on the MDT holding `fid`, and the first one that is not; answered
+    /// with [`Response::Ancestors`]. A directory move's loop check walks up with it.
+    MdsAncestors {
+        fid: Fid,
+    },
+    /// MDS to the MDS of MDT 0: take (`hold`) or give back the file system's rename
+    /// lock (Lustre's BFL) for `holder`, which a directory move between directories
+    /// holds from its loop check to its commit (see the MDS's `dne` module).
+    MdsRenameLock {
+        hold: bool,
+        holder: u64,
+    },
     /// MDS to MDS: a participant asks the coordinator about a pending update it was
     /// never told the verdict of (the coordinator restarted, or the message was
     /// lost): is the operation still under way, and did it commit? Answered with
@@ -673,6 +686,8 @@ impl Request {
             Request::MdsUpdateDone { .. } => "update_done",
             Request::MdsUpdateQuery { .. } => "update_query",
             Request::MdsShardSync(_) => "shard_sync",
+            Request::MdsAncestors { .. } => "ancestors",
+            Request::MdsRenameLock { .. } => "rename_lock",
             Request::MdsLeaseCancel { .. } => "lease_cancel",
             Request::OstWrite { .. } => "ost_write",
             Request::OstRead { .. } => "ost_read",
@@ -760,6 +775,8 @@ pub enum Response {
     Striped(DirStripes),
     /// Answer to [`UpdateOp::ReserveFid`]: the FID reserved for the operation.
     Reserved(Fid),
+    /// Answer to [`Request::MdsAncestors`].
+    Ancestors(Vec<Fid>),
 }
 
 /// `braid mkdir -i -1`: the MDS chooses the MDT (Lustre's `-1` as an unsigned index).
@@ -877,9 +894,13 @@ pub enum UpdateOp {
     /// the coordinator removes; the last one makes it an orphan or destroys it.
     UnlinkInode { fid: Fid, parent: Fid, name: String },
     /// The source half of a rename between MDTs: entry `name` in `parent` (on the
-    /// participant), which names `child` (not a directory), goes once the
-    /// coordinator made the new one.
-    RemoveEntry { creds: Creds, parent: Fid, name: String, child: Attr },
+    /// participant), which names `child`, goes once the coordinator made the new one.
+    /// A directory moves to `dir_to`: `parent` loses its link, and the directory's
+    /// `..` names `dir_to` if its inode is on the participant.
+    RemoveEntry { creds: Creds, parent: Fid, name: String, child: Attr, dir_to: Option<Fid> },
+    /// Directory `fid` (on the participant) moves from `from` to `to`, both on other
+    /// MDTs: its `..` names `to` once the coordinator made the new entry.
+    SetParent { fid: Fid, from: Fid, to: Fid },
 }
 
 /// What a shard of a striped directory keeps of the directory's attributes (see

@@ -1,10 +1,11 @@
 //! Rename, in its POSIX form and renameat2's NOREPLACE and EXCHANGE, with the
 //! checks that keep the tree a tree.
-use proto::msg::{Creds, FileKind, RenameFlags, Response, Timespec};
+use proto::msg::{Attr, Creds, FileKind, RenameFlags, Response, Timespec};
 use proto::{Errno, Fid};
 
 use super::error::{fail, OpResult};
 use super::schema::{check_name, dentry_key, dentry_value, Tbl};
+use super::view::View;
 use super::writer::{Placement, Writer};
 use crate::inode::{sticky_allows, Inode, S_ISVTX};
 
@@ -96,6 +97,9 @@ impl Writer<'_> {
         }
         let mut new_dir =
             if new_parent == parent { None } else { Some(self.view.dir_for(creds, new_parent, new_name, true)?) };
+        // A directory moving between directories (checked under the rename lock) takes
+        // its `..` link along; its inode's `..` is its own MDT's to change.
+        let moved = i32::from(kind == FileKind::Dir && new_dir.is_some());
         let mut nlink = 0;
         if let Some((tfid, tkind)) = target {
             if flags.noreplace {
@@ -130,8 +134,8 @@ impl Writer<'_> {
         self.put(Tbl::Dentries, &dentry_key(new_parent, new_name), &dentry_value(fid, kind))?;
         match &mut new_dir {
             Some(d) => {
-                self.touch_dir(parent, &mut dir, now, 0)?;
-                self.touch_dir(new_parent, d, now, nlink)?;
+                self.touch_dir(parent, &mut dir, now, -moved)?;
+                self.touch_dir(new_parent, d, now, nlink + moved)?;
             }
             None => self.touch_dir(parent, &mut dir, now, nlink)?,
         }
@@ -183,6 +187,9 @@ impl Writer<'_> {
         }
     }
 
+    /// A rename of entries on this MDT. With `loop_checked`, a directory move was
+    /// checked not to go below itself under the rename lock (see the MDS's
+    /// `dne::rename`), as a walk that leaves this MDT cannot be here.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn rename(
         &mut self,
@@ -194,6 +201,7 @@ impl Writer<'_> {
         flags: RenameFlags,
         place: &Placement<'_>,
         now: Timespec,
+        loop_checked: bool,
     ) -> OpResult<Response> {
         check_name(name)?;
         check_name(new_name)?;
@@ -211,7 +219,7 @@ impl Writer<'_> {
             return Ok(Response::Ok); // Both names are links to the same inode: no-op.
         }
         let remote = |f: Fid| f.mdt() != self.mdt_index;
-        let moves_remote_dir = kind == FileKind::Dir && parent != new_parent;
+        let moves_remote_dir = kind == FileKind::Dir && parent != new_parent && !loop_checked;
         if target.is_some_and(|t| remote(t.0)) || (remote(fid) && (flags.exchange || moves_remote_dir)) {
             return fail(Errno::XDev, "renaming an inode that lives on another MDT is not supported yet");
         }
@@ -235,7 +243,7 @@ impl Writer<'_> {
             }
         }
         let is_dir = kind == FileKind::Dir;
-        if is_dir {
+        if is_dir && !loop_checked {
             self.check_not_under(fid, new_parent)?;
         }
         if flags.exchange {
@@ -295,5 +303,107 @@ impl Writer<'_> {
             self.touch_dir(new_parent, &mut d, now, dst_nlink + moved)?;
         }
         Ok(Response::Ok)
+    }
+
+    /// The coordinator's half of a directory's move between directories (step 2),
+    /// checked under the rename lock: the whole move when the old entry is on this
+    /// MDT too; else the new entry `new_name` in `new_parent` for `child`, replacing
+    /// an empty directory here, and the directory's `..` if its inode is here.
+    pub(crate) fn rename_dir_in(
+        &mut self,
+        creds: &Creds,
+        ((parent, name), (new_parent, new_name)): ((Fid, &str), (Fid, &str)),
+        child: &Attr,
+        noreplace: bool,
+        place: &Placement<'_>,
+        now: Timespec,
+    ) -> OpResult<Response> {
+        if parent.mdt() == self.mdt_index {
+            let flags = RenameFlags { noreplace, ..Default::default() };
+            return self.rename(creds, parent, name, new_parent, new_name, flags, place, now, true);
+        }
+        let DirTarget { mut dir, victim, same } =
+            self.view.dir_target(creds, new_parent, new_name, child.fid, noreplace)?;
+        if same {
+            // A second name of the directory cannot be: it changed meanwhile.
+            return fail(Errno::Again, format!("{new_name} changed while it was renamed"));
+        }
+        let mut links = 1;
+        if let Some((t, ino)) = victim {
+            self.drop_inode(t, &ino)?;
+            links -= 1;
+        }
+        self.put(Tbl::Dentries, &dentry_key(new_parent, new_name), &dentry_value(child.fid, FileKind::Dir))?;
+        self.touch_dir(new_parent, &mut dir, now, links)?;
+        self.set_parent(child.fid, parent, new_parent)?;
+        Ok(Response::Ok)
+    }
+}
+
+/// Where a directory moving to `new_name` in `new_parent` lands: the new parent, the
+/// empty directory it replaces, and whether `new_name` already names it.
+pub struct DirTarget {
+    pub dir: Inode,
+    pub victim: Option<(Fid, Inode)>,
+    pub same: bool,
+}
+
+impl<M: std::ops::Deref<Target = store::memtable::MemTable>> View<M> {
+    /// Checks `new_name` in `new_parent` (on this MDT) as the target of directory
+    /// `moving`'s move: absent, the directory itself, or an empty directory of this
+    /// MDT that is not striped and the caller may replace.
+    pub fn dir_target(
+        &self,
+        creds: &Creds,
+        new_parent: Fid,
+        new_name: &str,
+        moving: Fid,
+        noreplace: bool,
+    ) -> OpResult<DirTarget> {
+        check_name(new_name)?;
+        let dir = self.dir_for(creds, new_parent, new_name, true)?;
+        let Some((t, kind)) = self.entry(new_parent, new_name)? else {
+            return Ok(DirTarget { dir, victim: None, same: false });
+        };
+        if t == moving {
+            return Ok(DirTarget { dir, victim: None, same: true });
+        }
+        if noreplace {
+            return fail(Errno::Exist, format!("{new_name} exists"));
+        }
+        if kind != FileKind::Dir {
+            return fail(Errno::NotDir, format!("{new_name} is not a directory"));
+        }
+        if t.mdt() != new_parent.mdt() {
+            return fail(Errno::XDev, format!("{new_name} is a directory on another MDT: remove it first"));
+        }
+        let ino = self.must_inode(t)?;
+        if ino.attr.stripes.is_some() {
+            return fail(Errno::XDev, format!("{new_name} is a striped directory: remove it first"));
+        }
+        if !self.dir_is_empty(t)? {
+            return fail(Errno::NotEmpty, format!("{new_name} is not empty"));
+        }
+        if self.pending(t)?.is_some() {
+            return fail(Errno::Again, format!("{new_name} is part of an operation across MDTs"));
+        }
+        if !sticky_allows(&dir, &ino, creds) {
+            return fail(Errno::Perm, "sticky directory: not the owner of the target");
+        }
+        Ok(DirTarget { dir, victim: Some((t, ino)), same: false })
+    }
+
+    /// [`View::dir_target`] as the coordinator checks it before any participant
+    /// holds anything: the parent's attributes to go on, `Ok` for nothing to do.
+    pub fn check_dir_target(
+        &self,
+        creds: &Creds,
+        new_parent: Fid,
+        new_name: &str,
+        moving: Fid,
+        noreplace: bool,
+    ) -> OpResult<Response> {
+        let t = self.dir_target(creds, new_parent, new_name, moving, noreplace)?;
+        Ok(if t.same { Response::Ok } else { Response::Attr(t.dir.attr) })
     }
 }

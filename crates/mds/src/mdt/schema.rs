@@ -167,6 +167,12 @@ pub enum PendingOp {
     /// A FID reserved for a shard of a striped directory being made; the shard's
     /// inode replaces it by [`PendingOp::Mkdir`], an abort frees it.
     Reserved,
+    /// The entry of a directory moving to directory `to` on another MDT, to remove
+    /// (its parent loses a link; the directory's `..` becomes `to` if it is here).
+    MoveDir { to: Fid },
+    /// A directory of this MDT moving between directories on other MDTs: its `..`
+    /// becomes `to` once the coordinator made the new entry.
+    SetParent { to: Fid },
 }
 
 impl Record for PendingUpdate {

@@ -65,6 +65,23 @@ impl<M: Deref<Target = MemTable>> View<M> {
         Ok(out)
     }
 
+    /// The directories above `fid` (its `..`, that one's, ...) as far as they are on
+    /// this MDT, then the first that is not (or the root), at most `max`.
+    pub fn ancestors(&self, fid: Fid, max: usize) -> OpResult<Vec<Fid>> {
+        let mut out = Vec::new();
+        let mut at = fid;
+        while out.len() < max && at != Fid::ROOT && at.mdt() == fid.mdt() {
+            match self.inode(at)?.and_then(|i| i.parent) {
+                Some(p) => {
+                    out.push(p);
+                    at = p;
+                }
+                None => break,
+            }
+        }
+        Ok(out)
+    }
+
     /// Every undecided update on this MDT: (inode, update).
     pub fn pending_all(&self, max: usize) -> OpResult<Vec<(Fid, PendingUpdate)>> {
         self.pending_after(None, max)
@@ -215,7 +232,7 @@ impl Writer<'_> {
                 self.put_pending(*fid, id, pending, *parent, name)?;
                 Ok(Response::Attr(ino.attr))
             }
-            UpdateOp::RemoveEntry { creds, parent, name, child } => {
+            UpdateOp::RemoveEntry { creds, parent, name, child, dir_to } => {
                 check_name(name)?;
                 if parent.mdt() != self.mdt_index {
                     return fail(Errno::Inval, format!("directory {parent} is not on MDT {}", self.mdt_index));
@@ -224,8 +241,8 @@ impl Writer<'_> {
                 if self.view.entry(*parent, name)? != Some((child.fid, child.kind)) {
                     return fail(Errno::NoEnt, format!("{name} changed while it was renamed"));
                 }
-                if child.kind == FileKind::Dir {
-                    return fail(Errno::XDev, "moving a directory between MDTs is not supported yet");
+                if (child.kind == FileKind::Dir) != dir_to.is_some() {
+                    return fail(Errno::Inval, "a directory moves to a directory, anything else does not");
                 }
                 if !sticky_allows_attr(&dir, child, creds) {
                     return fail(Errno::Perm, "sticky directory: not the owner");
@@ -236,7 +253,19 @@ impl Writer<'_> {
                 if self.view.pending(child.fid)?.is_some() {
                     return fail(Errno::Again, format!("{} is part of another operation across MDTs", child.fid));
                 }
-                self.put_pending(child.fid, id, PendingOp::RemoveEntry, *parent, name)?;
+                let op = dir_to.map_or(PendingOp::RemoveEntry, |to| PendingOp::MoveDir { to });
+                self.put_pending(child.fid, id, op, *parent, name)?;
+                Ok(Response::Ok)
+            }
+            UpdateOp::SetParent { fid, from, to } => {
+                let ino = self.must_local_inode(*fid)?;
+                if ino.attr.kind != FileKind::Dir || ino.parent != Some(*from) {
+                    return fail(Errno::Inval, format!("{fid} is not a subdirectory of {from}"));
+                }
+                if self.view.pending(*fid)?.is_some() {
+                    return fail(Errno::Again, format!("{fid} is part of another operation across MDTs"));
+                }
+                self.put_pending(*fid, id, PendingOp::SetParent { to: *to }, *from, "")?;
                 Ok(Response::Ok)
             }
         }
@@ -253,6 +282,20 @@ impl Writer<'_> {
             Some(p) if p.id == id && p.op == PendingOp::Reserved && self.view.inode(fid)?.is_none() => Ok(()),
             _ => fail(Errno::Inval, format!("{fid} was not reserved by this operation")),
         }
+    }
+
+    /// A directory of this MDT moved from `from` to `to`: its `..` follows (a
+    /// directory elsewhere, or one that moved again meanwhile, is left alone).
+    pub(crate) fn set_parent(&mut self, fid: Fid, from: Fid, to: Fid) -> OpResult<()> {
+        if fid.mdt() != self.mdt_index {
+            return Ok(());
+        }
+        if let Some(mut ino) = self.view.inode(fid)?.filter(|i| i.parent == Some(from)) {
+            ino.parent = Some(to);
+            ino.attr.ctime = Timespec::now();
+            self.put_inode(fid, &ino)?;
+        }
+        Ok(())
     }
 
     /// Inode `fid`, which must be on this MDT.
@@ -290,12 +333,22 @@ impl Writer<'_> {
             self.inodes_delta -= 1;
             return Ok(Response::Ok);
         }
-        if p.op == PendingOp::RemoveEntry {
+        if let PendingOp::RemoveEntry | PendingOp::MoveDir { .. } = p.op {
             if committed && self.view.entry(p.parent, &p.name)?.is_some_and(|(f, _)| f == fid) {
                 self.del(Tbl::Dentries, &dentry_key(p.parent, &p.name))?;
+                let moved_dir = matches!(p.op, PendingOp::MoveDir { .. });
                 if let Some(mut dir) = self.view.inode(p.parent)? {
-                    self.touch_dir(p.parent, &mut dir, Timespec::now(), 0)?;
+                    self.touch_dir(p.parent, &mut dir, Timespec::now(), -i32::from(moved_dir))?;
                 }
+            }
+            if let (PendingOp::MoveDir { to }, true) = (p.op, committed) {
+                self.set_parent(fid, p.parent, to)?;
+            }
+            return Ok(Response::Ok);
+        }
+        if let PendingOp::SetParent { to } = p.op {
+            if committed {
+                self.set_parent(fid, p.parent, to)?;
             }
             return Ok(Response::Ok);
         }

@@ -285,7 +285,7 @@ impl<'a> Writer<'a> {
             Request::MdsUnlink { creds, parent, name } => self.remove(creds, *parent, name, false, place, now),
             Request::MdsRmdir { creds, parent, name } => self.remove(creds, *parent, name, true, place, now),
             Request::MdsRename { creds, parent, name, new_parent, new_name, flags } => {
-                self.rename(creds, *parent, name, *new_parent, new_name, *flags, place, now)
+                self.rename(creds, *parent, name, *new_parent, new_name, *flags, place, now, false)
             }
             &Request::MdsClose { fid, size, mtime, trunc_epoch } => {
                 let Some(mut ino) = self.view.inode(fid)? else { return Ok(Response::Ok) };

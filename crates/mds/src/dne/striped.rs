@@ -1,0 +1,237 @@
+//! Striped directories, the coordinator's side: making one (a FID reserved on each
+//! shard's MDT, then every shard made with the whole table, then the entry), removing
+//! one (every shard checked empty and held, then the entry), and keeping the copy of
+//! the directory's attributes each shard holds (its permissions decide creates there)
+//! true to shard 0's: a change is noted in `shard_sync` in the batch that makes it,
+//! copied to the shards before the answer, and retried by [`ShardSyncRetry`] after a
+//! crash or while an MDT is down.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use proto::msg::{Attr, Creds, DirSpec, DirStripes, Request, Response, ShardSync, UpdateOp};
+use proto::{Errno, Fid};
+use rpc::server::{Callbacks, RequestCtx};
+use rpc::RpcClient;
+
+use super::{ask_all, fault_point, kept, DirPlacement, Dne, RESOLVE_BATCH};
+use crate::commit::{CoordinatedOp, JobKind};
+use crate::mdt::Participant;
+use crate::target::Mdt;
+use crate::workers::Worker;
+
+impl Dne {
+    /// A striped directory `name` in `parent` (on this MDS), its shards on the MDTs
+    /// of `to` (`mkdir -c N`, root only as [`Dne::mkdir_remote`], or a default): a
+    /// FID reserved on each shard's MDT, then every shard made with the whole table,
+    /// then the entry. Every shard is a participant's half, on this MDT's too.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn mkdir_striped(
+        &self,
+        callbacks: &Callbacks,
+        ctx: &RequestCtx,
+        mdt: &Arc<Mdt>,
+        creds: Creds,
+        parent: Fid,
+        name: String,
+        mode: u32,
+        to: DirPlacement,
+    ) -> Response {
+        if let Some(r) = kept(mdt, ctx) {
+            return r;
+        }
+        if to.explicit && creds.uid != 0 {
+            return Response::error(Errno::Perm, "only root may make a striped directory");
+        }
+        let shard_op = match self.new_dir_half(mdt, &creds, parent, &name, mode).await {
+            Ok(op) => op,
+            Err(r) => return r,
+        };
+        self.revoke_others(callbacks, mdt, parent, ctx).await;
+        let mut peers = Vec::with_capacity(to.mdts.len());
+        for &k in &to.mdts {
+            match self.peer(k).await {
+                Ok(p) => peers.push((p, k)),
+                Err(r) => return r,
+            }
+        }
+        let flight = self.begin(mdt.index);
+        let id = flight.id;
+        fault_point("mkdir-striped:before-reserve");
+        let reserve = |(p, k): &(Arc<RpcClient>, u32)| {
+            (p.clone(), *k, Request::MdsUpdate { mdt: *k, id, op: UpdateOp::ReserveFid })
+        };
+        let mut prepared = Vec::new();
+        let mut shards = Vec::new();
+        let mut refused = None;
+        for ((peer, k), r) in peers.iter().zip(ask_all(peers.iter().map(reserve).collect()).await) {
+            match r {
+                Response::Reserved(fid) if fid.mdt() == *k => {
+                    prepared.push((peer.clone(), Participant { mdt: *k, fid }));
+                    shards.push(fid);
+                }
+                other => refused = refused.or(Some(other)),
+            }
+        }
+        if let Some(r) = refused {
+            self.tell(mdt.clone(), id, false, prepared);
+            return r;
+        }
+        let stripes = DirStripes { hash: to.hash, shards };
+        fault_point("mkdir-striped:before-update");
+        let make = |(peer, p): &(Arc<RpcClient>, Participant)| {
+            let mut op = shard_op.clone();
+            if let UpdateOp::MkdirInode { shard, .. } = &mut op {
+                *shard = Some((p.fid, stripes.clone()));
+            }
+            (peer.clone(), p.mdt, Request::MdsUpdate { mdt: p.mdt, id, op })
+        };
+        let mut master = None;
+        for r in ask_all(prepared.iter().map(make).collect()).await {
+            match r {
+                Response::Attr(a) if a.fid == stripes.master() => master = Some(a),
+                Response::Attr(_) => {}
+                other => refused = refused.or(Some(other)),
+            }
+        }
+        let (Some(child), None) = (master, refused.clone()) else {
+            self.tell(mdt.clone(), id, false, prepared);
+            return refused.unwrap_or_else(|| Response::error(Errno::Io, "shard 0 did not answer its attributes"));
+        };
+        let op = CoordinatedOp::Link { creds, parent, name, child };
+        self.commit(ctx, mdt, "mkdir-striped", flight, op, prepared).await
+    }
+
+    /// The removal of striped directory `name` in `parent` (on this MDS): every shard
+    /// checked empty and held (no new entries) on its MDT, then the entry goes.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn rmdir_striped(
+        &self,
+        callbacks: &Callbacks,
+        ctx: &RequestCtx,
+        mdt: &Arc<Mdt>,
+        creds: Creds,
+        (parent, name): (Fid, String),
+        attr: Attr,
+        stripes: DirStripes,
+    ) -> Response {
+        self.revoke_others(callbacks, mdt, parent, ctx).await;
+        let mut halves = Vec::with_capacity(stripes.shards.len());
+        for &fid in &stripes.shards {
+            let peer = match self.peer(fid.mdt()).await {
+                Ok(p) => p,
+                Err(r) => return r,
+            };
+            halves.push((peer, fid));
+        }
+        let flight = self.begin(mdt.index);
+        let id = flight.id;
+        fault_point("rmdir-striped:before-update");
+        let hold = |(peer, fid): &(Arc<RpcClient>, Fid)| {
+            let op = UpdateOp::RmdirInode { fid: *fid, parent, name: name.clone() };
+            (peer.clone(), fid.mdt(), Request::MdsUpdate { mdt: fid.mdt(), id, op })
+        };
+        let mut prepared = Vec::new();
+        let mut refused = None;
+        for ((peer, fid), r) in halves.iter().zip(ask_all(halves.iter().map(hold).collect()).await) {
+            match r {
+                Response::Ok => prepared.push((peer.clone(), Participant { mdt: fid.mdt(), fid: *fid })),
+                other => refused = refused.or(Some(other)),
+            }
+        }
+        if let Some(r) = refused {
+            self.tell(mdt.clone(), id, false, prepared);
+            return r;
+        }
+        let op = CoordinatedOp::Unlink { creds, parent, name, child: attr };
+        self.commit(ctx, mdt, "rmdir-striped", flight, op, prepared).await
+    }
+}
+
+impl Dne {
+    /// Copies striped directory `fid`'s attributes (on this MDS) to its other shards
+    /// if a change is noted in `shard_sync`, and forgets the note once all took it.
+    /// One copy at a time per directory, each reading the directory when it starts,
+    /// so an earlier state never lands after a later one.
+    pub(crate) async fn sync_shards(&self, mdt: &Arc<Mdt>, fid: Fid) -> Result<(), Response> {
+        let Ok(Some(_)) = mdt.view().and_then(|v| v.shard_sync_seq(fid)) else { return Ok(()) };
+        let lock = self.syncing.lock().expect("shard syncs").entry(fid).or_default().clone();
+        let held = lock.lock().await;
+        let read = mdt.view().and_then(|v| Ok((v.shard_sync_seq(fid)?, v.must_inode(fid)?, v.dirs_default(fid)?)));
+        let r = match read {
+            Ok((Some(seq), ino, dirs_default)) => self.push_shards(mdt, seq, ino, dirs_default).await,
+            Ok((None, ..)) => Ok(()),
+            Err(e) => Err(crate::target::op_error(e)),
+        };
+        drop(held);
+        let mut syncing = self.syncing.lock().expect("shard syncs");
+        if syncing.get(&fid).is_some_and(|l| Arc::strong_count(l) == 2) {
+            syncing.remove(&fid);
+        }
+        r
+    }
+
+    async fn push_shards(
+        &self,
+        mdt: &Arc<Mdt>,
+        seq: u64,
+        ino: crate::inode::Inode,
+        dirs_default: Option<DirSpec>,
+    ) -> Result<(), Response> {
+        let master = ino.attr.fid;
+        let Some(stripes) = ino.attr.stripes.as_ref().filter(|s| s.master() == master) else { return Ok(()) };
+        let mut pushes = Vec::new();
+        for &fid in &stripes.shards[1..] {
+            let a = &ino.attr;
+            let sync = ShardSync {
+                fid,
+                master,
+                mode: a.mode,
+                uid: a.uid,
+                gid: a.gid,
+                atime: a.atime,
+                mtime: a.mtime,
+                dir_default: ino.dir_default.clone(),
+                dirs_default,
+            };
+            pushes.push((self.peer(fid.mdt()).await?, fid.mdt(), Request::MdsShardSync(sync)));
+        }
+        if let Some(refused) = ask_all(pushes).await.into_iter().find(|r| *r != Response::Ok) {
+            return Err(refused);
+        }
+        mdt.submit_own(JobKind::ShardSynced { fid: master, seq }).await;
+        Ok(())
+    }
+}
+
+/// Copies to their shards the attributes of striped directories whose change a
+/// crash or a down MDT kept from them (see [`Dne::sync_shards`]).
+pub struct ShardSyncRetry {
+    pub mdt: Arc<Mdt>,
+    pub dne: Arc<Dne>,
+    pub every: Duration,
+}
+
+impl Worker for ShardSyncRetry {
+    const NAME: &'static str = "shard-sync";
+
+    fn period(&self) -> Duration {
+        self.every
+    }
+
+    fn eager(&self) -> bool {
+        true
+    }
+
+    async fn tick(&mut self) {
+        let due = match self.mdt.view().and_then(|v| v.shard_syncs(RESOLVE_BATCH)) {
+            Ok(d) => d,
+            Err(e) => return tracing::warn!(mdt = self.mdt.index, "cannot list shard syncs: {e}"),
+        };
+        for fid in due {
+            if let Err(e) = self.dne.sync_shards(&self.mdt, fid).await {
+                tracing::debug!(mdt = self.mdt.index, %fid, "shards not updated yet: {e:?}");
+            }
+        }
+    }
+}
