@@ -50,3 +50,9 @@ cargo clippy --workspace --all-targets -- -D warnings
 # Integration tests start several server processes each; bound the parallelism so a
 # 2-core machine is not oversubscribed.
 cargo test --workspace -- --test-threads="${BRAID_TEST_THREADS:-3}"
+# The mount tests and the POSIX suites again over a root striped over two MDTs, each
+# in its own MDS (the suites' directories striped too): names spread over the MDTs
+# and renames cross them; POSIX through the mount must not change.
+BRAID_TEST_ROOT_STRIPES=2 cargo test -p braid --test mount_posix --test mount_ops --test mount_perms \
+  --test mount_readdir --test mount_truncate --test mount_multi --test posix_suites \
+  -- --test-threads="${BRAID_TEST_THREADS:-3}"

@@ -443,6 +443,13 @@ fn crash_at(c: &mut Cluster, mdts: &[PathBuf], process: &str, point: &str, op: &
             }
             Some(fid)
         }
+        "exchange" => {
+            // A file of MDT 0 in the root and a directory of MDT 1 in /on1 swap names.
+            c.put(&format!("/src-{name}"), b"moving");
+            c.braid_ok(&["mkdir", &c.url(&format!("/on1/{name}"))]);
+            c.put(&format!("/on1/{name}/f"), b"dir");
+            Some(fid_of(c, &format!("/src-{name}")))
+        }
         "rename-dir" | "rename-dir-remote" => {
             // Its entry and inode on MDT 0, moved into /on1; or its inode on MDT 1,
             // moved between two directories of MDT 0 (into /on0).
@@ -491,6 +498,12 @@ fn crash_at(c: &mut Cluster, mdts: &[PathBuf], process: &str, point: &str, op: &
                 let (from, to) = if op_name == "rename" { (Fid::ROOT, on1) } else { (on1, Fid::ROOT) };
                 within(&rt, "rename", cl.rename(&creds, from, &src, to, &name_owned, plain))
             }
+            "exchange" => {
+                let on1 = within(&rt, "resolve", cl.resolve(&creds, "/on1", true)).expect("resolve /on1").fid;
+                let src = format!("src-{name_owned}");
+                let swap = RenameFlags { exchange: true, ..Default::default() };
+                within(&rt, "exchange", cl.rename(&creds, Fid::ROOT, &src, on1, &name_owned, swap))
+            }
             "rename-dir" | "rename-dir-remote" => {
                 let to = if op_name == "rename-dir" { "/on1" } else { "/on0" };
                 let to = within(&rt, "resolve", cl.resolve(&creds, to, true)).expect("resolve").fid;
@@ -523,6 +536,11 @@ fn crash_at(c: &mut Cluster, mdts: &[PathBuf], process: &str, point: &str, op: &
         "unlink" => {
             assert!(!exists, "{name} still exists after {point}");
             assert_eq!(links(c, &format!("/on1/{name}")), 1, "{point}");
+        }
+        "exchange" => {
+            assert_eq!(fid_of(c, &format!("/on1/{name}")), target.expect("a file"), "{point}");
+            assert_eq!(c.get(&format!("/on1/{name}")), b"moving", "{point}");
+            assert_eq!(c.get(&format!("/src-{name}/f")), b"dir", "{point}");
         }
         "rename-dir" | "rename-dir-remote" => {
             let to = if op == "rename-dir" { "/on1" } else { "/on0" };
@@ -592,14 +610,14 @@ fn a_rename_between_mdts_survives_a_sigkill_at_every_step() {
     // half under the file's FID, which names MDT 0).
     let (into, back) = ("rename", "rename-back");
     let points = [
-        ("mds1", "rename-remote:before-update", into),
-        ("mds1", "rename-remote:before-commit", into),
-        ("mds1", "rename-remote:before-done", into),
+        ("mds1", "rename:before-update", into),
+        ("mds1", "rename:before-commit", into),
+        ("mds1", "rename:before-done", into),
         ("mds", "update:before-reply", into),
         ("mds", "update-done:before-apply", into),
-        ("mds", "rename-remote:before-update", back),
-        ("mds", "rename-remote:before-commit", back),
-        ("mds", "rename-remote:before-done", back),
+        ("mds", "rename:before-update", back),
+        ("mds", "rename:before-commit", back),
+        ("mds", "rename:before-done", back),
         ("mds1", "update:before-reply", back),
         ("mds1", "update-done:before-apply", back),
     ];
@@ -656,15 +674,31 @@ fn files_move_between_directories_on_different_mdts() {
     c.put("/r/file", b"f");
     assert_eq!(client_errno(rename(d, "dir", r, "file", plain)), Errno::NotDir, "a directory over a file");
     assert_eq!(client_errno(rename(d, "missing", r, "x", plain)), Errno::NoEnt);
+    // RENAME_EXCHANGE across MDTs: the two names swap, twice.
     let exchange = RenameFlags { exchange: true, ..Default::default() };
-    assert_eq!(client_errno(rename(d, "tmp", r, "keep", exchange)), Errno::XDev);
-    assert_eq!(c.get("/r/keep"), b"kept");
-    assert_eq!(c.get("/d/tmp"), b"x");
+    rename(d, "tmp", r, "keep", exchange).expect("an exchange between MDTs");
+    assert_eq!((c.get("/r/keep"), c.get("/d/tmp")), (b"x".to_vec(), b"kept".to_vec()));
+    rename(d, "tmp", r, "keep", exchange).expect("and back");
+    assert_eq!((c.get("/r/keep"), c.get("/d/tmp")), (b"kept".to_vec(), b"x".to_vec()));
+    assert_eq!(client_errno(rename(d, "missing", r, "keep", exchange)), Errno::NoEnt);
     // Two names of one file: renaming one onto the other does nothing (POSIX).
     within(&rt, "link", cl.link(&creds, f, d, "alias")).expect("link");
     rename(d, "alias", r, "victim", plain).expect("a rename between links of one file");
     assert!(c.braid(&["stat", &c.url("/d/alias")]).status.success(), "both names stay");
     within(&rt, "unlink", cl.unlink(&creds, d, "alias")).expect("unlink");
+    // Over a name whose inode is on another MDT, from this MDT and from the other:
+    // the inode's own MDT takes the replaced link away.
+    for (dir, name, data) in [("/d", "v1", "one"), ("/r", "v2", "two"), ("/d", "v3", "three")] {
+        c.put(&format!("{dir}/{name}"), data.as_bytes());
+    }
+    rename(d, "v1", r, "v", plain).expect("a file of MDT 0 into /r");
+    let one = fid_of(&c, "/r/v");
+    rename(r, "v2", r, "v", plain).expect("within /r, over a link to a file of MDT 0");
+    assert_eq!(c.get("/r/v"), b"two");
+    let gone = within(&rt, "getattr", cl.getattr(one));
+    assert!(gone.is_err() || gone.is_ok_and(|a| a.nlink == 0), "the replaced file lost its only name");
+    rename(d, "v3", r, "v", plain).expect("from MDT 0, over a file of MDT 1");
+    assert_eq!(c.get("/r/v"), b"three");
     check(&mut c, &mdts).expect("consistent after renames between MDTs");
 
     // Old name, then new name: one of them is always there.
@@ -842,14 +876,14 @@ fn a_directory_move_between_mdts_survives_a_sigkill_at_every_step() {
     // both on MDT 0 (the coordinator): MDT 1 moves its `..`.
     let (into, remote) = ("rename-dir", "rename-dir-remote");
     let points = [
-        ("mds1", "rename-dir:before-update", into),
-        ("mds1", "rename-dir:before-commit", into),
-        ("mds1", "rename-dir:before-done", into),
+        ("mds1", "rename:before-update", into),
+        ("mds1", "rename:before-commit", into),
+        ("mds1", "rename:before-done", into),
         ("mds", "update:before-reply", into),
         ("mds", "update-done:before-apply", into),
-        ("mds", "rename-dir:before-update", remote),
-        ("mds", "rename-dir:before-commit", remote),
-        ("mds", "rename-dir:before-done", remote),
+        ("mds", "rename:before-update", remote),
+        ("mds", "rename:before-commit", remote),
+        ("mds", "rename:before-done", remote),
         ("mds1", "update:before-reply", remote),
         ("mds1", "update-done:before-apply", remote),
     ];
@@ -860,4 +894,23 @@ fn a_directory_move_between_mdts_survives_a_sigkill_at_every_step() {
     assert_eq!(listed.split_whitespace().collect::<Vec<_>>(), ["m0", "m1", "m2", "m3", "m4"], "{listed}");
     let listed = c.braid_ok(&["ls", &c.url("/on0")]);
     assert_eq!(listed.split_whitespace().collect::<Vec<_>>(), ["m5", "m6", "m7", "m8", "m9"], "{listed}");
+}
+
+#[test]
+fn an_exchange_between_mdts_survives_a_sigkill_at_every_step() {
+    let (mut c, mdts) = two_mds();
+    c.braid_ok(&["mkdir", "-i", "1", &c.url("/on1")]);
+    // The coordinator is MDT 1 (the second name's); MDT 0 swaps the first entry.
+    let points = [
+        ("mds1", "exchange:before-update"),
+        ("mds1", "exchange:before-commit"),
+        ("mds1", "exchange:before-done"),
+        ("mds", "update:before-reply"),
+        ("mds", "update-done:before-apply"),
+    ];
+    for (i, (process, point)) in points.into_iter().enumerate() {
+        crash_at(&mut c, &mdts, process, point, "exchange", &format!("x{i}"));
+    }
+    assert_eq!(links(&c, "/"), 2 + 1 + 5, "the root holds /on1 and the five directories swapped into it");
+    assert_eq!(links(&c, "/on1"), 2, "/on1 holds only files now");
 }

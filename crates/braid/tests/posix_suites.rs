@@ -141,10 +141,20 @@ fn tcp_mount() -> Target {
 }
 
 impl Target {
-    /// A new directory in the file system, open to every user.
+    /// A new directory in the file system, open to every user. With the root
+    /// striped over several MDTs (`BRAID_TEST_ROOT_STRIPES`), striped as the root and
+    /// with a default that stripes every directory made below it: every name of the
+    /// suite lands on the MDT its hash picks, and renames cross MDTs.
     fn dir(&self, name: &str) -> PathBuf {
         let d = self.root.join(name);
-        fs::create_dir(&d).unwrap_or_else(|e| panic!("mkdir {}: {e}", d.display()));
+        let stripes = testkit::striped_root();
+        if stripes > 1 {
+            let (n, path) = (stripes.to_string(), d.to_string_lossy().into_owned());
+            self.braid_ok(&["mkdir", "-c", &n, &path]);
+            self.braid_ok(&["setdirstripe", "-D", "-c", &n, &path]);
+        } else {
+            fs::create_dir(&d).unwrap_or_else(|e| panic!("mkdir {}: {e}", d.display()));
+        }
         fs::set_permissions(&d, fs::Permissions::from_mode(0o755)).expect("chmod 755");
         d
     }

@@ -71,6 +71,8 @@ pub struct MdsSection {
     pub dom_max: Option<String>,
     pub checkpoint_ms: Option<u64>,
     pub sync_journal: Option<bool>,
+    /// Stripe the root over this many MDTs while it is empty.
+    pub root_stripes: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]

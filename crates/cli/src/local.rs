@@ -52,6 +52,9 @@ pub struct LocalArgs {
     /// seed 002's progressive layout); without it, one 1 MiB stripe.
     #[arg(long)]
     pub default_layout: Option<String>,
+    /// Stripe the root directory over N of the MDTs (see `braid mds --root-stripes`).
+    #[arg(long, value_name = "N")]
+    pub root_stripes: Option<u32>,
 }
 
 /// Shape of a `braid local` cluster.
@@ -67,6 +70,8 @@ pub struct Local {
     pub in_process: bool,
     /// The file system's default layout.
     pub default_layout: LayoutSpec,
+    /// Stripe the root over this many MDTs while it is empty.
+    pub root_stripes: u32,
 }
 
 /// A local cluster's servers, serving on the runtime that started them.
@@ -90,6 +95,7 @@ pub fn run(a: LocalArgs) -> Result<()> {
         target_timeout_ms: a.target_timeout_ms,
         in_process: !a.tcp,
         default_layout: serve::default_layout(a.default_layout.as_deref(), None, None)?,
+        root_stripes: serve::root_stripes(a.root_stripes)?,
     };
     local(&a.data, &l, a.mount.map(|m| (m, settings)))
 }
@@ -117,7 +123,11 @@ pub async fn start(data: &Path, l: &Local) -> Result<Started> {
     let mgs = serve::start_mgs(&l.listen, &data.join("mgs"), &common, timeout).await?;
     let mdt_dirs: Vec<PathBuf> = (0..l.mdts).map(|i| data.join(format!("mdt{i}"))).collect();
     let ost_dirs: Vec<PathBuf> = (0..l.osts).map(|i| data.join(format!("ost{i}"))).collect();
-    let cfg = mds::MdsConfig { default_layout: l.default_layout.clone(), ..Default::default() };
+    if l.root_stripes > l.mdts {
+        bail!("--root-stripes {} is more than the {} MDT(s) asked for", l.root_stripes, l.mdts);
+    }
+    let cfg =
+        mds::MdsConfig { default_layout: l.default_layout.clone(), root_stripes: l.root_stripes, ..Default::default() };
     // OSTs first: the MDS's first look at the configuration then finds every one
     // of them, so the mount's first files are striped over all the OSTs asked for.
     serve::start_oss("127.0.0.1:0", None, &mgs, &ost_dirs, &common).await?;

@@ -78,6 +78,11 @@ pub struct MdsArgs {
     /// survives a power loss; slower).
     #[arg(long)]
     pub sync_journal: bool,
+    /// Stripe the root directory over N MDTs (MDT 0 and the next ones), once they
+    /// are up, if it is still empty: a choice made with the file system (the MDS
+    /// serving MDT 0 acts on it).
+    #[arg(long, value_name = "N")]
+    pub root_stripes: Option<u32>,
 }
 
 /// `braid oss`.
@@ -128,6 +133,15 @@ pub fn run_mgs(a: MgsArgs) -> Result<()> {
     run_server("MGS", async move { start_mgs(&listen, &data, &common, timeout).await })
 }
 
+/// `--root-stripes N`: 1 (the root on MDT 0 alone) when not given.
+pub fn root_stripes(n: Option<u32>) -> Result<u32> {
+    match n {
+        None => Ok(1),
+        Some(n) if (1..=layout::DIR_STRIPES_MAX).contains(&n) => Ok(n),
+        Some(n) => bail!("--root-stripes {n}: want 1 to {}", layout::DIR_STRIPES_MAX),
+    }
+}
+
 /// Runs an MDS until a signal.
 pub fn run_mds(a: MdsArgs) -> Result<()> {
     let file = config::load(a.server.config.as_deref())?;
@@ -153,6 +167,7 @@ pub fn run_mds(a: MdsArgs) -> Result<()> {
         checkpoint_interval: Duration::from_millis(checkpoint_ms),
         sync_journal: a.sync_journal || file.mds.sync_journal.unwrap_or(false),
         dom_max,
+        root_stripes: root_stripes(a.root_stripes.or(file.mds.root_stripes))?,
         ..Default::default()
     };
     run_server("MDS", async move { start_mds(&listen, advertise.as_deref(), &mgs, &mdts, &common, cfg).await })

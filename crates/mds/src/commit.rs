@@ -74,20 +74,14 @@ pub enum CoordinatedOp {
     Link { creds: Creds, parent: Fid, name: String, child: Attr },
     /// The entry of an inode on another MDT, which that MDT is unlinking.
     Unlink { creds: Creds, parent: Fid, name: String, child: Attr },
-    /// The new entry of a rename from a directory on another MDT (which removes the
-    /// old one), replacing a file here unless `noreplace`.
-    RenameIn { creds: Creds, parent: Fid, name: String, child: Attr, noreplace: bool },
-    /// A directory's move from `name` in `parent` to `new_name` in `new_parent`
-    /// (here), checked under the rename lock not to go below itself.
-    RenameDir {
-        creds: Creds,
-        parent: Fid,
-        name: String,
-        new_parent: Fid,
-        new_name: String,
-        child: Attr,
-        noreplace: bool,
-    },
+    /// A rename to `new_name` in `new_parent` (here) of `child`, `name` in `parent`,
+    /// coordinated across MDTs (see [`crate::dne`]).
+    Rename { creds: Creds, parent: Fid, name: String, new_parent: Fid, new_name: String, child: Attr, noreplace: bool },
+    /// `renameat2(RENAME_EXCHANGE)` of `a_name` in `a_dir` (naming `a`) and `b_name`
+    /// in `b_dir` (here, naming `b`), coordinated across MDTs.
+    Exchange { creds: Creds, a: (Fid, String, Attr), b: (Fid, String, Attr) },
+    /// Directory `fid`, empty, becomes shard 0 of a striped directory (`--root-stripes`).
+    Stripe { fid: Fid, stripes: proto::msg::DirStripes },
 }
 
 /// What a batch answers a job.
@@ -357,12 +351,13 @@ fn coordinated_job(
         ids,
         |w| {
             let r = match op {
-                CoordinatedOp::RenameIn { creds, parent, name, child, noreplace } => {
-                    w.rename_in_remote(creds, *parent, name, child, *noreplace, place, now)?
+                CoordinatedOp::Stripe { fid, stripes } => w.stripe_empty_dir(*fid, stripes)?,
+                CoordinatedOp::Exchange { creds, a: (a_dir, a_name, a), b: (b_dir, b_name, b) } => {
+                    w.exchange_coordinated(creds, (*a_dir, a_name, a), (*b_dir, b_name, b), place, now)?
                 }
-                CoordinatedOp::RenameDir { creds, parent, name, new_parent, new_name, child, noreplace } => {
+                CoordinatedOp::Rename { creds, parent, name, new_parent, new_name, child, noreplace } => {
                     let names = ((*parent, name.as_str()), (*new_parent, new_name.as_str()));
-                    w.rename_dir_in(creds, names, child, *noreplace, place, now)?
+                    w.rename_coordinated(creds, names, child, *noreplace, place, now)?
                 }
                 CoordinatedOp::Link { creds, parent, name, child } => {
                     w.link_remote_entry(creds, *parent, name, child, now)?

@@ -31,6 +31,9 @@ pub struct MdsConfig {
     /// Largest Data-on-MDT component a new file may get (Lustre's `dom_stripesize`,
     /// 1 MiB by default); 0 refuses new DoM layouts by dropping their DoM component.
     pub dom_max: u64,
+    /// Stripe the root over this many MDTs, from MDT 0, once they are up, if it is
+    /// still empty (`--root-stripes`; 1 leaves it on MDT 0).
+    pub root_stripes: u32,
 }
 
 impl Default for MdsConfig {
@@ -45,6 +48,7 @@ impl Default for MdsConfig {
             checkpoint_interval: Duration::from_secs(1),
             sync_journal: false,
             dom_max: 1 << 20,
+            root_stripes: 1,
         }
     }
 }

@@ -15,7 +15,7 @@ use rpc::{Identity, RpcClient};
 
 use crate::cluster::ClusterView;
 use crate::commit::{JobKind, Outcome};
-use crate::dne::{answer_of_first_try, Dne, ShardSyncRetry, UpdateResolve, PENDING_ASK_AFTER};
+use crate::dne::{answer_of_first_try, Dne, RootStripe, ShardSyncRetry, UpdateResolve, PENDING_ASK_AFTER};
 use crate::mdt::view::Found;
 use crate::target::Mdt;
 use crate::workers::{CheckpointTick, ClusterRefresh, DestroyDrain, OrphanReap, ReplyPrune, Workers};
@@ -65,6 +65,9 @@ impl Mds {
             workers.spawn(OrphanReap { mdt: m.clone() });
             workers.spawn(UpdateResolve { mdt: m.clone(), dne: dne.clone(), every: PENDING_ASK_AFTER, after: None });
             workers.spawn(ShardSyncRetry { mdt: m.clone(), dne: dne.clone(), every: PENDING_ASK_AFTER });
+        }
+        if let (Some(m), true) = (mdts.get(&0), cfg.root_stripes > 1) {
+            workers.spawn(RootStripe { mdt: m.clone(), dne: dne.clone(), count: cfg.root_stripes, done: false });
         }
         Ok(Arc::new(Mds { mdts, dirs, callbacks: Arc::default(), dne, workers }))
     }
@@ -369,38 +372,27 @@ impl Mds {
                     self.mutate(&ctx, mdt, Request::MdsMkdir { creds, parent, name, mode, lease, spec: None }).await
                 }
             }
-            Request::MdsRename { creds, parent, name, new_parent, new_name, flags } if parent.mdt() != mdt.index => {
+            Request::MdsRename { creds, parent, name, new_parent, new_name, flags } => {
+                // A directory moving between directories with several MDTs (either one
+                // of an exchange): its loop check may cross them, under the rename lock.
+                let is_dir = |dir: Fid, n: &str| {
+                    matches!(mdt.view().and_then(|v| v.entry(dir, n)), Ok(Some((_, FileKind::Dir))))
+                };
+                let dir_moves = parent != new_parent
+                    && self.dne.several_mdts()
+                    && (is_dir(parent, &name) || (flags.exchange && is_dir(new_parent, &new_name)));
+                if parent.mdt() == mdt.index && !dir_moves {
+                    let (c, n, nn) = (creds.clone(), name.clone(), new_name.clone());
+                    let req = Request::MdsRename { creds: c, parent, name: n, new_parent, new_name: nn, flags };
+                    // Done here, unless what it replaces lives on another MDT.
+                    if let Ok(r) = self.mutate_here(&ctx, mdt, req).await {
+                        return r;
+                    }
+                }
                 self.across(mdt, ctx, move |dne, cb, m, ctx| async move {
-                    dne.rename_remote(&cb, &ctx, &m, creds, (parent, name), (new_parent, new_name), flags).await
+                    dne.rename_across(&cb, &ctx, &m, creds, (parent, name), (new_parent, new_name), flags).await
                 })
                 .await
-            }
-            // A directory moving between directories, with several MDTs: its loop check
-            // may cross them, under the rename lock.
-            Request::MdsRename { creds, parent, name, new_parent, new_name, flags }
-                if parent != new_parent && self.dne.several_mdts() =>
-            {
-                let child = match mdt.view().and_then(|v| v.entry(parent, &name)) {
-                    Ok(Some((fid, FileKind::Dir))) if fid.mdt() == mdt.index => {
-                        mdt.read(move |v| Ok(Response::Attr(v.must_inode(fid)?.attr))).await
-                    }
-                    Ok(Some((fid, FileKind::Dir))) => self.dne.remote_attr(fid).await,
-                    _ => Response::Ok,
-                };
-                match child {
-                    Response::Attr(child) => {
-                        self.across(mdt, ctx, move |dne, cb, m, ctx| async move {
-                            let (from, to) = ((parent, name), (new_parent, new_name));
-                            dne.rename_dir(&cb, &ctx, &m, creds, from, to, flags, child).await
-                        })
-                        .await
-                    }
-                    Response::Ok => {
-                        let req = Request::MdsRename { creds, parent, name, new_parent, new_name, flags };
-                        self.mutate(&ctx, mdt, req).await
-                    }
-                    other => other,
-                }
             }
             Request::MdsLink { creds, fid, parent, name } if fid.mdt() != mdt.index => {
                 self.across(mdt, ctx, move |dne, cb, m, ctx| async move {

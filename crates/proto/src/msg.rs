@@ -898,8 +898,14 @@ pub enum UpdateOp {
     /// A directory moves to `dir_to`: `parent` loses its link, and the directory's
     /// `..` names `dir_to` if its inode is on the participant.
     RemoveEntry { creds: Creds, parent: Fid, name: String, child: Attr, dir_to: Option<Fid> },
-    /// Directory `fid` (on the participant) moves from `from` to `to`, both on other
-    /// MDTs: its `..` names `to` once the coordinator made the new entry.
+    /// The first side of an exchange across MDTs (`renameat2(RENAME_EXCHANGE)`): entry
+    /// `name` in `parent` (on the participant), which names `child`, names `with`
+    /// (whose entry is in `to`, on the coordinator) once the coordinator swapped its
+    /// side.
+    ExchangeEntry { creds: Creds, parent: Fid, name: String, child: Attr, with: Box<Attr>, to: Fid },
+    /// Inode `fid` (on the participant) is renamed from directory `from` to `to`,
+    /// both on other MDTs: once the coordinator made the new entry its ctime moves,
+    /// and a directory's `..` names `to`.
     SetParent { fid: Fid, from: Fid, to: Fid },
 }
 

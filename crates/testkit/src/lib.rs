@@ -109,6 +109,14 @@ impl Default for ClusterSpec {
     }
 }
 
+/// `BRAID_TEST_ROOT_STRIPES=N` (N > 1) runs the tests' clusters with the root striped
+/// over N MDTs (each in its own `braid mds` for [`Cluster`], all in the process for
+/// [`LocalCluster`]): the same tests, names spread over MDTs (`scripts/test.sh` runs
+/// the mount tests so a second time).
+pub fn striped_root() -> usize {
+    std::env::var("BRAID_TEST_ROOT_STRIPES").ok().and_then(|v| v.parse().ok()).unwrap_or(1)
+}
+
 /// The longest a single CLI run may take before a test calls it hung.
 pub const CLI_WATCHDOG: Duration = Duration::from_secs(120);
 
@@ -299,8 +307,20 @@ impl Cluster {
     /// and the MDS places new files on OSTs.
     pub fn start(bin: &Path, spec: ClusterSpec) -> Cluster {
         let osts = spec.osts_per_oss.iter().sum();
-        let c = Cluster::start_unready(bin, spec);
+        let mut c = Cluster::start_unready(bin, spec);
         c.wait_placement(osts, Duration::from_secs(30));
+        let striped = striped_root();
+        if striped > 1 && c.spec.mdts == 1 {
+            // The same tests over a root striped over several MDTs, each in its own MDS.
+            for k in 1..striped {
+                let dir = c.dir.path().join(format!("mdt{k}"));
+                c.add_mds(&format!("mds{k}"), std::slice::from_ref(&dir));
+            }
+            c.wait_mdts_up(striped, WAIT);
+            wait_for("the root to be striped", WAIT, || {
+                c.braid(&["getdirstripe", "-c", &c.url("/")]).stdout.starts_with(striped.to_string().as_bytes())
+            });
+        }
         c
     }
 
@@ -330,6 +350,9 @@ impl Cluster {
             args.extend(["--mdt".into(), path(&c.dir.path().join(format!("mdt{i}")))]);
         }
         args.extend(spec.mds_args.iter().cloned());
+        if striped_root() > 1 && spec.mdts == 1 {
+            args.extend(["--root-stripes".into(), striped_root().to_string()]);
+        }
         c.add_server("mds", args);
         let mut ost = 0;
         for (i, n) in spec.osts_per_oss.iter().enumerate() {
@@ -868,10 +891,22 @@ impl LocalCluster {
         let (data_arg, mnt_arg) = (path(&data), path(&mnt));
         let mut args = vec!["local", "--data", &data_arg, "--listen", &listen, "--osts", &osts];
         args.extend_from_slice(&["--heartbeat-ms", "200", "--mount", &mnt_arg]);
+        let striped = striped_root().to_string();
+        if striped_root() > 1 {
+            args.extend_from_slice(&["--mdts", &striped, "--root-stripes", &striped]);
+        }
         args.extend_from_slice(extra);
         let daemon = Daemon::start(bin, &args, &[], &dir.join("local.log"), "mounted on")
             .unwrap_or_else(|log| panic!("braid local --mount did not come up:\n{log}"));
-        LocalCluster { daemon, mnt, data }
+        let l = LocalCluster { daemon, mnt, data };
+        if striped_root() > 1 {
+            wait_for("the root to be striped", WAIT, || {
+                let mut cmd = Command::new(bin);
+                cmd.args(["getdirstripe", "-c", &l.url()]).env("BRAID_SECRET_FILE", l.secret());
+                output_within(&mut cmd, CLI_WATCHDOG).is_ok_and(|o| o.stdout.starts_with(striped.as_bytes()))
+            });
+        }
+        l
     }
 
     /// `braid://MGS/` of the cluster, for clients of other processes.

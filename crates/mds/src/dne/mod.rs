@@ -48,7 +48,7 @@ mod rename;
 mod striped;
 
 pub use rename::{RENAME_LOCK_LEASE, WALK_MAX};
-pub use striped::ShardSyncRetry;
+pub use striped::{RootStripe, ShardSyncRetry};
 
 /// The environment variable naming the fault point at which this process kills
 /// itself with SIGKILL (tests of crash safety; see [`fault_point`]).
@@ -193,23 +193,9 @@ impl Dne {
         Ok(c.clone())
     }
 
-    /// Tells the participants the verdict, in the background, and forgets a committed
-    /// decision once all of them answered: if a message is lost, the participant asks,
-    /// and [`UpdateResolve`] tells it again.
+    /// Tells the participants the verdict, in the background (see [`tell_now`]).
     fn tell(&self, mdt: Arc<Mdt>, id: UpdateId, committed: bool, to: Vec<(Arc<RpcClient>, Participant)>) {
-        tokio::spawn(async move {
-            let mut all = true;
-            for (peer, Participant { mdt: k, fid }) in to {
-                let req = Request::MdsUpdateDone { mdt: k, fid, id, committed };
-                if let Err(e) = peer.call(&req, vec![]).await {
-                    tracing::debug!(%fid, "verdict on a pending update not delivered (sent again later): {e}");
-                    all = false;
-                }
-            }
-            if committed && all {
-                mdt.submit_own(JobKind::Forget(id)).await;
-            }
-        });
+        tokio::spawn(tell_now(mdt, id, committed, to));
     }
 
     /// Steps 3 and 4 once every participant in `prepared` holds its half: applies the
@@ -237,8 +223,30 @@ impl Dne {
         }
         drop(flight);
         fault_point(&format!("{step}:before-done"));
-        self.tell(mdt.clone(), id, committed, prepared);
+        // Before the answer: once the caller has it, every half is as the verdict says
+        // (the old name of a rename is gone, a link count is right), as on one MDT. A
+        // participant that does not answer within the peer timeout settles later.
+        tell_now(mdt.clone(), id, committed, prepared).await;
         r
+    }
+}
+
+/// Tells the participants the verdict, all at once, and forgets a committed decision
+/// once all of them answered: if a message is lost, the participant asks, and
+/// [`UpdateResolve`] tells it again.
+async fn tell_now(mdt: Arc<Mdt>, id: UpdateId, committed: bool, to: Vec<(Arc<RpcClient>, Participant)>) {
+    let told = to.iter().map(|(peer, Participant { mdt: k, fid })| {
+        (peer.clone(), *k, Request::MdsUpdateDone { mdt: *k, fid: *fid, id, committed })
+    });
+    let answers = ask_all(told.collect()).await;
+    let all = answers.iter().all(|r| !matches!(r, Response::Error(_)));
+    for (r, (_, p)) in answers.iter().zip(&to) {
+        if let Response::Error(e) = r {
+            tracing::debug!(fid = %p.fid, "verdict on a pending update not taken (sent again later): {e:?}");
+        }
+    }
+    if committed && all {
+        mdt.submit_own(JobKind::Forget(id)).await;
     }
 }
 

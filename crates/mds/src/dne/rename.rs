@@ -1,8 +1,8 @@
-//! Renames across MDTs, the coordinator's side (the MDT of the new entry):
-//! - a file between directories on different MDTs: the old entry's MDT removes it
-//!   (a participant's half), this MDT makes the new one;
-//! - a directory between directories, in a file system of several MDTs: its old
-//!   entry's MDT and its own MDT (its `..`) participate where they are not this one.
+//! Renames across MDTs, the coordinator's side (the MDT of the new entry): when the
+//! old entry is on another MDT (that MDT removes it, a participant's half), when the
+//! inode a rename replaces is on another MDT (that MDT unlinks or removes it), and
+//! when a directory moves between directories in a file system of several MDTs (its
+//! own MDT moves its `..` when the inode is on neither of the others).
 //!
 //! A directory move must not put a directory below itself. On one MDT the check and
 //! the move are one batch; across MDTs the walk up from the new parent crosses MDTs
@@ -27,7 +27,8 @@ use tokio::sync::OwnedMutexGuard;
 
 use super::{ask, ask_all, fault_point, kept, Dne};
 use crate::commit::CoordinatedOp;
-use crate::mdt::{OpError, Participant};
+use crate::mdt::view::Found;
+use crate::mdt::{Participant, Victim};
 use crate::target::Mdt;
 
 /// Longest a directory move holds the rename lock: well within a peer's timeout
@@ -174,11 +175,16 @@ impl Dne {
         }
     }
 
-    /// A rename of `name` in `parent` (on another MDT, the participant, which removes
-    /// the entry) to `new_name` in `new_parent` (on this MDS, which makes the new
-    /// one). A directory goes to [`Dne::rename_dir`].
+    /// A rename to `new_name` in `new_parent` (on this MDS, the coordinator) that
+    /// spans MDTs: the old entry on another MDT, a directory moving between
+    /// directories in a file system of several MDTs (under the rename lock, checked
+    /// not to go below itself), or an inode replaced that lives on another MDT. The
+    /// participants: the old entry's MDT (it removes the entry, and a directory's
+    /// `..` if the inode is there), a moving directory's own MDT when it is neither
+    /// (its `..`), and the replaced inode's MDT when it is another (it unlinks or
+    /// removes it).
     #[allow(clippy::too_many_arguments)]
-    pub(crate) async fn rename_remote(
+    pub(crate) async fn rename_across(
         &self,
         callbacks: &Callbacks,
         ctx: &RequestCtx,
@@ -192,127 +198,83 @@ impl Dne {
             return r;
         }
         if flags.exchange {
-            return Response::error(
-                Errno::XDev,
-                "exchanging entries of directories on different MDTs is not supported yet",
-            );
+            return self.exchange_across(callbacks, ctx, mdt, creds, (parent, name), (new_parent, new_name)).await;
         }
-        let k = parent.mdt();
-        let peer = match self.peer(k).await {
-            Ok(p) => p,
+        let here = mdt.index;
+        let child = match self.entry_attr(mdt, &creds, parent, &name).await {
+            Ok(a) => a,
             Err(r) => return r,
         };
-        let lookup = Request::MdsLookup { creds: creds.clone(), parent, name: name.clone() };
-        let child = match ask(&peer, k, &lookup).await {
-            Response::Attr(a) => a,
-            other => return other,
-        };
-        if child.kind == FileKind::Dir {
-            return self
-                .rename_dir(callbacks, ctx, mdt, creds, (parent, name), (new_parent, new_name), flags, child)
-                .await;
-        }
-        let (c, n, moving, here) = (creds.clone(), new_name.clone(), child.fid, mdt.index);
-        let checked = mdt
-            .read(move |v| {
-                crate::mdt::schema::check_name(&n)?;
-                let dir = v.dir_for(&c, new_parent, &n, true)?;
-                let refused = |code, why: String| Err(OpError::Errno(code, why));
-                match v.entry(new_parent, &n)? {
-                    Some((t, _)) if t == moving => Ok(Response::Ok),
-                    Some((_, FileKind::Dir)) => refused(Errno::IsDir, format!("{n} is a directory")),
-                    Some(_) if flags.noreplace => refused(Errno::Exist, format!("{n} exists")),
-                    Some((t, _)) if t.mdt() != here => {
-                        refused(Errno::XDev, "replacing a link to a file on another MDT is not supported yet".into())
-                    }
-                    _ => Ok(Response::Attr(dir.attr)),
-                }
-            })
-            .await;
-        match checked {
-            // Both names are links to the same file: nothing to do (POSIX).
-            Response::Ok => return Response::Ok,
-            Response::Attr(_) => {}
-            other => return other,
-        }
-        let op = UpdateOp::RemoveEntry { creds: creds.clone(), parent, name, child: child.clone(), dir_to: None };
-        let fid = child.fid;
-        let entry = move |half: &Response| match half {
-            Response::Ok => Some((
-                CoordinatedOp::RenameIn {
-                    creds,
-                    parent: new_parent,
-                    name: new_name,
-                    child,
-                    noreplace: flags.noreplace,
-                },
-                fid,
-            )),
-            _ => None,
-        };
-        self.coordinate(callbacks, ctx, mdt, ("rename-remote", new_parent, k), op, entry).await
-    }
-
-    /// Directory `child` moving from `name` in `parent` to `new_name` in `new_parent`
-    /// (on this MDS), in a file system of several MDTs: under the rename lock, checked
-    /// not to go below itself, then applied here with the MDT of the old entry and the
-    /// directory's own MDT as participants where they are others.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) async fn rename_dir(
-        &self,
-        callbacks: &Callbacks,
-        ctx: &RequestCtx,
-        mdt: &Arc<Mdt>,
-        creds: Creds,
-        (parent, name): (Fid, String),
-        (new_parent, new_name): (Fid, String),
-        flags: RenameFlags,
-        child: Attr,
-    ) -> Response {
-        if let Some(r) = kept(mdt, ctx) {
-            return r;
-        }
-        if flags.exchange {
-            return Response::error(Errno::XDev, "exchanging directories between directories is not supported yet");
-        }
         if child.stripes.as_ref().is_some_and(|s| s.master() != child.fid) {
             return Response::error(Errno::Inval, format!("{name} is a shard"));
         }
-        let lock = match self.rename_lock().await {
-            Ok(l) => l,
-            Err(r) => return r,
+        let is_dir = child.kind == FileKind::Dir;
+        let moves_dir = is_dir && parent != new_parent;
+        let lock = if moves_dir {
+            match self.rename_lock().await {
+                Ok(l) => Some(l),
+                Err(r) => return r,
+            }
+        } else {
+            None
         };
-        match self.is_above(mdt, child.fid, new_parent).await {
-            Ok(true) => return Response::error(Errno::Inval, "cannot move a directory into itself"),
-            Ok(false) => {}
-            Err(r) => return r,
+        if moves_dir {
+            match self.is_above(mdt, child.fid, new_parent).await {
+                Ok(true) => return Response::error(Errno::Inval, "cannot move a directory into itself"),
+                Ok(false) => {}
+                Err(r) => return r,
+            }
         }
-        let (c, n, moving, noreplace) = (creds.clone(), new_name.clone(), child.fid, flags.noreplace);
-        let checked = mdt.read(move |v| v.check_dir_target(&c, new_parent, &n, moving, noreplace)).await;
-        match checked {
-            // The same directory under both names cannot be: nothing to do.
-            Response::Ok => return Response::Ok,
-            Response::Attr(_) => {}
-            other => return other,
-        }
+        // What the new name holds, checked here before any participant holds anything.
+        let checked = mdt.view().and_then(|v| {
+            crate::mdt::schema::check_name(&new_name)?;
+            let dir = v.dir_for(&creds, new_parent, &new_name, true)?;
+            let target = v.entry(new_parent, &new_name)?;
+            let moving = (child.fid, child.kind);
+            Ok((v.rename_victim(&creds, &dir, &new_name, target, moving, flags.noreplace)?, dir))
+        });
+        // What the rename takes away on other MDTs: inodes, and their kinds.
+        let victims: Vec<(Fid, FileKind)> = match checked {
+            // Both names are links to the same inode: nothing to do (POSIX).
+            Ok((Victim::Same, _)) => return Response::Ok,
+            Ok((Victim::Elsewhere(t, kind), dir)) => match self.remote_victim(&creds, &dir, t).await {
+                Ok(Some(s)) => s.shards.iter().map(|&f| (f, FileKind::Dir)).collect(),
+                Ok(None) => vec![(t, kind)],
+                Err(r) => return r,
+            },
+            // Every shard of a striped directory, shard 0 here too.
+            Ok((Victim::Striped(_, s), _)) => s.shards.iter().map(|&f| (f, FileKind::Dir)).collect(),
+            Ok(_) => vec![],
+            Err(e) => return crate::target::op_error(e),
+        };
         self.revoke_others(callbacks, mdt, new_parent, ctx).await;
-        let (a, x, here) = (parent.mdt(), child.fid.mdt(), mdt.index);
+        let (a, x) = (parent.mdt(), child.fid.mdt());
         let mut halves = Vec::new();
         if a != here {
+            let dir_to = is_dir.then_some(new_parent);
             let op = UpdateOp::RemoveEntry {
                 creds: creds.clone(),
                 parent,
                 name: name.clone(),
                 child: child.clone(),
-                dir_to: Some(new_parent),
+                dir_to,
             };
-            halves.push((a, op));
+            halves.push((a, child.fid, op));
         }
         if x != a && x != here {
-            halves.push((x, UpdateOp::SetParent { fid: child.fid, from: parent, to: new_parent }));
+            // The inode's own MDT moves its ctime and a directory's `..`.
+            halves.push((x, child.fid, UpdateOp::SetParent { fid: child.fid, from: parent, to: new_parent }));
+        }
+        for (t, kind) in victims {
+            let (parent, name) = (new_parent, new_name.clone());
+            let op = match kind {
+                FileKind::Dir => UpdateOp::RmdirInode { fid: t, parent, name },
+                _ => UpdateOp::UnlinkInode { fid: t, parent, name },
+            };
+            halves.push((t.mdt(), t, op));
         }
         let mut peers = Vec::with_capacity(halves.len());
-        for (k, _) in &halves {
+        for (k, ..) in &halves {
             match self.peer(*k).await {
                 Ok(p) => peers.push(p),
                 Err(r) => return r,
@@ -320,29 +282,176 @@ impl Dne {
         }
         let flight = self.begin(here);
         let id = flight.id;
-        fault_point("rename-dir:before-update");
+        fault_point("rename:before-update");
         let sends = halves
             .iter()
             .zip(&peers)
-            .map(|((k, op), p)| (p.clone(), *k, Request::MdsUpdate { mdt: *k, id, op: op.clone() }));
+            .map(|((k, _, op), p)| (p.clone(), *k, Request::MdsUpdate { mdt: *k, id, op: op.clone() }));
         let mut prepared = Vec::new();
         let mut refused = None;
-        for (((k, _), peer), r) in halves.iter().zip(&peers).zip(ask_all(sends.collect()).await) {
+        for (((k, fid, _), peer), r) in halves.iter().zip(&peers).zip(ask_all(sends.collect()).await) {
             match r {
-                Response::Ok => prepared.push((peer.clone(), Participant { mdt: *k, fid: child.fid })),
+                Response::Ok | Response::Attr(_) => prepared.push((peer.clone(), Participant { mdt: *k, fid: *fid })),
                 other => refused = refused.or(Some(other)),
             }
         }
-        if refused.is_none() && lock.expired() {
+        if refused.is_none() && lock.as_ref().is_some_and(RenameLock::expired) {
             refused = Some(Response::error(Errno::Again, "the rename lock's lease ran out"));
         }
         if let Some(r) = refused {
             self.tell(mdt.clone(), id, false, prepared);
             return r;
         }
-        let op =
-            CoordinatedOp::RenameDir { creds, parent, name, new_parent, new_name, child, noreplace: flags.noreplace };
-        let r = self.commit(ctx, mdt, "rename-dir", flight, op, prepared).await;
+        let op = CoordinatedOp::Rename { creds, parent, name, new_parent, new_name, child, noreplace: flags.noreplace };
+        let r = self.commit(ctx, mdt, "rename", flight, op, prepared).await;
+        drop(lock);
+        r
+    }
+
+    /// The attributes of the inode entry `name` in `parent` names (wherever the entry
+    /// and the inode are).
+    async fn entry_attr(&self, mdt: &Arc<Mdt>, creds: &Creds, parent: Fid, name: &str) -> Result<Attr, Response> {
+        if parent.mdt() != mdt.index {
+            let peer = self.peer(parent.mdt()).await?;
+            let lookup = Request::MdsLookup { creds: creds.clone(), parent, name: name.to_string() };
+            return match ask(&peer, parent.mdt(), &lookup).await {
+                Response::Attr(a) => Ok(a),
+                other => Err(other),
+            };
+        }
+        match mdt.view().and_then(|v| v.lookup_entry(creds, parent, name)) {
+            Ok(Found::Here(a)) => Ok(a),
+            Ok(Found::Elsewhere(fid, _)) => match self.remote_attr(fid).await {
+                Response::Attr(a) => Ok(a),
+                other => Err(other),
+            },
+            Err(e) => Err(crate::target::op_error(e)),
+        }
+    }
+
+    /// Checks what can be checked here of `t`, an inode on another MDT a rename
+    /// replaces in `dir`: removable by the caller if the directory is sticky (its
+    /// MDT checks the rest: a directory's emptiness). A striped directory's table.
+    async fn remote_victim(
+        &self,
+        creds: &Creds,
+        dir: &crate::inode::Inode,
+        t: Fid,
+    ) -> Result<Option<proto::msg::DirStripes>, Response> {
+        let attr = match self.remote_attr(t).await {
+            Response::Attr(a) => a,
+            other => return Err(other),
+        };
+        if !crate::inode::sticky_allows_attr(dir, &attr, creds) {
+            return Err(Response::error(Errno::Perm, "sticky directory: not the owner of the target"));
+        }
+        Ok(attr.stripes)
+    }
+
+    /// `renameat2(RENAME_EXCHANGE)` of `name` in `parent` and `new_name` in
+    /// `new_parent` (on this MDS), across MDTs: the first entry's MDT swaps it (when it
+    /// is another), the inodes' own MDTs move their ctimes and `..` (when they are
+    /// neither), and directories changing directories are checked under the rename
+    /// lock not to go below themselves.
+    async fn exchange_across(
+        &self,
+        callbacks: &Callbacks,
+        ctx: &RequestCtx,
+        mdt: &Arc<Mdt>,
+        creds: Creds,
+        (parent, name): (Fid, String),
+        (new_parent, new_name): (Fid, String),
+    ) -> Response {
+        let (a, b) = match (
+            self.entry_attr(mdt, &creds, parent, &name).await,
+            self.entry_attr(mdt, &creds, new_parent, &new_name).await,
+        ) {
+            (Ok(a), Ok(b)) => (a, b),
+            (Err(r), _) | (_, Err(r)) => return r,
+        };
+        if a.fid == b.fid {
+            return Response::Ok;
+        }
+        let moves_dirs = parent != new_parent && (a.kind == FileKind::Dir || b.kind == FileKind::Dir);
+        let lock = if moves_dirs {
+            match self.rename_lock().await {
+                Ok(l) => Some(l),
+                Err(r) => return r,
+            }
+        } else {
+            None
+        };
+        for (dir, into) in [(&a, new_parent), (&b, parent)] {
+            if moves_dirs && dir.kind == FileKind::Dir {
+                match self.is_above(mdt, dir.fid, into).await {
+                    Ok(true) => return Response::error(Errno::Inval, "cannot move a directory into itself"),
+                    Ok(false) => {}
+                    Err(r) => return r,
+                }
+            }
+        }
+        // The owners a sticky directory asks for, of inodes on other MDTs, here.
+        let (here, first) = (mdt.index, parent.mdt());
+        let sides = [(new_parent, &b), (parent, &a)];
+        for (dir, ino) in sides.into_iter().filter(|(d, i)| d.mdt() == here && i.fid.mdt() != here) {
+            let sticky =
+                mdt.view().and_then(|v| Ok(crate::inode::sticky_allows_attr(&v.must_inode(dir)?, ino, &creds)));
+            match sticky {
+                Ok(true) => {}
+                Ok(false) => return Response::error(Errno::Perm, "sticky directory: not the owner"),
+                Err(e) => return crate::target::op_error(e),
+            }
+        }
+        self.revoke_others(callbacks, mdt, new_parent, ctx).await;
+        let mut halves = Vec::new();
+        if first != here {
+            let op = UpdateOp::ExchangeEntry {
+                creds: creds.clone(),
+                parent,
+                name: name.clone(),
+                child: a.clone(),
+                with: Box::new(b.clone()),
+                to: new_parent,
+            };
+            halves.push((first, a.fid, op));
+        }
+        for (ino, from, to) in [(&a, parent, new_parent), (&b, new_parent, parent)] {
+            let k = ino.fid.mdt();
+            if k != first && k != here {
+                halves.push((k, ino.fid, UpdateOp::SetParent { fid: ino.fid, from, to }));
+            }
+        }
+        let mut peers = Vec::with_capacity(halves.len());
+        for (k, ..) in &halves {
+            match self.peer(*k).await {
+                Ok(p) => peers.push(p),
+                Err(r) => return r,
+            }
+        }
+        let flight = self.begin(here);
+        let id = flight.id;
+        fault_point("exchange:before-update");
+        let sends = halves
+            .iter()
+            .zip(&peers)
+            .map(|((k, _, op), p)| (p.clone(), *k, Request::MdsUpdate { mdt: *k, id, op: op.clone() }));
+        let mut prepared = Vec::new();
+        let mut refused = None;
+        for (((k, fid, _), peer), r) in halves.iter().zip(&peers).zip(ask_all(sends.collect()).await) {
+            match r {
+                Response::Ok => prepared.push((peer.clone(), Participant { mdt: *k, fid: *fid })),
+                other => refused = refused.or(Some(other)),
+            }
+        }
+        if refused.is_none() && lock.as_ref().is_some_and(RenameLock::expired) {
+            refused = Some(Response::error(Errno::Again, "the rename lock's lease ran out"));
+        }
+        if let Some(r) = refused {
+            self.tell(mdt.clone(), id, false, prepared);
+            return r;
+        }
+        let op = CoordinatedOp::Exchange { creds, a: (parent, name, a), b: (new_parent, new_name, b) };
+        let r = self.commit(ctx, mdt, "exchange", flight, op, prepared).await;
         drop(lock);
         r
     }

@@ -48,21 +48,44 @@ impl Dne {
             Err(r) => return r,
         };
         self.revoke_others(callbacks, mdt, parent, ctx).await;
-        let mut peers = Vec::with_capacity(to.mdts.len());
-        for &k in &to.mdts {
-            match self.peer(k).await {
-                Ok(p) => peers.push((p, k)),
-                Err(r) => return r,
-            }
-        }
         let flight = self.begin(mdt.index);
-        let id = flight.id;
+        let (prepared, stripes, made) = match self.make_shards(mdt, flight.id, None, &to, shard_op).await {
+            Ok(made) => made,
+            Err(r) => return r,
+        };
+        let Some(child) = made.into_iter().find(|a| a.fid == stripes.master()) else {
+            self.tell(mdt.clone(), flight.id, false, prepared);
+            return Response::error(Errno::Io, "shard 0 did not answer its attributes");
+        };
+        let op = CoordinatedOp::Link { creds, parent, name, child };
+        self.commit(ctx, mdt, "mkdir-striped", flight, op, prepared).await
+    }
+
+    /// Steps 1 of making a striped directory, for operation `id`: a FID reserved on
+    /// each MDT of `to` that makes a new shard (all of them, or all but the first when
+    /// shard 0 is the existing directory `first`), then each such shard made by
+    /// `shard_op` with the whole table. The participants holding their halves, the
+    /// table, and the new shards' attributes; on a refusal, the halves already held
+    /// are told to go and the refusal is the answer.
+    async fn make_shards(
+        &self,
+        mdt: &Arc<Mdt>,
+        id: proto::msg::UpdateId,
+        first: Option<Fid>,
+        to: &DirPlacement,
+        shard_op: UpdateOp,
+    ) -> Result<(Vec<(Arc<RpcClient>, Participant)>, DirStripes, Vec<Attr>), Response> {
+        let new = &to.mdts[usize::from(first.is_some())..];
+        let mut peers = Vec::with_capacity(new.len());
+        for &k in new {
+            peers.push((self.peer(k).await?, k));
+        }
         fault_point("mkdir-striped:before-reserve");
         let reserve = |(p, k): &(Arc<RpcClient>, u32)| {
             (p.clone(), *k, Request::MdsUpdate { mdt: *k, id, op: UpdateOp::ReserveFid })
         };
         let mut prepared = Vec::new();
-        let mut shards = Vec::new();
+        let mut shards: Vec<Fid> = first.into_iter().collect();
         let mut refused = None;
         for ((peer, k), r) in peers.iter().zip(ask_all(peers.iter().map(reserve).collect()).await) {
             match r {
@@ -75,7 +98,7 @@ impl Dne {
         }
         if let Some(r) = refused {
             self.tell(mdt.clone(), id, false, prepared);
-            return r;
+            return Err(r);
         }
         let stripes = DirStripes { hash: to.hash, shards };
         fault_point("mkdir-striped:before-update");
@@ -86,20 +109,72 @@ impl Dne {
             }
             (peer.clone(), p.mdt, Request::MdsUpdate { mdt: p.mdt, id, op })
         };
-        let mut master = None;
+        let mut made = Vec::new();
         for r in ask_all(prepared.iter().map(make).collect()).await {
             match r {
-                Response::Attr(a) if a.fid == stripes.master() => master = Some(a),
-                Response::Attr(_) => {}
+                Response::Attr(a) => made.push(a),
                 other => refused = refused.or(Some(other)),
             }
         }
-        let (Some(child), None) = (master, refused.clone()) else {
+        if let Some(r) = refused {
             self.tell(mdt.clone(), id, false, prepared);
-            return refused.unwrap_or_else(|| Response::error(Errno::Io, "shard 0 did not answer its attributes"));
+            return Err(r);
+        }
+        Ok((prepared, stripes, made))
+    }
+
+    /// Stripes the root, empty and not striped yet, over MDT 0 and the next
+    /// `count - 1` MDTs (`braid mds --root-stripes N`, a choice made with the file
+    /// system): `Ok(true)` once done, or once the root is found striped or not empty
+    /// (then it stays as it is, with a warning); `Ok(false)` while too few MDTs are
+    /// known.
+    pub(crate) async fn stripe_root(&self, mdt: &Arc<Mdt>, count: u32) -> Result<bool, Response> {
+        let read = mdt.view().and_then(|v| Ok((v.must_inode(Fid::ROOT)?, v.dir_is_empty(Fid::ROOT)?)));
+        let (root, empty) = read.map_err(crate::target::op_error)?;
+        if root.attr.stripes.is_some() {
+            return Ok(true);
+        }
+        if !empty {
+            tracing::warn!("--root-stripes {count}: the root is not empty, it stays on MDT 0 alone");
+            return Ok(true);
+        }
+        let mdts = self.mdt_indices(0).await?;
+        if mdts.len() < count as usize {
+            return Ok(false);
+        }
+        let to = DirPlacement { mdts: mdts[..count as usize].to_vec(), hash: Default::default(), explicit: true };
+        let a = &root.attr;
+        let creds = Creds { uid: a.uid, gid: a.gid, groups: vec![] };
+        let dirs_default = mdt.view().ok().and_then(|v| v.dirs_default(Fid::ROOT).ok().flatten());
+        let shard_op = UpdateOp::MkdirInode {
+            creds,
+            parent: Fid::ROOT,
+            name: "/".into(),
+            mode: a.mode,
+            gid: a.gid,
+            dir_default: None,
+            dirs_default,
+            shard: None,
         };
-        let op = CoordinatedOp::Link { creds, parent, name, child };
-        self.commit(ctx, mdt, "mkdir-striped", flight, op, prepared).await
+        let flight = self.begin(mdt.index);
+        let (prepared, stripes, _) = self.make_shards(mdt, flight.id, Some(Fid::ROOT), &to, shard_op).await?;
+        // As a request of this MDS's own, answered once (its reply is kept as any).
+        let ctx = RequestCtx {
+            client_id: self.identity.client_id,
+            xid: flight.id.seq,
+            peer: std::net::SocketAddr::from(([0, 0, 0, 0], 0)),
+            conn_id: rpc::service::IN_PROCESS_CONN,
+        };
+        match self
+            .commit(&ctx, mdt, "stripe-root", flight, CoordinatedOp::Stripe { fid: Fid::ROOT, stripes }, prepared)
+            .await
+        {
+            Response::Error(e) => Err(Response::Error(e)),
+            _ => {
+                tracing::info!(count, "the root is striped over {count} MDTs");
+                Ok(true)
+            }
+        }
     }
 
     /// The removal of striped directory `name` in `parent` (on this MDS): every shard
@@ -232,6 +307,37 @@ impl Worker for ShardSyncRetry {
             if let Err(e) = self.dne.sync_shards(&self.mdt, fid).await {
                 tracing::debug!(mdt = self.mdt.index, %fid, "shards not updated yet: {e:?}");
             }
+        }
+    }
+}
+
+/// Stripes the root at the file system's start (see [`Dne::stripe_root`]), trying
+/// until enough MDTs are up, then idle.
+pub struct RootStripe {
+    pub mdt: Arc<Mdt>,
+    pub dne: Arc<Dne>,
+    pub count: u32,
+    pub done: bool,
+}
+
+impl Worker for RootStripe {
+    const NAME: &'static str = "root-stripe";
+
+    fn period(&self) -> Duration {
+        Duration::from_millis(500)
+    }
+
+    fn eager(&self) -> bool {
+        true
+    }
+
+    async fn tick(&mut self) {
+        if self.done {
+            return;
+        }
+        match self.dne.stripe_root(&self.mdt, self.count).await {
+            Ok(done) => self.done = done,
+            Err(e) => tracing::debug!("the root is not striped yet: {e:?}"),
         }
     }
 }

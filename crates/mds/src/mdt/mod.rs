@@ -52,6 +52,7 @@ pub mod writer;
 
 pub use crate::inode::Inode;
 pub use error::{OpError, OpResult};
+pub use rename::Victim;
 pub use schema::{
     layout_objects, new_memtable, DestroyRecord, Participant, PendingOp, PendingUpdate, Redo, Reply, Tbl,
 };

@@ -170,9 +170,13 @@ pub enum PendingOp {
     /// The entry of a directory moving to directory `to` on another MDT, to remove
     /// (its parent loses a link; the directory's `..` becomes `to` if it is here).
     MoveDir { to: Fid },
-    /// A directory of this MDT moving between directories on other MDTs: its `..`
-    /// becomes `to` once the coordinator made the new entry.
+    /// An inode of this MDT renamed between directories on other MDTs: its ctime
+    /// moves, and a directory's `..` becomes `to`, once the coordinator made the new
+    /// entry.
     SetParent { to: Fid },
+    /// The entry of this MDT's side of an exchange (naming an inode of kind `own`),
+    /// to name `with` (of `kind`), whose entry is in `to`.
+    Exchange { with: Fid, kind: proto::msg::FileKind, own: proto::msg::FileKind, to: Fid },
 }
 
 impl Record for PendingUpdate {

@@ -148,7 +148,11 @@ impl Writer<'_> {
                 Ok(Response::Reserved(fid))
             }
             UpdateOp::MkdirInode { creds, parent, name, mode, gid, dir_default, dirs_default, shard } => {
-                check_name(name)?;
+                // A shard has no entry of its own: the name only says what it is for
+                // (the root's, striped at the file system's start, has none).
+                if shard.is_none() {
+                    check_name(name)?;
+                }
                 if parent.mdt() != id.mdt {
                     return fail(Errno::Inval, format!("directory {parent} is not on the coordinator MDT {}", id.mdt));
                 }
@@ -257,9 +261,32 @@ impl Writer<'_> {
                 self.put_pending(child.fid, id, op, *parent, name)?;
                 Ok(Response::Ok)
             }
+            UpdateOp::ExchangeEntry { creds, parent, name, child, with, to } => {
+                check_name(name)?;
+                if parent.mdt() != self.mdt_index || to.mdt() != id.mdt {
+                    return fail(
+                        Errno::Inval,
+                        format!("{parent} is not on MDT {} or {to} on {}", self.mdt_index, id.mdt),
+                    );
+                }
+                let dir = self.view.dir_for(creds, *parent, name, true)?;
+                if self.view.entry(*parent, name)? != Some((child.fid, child.kind)) {
+                    return fail(Errno::NoEnt, format!("{name} changed while it was exchanged"));
+                }
+                if !sticky_allows_attr(&dir, child, creds) {
+                    return fail(Errno::Perm, "sticky directory: not the owner");
+                }
+                self.check_lease(Tbl::Dentries, &dentry_key(*parent, name))?;
+                if self.view.pending(child.fid)?.is_some() {
+                    return fail(Errno::Again, format!("{} is part of another operation across MDTs", child.fid));
+                }
+                let op = PendingOp::Exchange { with: with.fid, kind: with.kind, own: child.kind, to: *to };
+                self.put_pending(child.fid, id, op, *parent, name)?;
+                Ok(Response::Ok)
+            }
             UpdateOp::SetParent { fid, from, to } => {
                 let ino = self.must_local_inode(*fid)?;
-                if ino.attr.kind != FileKind::Dir || ino.parent != Some(*from) {
+                if ino.attr.kind == FileKind::Dir && ino.parent != Some(*from) {
                     return fail(Errno::Inval, format!("{fid} is not a subdirectory of {from}"));
                 }
                 if self.view.pending(*fid)?.is_some() {
@@ -284,14 +311,17 @@ impl Writer<'_> {
         }
     }
 
-    /// A directory of this MDT moved from `from` to `to`: its `..` follows (a
-    /// directory elsewhere, or one that moved again meanwhile, is left alone).
-    pub(crate) fn set_parent(&mut self, fid: Fid, from: Fid, to: Fid) -> OpResult<()> {
+    /// An inode of this MDT was renamed from directory `from` to `to`: its ctime
+    /// moves (as a local rename's), a directory's `..` follows (unless it moved again
+    /// meanwhile). An inode elsewhere is left to its MDT.
+    pub(crate) fn renamed(&mut self, fid: Fid, from: Fid, to: Fid) -> OpResult<()> {
         if fid.mdt() != self.mdt_index {
             return Ok(());
         }
-        if let Some(mut ino) = self.view.inode(fid)?.filter(|i| i.parent == Some(from)) {
-            ino.parent = Some(to);
+        if let Some(mut ino) = self.view.inode(fid)? {
+            if ino.attr.kind == FileKind::Dir && ino.parent == Some(from) {
+                ino.parent = Some(to);
+            }
             ino.attr.ctime = Timespec::now();
             self.put_inode(fid, &ino)?;
         }
@@ -341,14 +371,31 @@ impl Writer<'_> {
                     self.touch_dir(p.parent, &mut dir, Timespec::now(), -i32::from(moved_dir))?;
                 }
             }
-            if let (PendingOp::MoveDir { to }, true) = (p.op, committed) {
-                self.set_parent(fid, p.parent, to)?;
+            if committed {
+                let to = match p.op {
+                    PendingOp::MoveDir { to } => to,
+                    _ => p.parent,
+                };
+                self.renamed(fid, p.parent, to)?;
+            }
+            return Ok(Response::Ok);
+        }
+        if let PendingOp::Exchange { with, kind, own, to } = p.op {
+            if committed && self.view.entry(p.parent, &p.name)?.is_some_and(|(f, _)| f == fid) {
+                self.put(Tbl::Dentries, &dentry_key(p.parent, &p.name), &dentry_value(with, kind))?;
+                let links = |k: FileKind| i32::from(k == FileKind::Dir);
+                let delta = links(kind) - links(own);
+                if let Some(mut dir) = self.view.inode(p.parent)? {
+                    self.touch_dir(p.parent, &mut dir, Timespec::now(), delta)?;
+                }
+                self.renamed(fid, p.parent, to)?;
+                self.renamed(with, to, p.parent)?;
             }
             return Ok(Response::Ok);
         }
         if let PendingOp::SetParent { to } = p.op {
             if committed {
-                self.set_parent(fid, p.parent, to)?;
+                self.renamed(fid, p.parent, to)?;
             }
             return Ok(Response::Ok);
         }
@@ -359,7 +406,9 @@ impl Writer<'_> {
                 let now = Timespec::now();
                 ino.attr.nlink = ino.attr.nlink.saturating_sub(1);
                 if ino.attr.nlink == 0 {
-                    self.release_last_link(fid, &mut ino, place, now, false)?;
+                    // With the grace of a rename's victim (it may be one): a reader
+                    // that found the name an instant before still opens it.
+                    self.release_last_link(fid, &mut ino, place, now, true)?;
                 } else {
                     ino.attr.ctime = now;
                     self.put_inode(fid, &ino)?;
@@ -407,36 +456,20 @@ impl Writer<'_> {
         Ok(Response::Attr(child.clone()))
     }
 
-    /// The coordinator's half of a rename from a directory on another MDT (step 2):
-    /// the new entry `name` in `parent`, for `child`, which replaces a file here.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn rename_in_remote(
-        &mut self,
-        creds: &Creds,
-        parent: Fid,
-        name: &str,
-        child: &Attr,
-        noreplace: bool,
-        place: &Placement<'_>,
-        now: Timespec,
-    ) -> OpResult<Response> {
-        check_name(name)?;
-        let mut dir = self.view.dir_for(creds, parent, name, true)?;
-        if let Some((t, kind)) = self.view.entry(parent, name)? {
-            if t == child.fid {
-                // A link to the same file appeared meanwhile: the client asks again.
-                return fail(Errno::Again, format!("{name} changed while it was renamed"));
-            }
-            if noreplace {
-                return fail(Errno::Exist, format!("{name} exists"));
-            }
-            self.check_victim(&dir, creds, name, (t, kind), child.kind)?;
-            let mut victim = self.view.must_inode(t)?;
-            self.unlink_victim(t, &mut victim, place, now)?;
+    /// The coordinator's half of striping directory `fid` where it is (step 2): it
+    /// must be empty, not striped yet, and shard 0 of the table.
+    pub(crate) fn stripe_empty_dir(&mut self, fid: Fid, stripes: &DirStripes) -> OpResult<Response> {
+        stripes.validate().map_err(|e| super::error::OpError::Errno(Errno::Inval, e))?;
+        let mut ino = self.view.must_inode(fid)?;
+        if ino.attr.kind != FileKind::Dir || stripes.master() != fid || ino.attr.stripes.is_some() {
+            return fail(Errno::Inval, format!("{fid} cannot become shard 0 of this table"));
         }
-        self.put(Tbl::Dentries, &dentry_key(parent, name), &dentry_value(child.fid, child.kind))?;
-        self.touch_dir(parent, &mut dir, now, 0)?;
-        Ok(Response::Ok)
+        if !self.view.dir_is_empty(fid)? {
+            return fail(Errno::NotEmpty, format!("{fid} is not empty"));
+        }
+        ino.attr.stripes = Some(stripes.clone());
+        self.put_inode(fid, &ino)?;
+        Ok(Response::Attr(ino.attr))
     }
 
     /// The coordinator's half of the removal of an entry naming an inode on another
