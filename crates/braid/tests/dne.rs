@@ -86,7 +86,7 @@ fn fid_of(c: &Cluster, path: &str) -> Fid {
 fn remote_directories_live_on_the_mdt_asked_for_and_the_namespace_stays_whole() {
     let (mut c, mdts) = two_mds();
     c.braid_ok(&["mkdir", "-i", "1", &c.url("/remote")]);
-    c.braid_ok(&["mkdir", &c.url("/local")]);
+    c.braid_ok(&["mkdir", "-i", "0", &c.url("/local")]);
     assert_eq!(fid_of(&c, "/remote").mdt(), 1, "mkdir -i 1 puts the inode on MDT 1");
     assert_eq!(fid_of(&c, "/local").mdt(), 0);
     // As `lfs getdirstripe` and `lfs getstripe -m` show them.
@@ -145,7 +145,7 @@ fn remote_directories_live_on_the_mdt_asked_for_and_the_namespace_stays_whole() 
     let mut cfg = c.client_config();
     cfg.dir_leases = true;
     let leasing = testkit::connect(&rt, cfg);
-    let own = within(&rt, "mkdir", leasing.mkdir(&creds, Fid::ROOT, "own", 0o755)).expect("mkdir own");
+    let own = within(&rt, "mkdir", leasing.mkdir_on(&creds, Fid::ROOT, "own", 0o755, Some(0))).expect("mkdir own");
     assert_eq!(leasing.dir_leases_held(), 1, "the client holds a lease on the directory it made");
     let x = within(&rt, "mkdir -i 1 under a lease", leasing.mkdir_on(&creds, own.fid, "x", 0o755, Some(1)));
     assert_eq!(x.expect("remote mkdir under the client's own lease").fid.mdt(), 1);
@@ -160,9 +160,17 @@ fn remote_directories_live_on_the_mdt_asked_for_and_the_namespace_stays_whole() 
     let cycle = within(&rt, "rename into itself", cl.rename(&creds, w, "a", x, "a", RenameFlags::default()));
     assert_eq!(client_errno(cycle), Errno::Inval);
 
+    // The root's own default, as Lustre's: new top-level directories spread
+    // round-robin over the MDTs (free inodes are alike here).
+    let mut on = [0; 2];
+    for i in 0..4 {
+        let d = within(&rt, "mkdir", cl.mkdir(&creds, Fid::ROOT, &format!("top{i}"), 0o755)).expect("mkdir at /");
+        on[d.fid.mdt() as usize] += 1;
+    }
+    assert_eq!(on, [2, 2], "four new top-level directories spread over both MDTs");
     // A default for new directories (`setdirstripe -D`): spread round-robin (`-i -1`)
     // or on one MDT, for anyone making directories there, inherited below.
-    c.braid_ok(&["mkdir", &c.url("/spread")]);
+    c.braid_ok(&["mkdir", "-i", "0", &c.url("/spread")]);
     c.braid_ok(&["setdirstripe", "-D", "-i", "-1", &c.url("/spread")]);
     assert_eq!(
         c.braid_ok(&["getdirstripe", "-D", &c.url("/spread")]).trim(),
@@ -212,7 +220,11 @@ fn remote_directories_live_on_the_mdt_asked_for_and_the_namespace_stays_whole() 
     assert!(std::fs::remove_dir(m.path("remote")).is_err(), "not empty");
     std::fs::remove_dir_all(m.path("remote")).expect("rm -r of a remote tree");
     assert!(!m.path("remote").exists());
-    assert_eq!(std::fs::metadata(m.path("")).expect("stat root").nlink_count(), 6, "/local, /spread, /own, /w");
+    assert_eq!(
+        std::fs::metadata(m.path("")).expect("stat root").nlink_count(),
+        10,
+        "/local, /spread, /own, /w, /top0..3"
+    );
     drop(m);
     check(&mut c, &mdts).expect("consistent after the removals");
 }
@@ -225,7 +237,7 @@ fn remote_directories_live_on_the_mdt_asked_for_and_the_namespace_stays_whole() 
 fn hard_links_to_a_file_on_another_mdt_behave_as_links() {
     let (mut c, mdts) = two_mds();
     c.braid_ok(&["mkdir", "-i", "1", &c.url("/r")]);
-    c.braid_ok(&["mkdir", &c.url("/d")]);
+    c.braid_ok(&["mkdir", "-i", "0", &c.url("/d")]);
     let rt = runtime();
     let cl = c.connect(&rt);
     let creds = client::process_creds();
@@ -378,7 +390,7 @@ fn hostile_updates_and_a_down_mdt_get_clear_errors() {
     c.stop("mds1");
     let out = c.braid(&["mkdir", "-i", "1", &c.url("/down")]);
     assert!(!out.status.success() && stderr(&out).contains("MDT 1"), "{}", stderr(&out));
-    c.braid_ok(&["mkdir", &c.url("/up")]);
+    c.braid_ok(&["mkdir", "-i", "0", &c.url("/up")]);
     c.restart("mds1");
     c.wait_mdts_up(2, testkit::WAIT);
     assert!(!c.braid(&["stat", &c.url("/down")]).status.success(), "no half-made /down");
@@ -638,7 +650,7 @@ fn a_rename_between_mdts_survives_a_sigkill_at_every_step() {
 fn files_move_between_directories_on_different_mdts() {
     let (mut c, mdts) = two_mds();
     c.braid_ok(&["mkdir", "-i", "1", &c.url("/r")]);
-    c.braid_ok(&["mkdir", &c.url("/d")]);
+    c.braid_ok(&["mkdir", "-i", "0", &c.url("/d")]);
     c.put("/d/f", b"first");
     c.put("/r/victim", b"replaced");
     c.put("/r/keep", b"kept");

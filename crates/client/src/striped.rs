@@ -113,8 +113,10 @@ impl Client {
         let Some(stripes) = attr.stripes.clone().filter(|s| s.master() == attr.fid) else { return Ok(attr) };
         self.inner.stripes.learn(&stripes);
         let mut merged = attr;
-        let asks: Vec<_> = stripes.shards[1..]
+        let asks: Vec<_> = stripes
+            .shards
             .iter()
+            .skip(1)
             .map(|&fid| {
                 let c = self.clone();
                 tokio::spawn(async move { c.md(fid, Request::MdsGetattr { fid }).await })

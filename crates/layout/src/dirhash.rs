@@ -67,6 +67,31 @@ mod tests {
         assert_eq!(fnv_1a_64(b"foobar"), 0x8594_4171_f739_67e8);
     }
 
+    /// Names and the shard Lustre's `lmv_hash_fnv1a` gives them for 2, 3, 4 and 8
+    /// shards (`lustre_hash_fnv_1a_64(name) % count`), computed apart from this code.
+    #[test]
+    fn shards_are_lustres_for_the_same_name_and_count() {
+        let long = "x".repeat(255);
+        let vectors: [(&str, [u32; 4]); 10] = [
+            ("a", [0, 1, 0, 4]),
+            ("file.0", [1, 1, 1, 5]),
+            ("file.1", [0, 0, 2, 2]),
+            ("testfile", [1, 2, 3, 3]),
+            ("dir1", [1, 1, 3, 7]),
+            ("mdtest_tree.0.0", [1, 2, 1, 5]),
+            ("f00", [1, 0, 1, 1]),
+            ("résumé", [0, 1, 0, 4]),
+            (".hidden", [1, 2, 1, 5]),
+            (&long, [1, 2, 3, 7]),
+        ];
+        for (name, shards) in vectors {
+            for (count, want) in [2, 3, 4, 8].into_iter().zip(shards) {
+                assert_eq!(DirHash::Fnv1a64.shard_of(name.as_bytes(), count), want, "{name:?} over {count}");
+            }
+        }
+        assert_eq!(fnv_1a_64(b"testfile"), 0xf31b_3179_4e08_f223);
+    }
+
     #[test]
     fn shards_are_the_hash_modulo_the_count() {
         for name in ["a", "file.0001", "résumé", ""] {

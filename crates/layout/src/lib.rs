@@ -22,7 +22,9 @@ mod spec;
 
 pub use dirhash::{fnv_1a_64, DirHash, DIR_STRIPES_MAX};
 pub use parse::{format_size, parse_ost_list, parse_size};
-pub use spec::{choose_osts, ComponentSpec, LayoutChange, LayoutSpec, OstState, PlacementError, TEMPLATES};
+pub use spec::{
+    choose_osts, ComponentSpec, LayoutChange, LayoutSpec, OstState, PlacementError, QOS_THRESHOLD_PERCENT, TEMPLATES,
+};
 
 use serde::{Deserialize, Serialize};
 

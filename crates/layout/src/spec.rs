@@ -421,7 +421,7 @@ pub enum PlacementError {
 
 /// Free-space imbalance above which placement weights by free space instead of plain
 /// round-robin (Lustre's `qos_threshold_rr`, 17%).
-const QOS_THRESHOLD_PERCENT: u64 = 17;
+pub const QOS_THRESHOLD_PERCENT: u64 = 17;
 
 /// Chooses the OSTs of one component.
 ///

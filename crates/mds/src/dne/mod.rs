@@ -250,6 +250,11 @@ async fn tell_now(mdt: Arc<Mdt>, id: UpdateId, committed: bool, to: Vec<(Arc<Rpc
     }
 }
 
+/// Whether the root (on `mdt`, MDT 0) is striped.
+fn root_striped(mdt: &Mdt) -> bool {
+    mdt.view().and_then(|v| v.must_inode(Fid::ROOT)).is_ok_and(|r| r.attr.stripes.is_some())
+}
+
 /// Sends each participant its half at once; the answers in the order of `halves`.
 async fn ask_all(halves: Vec<(Arc<RpcClient>, u32, Request)>) -> Vec<Response> {
     let tasks: Vec<_> =
@@ -291,6 +296,12 @@ impl Dne {
             Some(s) => (s, true),
             None => match mdt.view().ok().and_then(|v| v.dirs_default(parent).ok().flatten()) {
                 Some(s) => (s, false),
+                // The root's built-in default, as Lustre's (`setdirstripe -D -i -1`):
+                // new top-level directories spread over the MDTs. A striped root
+                // spreads its names already.
+                None if parent == Fid::ROOT && self.several_mdts() && !root_striped(mdt) => {
+                    (DirSpec::on(MDT_BALANCED), false)
+                }
                 None => return Ok(here),
             },
         };
@@ -337,15 +348,22 @@ impl Dne {
         }
     }
 
-    /// The next MDT that is up, round-robin (`-i -1`); `here` when none is known.
+    /// The MDT for a directory the MDS places (`-i -1`): the next one that is up,
+    /// round-robin, while their free inodes are within 17 % of each other, else the
+    /// one with the most free inodes (Lustre's MDT QoS, as OST placement); `here`
+    /// when none is known.
     fn balanced(&self, here: u32) -> u32 {
         let view = self.cluster.read().expect("cluster view");
-        let mut up: Vec<u32> = view.config.iter().flat_map(|c| &c.mdts).filter(|t| t.up).map(|t| t.index).collect();
+        let mut up: Vec<(u32, u64)> =
+            view.config.iter().flat_map(|c| &c.mdts).filter(|t| t.up).map(|t| (t.index, t.usage.free_inodes)).collect();
         up.sort_unstable();
-        if up.is_empty() {
+        let (Some(max), Some(min)) = (up.iter().map(|t| t.1).max(), up.iter().map(|t| t.1).min()) else {
             return here;
+        };
+        if max > 0 && (max - min) * 100 > max * layout::QOS_THRESHOLD_PERCENT {
+            return up.iter().max_by_key(|t| (t.1, std::cmp::Reverse(t.0))).map_or(here, |t| t.0);
         }
-        up[(self.rr.fetch_add(1, Ordering::Relaxed) % up.len() as u64) as usize]
+        up[(self.rr.fetch_add(1, Ordering::Relaxed) % up.len() as u64) as usize].0
     }
 
     /// A directory `name` in `parent` (on this MDS) with its inode on MDT `k`: asked

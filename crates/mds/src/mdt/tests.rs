@@ -374,3 +374,35 @@ fn a_directory_being_removed_across_mdts_takes_no_new_entry_until_decided() {
     assert!(matches!(w.apply(&create, &mut place).unwrap(), Response::Created { existed: false, .. }));
     assert_eq!(w.inodes_delta, 2, "a directory and a file made");
 }
+
+#[test]
+fn a_damaged_shard_table_makes_its_directory_unreadable_with_a_clear_error_and_panics_nothing() {
+    let (_d, store) = fresh("shards");
+    format(&store, 0, &LayoutSpec::raid0(Some(1), Some(1 << 20))).unwrap();
+    let (osts, default_layout) = no_placement();
+    let is_open = |_: Fid, _: Option<u64>| false;
+    let mut place =
+        Placement { osts: &osts, cursor: 0, default_layout: &default_layout, dom_max: 1 << 20, is_open: &is_open };
+    let mut mem = new_memtable();
+    let mut w = Writer::new(store.snapshot().unwrap(), &mut mem, 0);
+    let Response::DirMade { attr: dir, .. } = w.apply(&mkdir("s"), &mut place).unwrap() else { panic!("no dir") };
+    let mut ino = w.view.must_inode(dir.fid).unwrap();
+    let bad = [
+        vec![],                                     // no shard
+        vec![dir.fid],                              // one
+        vec![dir.fid, Fid::new(0, 1, 99)],          // two on one MDT
+        vec![Fid::new(1, 1, 5), Fid::new(2, 1, 6)], // not its own table
+    ];
+    for shards in bad {
+        ino.attr.stripes = Some(proto::msg::DirStripes { hash: layout::DirHash::Fnv1a64, shards: shards.clone() });
+        w.put(Tbl::Inodes, &dir.fid.to_key(), &store::encode_record(&ino)).unwrap();
+        match w.view.inode(dir.fid) {
+            Err(OpError::Store(e)) => assert!(e.to_string().contains("damaged shard table"), "{e}"),
+            other => panic!("{shards:?}: {other:?}"),
+        }
+        match w.apply(&create(dir.fid, "f"), &mut place) {
+            Err(OpError::Store(_)) => {}
+            other => panic!("a create in a directory with shards {shards:?}: {other:?}"),
+        }
+    }
+}

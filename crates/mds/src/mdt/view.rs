@@ -64,8 +64,22 @@ impl<M: Deref<Target = MemTable>> View<M> {
         Ok(self.with(Tbl::Meta, key.as_bytes(), |v| Ok(v.try_into().ok().map(u64::from_le_bytes)))?.flatten())
     }
 
+    /// Inode `fid`. A shard table that does not hold (a damaged record) makes the
+    /// inode unreadable, with an error naming it, rather than send a name astray.
     pub fn inode(&self, fid: Fid) -> OpResult<Option<Inode>> {
-        self.with(Tbl::Inodes, &fid.to_key(), |v| Ok(store::decode_record::<Inode>(v)?))
+        self.with(Tbl::Inodes, &fid.to_key(), |v| {
+            let ino = store::decode_record::<Inode>(v)?;
+            if let Some(s) = &ino.attr.stripes {
+                if let Err(e) = s.validate().and_then(|()| match s.shards.contains(&fid) {
+                    true => Ok(()),
+                    false => Err(format!("{fid} is not among its shards")),
+                }) {
+                    let detail = format!("{fid}: a damaged shard table ({e})");
+                    return Err(OpError::Store(store::StoreError::Corrupt { what: "inode", detail }));
+                }
+            }
+            Ok(ino)
+        })
     }
 
     pub fn must_inode(&self, fid: Fid) -> OpResult<Inode> {
