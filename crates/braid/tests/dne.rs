@@ -864,6 +864,21 @@ fn directories_move_between_directories_on_different_mdts() {
     mv(a, "r", at("/c"), "r").expect("a remote directory between two directories of one MDT");
     assert_eq!(fid_of(&c, "/c/r"), r);
     assert_eq!((links(&c, "/a"), links(&c, "/c")), (3, 3));
+    // Out of a directory another client holds a lease on, to this MDT and to the
+    // other: the lease is revoked on whichever MDT removes the old entry.
+    let mut cfg = c.client_config();
+    cfg.dir_leases = true;
+    let holder = testkit::connect(&rt, cfg);
+    let leased = within(&rt, "mkdir", holder.mkdir_on(&creds, Fid::ROOT, "leased", 0o755, Some(0))).expect("mkdir");
+    for sub in ["s0", "s1"] {
+        within(&rt, "mkdir", holder.mkdir(&creds, leased.fid, sub, 0o755)).expect("mkdir in a leased directory");
+    }
+    assert!(holder.holds_dir_lease(leased.fid));
+    mv(leased.fid, "s0", at("/c"), "s0").expect("out of a leased directory, the coordinator's MDT");
+    mv(leased.fid, "s1", b, "s1").expect("out of a leased directory, the participant's MDT");
+    assert!(!holder.holds_dir_lease(leased.fid), "the holder was told");
+    let left = within(&rt, "readdir", holder.readdir_all(&creds, leased.fid)).expect("readdir");
+    assert!(left.is_empty(), "the holder sees both names gone: {left:?}");
     check(&mut c, &mdts).expect("consistent after directories moved between MDTs");
 
     // Through a mount: mv renames (the inode stays), no copy.

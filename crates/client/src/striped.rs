@@ -148,6 +148,8 @@ impl Client {
         after: Option<&str>,
         max: u32,
     ) -> Result<(Vec<DirEntry>, bool)> {
+        // Each shard answers at most this many: a batch of more would skip names.
+        let max = max.clamp(1, proto::msg::READDIR_MAX);
         let read = |shard: Fid, whole: bool| {
             let req = Request::MdsReaddir {
                 creds: creds.clone(),
@@ -188,7 +190,7 @@ impl Client {
             }
         }
         all.sort_unstable_by(|a, b| a.name.cmp(&b.name));
-        let max = max.max(1) as usize;
+        let max = max as usize;
         if all.len() > max {
             all.truncate(max);
             eof = false;

@@ -75,8 +75,18 @@ pub enum CoordinatedOp {
     /// The entry of an inode on another MDT, which that MDT is unlinking.
     Unlink { creds: Creds, parent: Fid, name: String, child: Attr },
     /// A rename to `new_name` in `new_parent` (here) of `child`, `name` in `parent`,
-    /// coordinated across MDTs (see [`crate::dne`]).
-    Rename { creds: Creds, parent: Fid, name: String, new_parent: Fid, new_name: String, child: Attr, noreplace: bool },
+    /// coordinated across MDTs (see [`crate::dne`]), replacing the inode `replaced`
+    /// (what the participants were prepared for: anything else stops it).
+    Rename {
+        creds: Creds,
+        parent: Fid,
+        name: String,
+        new_parent: Fid,
+        new_name: String,
+        child: Attr,
+        replaced: Option<Fid>,
+        noreplace: bool,
+    },
     /// `renameat2(RENAME_EXCHANGE)` of `a_name` in `a_dir` (naming `a`) and `b_name`
     /// in `b_dir` (here, naming `b`), coordinated across MDTs.
     Exchange { creds: Creds, a: (Fid, String, Attr), b: (Fid, String, Attr) },
@@ -278,7 +288,7 @@ impl Committer {
                     Ok(r) => Outcome::Done(r),
                     Err(OpError::Errno(c, m)) => Outcome::Done(Response::error(c, m)),
                     // Not expected: a removal's directory lost its lease at prepare.
-                    Err(e @ (OpError::Leased(_) | OpError::WrongShard(_))) => Outcome::Done(crate::target::op_error(e)),
+                    Err(e @ (OpError::Leased(_) | OpError::WrongShard(_))) => Outcome::Done(e.into_response()),
                     Err(e) => return Err(e),
                 },
                 JobKind::DestroyDone(keys) => {
@@ -355,9 +365,9 @@ fn coordinated_job(
                 CoordinatedOp::Exchange { creds, a: (a_dir, a_name, a), b: (b_dir, b_name, b) } => {
                     w.exchange_coordinated(creds, (*a_dir, a_name, a), (*b_dir, b_name, b), place, now)?
                 }
-                CoordinatedOp::Rename { creds, parent, name, new_parent, new_name, child, noreplace } => {
+                CoordinatedOp::Rename { creds, parent, name, new_parent, new_name, child, replaced, noreplace } => {
                     let names = ((*parent, name.as_str()), (*new_parent, new_name.as_str()));
-                    w.rename_coordinated(creds, names, child, *noreplace, place, now)?
+                    w.rename_coordinated(creds, names, (child, *replaced), *noreplace, place, now)?
                 }
                 CoordinatedOp::Link { creds, parent, name, child } => {
                     w.link_remote_entry(creds, *parent, name, child, now)?

@@ -65,13 +65,7 @@ impl Drop for RevokeTurn<'_> {
 }
 
 pub(crate) fn op_error(e: OpError) -> Response {
-    match e {
-        OpError::Errno(code, msg) => Response::error(code, msg),
-        OpError::Store(e) => Response::error(Errno::Io, format!("MDT storage error: {e}")),
-        e @ OpError::Leased(_) => Response::error(Errno::Again, e.to_string()),
-        e @ OpError::Elsewhere(..) => Response::error(Errno::XDev, e.to_string()),
-        OpError::WrongShard(s) => Response::Striped(*s),
-    }
+    e.into_response()
 }
 
 /// Bytes an inode takes on an MDT, with its entry, for the free inode estimate.

@@ -26,8 +26,10 @@ use crate::msg::{AuthProof, AuthResult, Challenge, Hello};
 /// clear error instead of misreading frames. 2: composite layouts with DoM components
 /// (`ComponentSpec::pattern`) and the PFL/DoM requests. 3: operations across MDTs
 /// (`MdsUpdate` and its kin, `MdsMkdir::mdt`). 4: renames across MDTs
-/// (`UpdateOp::RemoveEntry`; `MdsUpdateDone` names the participant MDT).
-pub const PROTOCOL_VERSION: u32 = 4;
+/// (`UpdateOp::RemoveEntry`; `MdsUpdateDone` names the participant MDT). 5: striped
+/// directories (`Attr::stripes`, `MdsMkdir::spec`, `MdsReaddir::shard`, the shard
+/// updates), directory moves and exchanges across MDTs.
+pub const PROTOCOL_VERSION: u32 = 5;
 /// Shortest secret accepted, in bytes.
 pub const SECRET_MIN_BYTES: usize = 16;
 /// A peer that has not finished the handshake by then is dropped.

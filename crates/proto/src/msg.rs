@@ -784,6 +784,10 @@ pub enum Response {
 /// `braid mkdir -i -1`: the MDS chooses the MDT (Lustre's `-1` as an unsigned index).
 pub const MDT_BALANCED: u32 = u32::MAX;
 
+/// Most entries one [`Response::Dirents`] carries: an MDT answers a larger `max`
+/// with this many.
+pub const READDIR_MAX: u32 = 4096;
+
 /// `braid mkdir -c -1` / `setdirstripe -c -1`: a directory striped over every MDT.
 pub const DIR_STRIPES_ALL: u32 = u32::MAX;
 
@@ -921,8 +925,9 @@ pub struct ShardSync {
     pub mode: u32,
     pub uid: u32,
     pub gid: u32,
-    pub atime: Timespec,
-    pub mtime: Timespec,
+    /// Times set on the directory (`utimes`), to set on the shard too; `None` when
+    /// no change set them (a shard's own times are newer once it took entries).
+    pub times: Option<(Timespec, Timespec)>,
     /// The default layout of new files, and of new directories.
     pub dir_default: Option<LayoutSpec>,
     pub dirs_default: Option<DirSpec>,

@@ -214,8 +214,11 @@ impl Dne {
         let (client_id, conn_id, xid, id) = (ctx.client_id, ctx.conn_id, ctx.xid, flight.id);
         let participants = prepared.iter().map(|p| p.1).collect();
         let r = mdt.submit_own(JobKind::Coordinated { client_id, conn_id, xid, op, id, participants }).await;
-        // Applied now or by the first try (whose answer this is, from the reply cache).
-        let committed = !matches!(r, Response::Error(_));
+        // Applied now, if its decision is kept. A retry running beside its first try
+        // gets the first try's answer from the reply cache instead: its own halves
+        // were never part of an applied operation, and go.
+        let decided = mdt.view().and_then(|v| v.decision(id)).is_ok_and(|d| d.is_some());
+        let committed = decided && !matches!(r, Response::Error(_));
         if committed {
             // On disk before anyone acts on it: a machine crash must not take the entry
             // back once a participant keeps its half.

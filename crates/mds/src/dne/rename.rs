@@ -233,6 +233,11 @@ impl Dne {
             let moving = (child.fid, child.kind);
             Ok((v.rename_victim(&creds, &dir, &new_name, target, moving, flags.noreplace)?, dir))
         });
+        // The inode the new name holds now: the commit finds it still there, or stops.
+        let replaced = match &checked {
+            Ok((Victim::Here(t, _) | Victim::Elsewhere(t, _) | Victim::Striped(t, _), _)) => Some(*t),
+            _ => None,
+        };
         // What the rename takes away on other MDTs: inodes, and their kinds.
         let victims: Vec<(Fid, FileKind)> = match checked {
             // Both names are links to the same inode: nothing to do (POSIX).
@@ -248,6 +253,9 @@ impl Dne {
             Err(e) => return crate::target::op_error(e),
         };
         self.revoke_others(callbacks, mdt, new_parent, ctx).await;
+        if parent.mdt() == here {
+            self.revoke_others(callbacks, mdt, parent, ctx).await;
+        }
         let (a, x) = (parent.mdt(), child.fid.mdt());
         let mut halves = Vec::new();
         if a != here {
@@ -302,7 +310,8 @@ impl Dne {
             self.tell(mdt.clone(), id, false, prepared);
             return r;
         }
-        let op = CoordinatedOp::Rename { creds, parent, name, new_parent, new_name, child, noreplace: flags.noreplace };
+        let noreplace = flags.noreplace;
+        let op = CoordinatedOp::Rename { creds, parent, name, new_parent, new_name, child, replaced, noreplace };
         let r = self.commit(ctx, mdt, "rename", flight, op, prepared).await;
         drop(lock);
         r
@@ -403,6 +412,9 @@ impl Dne {
             }
         }
         self.revoke_others(callbacks, mdt, new_parent, ctx).await;
+        if first == here {
+            self.revoke_others(callbacks, mdt, parent, ctx).await;
+        }
         let mut halves = Vec::new();
         if first != here {
             let op = UpdateOp::ExchangeEntry {
@@ -415,9 +427,11 @@ impl Dne {
             };
             halves.push((first, a.fid, op));
         }
+        // The inodes' own MDTs move their ctimes and `..`, each held pending until the
+        // verdict (the first entry's half holds `a`'s inode when it is on its MDT).
         for (ino, from, to) in [(&a, parent, new_parent), (&b, new_parent, parent)] {
             let k = ino.fid.mdt();
-            if k != first && k != here {
+            if k != here && (k != first || ino.fid != a.fid) {
                 halves.push((k, ino.fid, UpdateOp::SetParent { fid: ino.fid, from, to }));
             }
         }

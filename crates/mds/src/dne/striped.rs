@@ -232,9 +232,14 @@ impl Dne {
         let Ok(Some(_)) = mdt.view().and_then(|v| v.shard_sync_seq(fid)) else { return Ok(()) };
         let lock = self.syncing.lock().expect("shard syncs").entry(fid).or_default().clone();
         let held = lock.lock().await;
-        let read = mdt.view().and_then(|v| Ok((v.shard_sync_seq(fid)?, v.must_inode(fid)?, v.dirs_default(fid)?)));
+        let read = mdt.view().and_then(|v| Ok((v.shard_sync_note(fid)?, v.inode(fid)?, v.dirs_default(fid)?)));
         let r = match read {
-            Ok((Some(seq), ino, dirs_default)) => self.push_shards(mdt, seq, ino, dirs_default).await,
+            Ok((Some(note), Some(ino), dirs_default)) => self.push_shards(mdt, note, ino, dirs_default).await,
+            // The directory went (removed with its shards): nothing to copy.
+            Ok((Some((seq, _)), None, _)) => {
+                mdt.submit_own(JobKind::ShardSynced { fid, seq }).await;
+                Ok(())
+            }
             Ok((None, ..)) => Ok(()),
             Err(e) => Err(crate::target::op_error(e)),
         };
@@ -249,14 +254,14 @@ impl Dne {
     async fn push_shards(
         &self,
         mdt: &Arc<Mdt>,
-        seq: u64,
+        (seq, times): (u64, bool),
         ino: crate::inode::Inode,
         dirs_default: Option<DirSpec>,
     ) -> Result<(), Response> {
         let master = ino.attr.fid;
         let Some(stripes) = ino.attr.stripes.as_ref().filter(|s| s.master() == master) else { return Ok(()) };
         let mut pushes = Vec::new();
-        for &fid in &stripes.shards[1..] {
+        for &fid in stripes.shards.iter().skip(1) {
             let a = &ino.attr;
             let sync = ShardSync {
                 fid,
@@ -264,8 +269,7 @@ impl Dne {
                 mode: a.mode,
                 uid: a.uid,
                 gid: a.gid,
-                atime: a.atime,
-                mtime: a.mtime,
+                times: times.then_some((a.atime, a.mtime)),
                 dir_default: ino.dir_default.clone(),
                 dirs_default,
             };

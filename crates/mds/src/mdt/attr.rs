@@ -93,7 +93,7 @@ impl Writer<'_> {
         }
         ino.attr.ctime = now;
         self.put_inode(fid, &ino)?;
-        self.shards_changed(&ino)?;
+        self.shards_changed(&ino, set.atime.is_some() || set.mtime.is_some())?;
         Ok(Response::Attr(ino.attr.clone()))
     }
 
@@ -128,7 +128,7 @@ impl Writer<'_> {
         self.put(Tbl::Xattrs, &key, &value)?;
         ino.attr.ctime = now;
         self.put_inode(fid, &ino)?;
-        self.shards_changed(&ino)?;
+        self.shards_changed(&ino, false)?;
         Ok(Response::Ok)
     }
 
@@ -143,7 +143,7 @@ impl Writer<'_> {
         self.del(Tbl::Xattrs, &key)?;
         ino.attr.ctime = now;
         self.put_inode(fid, &ino)?;
-        self.shards_changed(&ino)?;
+        self.shards_changed(&ino, false)?;
         Ok(Response::Ok)
     }
 
@@ -170,18 +170,20 @@ impl Writer<'_> {
         ino.dir_default = spec;
         ino.attr.ctime = now;
         self.put_inode(fid, &ino)?;
-        self.shards_changed(&ino)?;
+        self.shards_changed(&ino, false)?;
         Ok(Response::Ok)
     }
 
     /// A striped directory's attributes that its shards keep a copy of (permissions,
     /// times, defaults) changed: the change is noted in `shard_sync` in this batch,
     /// and the MDS copies it to the shards (see `crate::dne::Dne::sync_shards`).
-    fn shards_changed(&mut self, ino: &Inode) -> OpResult<()> {
+    fn shards_changed(&mut self, ino: &Inode, times: bool) -> OpResult<()> {
         let fid = ino.attr.fid;
         if ino.attr.stripes.as_ref().is_some_and(|s| s.master() == fid) {
-            let seq = self.view.shard_sync_seq(fid)?.unwrap_or(0) + 1;
-            self.put(Tbl::ShardSync, &fid.to_key(), &seq.to_le_bytes())?;
+            let (seq, had_times) = self.view.shard_sync_note(fid)?.unwrap_or((0, false));
+            let mut note = (seq + 1).to_le_bytes().to_vec();
+            note.push(u8::from(times || had_times));
+            self.put(Tbl::ShardSync, &fid.to_key(), &note)?;
         }
         Ok(())
     }
@@ -195,7 +197,10 @@ impl Writer<'_> {
             _ => return fail(Errno::Inval, format!("{} is not a shard of directory {}", sync.fid, sync.master)),
         }
         let a = &mut ino.attr;
-        (a.mode, a.uid, a.gid, a.atime, a.mtime) = (sync.mode, sync.uid, sync.gid, sync.atime, sync.mtime);
+        (a.mode, a.uid, a.gid) = (sync.mode, sync.uid, sync.gid);
+        if let Some((atime, mtime)) = sync.times {
+            (a.atime, a.mtime) = (atime, mtime);
+        }
         a.ctime = now;
         ino.dir_default = sync.dir_default.clone();
         self.put_inode(sync.fid, &ino)?;

@@ -34,6 +34,20 @@ impl std::fmt::Display for OpError {
     }
 }
 
+impl OpError {
+    /// The answer a client gets for it.
+    pub fn into_response(self) -> proto::msg::Response {
+        use proto::msg::Response;
+        match self {
+            OpError::Errno(code, msg) => Response::error(code, msg),
+            OpError::Store(e) => Response::error(Errno::Io, format!("MDT storage error: {e}")),
+            e @ OpError::Leased(_) => Response::error(Errno::Again, e.to_string()),
+            e @ OpError::Elsewhere(..) => Response::error(Errno::XDev, e.to_string()),
+            OpError::WrongShard(s) => Response::Striped(*s),
+        }
+    }
+}
+
 impl From<StoreError> for OpError {
     fn from(e: StoreError) -> Self {
         OpError::Store(e)

@@ -25,6 +25,11 @@ impl Writer<'_> {
         let Some((fid, kind)) = self.view.entry(parent, name)? else {
             return fail(Errno::NoEnt, format!("{name} not found"));
         };
+        if self.view.pending(fid)?.is_some() {
+            // A rename between MDTs is removing this entry, or the inode is part of
+            // another operation across MDTs: it waits for the verdict.
+            return fail(Errno::Again, format!("{name} is part of an operation across MDTs"));
+        }
         if fid.mdt() != self.mdt_index {
             // The MDS coordinates the removal of an entry naming an inode on another
             // MDT (see `crate::dne`).
@@ -33,11 +38,6 @@ impl Writer<'_> {
                 (true, false) => fail(Errno::NotDir, format!("{name} is not a directory")),
                 _ => Err(OpError::Elsewhere(fid, kind)),
             };
-        }
-        if self.view.pending(fid)?.is_some() {
-            // A rename between MDTs is removing this entry, or the inode is part of
-            // another operation across MDTs: it waits for the verdict.
-            return fail(Errno::Again, format!("{name} is part of an operation across MDTs"));
         }
         let mut ino = self.view.must_inode(fid)?;
         if is_rmdir && ino.attr.stripes.is_some() {

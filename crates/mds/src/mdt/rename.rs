@@ -26,6 +26,7 @@ impl Writer<'_> {
             if p.mdt() != self.mdt_index {
                 return Err(OpError::Elsewhere(p, FileKind::Dir));
             }
+            self.view.check_not_moving(p)?;
             at = self.view.inode(p)?.and_then(|i| i.parent);
             steps += 1;
         }
@@ -233,6 +234,13 @@ impl Writer<'_> {
         now: Timespec,
     ) -> OpResult<Response> {
         if a_dir.mdt() == self.mdt_index {
+            // Both entries here: they must still name what the walk and the
+            // participants were for.
+            if self.view.entry(a_dir, a_name)?.map(|e| e.0) != Some(a.fid)
+                || self.view.entry(b_dir, b_name)?.map(|e| e.0) != Some(b.fid)
+            {
+                return fail(Errno::Again, format!("{a_name} or {b_name} changed while it was exchanged"));
+            }
             let flags = RenameFlags { exchange: true, ..Default::default() };
             return self.rename(creds, a_dir, a_name, b_dir, b_name, flags, place, now, true);
         }
@@ -252,7 +260,10 @@ impl Writer<'_> {
         check_name(b_name)?;
         let mut dir = self.view.dir_for(creds, b_dir, b_name, true)?;
         if self.view.entry(b_dir, b_name)? != Some((b.fid, b.kind)) {
-            return fail(Errno::NoEnt, format!("{b_name} changed while it was exchanged"));
+            return fail(Errno::Again, format!("{b_name} changed while it was exchanged"));
+        }
+        if self.view.pending(b.fid)?.is_some() {
+            return fail(Errno::Again, format!("{b_name} is part of another operation across MDTs"));
         }
         if b.fid.mdt() == self.mdt_index && !sticky_allows(&dir, &self.view.must_inode(b.fid)?, creds) {
             return fail(Errno::Perm, "sticky directory: not the owner");
@@ -269,17 +280,25 @@ impl Writer<'_> {
     /// whole rename when the old entry is on this MDT too; else the new entry
     /// `new_name` in `new_parent` for `child`, whose old entry another MDT removes,
     /// replacing what is there (its inode taken away here, or by its own MDT), and a
-    /// directory's `..` if its inode is here.
+    /// directory's `..` if its inode is here. It stops (`EAGAIN`, the client asks
+    /// again) unless the names still hold what the participants were prepared for:
+    /// the old entry `child` (when it is here), the new one `replaced`.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn rename_coordinated(
         &mut self,
         creds: &Creds,
         ((parent, name), (new_parent, new_name)): ((Fid, &str), (Fid, &str)),
-        child: &Attr,
+        (child, replaced): (&Attr, Option<Fid>),
         noreplace: bool,
         place: &Placement<'_>,
         now: Timespec,
     ) -> OpResult<Response> {
+        let here = parent.mdt() == self.mdt_index;
+        if self.view.entry(new_parent, new_name)?.map(|e| e.0) != replaced
+            || (here && self.view.entry(parent, name)?.map(|e| e.0) != Some(child.fid))
+        {
+            return fail(Errno::Again, format!("{name} or {new_name} changed while it was renamed"));
+        }
         let flags = RenameFlags { noreplace, ..Default::default() };
         if parent.mdt() == self.mdt_index {
             return self.rename(creds, parent, name, new_parent, new_name, flags, place, now, true);
@@ -344,6 +363,10 @@ impl<M: std::ops::Deref<Target = store::memtable::MemTable>> View<M> {
             (false, true) => return fail(Errno::IsDir, format!("{new_name} is a directory")),
             _ => {}
         }
+        if self.pending(t)?.is_some() {
+            // Held by an operation across MDTs (its entry here, or its inode).
+            return fail(Errno::Again, format!("{new_name} is part of an operation across MDTs"));
+        }
         if t.mdt() != dir.attr.fid.mdt() {
             return Ok(Victim::Elsewhere(t, kind));
         }
@@ -356,9 +379,6 @@ impl<M: std::ops::Deref<Target = store::memtable::MemTable>> View<M> {
                 return fail(Errno::Perm, "sticky directory: not the owner of the target");
             }
             return Ok(Victim::Striped(t, Box::new(s.clone())));
-        }
-        if self.pending(t)?.is_some() {
-            return fail(Errno::Again, format!("{new_name} is part of an operation across MDTs"));
         }
         if !sticky_allows(dir, &ino, creds) {
             return fail(Errno::Perm, "sticky directory: not the owner of the target");

@@ -410,8 +410,8 @@ pub const SYMLINK_MAX: usize = 4096;
 /// Largest xattr value and name.
 pub const XATTR_VALUE_MAX: usize = 64 * 1024;
 pub const XATTR_NAME_MAX: usize = 255;
-/// Most entries one readdir answer carries.
-pub const READDIR_MAX: u32 = 4096;
+/// Most entries one readdir answer carries (the wire's limit).
+pub use proto::msg::READDIR_MAX;
 
 /// Refuses a name no directory entry may have.
 pub(crate) fn check_name(name: &str) -> OpResult<()> {

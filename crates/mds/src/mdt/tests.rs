@@ -406,3 +406,48 @@ fn a_damaged_shard_table_makes_its_directory_unreadable_with_a_clear_error_and_p
         }
     }
 }
+
+#[test]
+fn an_entry_held_by_a_rename_across_mdts_is_neither_unlinked_nor_replaced_until_decided() {
+    use proto::msg::{UpdateId, UpdateOp};
+    let (_d, store) = fresh("held");
+    format(&store, 0, &LayoutSpec::raid0(Some(1), Some(1 << 20))).unwrap();
+    let osts = vec![OstState { index: 0, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30 }];
+    let default_layout = LayoutSpec::raid0(Some(1), Some(1 << 20));
+    let is_open = |_: Fid, _: Option<u64>| false;
+    let mut place =
+        Placement { osts: &osts, cursor: 0, default_layout: &default_layout, dom_max: 1 << 20, is_open: &is_open };
+    let mut mem = new_memtable();
+    let mut w = Writer::new(store.snapshot().unwrap(), &mut mem, 0);
+    // A directory of this MDT holding a file, which MDT 1 coordinates a rename of.
+    let Response::DirMade { attr: dir, .. } = w.apply(&mkdir("d"), &mut place).unwrap() else { panic!() };
+    let Response::Created { attr: file, .. } = w.apply(&create(dir.fid, "f"), &mut place).unwrap() else { panic!() };
+    let moving = UpdateOp::RemoveEntry {
+        creds: Creds::root(),
+        parent: dir.fid,
+        name: "f".into(),
+        child: file.clone(),
+        dir_to: None,
+    };
+    let id = UpdateId { mdt: 1, seq: 7 };
+    w.apply(&Request::MdsUpdate { mdt: 0, id, op: moving }, &mut place).unwrap();
+    let unlink = Request::MdsUnlink { creds: Creds::root(), parent: dir.fid, name: "f".into() };
+    let over = Request::MdsRename {
+        creds: Creds::root(),
+        parent: dir.fid,
+        name: "g".into(),
+        new_parent: dir.fid,
+        new_name: "f".into(),
+        flags: Default::default(),
+    };
+    w.apply(&create(dir.fid, "g"), &mut place).unwrap();
+    for req in [&unlink, &over] {
+        match w.apply(req, &mut place) {
+            Err(OpError::Errno(proto::Errno::Again, _)) => {}
+            other => panic!("{} of an entry a rename across MDTs holds: {other:?}", req.op_name()),
+        }
+    }
+    // Decided (committed): the entry goes; then the name is free.
+    w.apply(&Request::MdsUpdateDone { mdt: 0, fid: file.fid, id, committed: true }, &mut place).unwrap();
+    assert_eq!(w.view.entry(dir.fid, "f").unwrap(), None);
+}

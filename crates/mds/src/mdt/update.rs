@@ -52,7 +52,19 @@ impl<M: Deref<Target = MemTable>> View<M> {
     /// The change count of striped directory `fid`'s attributes not yet copied to
     /// its shards, if any.
     pub fn shard_sync_seq(&self, fid: Fid) -> OpResult<Option<u64>> {
-        Ok(self.with(Tbl::ShardSync, &fid.to_key(), |v| Ok(v.try_into().ok().map(u64::from_le_bytes)))?.flatten())
+        Ok(self.shard_sync_note(fid)?.map(|n| n.0))
+    }
+
+    /// The note of striped directory `fid`'s change not yet copied to its shards:
+    /// its change count, and whether a change set its times (only then are they
+    /// copied: a shard's own times are newer when it took entries since).
+    pub fn shard_sync_note(&self, fid: Fid) -> OpResult<Option<(u64, bool)>> {
+        Ok(self
+            .with(Tbl::ShardSync, &fid.to_key(), |v| {
+                let seq = v.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes);
+                Ok(seq.map(|s| (s, v.get(8) == Some(&1))))
+            })?
+            .flatten())
     }
 
     /// Striped directories whose shards have not all taken their attributes yet, at
@@ -67,10 +79,13 @@ impl<M: Deref<Target = MemTable>> View<M> {
 
     /// The directories above `fid` (its `..`, that one's, ...) as far as they are on
     /// this MDT, then the first that is not (or the root), at most `max`.
+    /// A directory whose move across MDTs is undecided has a `..` that may be about
+    /// to change: the walk stops with `EAGAIN` (the caller asks again).
     pub fn ancestors(&self, fid: Fid, max: usize) -> OpResult<Vec<Fid>> {
         let mut out = Vec::new();
         let mut at = fid;
         while out.len() < max && at != Fid::ROOT && at.mdt() == fid.mdt() {
+            self.check_not_moving(at)?;
             match self.inode(at)?.and_then(|i| i.parent) {
                 Some(p) => {
                     out.push(p);
@@ -80,6 +95,22 @@ impl<M: Deref<Target = MemTable>> View<M> {
             }
         }
         Ok(out)
+    }
+
+    /// Fails with `EAGAIN` if directory `dir` of this MDT is moving between
+    /// directories across MDTs, undecided yet (its `..` may be about to change).
+    pub fn check_not_moving(&self, dir: Fid) -> OpResult<()> {
+        match self.pending(dir)? {
+            Some(p)
+                if matches!(
+                    p.op,
+                    PendingOp::MoveDir { .. } | PendingOp::SetParent { .. } | PendingOp::Exchange { .. }
+                ) =>
+            {
+                fail(Errno::Again, format!("directory {dir} is moving between MDTs"))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Every undecided update on this MDT: (inode, update).
@@ -487,6 +518,10 @@ impl Writer<'_> {
         match self.view.entry(parent, name)? {
             Some((fid, kind)) if fid == child.fid && kind == child.kind => {}
             _ => return fail(Errno::NoEnt, format!("{name} changed while it was removed")),
+        }
+        if self.view.pending(child.fid)?.is_some() {
+            // A rename across MDTs holds this entry: it waits for the verdict.
+            return fail(Errno::Again, format!("{name} is part of another operation across MDTs"));
         }
         if !sticky_allows_attr(&dir, child, creds) {
             return fail(Errno::Perm, "sticky directory: not the owner");
