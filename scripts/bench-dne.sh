@@ -1,19 +1,22 @@
 #!/bin/bash
-# Metadata served by one MDT against two, as separate MDS nodes would serve it: an MGS,
-# an OSS and two `braid mds` processes (MDT 0 and MDT 1), each MDS held to CAP of a core
-# by a cpu cgroup (a small MDS node of its own; the clients are not capped), and one
-# `braid mount` over TCP. The peers' fsbench runs its mdtest-like create / stat /
-# unlink phases with NPROCS processes, one directory each: once with every directory
-# on MDT 0 ("1 MDT"), once with the directories alternating MDT 0 and MDT 1 ("2 MDTs",
-# made with `braid mkdir -i`), alternated run by run. Medians and the 2/1 ratio are
-# printed as a Markdown table.
+# Metadata served by one MDT against several, as separate MDS nodes would serve it: an
+# MGS, an OSS and MDTS `braid mds` processes (one MDT each), each MDS held to CAP of a
+# core by a cpu cgroup (a small MDS node of its own; the clients are not capped), and
+# one `braid mount` over TCP. The peers' fsbench runs its mdtest-like create / stat /
+# unlink phases with NPROCS processes, in six layouts alternated run by run:
+#   1, 2, 4      one directory per process, all on MDT 0 / spread round-robin over the
+#                first 2 / 4 MDTs (`braid mkdir -i`)
+#   1s, 2s, 4s   one directory shared by all processes, on MDT 0 / striped over 2 / 4
+#                MDTs (`braid mkdir -c`)
+# (layouts needing more MDTs than MDTS are left out). Medians and the ratios to one MDT
+# are printed as a Markdown table.
 #
 #   scripts/bench-dne.sh [RUNS]        (root, cgroup v1 cpu controller or cgroup v2;
 #                                      fsbench built by the peers' install.sh)
 #
 # Environment: BRAID (default target/release/braid), WORK (/var/tmp/peers/dne), FSBENCH
 # (/var/tmp/peers/fsbench), NPROCS (4), MD_FILES (files per process, 1000 as seed 002's
-# Table 3), CAP (cores per MDS, 0.05; "none" for uncapped).
+# Table 3), CAP (cores per MDS, 0.05; "none" for uncapped), MDTS (4).
 set -uo pipefail
 RUNS=${1:-3}
 HERE=$(cd "$(dirname "$0")/.." && pwd)
@@ -23,6 +26,7 @@ FSBENCH=${FSBENCH:-/var/tmp/peers/fsbench}
 NPROCS=${NPROCS:-4}
 MD_FILES=${MD_FILES:-1000}
 CAP=${CAP:-0.05}
+MDTS=${MDTS:-4}
 [ -x "$BRAID" ] || { echo "no braid binary at $BRAID (cargo build --release)" >&2; exit 1; }
 [ -x "$FSBENCH" ] || { echo "no fsbench at $FSBENCH (run the peers' install.sh)" >&2; exit 1; }
 rm -rf "$WORK"; mkdir -p "$WORK/mnt"
@@ -64,36 +68,43 @@ trap cleanup EXIT
 
 start mgs mgs --listen 127.0.0.1:19930 --data "$WORK/mgs" || exit 1
 start oss oss --listen 127.0.0.1:19931 --mgs 127.0.0.1:19930 --ost "$WORK/ost0" --ost "$WORK/ost1" || exit 1
-start mds0 mds --listen 127.0.0.1:19932 --mgs 127.0.0.1:19930 --mdt "$WORK/mdt0" || exit 1
-cap mds0 "${PIDS[-1]}" || exit 1
-sleep 0.5  # MDT 0 registers first, so it gets index 0
-start mds1 mds --listen 127.0.0.1:19933 --mgs 127.0.0.1:19930 --mdt "$WORK/mdt1" || exit 1
-cap mds1 "${PIDS[-1]}" || exit 1
+for k in $(seq 0 $((MDTS - 1))); do
+    start "mds$k" mds --listen "127.0.0.1:$((19932 + k))" --mgs 127.0.0.1:19930 --mdt "$WORK/mdt$k" || exit 1
+    cap "mds$k" "${PIDS[-1]}" || exit 1
+    sleep 0.5  # one at a time: MDT k registers as index k
+done
 URL=braid://127.0.0.1:19930
 for _ in $(seq 1 100); do
-    [ "$("$BRAID" df "$URL/" --secret-file "$SECRET" 2>/dev/null | grep -c '\[MDT:')" = 2 ] && break
+    [ "$("$BRAID" df "$URL/" --secret-file "$SECRET" 2>/dev/null | grep -c '\[MDT:')" = "$MDTS" ] && break
     sleep 0.2
 done
 "$BRAID" mount "$URL/" "$WORK/mnt" --secret-file "$SECRET" --log "$WORK/mount.log" || exit 1
 
-one() {  # one LAYOUT: "1" (every directory on MDT 0) or "2" (alternating)
-    local top=md$1 r
-    "$BRAID" mkdir -p "$URL/$top" --secret-file "$SECRET" || return 1
-    for r in $(seq 0 $((NPROCS - 1))); do
-        local mdt=0
-        [ "$1" = 2 ] && mdt=$((r % 2))
-        "$BRAID" mkdir -i "$mdt" "$URL/$top/p$r" --secret-file "$SECRET" || return 1
-    done
-    local json
-    json=$("$FSBENCH" md -d "$WORK/mnt/$top" -n "$NPROCS" -f "$MD_FILES") || return 1
-    python3 -c 'import json,sys; d=json.loads(sys.argv[2]); d["mdts"]=sys.argv[1]; print(json.dumps(d))' \
+one() {  # one LAYOUT: 1, 2, 4 (a directory per process over that many MDTs) or 1s, 2s, 4s (shared)
+    local top=md$1 n=${1%s} r json shared=""
+    "$BRAID" mkdir -i 0 "$URL/$top" --secret-file "$SECRET" || return 1
+    if [ "$n" != "$1" ]; then
+        shared=-s
+        "$BRAID" mkdir -c "$n" -i 0 "$URL/$top/shared" --secret-file "$SECRET" || return 1
+    else
+        for r in $(seq 0 $((NPROCS - 1))); do
+            "$BRAID" mkdir -i $((r % n)) "$URL/$top/p$r" --secret-file "$SECRET" || return 1
+        done
+    fi
+    json=$("$FSBENCH" md -d "$WORK/mnt/$top" -n "$NPROCS" -f "$MD_FILES" $shared) || return 1
+    "$BRAID" rm -r "$URL/$top" --secret-file "$SECRET" || return 1
+    python3 -c 'import json,sys; d=json.loads(sys.argv[2]); d["layout"]=sys.argv[1]; print(json.dumps(d))' \
         "$1" "$json" >> "$OUT"
 }
+LAYOUTS=()
+for n in 1 2 4; do (( n <= MDTS )) && LAYOUTS+=("$n" "${n}s"); done
 for r in $(seq 1 "$RUNS"); do
-    if (( r % 2 )); then one 1 && one 2; else one 2 && one 1; fi || exit 1
+    order=("${LAYOUTS[@]}")
+    (( r % 2 )) || order=($(printf '%s\n' "${LAYOUTS[@]}" | tac))
+    for l in "${order[@]}"; do one "$l" || exit 1; done
     echo "run $r of $RUNS done" >&2
 done
-echo "NPROCS=$NPROCS MD_FILES=$MD_FILES CAP=$CAP, $RUNS runs"
+echo "NPROCS=$NPROCS MD_FILES=$MD_FILES CAP=$CAP MDTS=$MDTS, $RUNS runs"
 python3 - "$OUT" <<'PY'
 import json, statistics, sys
 rows = {}
@@ -101,12 +112,16 @@ for line in open(sys.argv[1]):
     d = json.loads(line)
     for k in ("create_ops", "stat_ops", "unlink_ops"):
         if isinstance(d.get(k), (int, float)):
-            rows.setdefault(k, {}).setdefault(d["mdts"], []).append(d[k])
-print("| phase (per s) | 1 MDT (median) | 2 MDTs (median) | 2 / 1 | runs |")
-print("|---|---|---|---|---|")
-for k, sides in rows.items():
-    a, b = sides.get("1", []), sides.get("2", [])
-    if a and b:
-        ma, mb = statistics.median(a), statistics.median(b)
-        print(f"| {k.replace('_ops', 's')} | {ma:,.0f} | {mb:,.0f} | {mb / ma:.2f} | {len(a)}+{len(b)} |")
+            rows.setdefault(k, {}).setdefault(d["layout"], []).append(d[k])
+for shared, title in (("", "a directory per process"), ("s", "one shared directory")):
+    layouts = [l for l in ("1", "2", "4") if any(l + shared in s for s in rows.values())]
+    head = " | ".join(f"{l} MDT{'s' if l != '1' else ''}" for l in layouts)
+    ratios = " | ".join(f"{l} / 1" for l in layouts[1:])
+    print(f"\n{title}:\n\n| phase (per s, median) | {head} | {ratios} |")
+    print("|---" * (1 + len(layouts) + len(layouts) - 1) + "|")
+    for k, sides in rows.items():
+        med = [statistics.median(sides[l + shared]) for l in layouts]
+        cells = " | ".join(f"{m:,.0f}" for m in med)
+        rs = " | ".join(f"{m / med[0]:.2f}" for m in med[1:])
+        print(f"| {k.replace('_ops', 's')} | {cells} | {rs} |")
 PY

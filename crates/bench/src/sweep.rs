@@ -45,6 +45,9 @@ pub enum Preset {
     /// and 100 KiB transfers, its Table 6), in a Data-on-MDT directory (its Table 5)
     /// and in a plain one (braid).
     Dom,
+    /// Seed 002 figures 6 and 7: IOR file per process and mdtest (1,000 files per task)
+    /// in one directory on one MDT and in one striped over 2 and 4 MDTs (braid).
+    Dne,
 }
 
 impl Preset {
@@ -56,6 +59,7 @@ impl Preset {
             Preset::Pattern => "Seed 000 figure 3-8: bandwidth by access pattern for one task with 1 MiB transfers: sequential, strided with an interval of 17 transfers, random. Write-back hides the pattern from writes; reads pay for it.",
             Preset::Metadata => "Seed 000 figures 3-9 and 3-10: mdtest create, stat and remove rates of files and directories by task count, all tasks in one shared directory vs a directory per task.",
             Preset::Pfl => "Seed 002 figures 8 and 9: aggregate write and read bandwidth of one shared file (IOR without -F, 1 MiB transfers) as the number of tasks grows, in a directory whose default is seed 002's Table 4 progressive layout (`braid setstripe --template seed-table4`) and in a plain one (the file system default). Instantiating the later components as the file grows should cost nothing measurable.",
+            Preset::Dne => "Seed 002 figures 6 and 7: N tasks in one directory on one MDT, and in one striped over 2 and 4 MDTs (`braid mkdir -c`, as many as the file system has): IOR file per process (its Table 2: 1 MiB transfers, write then read) for bandwidth, and mdtest on files (its Table 3: 1,000 files per task; create, stat, read, remove) for metadata rates. All tasks share the directory, so a striped one spreads their names, and the MDTs' work, over its MDTs.",
             Preset::Dom => "Seed 002 figure 10: IOR file per process with the block and transfer sizes of its Table 6 (1 KiB blocks of 1 KiB transfers; 1,000 KiB blocks of 100 KiB transfers), in a directory whose default is its Table 5 Data-on-MDT layout (`braid setstripe --template seed-table5`: the first 64 KiB on the MDT) and in a plain one.",
         }
     }
@@ -81,7 +85,8 @@ pub struct SweepArgs {
     /// Largest task count for the tasks and metadata presets (default: max(4, cores)).
     #[arg(long = "max-tasks")]
     pub max_tasks: Option<usize>,
-    /// Replace the preset's x values (tasks, sizes), comma separated.
+    /// Replace the preset's x values (tasks, sizes; MDT counts for dne), comma
+    /// separated.
     #[arg(long = "values", value_delimiter = ',')]
     pub values: Vec<String>,
     /// Bytes per task for the tasks, blocksize and pattern presets (default 1g; with
@@ -178,7 +183,8 @@ impl SweepArgs {
     }
 
     fn task_counts(&self) -> Result<Vec<u64>> {
-        if !self.values.is_empty() {
+        // The dne preset's values are MDT counts; its tasks are the largest count.
+        if !self.values.is_empty() && self.preset != Preset::Dne {
             return self
                 .values
                 .iter()
@@ -206,6 +212,20 @@ impl SweepArgs {
             counts.push(max as u64);
         }
         Ok(counts)
+    }
+
+    /// The MDT counts of the dne preset: `--values`, or 1, 2 and 4.
+    fn mdt_counts(&self) -> Result<Vec<u32>> {
+        if self.values.is_empty() {
+            return Ok(vec![1, 2, 4]);
+        }
+        self.values
+            .iter()
+            .map(|v| match v.parse::<u32>() {
+                Ok(n) if (1..=256).contains(&n) => Ok(n),
+                _ => Err(BenchError::Usage(format!("--values {v}: MDT counts are whole numbers 1..=256"))),
+            })
+            .collect()
     }
 
     fn sizes(&self, default: &[&str], quick: &[&str]) -> Result<Vec<u64>> {
@@ -307,6 +327,25 @@ pub fn execute(args: &SweepArgs, native: Option<NativeConnect>) -> Result<SweepR
                 figure("pfl-write", "Shared-file write bandwidth by number of tasks", "tasks", "MiB/s", XAxis::Log2),
                 figure("pfl-read", "Shared-file read bandwidth by number of tasks", "tasks", "MiB/s", XAxis::Log2),
             ],
+            Preset::Dne => {
+                let cases = XAxis::Categories(args.mdt_counts()?.iter().map(|&n| mdts_label(n)).collect());
+                vec![
+                    figure(
+                        "dne-bandwidth",
+                        "Bandwidth by MDTs of the directory (IOR file per process)",
+                        "directory",
+                        "MiB/s",
+                        cases.clone(),
+                    ),
+                    figure(
+                        "dne-iops",
+                        "File metadata rate by MDTs of the directory (mdtest)",
+                        "directory",
+                        "ops/s",
+                        cases,
+                    ),
+                ]
+            }
             Preset::Dom => {
                 let cases = XAxis::Categories(DOM_CASES.iter().map(|c| c.0.to_string()).collect());
                 vec![
@@ -331,9 +370,10 @@ pub fn execute(args: &SweepArgs, native: Option<NativeConnect>) -> Result<SweepR
     // Every point as (figure, x, x label, engine arguments) before anything runs, so bad
     // --values fail at once.
     let task_counts = match args.preset {
-        Preset::Tasks | Preset::Metadata | Preset::Pfl | Preset::Dom => args.task_counts()?,
+        Preset::Tasks | Preset::Metadata | Preset::Pfl | Preset::Dom | Preset::Dne => args.task_counts()?,
         _ => Vec::new(),
     };
+    let mdt_counts = if args.preset == Preset::Dne { args.mdt_counts()? } else { Vec::new() };
     let mut runs = Vec::new();
     let mut sweep_targets = Vec::new();
     let transfer_sizes =
@@ -345,6 +385,7 @@ pub fn execute(args: &SweepArgs, native: Option<NativeConnect>) -> Result<SweepR
             Preset::Tasks => task_counts.len(),
             Preset::Metadata | Preset::Pfl => task_counts.len() * 2,
             Preset::Dom => DOM_CASES.len() * 2,
+            Preset::Dne => mdt_counts.len() * 2,
             Preset::Pattern => 3,
             Preset::Filesize => file_sizes.len(),
             Preset::Blocksize => transfer_sizes.len(),
@@ -639,6 +680,59 @@ pub fn execute(args: &SweepArgs, native: Option<NativeConnect>) -> Result<SweepR
                     let _ = driver.rmdir(&sub.1);
                 }
             }
+            Preset::Dne => {
+                let n = *task_counts.last().expect("task counts are never empty");
+                let items = args.items.unwrap_or(if args.quick { 250 } else { 1000 }).to_string();
+                let block = format_size(args.bytes_per_task(32 << 20));
+                for (index, &count) in mdt_counts.iter().enumerate() {
+                    let name = mdts_label(count);
+                    let Some(sub) = striped_dir(&mut *driver, &work.path, &dir, count)? else {
+                        progress.clear();
+                        eprintln!("sweep dne: {label}: skipped {name} (the file system has fewer MDTs)");
+                        continue;
+                    };
+                    status(&mut progress, &format!("{name}: IOR, {n} tasks"));
+                    let extra: Vec<String> = ["-F", "-w", "-r", "-t", "1m", "-b", &block, "-N", &n.to_string(), "-o"]
+                        .iter()
+                        .map(|s| s.to_string())
+                        .chain([crate::backend::join(&sub.0, "testFile")])
+                        .collect();
+                    let (report, command) = run_ior(&extra)?;
+                    for row in &report.summary {
+                        let series = format!("{label} {}", row.operation);
+                        figures.add("dne-bandwidth", series, index as f64, name.clone(), row.bandwidth_mib_s.mean);
+                    }
+                    runs.push(SweepRun { target: format!("{label} {name}"), command, report: to_json(&report) });
+                    status(&mut progress, &format!("{name}: mdtest, {n} tasks"));
+                    let argv: Vec<String> = ["mdtest", "-a", api, "-q", "-F", "-n", &items, "-N", &n.to_string()]
+                        .iter()
+                        .map(|s| s.to_string())
+                        .chain(["-i".into(), iterations.clone(), "-d".into(), crate::backend::join(&sub.0, "mdtest")])
+                        .chain(args.drop_caches.then(|| "--drop-caches".to_string()))
+                        .collect();
+                    let parsed =
+                        MdtestArgs::try_parse_from(&argv).map_err(|e| BenchError::Other(format!("internal: {e}")))?;
+                    let report = mdtest::execute(&parsed, native, &mut Progress::silent())?;
+                    for row in &report.summary {
+                        let operation = match row.operation {
+                            "File creation" => "create",
+                            "File stat" => "stat",
+                            "File read" => "read",
+                            "File removal" => "remove",
+                            _ => continue,
+                        };
+                        let series = format!("{label} {operation}");
+                        figures.add("dne-iops", series, index as f64, name.clone(), row.ops_per_s.mean);
+                    }
+                    runs.push(SweepRun {
+                        target: format!("{label} {name}"),
+                        command: format!("braid bench {}", words(&argv)),
+                        report: to_json(&report),
+                    });
+                    let _ = driver.rmdir(&crate::backend::join(&sub.1, "mdtest"));
+                    let _ = driver.rmdir(&sub.1);
+                }
+            }
         }
         // The work directory is removed when the engines left it empty.
         let _ = driver.rmdir(&work.path);
@@ -697,6 +791,45 @@ fn layout_dir(
         }
     }
     Ok((display, path))
+}
+
+/// "1 MDT", "2 MDTs", ...
+fn mdts_label(n: u32) -> String {
+    if n == 1 {
+        "1 MDT".into()
+    } else {
+        format!("{n} MDTs")
+    }
+}
+
+/// Makes the directory `mdts-N` in the work directory over `count` MDTs from MDT 0
+/// with `braid mkdir -c N -i 0` (this binary: the bench runs inside `braid`), as the
+/// engines and the driver take it; `None` when the file system has fewer MDTs.
+fn striped_dir(
+    driver: &mut dyn crate::backend::FileBackend,
+    work_path: &str,
+    work_display: &str,
+    count: u32,
+) -> Result<Option<(String, String)>> {
+    let leaf = format!("mdts-{count}");
+    let (path, display) = (crate::backend::join(work_path, &leaf), crate::backend::join(work_display, &leaf));
+    let _ = driver.rmdir(&path);
+    let exe = std::env::current_exe().map_err(|e| BenchError::Other(format!("cannot find this binary: {e}")))?;
+    let out = std::process::Command::new(exe)
+        .args(["mkdir", "-c", &count.to_string(), "-i", "0", &display])
+        .output()
+        .map_err(|e| BenchError::Other(format!("cannot run braid mkdir: {e}")))?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if stderr.contains("larger than the number of MDTs") {
+        return Ok(None);
+    }
+    if !out.status.success() {
+        return Err(BenchError::Usage(format!(
+            "this preset needs a braid target (as root): `braid mkdir -c {count} -i 0 {display}` failed: {}",
+            stderr.trim()
+        )));
+    }
+    Ok(Some((display, path)))
 }
 
 /// Adds one IOR run made in the directory of layout `layout`: each summary row (write,

@@ -813,6 +813,16 @@ fn a_striped_directory_spreads_its_names_over_both_mdts() {
     assert_eq!(client_errno(not_empty), Errno::NotEmpty);
     c.braid_ok(&["rm", "-r", &c.url("/s")]);
     assert!(!c.braid(&["stat", &c.url("/s")]).status.success());
+    // Shard 0 on the parent's own MDT (its half held there by the same operation):
+    // removed, and replaced by a rename of an empty directory.
+    for d in ["/z0", "/z1"] {
+        c.braid_ok(&["mkdir", "-c", "2", "-i", "0", &c.url(d)]);
+    }
+    within(&rt, "rmdir", cl.rmdir(&creds, Fid::ROOT, "z0")).expect("rmdir of a striped directory");
+    c.braid_ok(&["mkdir", "-i", "0", &c.url("/e")]);
+    let plain = RenameFlags::default();
+    within(&rt, "rename", cl.rename(&creds, Fid::ROOT, "e", Fid::ROOT, "z1", plain)).expect("over a striped dir");
+    assert_eq!(c.braid_ok(&["getdirstripe", "-c", &c.url("/z1")]).trim(), "0", "/z1 is the plain directory now");
     check(&mut c, &mdts).expect("consistent after the striped directory went");
 }
 

@@ -121,9 +121,13 @@ pub fn record_secret_file(mgs: &str, f: &Path) {
     }
 }
 
-/// The secret file a mount of `mgs` recorded, if any.
+/// The secret file a mount of `mgs` recorded, while such a mount is mounted and
+/// the file is there: a record outlives its mount (a mount killed, the machine's
+/// MGS addresses reused by another cluster), and a stale one must not stand in for
+/// the secret the caller was asked for.
 pub fn recorded_secret(mgs: &str) -> Option<PathBuf> {
-    std::fs::read_to_string(secret_record(mgs)).ok().map(|s| PathBuf::from(s.trim()))
+    let file = PathBuf::from(std::fs::read_to_string(secret_record(mgs)).ok()?.trim());
+    (file.is_file() && braid_mounts().iter().any(|m| m.mgs == mgs)).then_some(file)
 }
 
 /// Mounts and serves in this process until unmounted or signalled.

@@ -360,6 +360,7 @@ fn coordinated_job(
         w,
         ids,
         |w| {
+            w.coordinating = Some(id);
             let r = match op {
                 CoordinatedOp::Stripe { fid, stripes } => w.stripe_empty_dir(*fid, stripes)?,
                 CoordinatedOp::Exchange { creds, a: (a_dir, a_name, a), b: (b_dir, b_name, b) } => {
@@ -428,6 +429,7 @@ fn as_client<'w>(
     }
     let start = w.savepoint();
     (w.client, w.conn) = (client_id, conn_id);
+    w.coordinating = None;
     let response = match apply(w) {
         Ok(r) => r,
         Err(OpError::Errno(c, m)) => Response::error(c, m),

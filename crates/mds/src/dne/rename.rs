@@ -231,7 +231,7 @@ impl Dne {
             let dir = v.dir_for(&creds, new_parent, &new_name, true)?;
             let target = v.entry(new_parent, &new_name)?;
             let moving = (child.fid, child.kind);
-            Ok((v.rename_victim(&creds, &dir, &new_name, target, moving, flags.noreplace)?, dir))
+            Ok((v.rename_victim(&creds, &dir, (&new_name, target), moving, flags.noreplace, None)?, dir))
         });
         // The inode the new name holds now: the commit finds it still there, or stops.
         let replaced = match &checked {

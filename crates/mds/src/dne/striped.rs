@@ -134,13 +134,15 @@ impl Dne {
         if root.attr.stripes.is_some() {
             return Ok(true);
         }
-        if !empty {
-            tracing::warn!("--root-stripes {count}: the root is not empty, it stays on MDT 0 alone");
-            return Ok(true);
-        }
         let mdts = self.mdt_indices(0).await?;
         if mdts.len() < count as usize {
             return Ok(false);
+        }
+        // Looked at once the MDTs are there: what was made in the root meanwhile
+        // decides it (it stays on MDT 0 alone).
+        if !empty {
+            tracing::warn!("--root-stripes {count}: the root is not empty, it stays on MDT 0 alone");
+            return Ok(true);
         }
         let to = DirPlacement { mdts: mdts[..count as usize].to_vec(), hash: Default::default(), explicit: true };
         let a = &root.attr;

@@ -166,7 +166,7 @@ impl Writer<'_> {
             }
         }
         // An entry a rename between MDTs is removing waits for its verdict.
-        if self.view.pending(fid)?.is_some() {
+        if self.held_by_another(fid)? {
             return fail(Errno::Again, format!("{name} is part of an operation across MDTs"));
         }
         if is_dir && !coordinated {
@@ -176,7 +176,7 @@ impl Writer<'_> {
             let Some((tfid, tkind)) = target else {
                 return fail(Errno::NoEnt, format!("{new_name} not found"));
             };
-            if self.view.pending(tfid)?.is_some() {
+            if self.held_by_another(tfid)? {
                 return fail(Errno::Again, format!("{new_name} is part of an operation across MDTs"));
             }
             let (a, b) = ((parent, name, fid, kind), (new_parent, new_name, tfid, tkind));
@@ -192,7 +192,9 @@ impl Writer<'_> {
             }
             _ => {}
         }
-        let victim = self.view.rename_victim(creds, &dst_dir, new_name, target, (fid, kind), flags.noreplace)?;
+        let moving = (fid, kind);
+        let victim =
+            self.view.rename_victim(creds, &dst_dir, (new_name, target), moving, flags.noreplace, self.coordinating)?;
         if let (Victim::Striped(t, _), false) = (&victim, coordinated) {
             // Its shards on other MDTs go with it: the MDS coordinates.
             return Err(OpError::Elsewhere(*t, FileKind::Dir));
@@ -262,7 +264,7 @@ impl Writer<'_> {
         if self.view.entry(b_dir, b_name)? != Some((b.fid, b.kind)) {
             return fail(Errno::Again, format!("{b_name} changed while it was exchanged"));
         }
-        if self.view.pending(b.fid)?.is_some() {
+        if self.held_by_another(b.fid)? {
             return fail(Errno::Again, format!("{b_name} is part of another operation across MDTs"));
         }
         if b.fid.mdt() == self.mdt_index && !sticky_allows(&dir, &self.view.must_inode(b.fid)?, creds) {
@@ -306,7 +308,8 @@ impl Writer<'_> {
         check_name(new_name)?;
         let mut dir = self.view.dir_for(creds, new_parent, new_name, true)?;
         let target = self.view.entry(new_parent, new_name)?;
-        let victim = self.view.rename_victim(creds, &dir, new_name, target, (child.fid, child.kind), noreplace)?;
+        let moving = (child.fid, child.kind);
+        let victim = self.view.rename_victim(creds, &dir, (new_name, target), moving, noreplace, self.coordinating)?;
         if matches!(victim, Victim::Same) {
             // A second name of the same inode appeared meanwhile: the client asks again.
             return fail(Errno::Again, format!("{new_name} changed while it was renamed"));
@@ -346,10 +349,10 @@ impl<M: std::ops::Deref<Target = store::memtable::MemTable>> View<M> {
         &self,
         creds: &Creds,
         dir: &Inode,
-        new_name: &str,
-        target: Option<(Fid, FileKind)>,
+        (new_name, target): (&str, Option<(Fid, FileKind)>),
         (moving_fid, moving): (Fid, FileKind),
         noreplace: bool,
+        ours: Option<proto::msg::UpdateId>,
     ) -> OpResult<Victim> {
         let Some((t, kind)) = target else { return Ok(Victim::None) };
         if t == moving_fid {
@@ -363,8 +366,8 @@ impl<M: std::ops::Deref<Target = store::memtable::MemTable>> View<M> {
             (false, true) => return fail(Errno::IsDir, format!("{new_name} is a directory")),
             _ => {}
         }
-        if self.pending(t)?.is_some() {
-            // Held by an operation across MDTs (its entry here, or its inode).
+        if self.pending(t)?.is_some_and(|p| Some(p.id) != ours) {
+            // Held by another operation across MDTs (its entry here, or its inode).
             return fail(Errno::Again, format!("{new_name} is part of an operation across MDTs"));
         }
         if t.mdt() != dir.attr.fid.mdt() {

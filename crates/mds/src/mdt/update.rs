@@ -519,7 +519,7 @@ impl Writer<'_> {
             Some((fid, kind)) if fid == child.fid && kind == child.kind => {}
             _ => return fail(Errno::NoEnt, format!("{name} changed while it was removed")),
         }
-        if self.view.pending(child.fid)?.is_some() {
+        if self.held_by_another(child.fid)? {
             // A rename across MDTs holds this entry: it waits for the verdict.
             return fail(Errno::Again, format!("{name} is part of another operation across MDTs"));
         }

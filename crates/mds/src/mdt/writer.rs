@@ -46,6 +46,9 @@ pub struct Writer<'a> {
     /// Who the operation being applied comes from, and on which connection.
     pub client: u64,
     pub conn: u64,
+    /// The operation across MDTs whose coordinator's half is being applied: its own
+    /// halves held on this MDT (a striped directory's shard 0) do not fence it.
+    pub coordinating: Option<proto::msg::UpdateId>,
     /// Leases granted in this batch (taken back with it).
     pub(super) granted: Vec<Fid>,
     /// Directories removed in this batch (their leases end with it).
@@ -89,6 +92,12 @@ pub struct FidBlock {
 const FID_BLOCK: u64 = 1024;
 
 impl<'a> Writer<'a> {
+    /// Whether inode `fid` is held by an operation across MDTs other than the one
+    /// being coordinated here.
+    pub(super) fn held_by_another(&self, fid: Fid) -> OpResult<bool> {
+        Ok(self.view.pending(fid)?.is_some_and(|p| Some(p.id) != self.coordinating))
+    }
+
     pub fn new(base: Snapshot, mem: &'a mut MemTable, mdt_index: u32) -> Writer<'a> {
         Writer {
             view: View::new(base, mem),
@@ -99,6 +108,7 @@ impl<'a> Writer<'a> {
             leases: None,
             client: 0,
             conn: 0,
+            coordinating: None,
             granted: Vec::new(),
             removed_dirs: Vec::new(),
             inodes_delta: 0,
