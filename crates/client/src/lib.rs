@@ -703,7 +703,7 @@ impl Client {
                 Response::Created { attr, existed, dir } => {
                     match dir {
                         Some(d) => self.note_dir(d),
-                        None => self.forget_dir(parent),
+                        None => self.forget_dir(self.shard(parent, name)),
                     }
                     let mut attr = attr;
                     let f = OpenFile::new(&attr, flags, creds)?;
@@ -822,7 +822,7 @@ impl Client {
         spec: Option<DirSpec>,
     ) -> Result<Attr> {
         self.observe("mkdir", Some(parent), 0, 0, async {
-            self.forget_dir(parent);
+            self.forget_dir(self.shard(parent, name));
             let dir = self.shard(parent, name);
             // The server first: making its connection is what tells whether its
             // callbacks can reach this client.
@@ -884,7 +884,7 @@ impl Client {
     /// `parent` for a new inode without data (a symlink or a special file), and
     /// returns the inode's attributes.
     async fn make_leaf(&self, parent: Fid, name: &str, build: impl Fn(Fid) -> Request) -> Result<Attr> {
-        self.forget_dir(parent);
+        self.forget_dir(self.shard(parent, name));
         self.inner.leases.add(self.shard(parent, name), name);
         let op = build(parent).op_name();
         answer!(op, self.md_change(parent, name, build).await?, Response::Attr(a) => a)
@@ -896,7 +896,7 @@ impl Client {
 
     pub async fn link(&self, creds: &Creds, fid: Fid, parent: Fid, name: &str) -> Result<Attr> {
         self.observe("link", Some(fid), 0, 0, async {
-            self.forget_dir(parent);
+            self.forget_dir(self.shard(parent, name));
             self.inner.leases.add(self.shard(parent, name), name);
             let req = |dir| Request::MdsLink { creds: creds.clone(), fid, parent: dir, name: name.to_string() };
             answer!("link", self.md_change(parent, name, req).await?, Response::Attr(a) => a)
@@ -937,8 +937,8 @@ impl Client {
         flags: RenameFlags,
     ) -> Result<()> {
         self.observe("rename", Some(parent), 0, 0, async {
-            self.forget_dir(parent);
-            self.forget_dir(new_parent);
+            self.forget_dir(self.shard(parent, name));
+            self.forget_dir(self.shard(new_parent, new_name));
             self.settle_closes().await;
             let req = |from, to| Request::MdsRename {
                 creds: creds.clone(),
@@ -1338,18 +1338,32 @@ impl Client {
     /// changed them otherwise. The mount answers the kernel's re-read of the parent
     /// after each create or unlink from here (within its attribute cache time, which
     /// bounds how stale an answer can be, as for any cached attribute).
+    /// A striped directory's: summed over its shards' (see [`striped`]), when this
+    /// client holds recent attributes of every shard.
     pub fn recent_dir_attr(&self, fid: Fid, max_age: Duration) -> Option<(Attr, Duration)> {
         let dirs = self.inner.recent_dirs.lock().expect("recent dirs");
-        let (a, at) = dirs.get(&fid)?;
-        let age = at.elapsed();
-        (age < max_age).then(|| (a.clone(), max_age - age))
+        let recent = |f: Fid| {
+            let (a, at) = dirs.get(&f)?;
+            let age = at.elapsed();
+            (age < max_age).then(|| (a.clone(), max_age - age))
+        };
+        let (attr, ttl) = recent(fid)?;
+        match attr.stripes.clone().filter(|s| s.master() == fid) {
+            None => Some((attr, ttl)),
+            Some(s) => {
+                let mut shards = Vec::with_capacity(s.shards.len() - 1);
+                let mut ttl = ttl;
+                for &f in s.shards.iter().skip(1) {
+                    let (a, t) = recent(f)?;
+                    ttl = ttl.min(t);
+                    shards.push(a);
+                }
+                Some((striped::merge_dir_attr(attr, &shards), ttl))
+            }
+        }
     }
 
     fn note_dir(&self, attr: Attr) {
-        if attr.stripes.is_some() {
-            // A shard's own attributes: the directory's are summed over all of them.
-            return self.forget_dir(attr.fid);
-        }
         let mut dirs = self.inner.recent_dirs.lock().expect("recent dirs");
         if dirs.len() >= RECENT_DIRS_MAX {
             dirs.clear();

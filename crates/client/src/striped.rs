@@ -33,6 +33,21 @@ const TABLES_MAX: usize = 4096;
 /// perhaps a second directory's, for a rename).
 const REDIRECTS_MAX: usize = 3;
 
+/// A striped directory's attributes as users see them, from shard 0's (`master`)
+/// and the other shards': the link count counts every shard's subdirectories, the
+/// times are the latest of any.
+pub(crate) fn merge_dir_attr(master: Attr, shards: &[Attr]) -> Attr {
+    let mut merged = master;
+    for s in shards {
+        merged.nlink = (merged.nlink + s.nlink).saturating_sub(2);
+        merged.mtime = merged.mtime.max(s.mtime);
+        merged.ctime = merged.ctime.max(s.ctime);
+        merged.atime = merged.atime.max(s.atime);
+        merged.size += s.size;
+    }
+    merged
+}
+
 /// The shard tables of the striped directories this client met.
 #[derive(Default)]
 pub(crate) struct StripeTables {
@@ -112,7 +127,6 @@ impl Client {
     pub(crate) async fn dir_attr_merged(&self, attr: Attr) -> Result<Attr> {
         let Some(stripes) = attr.stripes.clone().filter(|s| s.master() == attr.fid) else { return Ok(attr) };
         self.inner.stripes.learn(&stripes);
-        let mut merged = attr;
         let asks: Vec<_> = stripes
             .shards
             .iter()
@@ -122,20 +136,19 @@ impl Client {
                 tokio::spawn(async move { c.md(fid, Request::MdsGetattr { fid }).await })
             })
             .collect();
+        let mut shards = Vec::with_capacity(asks.len());
         for ask in asks {
             let r = ask.await.map_err(|e| ClientError::Errno(Errno::Io, format!("a shard's getattr failed: {e}")))?;
             match r? {
-                Response::Attr(s) => {
-                    merged.nlink = (merged.nlink + s.nlink).saturating_sub(2);
-                    merged.mtime = merged.mtime.max(s.mtime);
-                    merged.ctime = merged.ctime.max(s.ctime);
-                    merged.atime = merged.atime.max(s.atime);
-                    merged.size += s.size;
-                }
+                Response::Attr(s) => shards.push(s),
                 r => return Err(unexpected("getattr", &r)),
             }
         }
-        Ok(merged)
+        // Each shard's attributes as now, for the mount's next look at the directory
+        // (see [`Client::recent_dir_attr`]).
+        self.note_dir(attr.clone());
+        shards.iter().cloned().for_each(|s| self.note_dir(s));
+        Ok(merge_dir_attr(attr, &shards))
     }
 
     /// One batch of directory `fid`'s entries after `after` (name order), merged over
