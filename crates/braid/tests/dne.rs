@@ -339,23 +339,27 @@ fn hostile_updates_and_a_down_mdt_get_clear_errors() {
     let unlink = |fid: Fid| UpdateOp::UnlinkInode { fid, parent: Fid::ROOT, name: "x".into() };
     let id = |mdt: u32| UpdateId { mdt, seq: 42 };
     let hostile = [
-        Request::MdsUpdate { mdt: 1, id: id(1), op: mkdir(Fid::ROOT) },
-        Request::MdsUpdate { mdt: 1, id: id(0), op: mkdir(dir) },
-        Request::MdsUpdate { mdt: 7, id: id(0), op: mkdir(Fid::ROOT) },
-        Request::MdsUpdate { mdt: 1, id: id(0), op: rmdir(file) },
-        Request::MdsUpdate { mdt: 1, id: id(0), op: rmdir(dir) },
-        Request::MdsUpdate { mdt: 1, id: id(0), op: rmdir(Fid::new(1, 1, 999_999)) },
+        Request::MdsUpdate { mdt: 1, id: id(1), op: Box::new(mkdir(Fid::ROOT)) },
+        Request::MdsUpdate { mdt: 1, id: id(0), op: Box::new(mkdir(dir)) },
+        Request::MdsUpdate { mdt: 7, id: id(0), op: Box::new(mkdir(Fid::ROOT)) },
+        Request::MdsUpdate { mdt: 1, id: id(0), op: Box::new(rmdir(file)) },
+        Request::MdsUpdate { mdt: 1, id: id(0), op: Box::new(rmdir(dir)) },
+        Request::MdsUpdate { mdt: 1, id: id(0), op: Box::new(rmdir(Fid::new(1, 1, 999_999))) },
         Request::MdsUpdateQuery { id: id(0) },
         Request::MdsUpdateQuery { id: id(7) },
-        Request::MdsUpdate { mdt: 1, id: id(0), op: link(dir) },
-        Request::MdsUpdate { mdt: 1, id: id(0), op: link(Fid::new(1, 1, 999_999)) },
-        Request::MdsUpdate { mdt: 1, id: id(0), op: link(Fid::new(0, 1, 5)) },
-        Request::MdsUpdate { mdt: 1, id: id(0), op: unlink(dir) },
-        Request::MdsUpdate { mdt: 1, id: id(0), op: UpdateOp::LinkInode { fid: file, parent: dir, name: "y".into() } },
+        Request::MdsUpdate { mdt: 1, id: id(0), op: Box::new(link(dir)) },
+        Request::MdsUpdate { mdt: 1, id: id(0), op: Box::new(link(Fid::new(1, 1, 999_999))) },
+        Request::MdsUpdate { mdt: 1, id: id(0), op: Box::new(link(Fid::new(0, 1, 5))) },
+        Request::MdsUpdate { mdt: 1, id: id(0), op: Box::new(unlink(dir)) },
         Request::MdsUpdate {
             mdt: 1,
             id: id(0),
-            op: UpdateOp::LinkInode { fid: file, parent: Fid::ROOT, name: "a/b".into() },
+            op: Box::new(UpdateOp::LinkInode { fid: file, parent: dir, name: "y".into() }),
+        },
+        Request::MdsUpdate {
+            mdt: 1,
+            id: id(0),
+            op: Box::new(UpdateOp::LinkInode { fid: file, parent: Fid::ROOT, name: "a/b".into() }),
         },
     ];
     for req in hostile {
@@ -369,7 +373,7 @@ fn hostile_updates_and_a_down_mdt_get_clear_errors() {
     // taken back once its coordinator says it never made the entry.
     let done = Request::MdsUpdateDone { mdt: 1, fid: dir, id: id(0), committed: false };
     assert!(matches!(within(&rt, "verdict", rpc.call(&done, vec![])).expect("answered").response, Response::Ok));
-    let stray = Request::MdsUpdate { mdt: 1, id: id(0), op: mkdir(Fid::ROOT) };
+    let stray = Request::MdsUpdate { mdt: 1, id: id(0), op: Box::new(mkdir(Fid::ROOT)) };
     within(&rt, "stray update", rpc.call(&stray, vec![])).expect("applied as pending");
     // A link no coordinator made an entry for is taken back the same way; meanwhile
     // another operation across MDTs on the same file waits (EAGAIN, which the RPC
@@ -378,9 +382,9 @@ fn hostile_updates_and_a_down_mdt_get_clear_errors() {
         Ok(Response::Attr(a)) => a.nlink,
         other => panic!("not applied: {other:?}"),
     };
-    let stray = Request::MdsUpdate { mdt: 1, id: UpdateId { mdt: 0, seq: 43 }, op: link(file) };
+    let stray = Request::MdsUpdate { mdt: 1, id: UpdateId { mdt: 0, seq: 43 }, op: Box::new(link(file)) };
     assert_eq!(link_of(within(&rt, "stray link", rpc.call(&stray, vec![]))), 2, "applied as pending");
-    let busy = Request::MdsUpdate { mdt: 1, id: UpdateId { mdt: 0, seq: 44 }, op: unlink(file) };
+    let busy = Request::MdsUpdate { mdt: 1, id: UpdateId { mdt: 0, seq: 44 }, op: Box::new(unlink(file)) };
     assert_eq!(link_of(within(&rt, "a second update", rpc.call(&busy, vec![]))), 1, "after the first was undone");
     consistent_within(&mut c, &mdts, Duration::from_secs(30));
     assert_eq!(c.braid_ok(&["ls", &c.url("/r")]).trim(), "file", "the directory and its file are untouched");

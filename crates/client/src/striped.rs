@@ -52,10 +52,16 @@ pub(crate) fn merge_dir_attr(master: Attr, shards: &[Attr]) -> Attr {
 #[derive(Default)]
 pub(crate) struct StripeTables {
     tables: Mutex<HashMap<Fid, Arc<DirStripes>>>,
+    /// Whether any table was learned: a client that never met a striped directory
+    /// (one MDT, or plain directories) takes no lock on every entry operation.
+    any: std::sync::atomic::AtomicBool,
 }
 
 impl StripeTables {
     fn get(&self, dir: Fid) -> Option<Arc<DirStripes>> {
+        if !self.any.load(std::sync::atomic::Ordering::Acquire) {
+            return None;
+        }
         self.tables.lock().expect("stripe tables").get(&dir).cloned()
     }
 
@@ -70,6 +76,7 @@ impl StripeTables {
             t.clear();
         }
         t.insert(stripes.master(), Arc::new(stripes.clone()));
+        self.any.store(true, std::sync::atomic::Ordering::Release);
     }
 }
 

@@ -43,7 +43,7 @@ pub enum JobKind {
         client_id: u64,
         conn_id: u64,
         xid: u64,
-        op: CoordinatedOp,
+        op: Box<CoordinatedOp>,
         id: UpdateId,
         participants: Vec<Participant>,
     },

@@ -193,8 +193,9 @@ pub struct Attr {
     /// is trusted only under the epoch it opened or last truncated at.
     pub trunc_epoch: u64,
     /// A striped directory's shards (Lustre's LMV): on the directory itself (shard
-    /// 0) and on each of its other shards; `None` for everything else.
-    pub stripes: Option<DirStripes>,
+    /// 0) and on each of its other shards; `None` for everything else. Boxed: every
+    /// answer carries attributes, few carry a table.
+    pub stripes: Option<Box<DirStripes>>,
 }
 
 /// How a striped directory's entries are spread over MDTs (Lustre's LMV): entry
@@ -505,7 +506,8 @@ pub enum Request {
         /// The participant MDT (one MDS may serve several).
         mdt: u32,
         id: UpdateId,
-        op: UpdateOp,
+        /// Boxed: the largest request by far, and a rare one.
+        op: Box<UpdateOp>,
     },
     /// MDS to MDS: the coordinator's verdict on the update participant MDT `mdt`
     /// keeps pending under inode `fid`.

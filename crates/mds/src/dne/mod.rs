@@ -213,7 +213,8 @@ impl Dne {
         fault_point(&format!("{step}:before-commit"));
         let (client_id, conn_id, xid, id) = (ctx.client_id, ctx.conn_id, ctx.xid, flight.id);
         let participants = prepared.iter().map(|p| p.1).collect();
-        let r = mdt.submit_own(JobKind::Coordinated { client_id, conn_id, xid, op, id, participants }).await;
+        let r =
+            mdt.submit_own(JobKind::Coordinated { client_id, conn_id, xid, op: Box::new(op), id, participants }).await;
         // Applied now, if its decision is kept. A retry running beside its first try
         // gets the first try's answer from the reply cache instead: its own halves
         // were never part of an applied operation, and go.
@@ -505,7 +506,7 @@ impl Dne {
             return checked;
         }
         if let Some(stripes) = attr.stripes.clone() {
-            return self.rmdir_striped(callbacks, ctx, mdt, creds, (parent, name), attr, stripes).await;
+            return self.rmdir_striped(callbacks, ctx, mdt, creds, (parent, name), attr, *stripes).await;
         }
         let (op, step) = if attr.kind == FileKind::Dir {
             (UpdateOp::RmdirInode { fid: child, parent, name: name.clone() }, "rmdir-remote")
@@ -562,7 +563,7 @@ impl Dne {
         let flight = self.begin(mdt.index);
         let id = flight.id;
         fault_point(&format!("{step}:before-update"));
-        let half = ask(&peer, k, &Request::MdsUpdate { mdt: k, id, op }).await;
+        let half = ask(&peer, k, &Request::MdsUpdate { mdt: k, id, op: Box::new(op) }).await;
         let Some((op, participant)) = entry(&half) else { return half };
         self.commit(ctx, mdt, step, flight, op, vec![(peer, Participant { mdt: k, fid: participant })]).await
     }

@@ -294,7 +294,7 @@ impl Dne {
         let sends = halves
             .iter()
             .zip(&peers)
-            .map(|((k, _, op), p)| (p.clone(), *k, Request::MdsUpdate { mdt: *k, id, op: op.clone() }));
+            .map(|((k, _, op), p)| (p.clone(), *k, Request::MdsUpdate { mdt: *k, id, op: Box::new(op.clone()) }));
         let mut prepared = Vec::new();
         let mut refused = None;
         for (((k, fid, _), peer), r) in halves.iter().zip(&peers).zip(ask_all(sends.collect()).await) {
@@ -354,7 +354,7 @@ impl Dne {
         if !crate::inode::sticky_allows_attr(dir, &attr, creds) {
             return Err(Response::error(Errno::Perm, "sticky directory: not the owner of the target"));
         }
-        Ok(attr.stripes)
+        Ok(attr.stripes.map(|s| *s))
     }
 
     /// `renameat2(RENAME_EXCHANGE)` of `name` in `parent` and `new_name` in
@@ -448,7 +448,7 @@ impl Dne {
         let sends = halves
             .iter()
             .zip(&peers)
-            .map(|((k, _, op), p)| (p.clone(), *k, Request::MdsUpdate { mdt: *k, id, op: op.clone() }));
+            .map(|((k, _, op), p)| (p.clone(), *k, Request::MdsUpdate { mdt: *k, id, op: Box::new(op.clone()) }));
         let mut prepared = Vec::new();
         let mut refused = None;
         for (((k, fid, _), peer), r) in halves.iter().zip(&peers).zip(ask_all(sends.collect()).await) {

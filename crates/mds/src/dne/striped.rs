@@ -82,7 +82,7 @@ impl Dne {
         }
         fault_point("mkdir-striped:before-reserve");
         let reserve = |(p, k): &(Arc<RpcClient>, u32)| {
-            (p.clone(), *k, Request::MdsUpdate { mdt: *k, id, op: UpdateOp::ReserveFid })
+            (p.clone(), *k, Request::MdsUpdate { mdt: *k, id, op: Box::new(UpdateOp::ReserveFid) })
         };
         let mut prepared = Vec::new();
         let mut shards: Vec<Fid> = first.into_iter().collect();
@@ -107,7 +107,7 @@ impl Dne {
             if let UpdateOp::MkdirInode { shard, .. } = &mut op {
                 *shard = Some((p.fid, stripes.clone()));
             }
-            (peer.clone(), p.mdt, Request::MdsUpdate { mdt: p.mdt, id, op })
+            (peer.clone(), p.mdt, Request::MdsUpdate { mdt: p.mdt, id, op: Box::new(op) })
         };
         let mut made = Vec::new();
         for r in ask_all(prepared.iter().map(make).collect()).await {
@@ -206,7 +206,7 @@ impl Dne {
         fault_point("rmdir-striped:before-update");
         let hold = |(peer, fid): &(Arc<RpcClient>, Fid)| {
             let op = UpdateOp::RmdirInode { fid: *fid, parent, name: name.clone() };
-            (peer.clone(), fid.mdt(), Request::MdsUpdate { mdt: fid.mdt(), id, op })
+            (peer.clone(), fid.mdt(), Request::MdsUpdate { mdt: fid.mdt(), id, op: Box::new(op) })
         };
         let mut prepared = Vec::new();
         let mut refused = None;

@@ -381,7 +381,7 @@ impl<M: std::ops::Deref<Target = store::memtable::MemTable>> View<M> {
             if !sticky_allows(dir, &ino, creds) {
                 return fail(Errno::Perm, "sticky directory: not the owner of the target");
             }
-            return Ok(Victim::Striped(t, Box::new(s.clone())));
+            return Ok(Victim::Striped(t, s.clone()));
         }
         if !sticky_allows(dir, &ino, creds) {
             return fail(Errno::Perm, "sticky directory: not the owner of the target");

@@ -297,8 +297,10 @@ fn inode_records_of_versions_1_and_2_are_read() {
     // And today's records read back as written.
     let mut now_ino = ino;
     now_ino.dir_default = Some(LayoutSpec { components: vec![layout::ComponentSpec::dom(64 << 10)] });
-    now_ino.attr.stripes =
-        Some(proto::msg::DirStripes { hash: layout::DirHash::AllChar, shards: vec![Fid::ROOT, Fid::new(1, 1, 2)] });
+    now_ino.attr.stripes = Some(Box::new(proto::msg::DirStripes {
+        hash: layout::DirHash::AllChar,
+        shards: vec![Fid::ROOT, Fid::new(1, 1, 2)],
+    }));
     let again: Inode = store::decode_record(&store::encode_record(&now_ino)).unwrap();
     assert_eq!(again, now_ino);
 }
@@ -346,13 +348,14 @@ fn a_directory_being_removed_across_mdts_takes_no_new_entry_until_decided() {
         dirs_default: None,
         shard: None,
     };
-    let Response::Attr(dir) = w.apply(&Request::MdsUpdate { mdt: 1, id: made, op }, &mut place).unwrap() else {
+    let Response::Attr(dir) = w.apply(&Request::MdsUpdate { mdt: 1, id: made, op: Box::new(op) }, &mut place).unwrap()
+    else {
         panic!("no directory")
     };
     assert_eq!((dir.fid.mdt(), w.inodes_delta), (1, 1));
     w.apply(&Request::MdsUpdateDone { mdt: 1, fid: dir.fid, id: made, committed: true }, &mut place).unwrap();
     let rmdir = UpdateOp::RmdirInode { fid: dir.fid, parent: Fid::ROOT, name: "d".into() };
-    w.apply(&Request::MdsUpdate { mdt: 1, id: removing, op: rmdir }, &mut place).unwrap();
+    w.apply(&Request::MdsUpdate { mdt: 1, id: removing, op: Box::new(rmdir) }, &mut place).unwrap();
     let create = Request::MdsCreate {
         creds: Creds::root(),
         parent: dir.fid,
@@ -394,7 +397,8 @@ fn a_damaged_shard_table_makes_its_directory_unreadable_with_a_clear_error_and_p
         vec![Fid::new(1, 1, 5), Fid::new(2, 1, 6)], // not its own table
     ];
     for shards in bad {
-        ino.attr.stripes = Some(proto::msg::DirStripes { hash: layout::DirHash::Fnv1a64, shards: shards.clone() });
+        ino.attr.stripes =
+            Some(Box::new(proto::msg::DirStripes { hash: layout::DirHash::Fnv1a64, shards: shards.clone() }));
         w.put(Tbl::Inodes, &dir.fid.to_key(), &store::encode_record(&ino)).unwrap();
         match w.view.inode(dir.fid) {
             Err(OpError::Store(e)) => assert!(e.to_string().contains("damaged shard table"), "{e}"),
@@ -430,7 +434,7 @@ fn an_entry_held_by_a_rename_across_mdts_is_neither_unlinked_nor_replaced_until_
         dir_to: None,
     };
     let id = UpdateId { mdt: 1, seq: 7 };
-    w.apply(&Request::MdsUpdate { mdt: 0, id, op: moving }, &mut place).unwrap();
+    w.apply(&Request::MdsUpdate { mdt: 0, id, op: Box::new(moving) }, &mut place).unwrap();
     let unlink = Request::MdsUnlink { creds: Creds::root(), parent: dir.fid, name: "f".into() };
     let over = Request::MdsRename {
         creds: Creds::root(),

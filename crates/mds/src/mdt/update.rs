@@ -205,7 +205,7 @@ impl Writer<'_> {
                     _ => Some(*parent),
                 };
                 ino.dir_default = dir_default.clone();
-                ino.attr.stripes = stripes;
+                ino.attr.stripes = stripes.map(Box::new);
                 self.put_inode(fid, &ino)?;
                 if let Some(d) = dirs_default {
                     self.put(Tbl::Xattrs, &dentry_key(fid, DirSpec::XATTR), &d.to_xattr())?;
@@ -498,7 +498,7 @@ impl Writer<'_> {
         if !self.view.dir_is_empty(fid)? {
             return fail(Errno::NotEmpty, format!("{fid} is not empty"));
         }
-        ino.attr.stripes = Some(stripes.clone());
+        ino.attr.stripes = Some(Box::new(stripes.clone()));
         self.put_inode(fid, &ino)?;
         Ok(Response::Attr(ino.attr))
     }

@@ -95,7 +95,7 @@ impl<M: Deref<Target = MemTable>> View<M> {
             return fail(Errno::NotDir, format!("{fid} is not a directory"));
         }
         if let Some(s) = dir.attr.stripes.as_ref().filter(|s| s.shard_for(name) != fid) {
-            return Err(OpError::WrongShard(Box::new(s.clone())));
+            return Err(OpError::WrongShard(s.clone()));
         }
         let want = if write { MAY_WRITE | MAY_EXEC } else { MAY_EXEC };
         if !dir.may(creds, want) {
@@ -170,7 +170,7 @@ impl<M: Deref<Target = MemTable>> View<M> {
             return fail(Errno::NotDir, format!("{fid} is not a directory"));
         }
         if let Some(s) = dir.attr.stripes.as_ref().filter(|_| !shard) {
-            return Err(OpError::WrongShard(Box::new(s.clone())));
+            return Err(OpError::WrongShard(s.clone()));
         }
         if !dir.may(creds, MAY_READ) {
             return fail(Errno::Access, format!("permission denied reading directory {fid}"));
