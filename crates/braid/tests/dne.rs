@@ -444,6 +444,10 @@ fn crash_at(c: &mut Cluster, mdts: &[PathBuf], process: &str, point: &str, op: &
             c.braid_ok(&["mkdir", "-i", "1", &url]);
             None
         }
+        "rmdir-striped" => {
+            c.braid_ok(&["mkdir", "-c", "2", "-i", "0", &url]);
+            None
+        }
         "rename" | "rename-back" => {
             c.put(&format!("/src-{name}"), b"moving");
             let fid = fid_of(c, &format!("/src-{name}"));
@@ -493,9 +497,10 @@ fn crash_at(c: &mut Cluster, mdts: &[PathBuf], process: &str, point: &str, op: &
     let (op_name, name_owned) = (op.to_string(), name.to_string());
     let call = std::thread::spawn(move || -> Result<(), String> {
         let Some(fid) = target.filter(|_| op_name != "rmdir") else {
-            let args: Vec<String> = match op_name.as_str() {
-                "mkdir" => vec!["mkdir".into(), "-i".into(), "1".into(), url.clone()],
-                _ => vec!["rm".into(), "-r".into(), url.clone()],
+            let args: Vec<&str> = match op_name.as_str() {
+                "mkdir" => vec!["mkdir", "-i", "1", &url],
+                "mkdir-striped" => vec!["mkdir", "-c", "2", "-i", "0", &url],
+                _ => vec!["rm", "-r", &url],
             };
             let mut cmd = std::process::Command::new(bin);
             cmd.args(&args).env("BRAID_SECRET_FILE", secret);
@@ -538,6 +543,7 @@ fn crash_at(c: &mut Cluster, mdts: &[PathBuf], process: &str, point: &str, op: &
     let exists = c.braid(&["stat", &c.url(&format!("/{name}"))]).status.success();
     match op {
         "mkdir" => assert_eq!(fid_of(c, &format!("/{name}")).mdt(), 1, "{point}"),
+        "mkdir-striped" => assert_eq!(c.braid_ok(&["getdirstripe", "-c", &c.url(&format!("/{name}"))]).trim(), "2"),
         "link" => {
             assert_eq!(fid_of(c, &format!("/{name}")), target.expect("a file"), "{point}");
             assert_eq!(links(c, &format!("/on1/{name}")), 2, "{point}");
@@ -805,6 +811,43 @@ fn a_striped_directory_spreads_its_names_over_both_mdts() {
         }
     }
     assert_eq!(batched, want);
+    // Listed in batches of 5 while another client creates names in every shard: each
+    // name that existed throughout shows exactly once, in order.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (cfg, done) = (c.client_config(), stop.clone());
+    let maker = std::thread::spawn(move || {
+        let rt = runtime();
+        let cl = testkit::connect(&rt, cfg);
+        let creds = client::process_creds();
+        let mut made = 0;
+        while !done.load(std::sync::atomic::Ordering::Acquire) && made < 400 {
+            let name = format!("new{made:03}");
+            let (f, ..) = within(&rt, "create", cl.create(&creds, s, &name, 0o644, true, RW, None)).expect("create");
+            within(&rt, "close", cl.close(f)).expect("close");
+            made += 1;
+        }
+        made
+    });
+    for _ in 0..5 {
+        let (mut after, mut seen) = (None::<String>, Vec::new());
+        loop {
+            let (batch, eof) = within(&rt, "readdir", cl.readdir(&creds, dir.fid, after.as_deref(), 5)).expect("batch");
+            after = batch.last().map(|e| e.name.clone()).or(after);
+            seen.extend(batch.into_iter().map(|e| e.name));
+            if eof {
+                break;
+            }
+        }
+        assert!(seen.windows(2).all(|w| w[0] < w[1]), "in order, none twice");
+        assert!(want.iter().all(|n| seen.contains(n)), "every name that existed throughout");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    let made = maker.join().expect("the creating client");
+    let listed = within(&rt, "readdir", cl.readdir_all(&creds, dir.fid)).expect("readdir");
+    assert_eq!(listed.len(), want.len() + made);
+    for n in 0..made {
+        within(&rt, "unlink", cl.unlink(&creds, dir.fid, &format!("new{n:03}"))).expect("unlink");
+    }
     assert_eq!(within(&rt, "getattr", cl.getattr(dir.fid)).expect("getattr").nlink, 5, "2 + 3 subdirectories");
     assert_eq!(links(&c, "/s"), 5);
     // A client that never saw the table is sent to the right shard.
@@ -812,6 +855,24 @@ fn a_striped_directory_spreads_its_names_over_both_mdts() {
     let looked = within(&rt, "lookup", fresh.lookup(&creds, s, "f07")).expect("lookup through shard 0");
     assert_eq!(looked.fid.mdt(), stripes.shard_for("f07").mdt());
     check(&mut c, &mdts).expect("consistent with a striped directory");
+    // MDT 0 down (shard 1's): names of shard 0 (on MDT 1) are still made and found;
+    // those of shard 1 fail with EIO after the client's timeout, never hang; nothing
+    // is left half made.
+    c.stop("mds");
+    let mut cfg = c.client_config();
+    cfg.rpc.recovery_timeout = Duration::from_secs(3);
+    let short = testkit::connect(&rt, cfg);
+    let name_on = |k: u32| (0..).map(|i| format!("down{i}")).find(|n| stripes.shard_for(n).mdt() == k).unwrap();
+    let (up, down) = (name_on(stripes.shards[0].mdt()), name_on(stripes.shards[1].mdt()));
+    let (f, ..) =
+        within(&rt, "create", short.create(&creds, s, &up, 0o644, true, RW, None)).expect("shard 0 still takes names");
+    within(&rt, "close", short.close(f)).expect("close");
+    let failed = within(&rt, "create", short.create(&creds, s, &down, 0o644, true, RW, None));
+    assert_eq!(client_errno(failed.map(|(_, a, _)| a)), Errno::Io, "a name of the down MDT's shard");
+    c.restart("mds");
+    c.wait_mdts_up(2, testkit::WAIT);
+    within(&rt, "unlink", short.unlink(&creds, s, &up)).expect("unlink");
+    assert!(within(&rt, "lookup", short.lookup(&creds, s, &down)).is_err(), "nothing half made");
     let cl = c.connect(&rt);
     let not_empty = within(&rt, "rmdir", cl.rmdir(&creds, Fid::ROOT, "s"));
     assert_eq!(client_errno(not_empty), Errno::NotEmpty);
@@ -954,4 +1015,29 @@ fn an_exchange_between_mdts_survives_a_sigkill_at_every_step() {
     }
     assert_eq!(links(&c, "/"), 2 + 1 + 5, "the root holds /on1 and the five directories swapped into it");
     assert_eq!(links(&c, "/on1"), 2, "/on1 holds only files now");
+}
+
+#[test]
+fn a_striped_mkdir_and_rmdir_survive_a_sigkill_at_every_step() {
+    let (mut c, mdts) = two_mds();
+    // The root's MDT coordinates; shard 0 is made on it (as a participant of its own
+    // operation over the same protocol), shard 1 on MDT 1.
+    let points = [
+        ("mds", "mkdir-striped:before-reserve", "mkdir-striped"),
+        ("mds", "mkdir-striped:before-update", "mkdir-striped"),
+        ("mds", "mkdir-striped:before-commit", "mkdir-striped"),
+        ("mds", "mkdir-striped:before-done", "mkdir-striped"),
+        ("mds1", "update:before-reply", "mkdir-striped"),
+        ("mds1", "update-done:before-apply", "mkdir-striped"),
+        ("mds", "rmdir-striped:before-update", "rmdir-striped"),
+        ("mds", "rmdir-striped:before-commit", "rmdir-striped"),
+        ("mds", "rmdir-striped:before-done", "rmdir-striped"),
+        ("mds1", "update:before-reply", "rmdir-striped"),
+        ("mds1", "update-done:before-apply", "rmdir-striped"),
+    ];
+    for (i, (process, point, op)) in points.into_iter().enumerate() {
+        crash_at(&mut c, &mdts, process, point, op, &format!("s{i}"));
+    }
+    let listed = c.braid_ok(&["ls", &c.url("/")]);
+    assert_eq!(listed.split_whitespace().collect::<Vec<_>>(), ["s0", "s1", "s2", "s3", "s4", "s5"], "{listed}");
 }
