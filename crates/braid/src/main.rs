@@ -81,12 +81,16 @@ enum Command {
         paths: Vec<String>,
     },
     /// Create directories (as `lfs mkdir`: `-i K` on MDT K, a remote directory; `-c N`
-    /// striped over N MDTs from K).
+    /// striped over N MDTs from K; `-D` sets an existing directory's default for new
+    /// subdirectories instead, as `setdirstripe -D`).
     Mkdir {
         #[command(flatten)]
         client: ClientOpts,
         #[arg(short = 'p')]
         parents: bool,
+        /// Set the default for new subdirectories of the (existing) directories.
+        #[arg(short = 'D', long = "default")]
+        default: bool,
         #[command(flatten)]
         dir: DirSpecOpts,
         #[arg(required = true)]
@@ -222,8 +226,11 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Cp { client, paths } => tools::cp(&client, &paths),
         Command::Ls { client, long, path } => tools::ls(&client, &path, long),
         Command::Rm { client, recursive, paths } => tools::rm(&client, &paths, recursive),
-        Command::Mkdir { client, parents, dir, paths } => {
+        Command::Mkdir { client, parents, default, dir, paths } => {
             let spec = cli::stripe::dir_spec(dir.mdt, dir.count, dir.hash.as_deref())?;
+            if default {
+                return paths.iter().try_for_each(|p| cli::stripe::setdirstripe(&client, p, true, false, spec));
+            }
             tools::mkdir(&client, &paths, parents, spec)
         }
         Command::Setdirstripe { client, default, delete, dir, path } => {

@@ -194,8 +194,9 @@ fn remote_directories_live_on_the_mdt_asked_for_and_the_namespace_stays_whole() 
     assert!(c.braid_ok(&["getdirstripe", "-D", &c.url("/spread")]).starts_with("lmv_stripe_count: 0"));
     c.braid_ok(&["mkdir", &c.url("/spread/plain")]);
     assert_eq!(fid_of(&c, "/spread/plain").mdt(), 0, "without the default, the parent's MDT");
-    // A striped default: any user's new directories get two shards.
-    c.braid_ok(&["setdirstripe", "-D", "-c", "2", &c.url("/spread/d1")]);
+    // A striped default (`mkdir -D` is `setdirstripe -D`, as `lfs mkdir -D`): any
+    // user's new directories get two shards.
+    c.braid_ok(&["mkdir", "-D", "-c", "2", &c.url("/spread/d1")]);
     let d1 = within(&rt, "resolve", cl.resolve(&creds, "/spread/d1", true)).expect("resolve").fid;
     let striped = within(&rt, "mkdir", cl.mkdir(&user, d1, "st", 0o755)).expect("a user's mkdir by a default");
     assert_eq!(striped.stripes.map(|s| s.shards.len()), Some(2));
