@@ -235,6 +235,52 @@ impl Dne {
     }
 }
 
+impl Dne {
+    /// Step 1 of an operation with several halves: marks it under way on `mdt` and
+    /// has every participant apply its half (`(MDT, the inode it is kept under,
+    /// half)`), all at once. The mark and the participants holding their halves, or
+    /// the first refusal as the answer (the halves already held are told to go).
+    /// `in_time`: checked once all answered (the rename lock's lease); false
+    /// refuses with `EAGAIN`.
+    async fn prepare(
+        &self,
+        mdt: &Arc<Mdt>,
+        step: &str,
+        halves: Vec<(u32, Fid, UpdateOp)>,
+        in_time: impl FnOnce() -> bool,
+    ) -> Result<(UnderWay<'_>, Vec<(Arc<RpcClient>, Participant)>), Response> {
+        let mut peers = Vec::with_capacity(halves.len());
+        for (k, ..) in &halves {
+            peers.push(self.peer(*k).await?);
+        }
+        let flight = self.begin(mdt.index);
+        let id = flight.id;
+        fault_point(&format!("{step}:before-update"));
+        let sends = halves
+            .iter()
+            .zip(&peers)
+            .map(|((k, _, op), p)| (p.clone(), *k, Request::MdsUpdate { mdt: *k, id, op: Box::new(op.clone()) }));
+        let mut prepared = Vec::new();
+        let mut refused = None;
+        for (((k, fid, _), peer), r) in halves.iter().zip(&peers).zip(ask_all(sends.collect()).await) {
+            match r {
+                Response::Ok | Response::Attr(_) => prepared.push((peer.clone(), Participant { mdt: *k, fid: *fid })),
+                other => refused = refused.or(Some(other)),
+            }
+        }
+        if refused.is_none() && !in_time() {
+            refused = Some(Response::error(Errno::Again, "the rename lock's lease ran out"));
+        }
+        match refused {
+            Some(r) => {
+                self.tell(mdt.clone(), id, false, prepared);
+                Err(r)
+            }
+            None => Ok((flight, prepared)),
+        }
+    }
+}
+
 /// Tells the participants the verdict, all at once, and forgets a committed decision
 /// once all of them answered: if a message is lost, the participant asks, and
 /// [`UpdateResolve`] tells it again.

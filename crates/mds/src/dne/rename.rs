@@ -25,10 +25,10 @@ use rpc::server::{Callbacks, RequestCtx};
 use rpc::RpcClient;
 use tokio::sync::OwnedMutexGuard;
 
-use super::{ask, ask_all, fault_point, kept, Dne};
+use super::{ask, kept, Dne};
 use crate::commit::CoordinatedOp;
 use crate::mdt::view::Found;
-use crate::mdt::{Participant, Victim};
+use crate::mdt::Victim;
 use crate::target::Mdt;
 
 /// Longest a directory move holds the rename lock: well within a peer's timeout
@@ -281,35 +281,11 @@ impl Dne {
             };
             halves.push((t.mdt(), t, op));
         }
-        let mut peers = Vec::with_capacity(halves.len());
-        for (k, ..) in &halves {
-            match self.peer(*k).await {
-                Ok(p) => peers.push(p),
-                Err(r) => return r,
-            }
-        }
-        let flight = self.begin(here);
-        let id = flight.id;
-        fault_point("rename:before-update");
-        let sends = halves
-            .iter()
-            .zip(&peers)
-            .map(|((k, _, op), p)| (p.clone(), *k, Request::MdsUpdate { mdt: *k, id, op: Box::new(op.clone()) }));
-        let mut prepared = Vec::new();
-        let mut refused = None;
-        for (((k, fid, _), peer), r) in halves.iter().zip(&peers).zip(ask_all(sends.collect()).await) {
-            match r {
-                Response::Ok | Response::Attr(_) => prepared.push((peer.clone(), Participant { mdt: *k, fid: *fid })),
-                other => refused = refused.or(Some(other)),
-            }
-        }
-        if refused.is_none() && lock.as_ref().is_some_and(RenameLock::expired) {
-            refused = Some(Response::error(Errno::Again, "the rename lock's lease ran out"));
-        }
-        if let Some(r) = refused {
-            self.tell(mdt.clone(), id, false, prepared);
-            return r;
-        }
+        let in_time = || lock.as_ref().is_none_or(|l| !l.expired());
+        let (flight, prepared) = match self.prepare(mdt, "rename", halves, in_time).await {
+            Ok(p) => p,
+            Err(r) => return r,
+        };
         let noreplace = flags.noreplace;
         let op = CoordinatedOp::Rename { creds, parent, name, new_parent, new_name, child, replaced, noreplace };
         let r = self.commit(ctx, mdt, "rename", flight, op, prepared).await;
@@ -435,35 +411,11 @@ impl Dne {
                 halves.push((k, ino.fid, UpdateOp::SetParent { fid: ino.fid, from, to }));
             }
         }
-        let mut peers = Vec::with_capacity(halves.len());
-        for (k, ..) in &halves {
-            match self.peer(*k).await {
-                Ok(p) => peers.push(p),
-                Err(r) => return r,
-            }
-        }
-        let flight = self.begin(here);
-        let id = flight.id;
-        fault_point("exchange:before-update");
-        let sends = halves
-            .iter()
-            .zip(&peers)
-            .map(|((k, _, op), p)| (p.clone(), *k, Request::MdsUpdate { mdt: *k, id, op: Box::new(op.clone()) }));
-        let mut prepared = Vec::new();
-        let mut refused = None;
-        for (((k, fid, _), peer), r) in halves.iter().zip(&peers).zip(ask_all(sends.collect()).await) {
-            match r {
-                Response::Ok => prepared.push((peer.clone(), Participant { mdt: *k, fid: *fid })),
-                other => refused = refused.or(Some(other)),
-            }
-        }
-        if refused.is_none() && lock.as_ref().is_some_and(RenameLock::expired) {
-            refused = Some(Response::error(Errno::Again, "the rename lock's lease ran out"));
-        }
-        if let Some(r) = refused {
-            self.tell(mdt.clone(), id, false, prepared);
-            return r;
-        }
+        let in_time = || lock.as_ref().is_none_or(|l| !l.expired());
+        let (flight, prepared) = match self.prepare(mdt, "exchange", halves, in_time).await {
+            Ok(p) => p,
+            Err(r) => return r,
+        };
         let op = CoordinatedOp::Exchange { creds, a: (parent, name, a), b: (new_parent, new_name, b) };
         let r = self.commit(ctx, mdt, "exchange", flight, op, prepared).await;
         drop(lock);

@@ -193,33 +193,12 @@ impl Dne {
         stripes: DirStripes,
     ) -> Response {
         self.revoke_others(callbacks, mdt, parent, ctx).await;
-        let mut halves = Vec::with_capacity(stripes.shards.len());
-        for &fid in &stripes.shards {
-            let peer = match self.peer(fid.mdt()).await {
-                Ok(p) => p,
-                Err(r) => return r,
-            };
-            halves.push((peer, fid));
-        }
-        let flight = self.begin(mdt.index);
-        let id = flight.id;
-        fault_point("rmdir-striped:before-update");
-        let hold = |(peer, fid): &(Arc<RpcClient>, Fid)| {
-            let op = UpdateOp::RmdirInode { fid: *fid, parent, name: name.clone() };
-            (peer.clone(), fid.mdt(), Request::MdsUpdate { mdt: fid.mdt(), id, op: Box::new(op) })
+        let hold = |&fid: &Fid| (fid.mdt(), fid, UpdateOp::RmdirInode { fid, parent, name: name.clone() });
+        let halves = stripes.shards.iter().map(hold).collect();
+        let (flight, prepared) = match self.prepare(mdt, "rmdir-striped", halves, || true).await {
+            Ok(p) => p,
+            Err(r) => return r,
         };
-        let mut prepared = Vec::new();
-        let mut refused = None;
-        for ((peer, fid), r) in halves.iter().zip(ask_all(halves.iter().map(hold).collect()).await) {
-            match r {
-                Response::Ok => prepared.push((peer.clone(), Participant { mdt: fid.mdt(), fid: *fid })),
-                other => refused = refused.or(Some(other)),
-            }
-        }
-        if let Some(r) = refused {
-            self.tell(mdt.clone(), id, false, prepared);
-            return r;
-        }
         let op = CoordinatedOp::Unlink { creds, parent, name, child: attr };
         self.commit(ctx, mdt, "rmdir-striped", flight, op, prepared).await
     }
