@@ -96,6 +96,9 @@ pub struct BraidFs {
     reported: Mutex<HashMap<Fid, (u64, Timespec)>>,
     /// Files known to have no capability xattr (asked before every write).
     nocaps: nocaps::NoCaps,
+    /// The data version each file had when the kernel was last allowed to fill its
+    /// page cache (see [`BraidFs::keep_cache`]).
+    cached_versions: Mutex<HashMap<Fid, u64>>,
 }
 
 /// Most files whose reported size and mtime are remembered.
@@ -187,6 +190,7 @@ impl BraidFs {
             notifier: Arc::default(),
             reported: Mutex::new(HashMap::new()),
             nocaps: nocaps::NoCaps::new(opts.attr_ttl),
+            cached_versions: Mutex::new(HashMap::new()),
             opts,
         }
     }
@@ -274,12 +278,34 @@ impl BraidFs {
         }
     }
 
-    fn fopen_flags(&self, flags: i32) -> FopenFlags {
+    fn fopen_flags(&self, flags: i32, keep_cache: bool) -> FopenFlags {
         if self.opts.direct_io || flags & libc::O_DIRECT != 0 {
             FopenFlags::FOPEN_DIRECT_IO
+        } else if keep_cache {
+            FopenFlags::FOPEN_KEEP_CACHE
         } else {
             FopenFlags::empty()
         }
+    }
+
+    /// Whether an open of a file whose data version is now `version` may keep the
+    /// pages the kernel cached of it (`FOPEN_KEEP_CACHE`): only if they were filled
+    /// under that same version, so nobody changed the bytes since, here or on
+    /// another client (every change moves the version once it reaches the MDS: a
+    /// writer's close, a truncate, a DoM write). Otherwise the kernel drops them at
+    /// this open, and the version is remembered for the next one. A reread of an
+    /// unchanged file is then served from memory, as on Lustre's and MooseFS's clients.
+    fn keep_cache(&self, fid: Fid, version: u64) -> bool {
+        let mut v = self.cached_versions.lock().expect("cached versions");
+        if v.get(&fid) == Some(&version) {
+            return true;
+        }
+        // Forgetting is safe: a file not in the table has its pages dropped at open.
+        if v.len() >= REPORTED_MAX {
+            v.clear();
+        }
+        v.insert(fid, version);
+        false
     }
 
     /// Registers an opened file and returns its handle number.
@@ -535,8 +561,9 @@ impl fuser::Filesystem for BraidFs {
                         let _ = n.inval_inode(ino, -1, 0);
                     }
                 }
+                let keep = self.keep_cache(a.fid, a.data_version);
                 let fh = self.add_file(f);
-                reply.opened(FileHandle(fh), self.fopen_flags(flags.0));
+                reply.opened(FileHandle(fh), self.fopen_flags(flags.0, keep));
             }
             Err(e) => reply.error(inode_errno(&e)),
         }
@@ -565,9 +592,11 @@ impl fuser::Filesystem for BraidFs {
                 if !existed {
                     self.nocaps.note_none(attr.fid);
                 }
+                // A file this call made has nothing cached: its version is remembered.
+                let keep = self.keep_cache(attr.fid, attr.data_version);
                 let fh = self.add_file(f);
                 let fa = self.file_attr(&attr);
-                reply.created(&self.opts.entry_ttl, &fa, Generation(0), FileHandle(fh), self.fopen_flags(flags));
+                reply.created(&self.opts.entry_ttl, &fa, Generation(0), FileHandle(fh), self.fopen_flags(flags, keep));
             }
             Err(e) => reply.error(errno(&e)),
         }

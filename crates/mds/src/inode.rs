@@ -6,7 +6,7 @@
 //! mirror's state) is stored by adding it once.
 
 use layout::{ComponentSpec, Layout, LayoutSpec, Pattern};
-use proto::msg::{Attr, Creds, FileKind, Timespec};
+use proto::msg::{Attr, Creds, DirStripes, FileKind, Timespec};
 use proto::Fid;
 use serde::{Deserialize, Serialize};
 
@@ -89,7 +89,70 @@ struct AttrV2 {
 impl From<AttrV2> for Attr {
     fn from(a: AttrV2) -> Attr {
         let AttrV2 { fid, kind, mode, nlink, uid, gid, size, atime, mtime, ctime, layout, rdev, trunc_epoch } = a;
-        Attr { fid, kind, mode, nlink, uid, gid, size, atime, mtime, ctime, layout, rdev, trunc_epoch, stripes: None }
+        let stripes = None;
+        let data_version = 0;
+        Attr {
+            fid,
+            kind,
+            mode,
+            nlink,
+            uid,
+            gid,
+            size,
+            atime,
+            mtime,
+            ctime,
+            layout,
+            rdev,
+            trunc_epoch,
+            data_version,
+            stripes,
+        }
+    }
+}
+
+/// The attributes as records of version 3 stored them, before data versions. Frozen,
+/// as [`LayoutSpecV1`].
+#[derive(Deserialize)]
+struct AttrV3 {
+    fid: Fid,
+    kind: FileKind,
+    mode: u32,
+    nlink: u32,
+    uid: u32,
+    gid: u32,
+    size: u64,
+    atime: Timespec,
+    mtime: Timespec,
+    ctime: Timespec,
+    layout: Option<Layout>,
+    rdev: u64,
+    trunc_epoch: u64,
+    stripes: Option<Box<DirStripes>>,
+}
+
+impl From<AttrV3> for Attr {
+    fn from(a: AttrV3) -> Attr {
+        let AttrV3 { fid, kind, mode, nlink, uid, gid, size, atime, mtime, ctime, layout, rdev, trunc_epoch, stripes } =
+            a;
+        let data_version = 0;
+        Attr {
+            fid,
+            kind,
+            mode,
+            nlink,
+            uid,
+            gid,
+            size,
+            atime,
+            mtime,
+            ctime,
+            layout,
+            rdev,
+            trunc_epoch,
+            data_version,
+            stripes,
+        }
     }
 }
 
@@ -106,6 +169,15 @@ struct InodeV1 {
 #[derive(Deserialize)]
 struct InodeV2 {
     attr: AttrV2,
+    symlink: Option<String>,
+    dir_default: Option<LayoutSpec>,
+    parent: Option<Fid>,
+}
+
+/// An inode record of version 3: attributes without a data version.
+#[derive(Deserialize)]
+struct InodeV3 {
+    attr: AttrV3,
     symlink: Option<String>,
     dir_default: Option<LayoutSpec>,
     parent: Option<Fid>,
@@ -164,6 +236,7 @@ impl Inode {
                 layout: v.layout,
                 rdev,
                 trunc_epoch,
+                data_version: 0,
                 stripes: None,
             },
             symlink: v.symlink,
@@ -189,6 +262,12 @@ impl Inode {
         Ok(Inode { attr: v.attr.into(), symlink: v.symlink, dir_default: v.dir_default, parent: v.parent })
     }
 
+    /// Decodes the body of an inode record of version 3 (see [`InodeV3`]).
+    pub fn decode_v3(body: &[u8]) -> Result<Inode, store::StoreError> {
+        let v: InodeV3 = store::decode_exact(body, "inode")?;
+        Ok(Inode { attr: v.attr.into(), symlink: v.symlink, dir_default: v.dir_default, parent: v.parent })
+    }
+
     pub fn new(fid: Fid, kind: FileKind, mode: u32, creds: &Creds, gid: u32, now: Timespec) -> Inode {
         Inode {
             attr: Attr {
@@ -205,6 +284,7 @@ impl Inode {
                 layout: None,
                 rdev: 0,
                 trunc_epoch: 0,
+                data_version: 0,
                 stripes: None,
             },
             symlink: None,

@@ -28,8 +28,9 @@ use crate::msg::{AuthProof, AuthResult, Challenge, Hello};
 /// (`MdsUpdate` and its kin, `MdsMkdir::mdt`). 4: renames across MDTs
 /// (`UpdateOp::RemoveEntry`; `MdsUpdateDone` names the participant MDT). 5: striped
 /// directories (`Attr::stripes`, `MdsMkdir::spec`, `MdsReaddir::shard`, the shard
-/// updates), directory moves and exchanges across MDTs.
-pub const PROTOCOL_VERSION: u32 = 5;
+/// updates), directory moves and exchanges across MDTs. 6: a file's data version
+/// (`Attr::data_version`).
+pub const PROTOCOL_VERSION: u32 = 6;
 /// Shortest secret accepted, in bytes.
 pub const SECRET_MIN_BYTES: usize = 16;
 /// A peer that has not finished the handshake by then is dropped.

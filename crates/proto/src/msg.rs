@@ -192,6 +192,11 @@ pub struct Attr {
     /// Bumped by every truncate (a setattr of the size): a writer's idea of the size
     /// is trusted only under the epoch it opened or last truncated at.
     pub trunc_epoch: u64,
+    /// Lustre's data version: moves with every change of a file's bytes that reaches
+    /// the MDS (a writer's size and mtime report, a DoM write, a truncate, a layout
+    /// change), so a client holding bytes cached under one version knows at open
+    /// whether they still hold. 0 for every other kind.
+    pub data_version: u64,
     /// A striped directory's shards (Lustre's LMV): on the directory itself (shard
     /// 0) and on each of its other shards; `None` for everything else. Boxed: every
     /// answer carries attributes, few carry a table.

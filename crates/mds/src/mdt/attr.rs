@@ -68,6 +68,7 @@ impl Writer<'_> {
             }
             ino.attr.size = size;
             ino.attr.trunc_epoch += 1;
+            ino.attr.data_version += 1;
         }
         for (which, value) in [(0, set.atime), (1, set.mtime)] {
             let Some(value) = value else { continue };

@@ -169,6 +169,7 @@ impl Writer<'_> {
                 ino.attr.size = ino.attr.size.max(end);
                 ino.attr.mtime = now;
                 ino.attr.ctime = now;
+                ino.attr.data_version += 1;
                 self.put_inode(fid, &ino)?;
                 size_published = true;
             }

@@ -56,6 +56,7 @@ impl Writer<'_> {
         })?;
         if changed {
             ino.attr.ctime = now;
+            ino.attr.data_version += 1;
             self.put_inode(fid, &ino)?;
         }
         Ok(Response::Attr(ino.attr))

@@ -101,14 +101,17 @@ pub fn new_memtable() -> MemTable {
 /// Inode records: version 2 added the pattern of each component of a directory's
 /// default layout (Data-on-MDT); version 1 records are read as all-RAID-0. Version 3
 /// added a striped directory's shard table (`Attr::stripes`); older records have none.
+/// Version 4 added a file's data version (`Attr::data_version`); older records start
+/// at 0.
 impl Record for Inode {
     const WHAT: &'static str = "inode";
-    const VERSION: u8 = 3;
+    const VERSION: u8 = 4;
 
     fn upgrade(version: u8, body: &[u8]) -> Result<Inode, StoreError> {
         match version {
             1 => Inode::decode_v1(body),
             2 => Inode::decode_v2(body),
+            3 => Inode::decode_v3(body),
             v => Err(StoreError::Corrupt { what: "inode", detail: format!("no upgrade from version {v}") }),
         }
     }
@@ -132,9 +135,12 @@ pub struct Reply {
     pub response: Response,
 }
 
+/// Version 2: answers carrying attributes gained `Attr::data_version`. Answers of
+/// version 1 are not upgraded: only a client of the release before could resend their
+/// requests, and the protocol version keeps it out (the pruner drops them).
 impl Record for Reply {
     const WHAT: &'static str = "reply";
-    const VERSION: u8 = 1;
+    const VERSION: u8 = 2;
 }
 
 /// An inode this MDT changed for an operation that spans MDTs, until the coordinator

@@ -259,7 +259,7 @@ fn attr_v2(a: &proto::msg::Attr) -> impl serde::Serialize + '_ {
 }
 
 #[test]
-fn inode_records_of_versions_1_and_2_are_read() {
+fn inode_records_of_versions_1_2_and_3_are_read() {
     // Version 1 as it was written: the body of an inode whose directory default has
     // components without a pattern.
     #[derive(serde::Serialize)]
@@ -294,8 +294,33 @@ fn inode_records_of_versions_1_and_2_are_read() {
     let v2 = postcard::to_allocvec(&(attr_v2(&ino.attr), Some("t".to_string()), dom.clone(), Some(Fid::new(0, 1, 7))));
     let read: Inode = store::decode_record(&store::seal(2, &v2.unwrap())).expect("version 2");
     assert_eq!((read.attr.stripes, read.dir_default, read.parent), (None, dom, Some(Fid::new(0, 1, 7))));
+    // Version 3: a shard table, no data version.
+    let mut striped = ino.clone();
+    striped.attr.stripes =
+        Some(Box::new(proto::msg::DirStripes { hash: layout::DirHash::Fnv1a64, shards: vec![Fid::ROOT] }));
+    let a = &striped.attr;
+    let attr_v3 = (
+        a.fid,
+        a.kind,
+        a.mode,
+        a.nlink,
+        a.uid,
+        a.gid,
+        a.size,
+        a.atime,
+        a.mtime,
+        a.ctime,
+        &a.layout,
+        a.rdev,
+        a.trunc_epoch,
+        &a.stripes,
+    );
+    let v3 = postcard::to_allocvec(&(attr_v3, None::<String>, None::<LayoutSpec>, None::<Fid>)).unwrap();
+    let read: Inode = store::decode_record(&store::seal(3, &v3)).expect("version 3");
+    assert_eq!(read, striped, "a version 3 inode reads with data version 0");
     // And today's records read back as written.
     let mut now_ino = ino;
+    now_ino.attr.data_version = 17;
     now_ino.dir_default = Some(LayoutSpec { components: vec![layout::ComponentSpec::dom(64 << 10)] });
     now_ino.attr.stripes = Some(Box::new(proto::msg::DirStripes {
         hash: layout::DirHash::AllChar,
@@ -454,4 +479,83 @@ fn an_entry_held_by_a_rename_across_mdts_is_neither_unlinked_nor_replaced_until_
     // Decided (committed): the entry goes; then the name is free.
     w.apply(&Request::MdsUpdateDone { mdt: 0, fid: file.fid, id, committed: true }, &mut place).unwrap();
     assert_eq!(w.view.entry(dir.fid, "f").unwrap(), None);
+}
+
+#[test]
+fn every_change_of_a_files_bytes_moves_its_data_version_and_nothing_else_does() {
+    let (_d, store) = fresh("dataversion");
+    format(&store, 0, &LayoutSpec::raid0(Some(1), Some(1 << 20))).unwrap();
+    let (_, default_layout) = no_placement();
+    let osts = [OstState { index: 0, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30 }];
+    let is_open = |_: Fid, _: Option<u64>| false;
+    let mut place =
+        Placement { osts: &osts, cursor: 0, default_layout: &default_layout, dom_max: 1 << 20, is_open: &is_open };
+    let mut mem = new_memtable();
+    let mut w = Writer::new(store.snapshot().unwrap(), &mut mem, 0);
+    // A DoM component up to 256 KiB, then a component not instantiated yet.
+    let spec = LayoutSpec {
+        components: vec![
+            layout::ComponentSpec::dom(256 << 10),
+            layout::ComponentSpec { extent_end: layout::EOF, stripe_count: Some(1), ..Default::default() },
+        ],
+    };
+    let Request::MdsCreate { creds, parent, name, mode, exclusive, flags, .. } = create(Fid::ROOT, "f") else {
+        unreachable!()
+    };
+    let req = Request::MdsCreate { creds, parent, name, mode, exclusive, flags, layout: Some(spec) };
+    let Response::Created { attr, .. } = w.apply(&req, &mut place).unwrap() else { panic!("created") };
+    let fid = attr.fid;
+    assert_eq!(attr.data_version, 0);
+    let version = |w: &Writer| w.view.must_inode(fid).unwrap().attr.data_version;
+    let now = proto::msg::Timespec::now();
+    let root = Creds::root();
+    let changes: Vec<(&str, Request, u64)> = vec![
+        (
+            "a DoM write publishing the size",
+            Request::MdsDomWrite { fid, offset: 0, data: vec![1; 10], publish: Some(0) },
+            1,
+        ),
+        (
+            "a DoM write under another truncate epoch",
+            Request::MdsDomWrite { fid, offset: 0, data: vec![2; 10], publish: Some(5) },
+            0,
+        ),
+        ("a size report", Request::MdsSizeUpdate { fid, size: 10, mtime: now, trunc_epoch: 0 }, 1),
+        ("a size report of an older epoch", Request::MdsSizeUpdate { fid, size: 10, mtime: now, trunc_epoch: 4 }, 0),
+        ("a close with a size", Request::MdsClose { fid, size: Some(10), mtime: Some(now), trunc_epoch: 0 }, 1),
+        ("a close with nothing to report", Request::MdsClose { fid, size: None, mtime: None, trunc_epoch: 0 }, 0),
+        (
+            "a chmod",
+            Request::MdsSetattr { creds: root.clone(), fid, set: SetAttr { mode: Some(0o600), ..Default::default() } },
+            0,
+        ),
+        (
+            "a truncate",
+            Request::MdsSetattr { creds: root.clone(), fid, set: SetAttr { size: Some(5), ..Default::default() } },
+            1,
+        ),
+        (
+            "an instantiation",
+            Request::MdsLayoutChange {
+                creds: root.clone(),
+                fid,
+                change: layout::LayoutChange::Instantiate { end: 1 << 20 },
+            },
+            1,
+        ),
+        (
+            "an instantiation with nothing left to instantiate",
+            Request::MdsLayoutChange {
+                creds: root.clone(),
+                fid,
+                change: layout::LayoutChange::Instantiate { end: 1 << 20 },
+            },
+            0,
+        ),
+    ];
+    for (what, req, moves) in changes {
+        let before = version(&w);
+        w.apply(&req, &mut place).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(version(&w), before + moves, "{what}");
+    }
 }

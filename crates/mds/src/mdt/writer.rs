@@ -307,6 +307,7 @@ impl<'a> Writer<'a> {
                     let m = mtime.unwrap_or(now);
                     ino.attr.mtime = m;
                     ino.attr.ctime = now.max(m);
+                    ino.attr.data_version += 1;
                     self.put_inode(fid, &ino)?;
                 }
                 // An orphan is left to the reaper (see `reap_replaced`).
@@ -335,6 +336,7 @@ impl<'a> Writer<'a> {
                 ino.attr.size = ino.attr.size.max(size);
                 ino.attr.mtime = mtime;
                 ino.attr.ctime = now.max(mtime);
+                ino.attr.data_version += 1;
                 self.put_inode(fid, &ino)?;
                 Ok(Response::Attr(ino.attr.clone()))
             }
