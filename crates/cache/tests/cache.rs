@@ -1,0 +1,206 @@
+//! The cache on a real directory: fills and hits, invalidation and versions, eviction
+//! within the size, and what survives a reopen, a torn index and damaged data.
+
+use std::fs::OpenOptions;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use cache::{Cache, CacheConfig, CacheError};
+
+struct Dir(PathBuf);
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn dir(tag: &str) -> Dir {
+    let d = std::env::temp_dir().join(format!("braid-cache-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    Dir(d)
+}
+
+fn open(d: &Path, size: u64) -> Cache {
+    Cache::open(&CacheConfig { dir: d.to_path_buf(), size }).expect("open cache")
+}
+
+/// `len` pseudo-random bytes (xorshift), different for each seed and never periodic
+/// within a test's sizes.
+fn bytes(len: usize, seed: u8) -> Bytes {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ seed as u64;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect::<Vec<u8>>()
+        .into()
+}
+
+/// Fills `data` at `off` of file `key` (version `v`) and waits for it to land.
+fn fill(c: &Cache, key: u128, v: u64, off: u64, data: &Bytes) {
+    let t = c.ticket(key, v);
+    c.fill(t, off, data.clone());
+    c.settle();
+}
+
+#[test]
+fn a_filled_range_is_read_back_whole_or_in_part_and_nothing_else_is() {
+    let d = dir("hits");
+    let c = open(&d.0, 8 << 20);
+    let data = bytes(300_000, 1);
+    assert!(c.read(1, 0, 1000, 10).is_none(), "nothing cached yet");
+    fill(&c, 1, 0, 1000, &data);
+    assert_eq!(c.read(1, 0, 1000, 300_000).unwrap(), data);
+    assert_eq!(c.read(1, 0, 5000, 7).unwrap(), data.slice(4000..4007), "a part, not page aligned");
+    assert_eq!(c.read(1, 0, 290_000, 11_000).unwrap(), data.slice(289_000..300_000), "up to the end");
+    assert!(c.read(1, 0, 999, 10).is_none(), "one byte before");
+    assert!(c.read(1, 0, 300_999, 2).is_none(), "one byte after");
+    assert!(c.read(2, 0, 1000, 10).is_none(), "another file");
+    assert!(c.read(1, 1, 1000, 10).is_none(), "another version");
+    // Two adjacent fills serve one read across both.
+    let more = bytes(5000, 2);
+    fill(&c, 1, 0, 301_000, &more);
+    let got = c.read(1, 0, 300_000, 2000).unwrap();
+    assert_eq!(&got[..1000], &data[299_000..]);
+    assert_eq!(&got[1000..], &more[..1000]);
+    let s = c.stats();
+    assert_eq!((s.hits, s.fills, s.fill_bytes), (4, 2, 305_000));
+    assert!(s.misses == 5 && s.used >= 305_000 && s.used < 305_000 + 3 * 4096, "{s:?}");
+}
+
+#[test]
+fn writes_and_newer_versions_drop_cached_bytes_and_stale_fills_are_refused() {
+    let d = dir("coherence");
+    let c = open(&d.0, 8 << 20);
+    let data = bytes(200_000, 3);
+    fill(&c, 7, 4, 0, &data);
+    // A write through this client drops what it touches, nothing else.
+    c.invalidate(7, 100_000, 10);
+    assert!(c.read(7, 4, 100_000, 10).is_none());
+    let s = c.stats();
+    assert!(s.invalidations >= 1);
+    // A fill of a read taken before a write is refused: it may hold the old bytes.
+    let before = c.ticket(7, 4);
+    c.invalidate(7, 0, 1);
+    c.fill(before, 0, data.clone());
+    c.settle();
+    assert!(c.read(7, 4, 0, 10).is_none(), "a fill older than a write is refused");
+    // A fill taken after it lands.
+    fill(&c, 7, 4, 0, &data);
+    assert_eq!(c.read(7, 4, 0, 10).unwrap(), data.slice(0..10));
+    // An open of a newer version drops the file's bytes; an older one changes nothing.
+    c.opened(7, 3);
+    assert!(c.read(7, 4, 0, 10).is_some());
+    c.opened(7, 5);
+    assert!(c.read(7, 4, 0, 10).is_none() && c.read(7, 5, 0, 10).is_none());
+    // A fill of the older version after that is refused.
+    fill(&c, 7, 4, 0, &data);
+    fill(&c, 7, 5, 0, &data.slice(0..100));
+    fill(&c, 7, 4, 0, &data);
+    assert!(c.read(7, 4, 0, 10).is_none(), "older than what the cache holds");
+    assert_eq!(c.read(7, 5, 0, 100).unwrap(), data.slice(0..100));
+    c.clear().unwrap();
+    assert!(c.read(7, 5, 0, 100).is_none());
+    assert_eq!(c.stats().used, 0);
+}
+
+#[test]
+fn the_cache_never_passes_its_size_and_evicts_the_least_recently_used() {
+    let d = dir("evict");
+    let size = 4 << 20;
+    let c = open(&d.0, size);
+    let mb = bytes(1 << 20, 5);
+    for key in 0..4u128 {
+        fill(&c, key, 0, 0, &mb);
+    }
+    assert_eq!(c.stats().used, size);
+    // File 0 read again: the least recently used is now file 1.
+    assert!(c.read(0, 0, 0, 10).is_some());
+    fill(&c, 9, 0, 0, &mb);
+    let s = c.stats();
+    assert!(s.used <= size, "{s:?}");
+    assert_eq!(s.evictions, 1);
+    assert!(c.read(0, 0, 0, 10).is_some(), "recently read: kept");
+    assert!(c.read(1, 0, 0, 10).is_none(), "least recently used: evicted");
+    // Many small extents and big ones mixed: never over the size, everything served
+    // is right.
+    for i in 0..200u64 {
+        let len = [4096usize, 100, 70_000, 1 << 20, 300_000][i as usize % 5];
+        let v = bytes(len, i as u8);
+        fill(&c, 100 + i as u128, 0, i * 7, &v);
+        assert!(c.stats().used <= size);
+        if let Some(got) = c.read(100 + i as u128, 0, i * 7, len as u64) {
+            assert_eq!(got, v);
+        }
+    }
+}
+
+#[test]
+fn the_index_survives_a_reopen_a_torn_tail_and_damaged_data_is_never_served() {
+    let d = dir("persist");
+    let data = bytes(500_000, 9);
+    {
+        let c = open(&d.0, 8 << 20);
+        fill(&c, 3, 2, 4096, &data);
+        fill(&c, 4, 1, 0, &data.slice(0..1000));
+    }
+    // Reopened: served again without any fill.
+    {
+        let c = open(&d.0, 8 << 20);
+        assert_eq!(c.read(3, 2, 4096, 500_000).unwrap(), data);
+        assert_eq!(c.stats().fills, 0);
+    }
+    // A torn tail (half a frame, as a killed client leaves): cut off, the rest kept.
+    let log = d.0.join("index.log");
+    let f = OpenOptions::new().append(true).open(&log).unwrap();
+    f.write_all_at(&[200, 0, 0, 0, 1, 2, 3], 0).unwrap();
+    {
+        let c = open(&d.0, 8 << 20);
+        assert_eq!(c.read(3, 2, 4096, 100).unwrap(), data.slice(0..100));
+        fill(&c, 5, 0, 0, &data.slice(0..10));
+    }
+    {
+        let c = open(&d.0, 8 << 20);
+        assert!(c.read(5, 0, 0, 10).is_some(), "appended after the cut and kept");
+    }
+    // A page of data changed behind the cache's back: dropped, never served.
+    let datafile = d.0.join("data");
+    let raw = std::fs::read(&datafile).unwrap();
+    let at = raw.windows(16).position(|w| w == &data[200_000..200_016]).expect("the bytes are in the data file");
+    let df = OpenOptions::new().write(true).open(&datafile).unwrap();
+    df.write_all_at(&[raw[at] ^ 0xff], at as u64).unwrap();
+    let c = open(&d.0, 8 << 20);
+    assert!(c.read(3, 2, 4096 + 200_000, 16).is_none(), "damaged: a miss");
+    assert_eq!(c.stats().damaged, 1);
+    assert!(c.read(3, 2, 4096, 100).is_none(), "the damaged extent went whole");
+    assert_eq!(c.read(4, 1, 0, 1000).unwrap(), data.slice(0..1000), "other extents stay");
+    drop(c);
+    // Another size: the cache starts empty rather than misread.
+    let c = open(&d.0, 16 << 20);
+    assert!(c.read(4, 1, 0, 1000).is_none());
+    assert_eq!(c.stats().size, 16 << 20);
+}
+
+#[test]
+fn a_busy_missing_or_read_only_directory_is_a_clear_error() {
+    let d = dir("busy");
+    let c = open(&d.0, 2 << 20);
+    match Cache::open(&CacheConfig { dir: d.0.clone(), size: 2 << 20 }) {
+        Err(CacheError::Busy(_)) => {}
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("a second client opened a cache in use"),
+    }
+    drop(c);
+    assert!(matches!(Cache::open(&CacheConfig { dir: d.0.clone(), size: 1000 }), Err(CacheError::TooSmall(1000))));
+    let e = Cache::open(&CacheConfig { dir: "/proc/braid-no-cache".into(), size: 2 << 20 }).err().unwrap();
+    assert!(e.to_string().contains("/proc/braid-no-cache"), "{e}");
+    assert_eq!(cache::parse_size("20G"), Some(20 << 30));
+    assert_eq!(cache::parse_size("512m"), Some(512 << 20));
+    assert_eq!(cache::parse_size("4096"), Some(4096));
+    assert_eq!(cache::parse_size("x"), None);
+    assert_eq!(cache::parse_size("99999999999T"), None);
+}
