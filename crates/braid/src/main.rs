@@ -29,6 +29,19 @@ struct DirSpecOpts {
 }
 
 #[derive(Subcommand)]
+enum CacheCommand {
+    /// Size, use, hit rate, bytes served, fills, evictions and invalidations.
+    Status {
+        /// Print the mount's raw answer (JSON).
+        #[arg(long)]
+        json: bool,
+        mountpoint: PathBuf,
+    },
+    /// Empty the cache (root only).
+    Drop { mountpoint: PathBuf },
+}
+
+#[derive(Subcommand)]
 enum Command {
     /// Run the management service (MGS).
     Mgs(cli::serve::MgsArgs),
@@ -42,6 +55,9 @@ enum Command {
     Mount(cli::mount::MountArgs),
     /// Unmount a braid mount.
     Umount { mountpoint: PathBuf },
+    /// The SSD read cache of a mount (`-o cache_dir=PATH,cache_size=SIZE`).
+    #[command(subcommand)]
+    Cache(CacheCommand),
     /// IOR-, mdtest- and IOzone-style benchmarks, sweeps and plots.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -261,5 +277,7 @@ fn run(command: Command) -> anyhow::Result<()> {
             cli::stripe::getstripe(&client, &path, &o)
         }
         Command::Df { client, inodes, human, path, .. } => tools::df(&client, &path, inodes, human),
+        Command::Cache(CacheCommand::Status { json, mountpoint }) => cli::cache::status(&mountpoint, json),
+        Command::Cache(CacheCommand::Drop { mountpoint }) => cli::cache::drop_all(&mountpoint),
     }
 }

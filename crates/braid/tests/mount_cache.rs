@@ -102,3 +102,126 @@ fn a_reopened_file_keeps_its_pages_until_another_client_changes_it() {
     assert!(fs::read(a.path("f")).unwrap() == v4);
     assert!(fs::read(b.path("f")).unwrap() == v4, "B sees A's write after A's close");
 }
+
+/// The mount's SSD cache numbers (`braid cache status --json`).
+fn cache_status(c: &Cluster, m: &Mount) -> serde_json::Value {
+    let out = c.braid_ok(&["cache", "status", "--json", &m.path("").to_string_lossy()]);
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+fn num(s: &serde_json::Value, k: &str) -> u64 {
+    s.get(k).and_then(|v| v.as_u64()).unwrap_or_else(|| panic!("no {k} in {s}"))
+}
+
+/// Waits until the mount's cache has filled at least `bytes` in all.
+fn wait_filled(c: &Cluster, m: &Mount, bytes: u64) -> serde_json::Value {
+    let mut s = cache_status(c, m);
+    testkit::wait_for("the cache fills", std::time::Duration::from_secs(30), || {
+        s = cache_status(c, m);
+        num(&s, "fill_bytes") >= bytes
+    });
+    s
+}
+
+#[test]
+fn the_ssd_cache_serves_rereads_across_remounts_and_never_stale_or_damaged_bytes() {
+    let c = cluster();
+    let cache_dir = c.dir.path().join("ssd-cache");
+    // direct_io: every read reaches the mount process, so the page cache hides nothing.
+    let opts = format!("direct_io,cache_dir={},cache_size=64M", cache_dir.display());
+    let a = Mount::new(&c, &opts);
+    let b = Mount::new(&c, "");
+    const LEN: usize = 3 << 20;
+    let v1 = pattern(LEN, 11);
+    fs::write(b.path("f"), &v1).unwrap();
+
+    // First read: from the OSTs, filled afterwards; the reread comes from the cache.
+    assert!(fs::read(a.path("f")).unwrap() == v1);
+    let s1 = wait_filled(&c, &a, LEN as u64);
+    assert!(fs::read(a.path("f")).unwrap() == v1);
+    let s2 = cache_status(&c, &a);
+    assert!(num(&s2, "hits") > num(&s1, "hits"), "the reread hit: {s2}");
+    assert_eq!(num(&s2, "misses"), num(&s1, "misses"), "and nothing missed: {s2}");
+    assert!(num(&s2, "hit_bytes") >= LEN as u64);
+    let text = c.braid_ok(&["cache", "status", &a.path("").to_string_lossy()]);
+    assert!(text.contains("hit_rate:") && text.contains("evictions:"), "{text}");
+
+    // Another client changes a range, even keeping size and mtime: A reads B's bytes.
+    let mtime = mtime_of(&b.path("f"));
+    let g = OpenOptions::new().write(true).open(b.path("f")).unwrap();
+    g.write_all_at(&pattern(5000, 12), 1_000_000).unwrap();
+    drop(g);
+    set_times(&b.path("f"), mtime);
+    let mut v2 = v1.clone();
+    v2[1_000_000..1_005_000].copy_from_slice(&pattern(5000, 12));
+    assert!(fs::read(a.path("f")).unwrap() == v2, "A reads B's change, not its cache");
+    assert!(num(&cache_status(&c, &a), "invalidations") > 0);
+
+    // A's own writes go through to the OSTs and drop what they touch.
+    wait_filled(&c, &a, 2 * LEN as u64);
+    assert!(fs::read(a.path("f")).unwrap() == v2);
+    let g = OpenOptions::new().read(true).write(true).open(a.path("f")).unwrap();
+    g.write_all_at(b"written on A", 2_000_000).unwrap();
+    let mut v3 = v2.clone();
+    v3[2_000_000..2_000_012].copy_from_slice(b"written on A");
+    let mut back = vec![0u8; 4096];
+    g.read_exact_at(&mut back, 2_000_000 - 1000).unwrap();
+    assert!(back == v3[2_000_000 - 1000..2_000_000 + 3096], "the handle that wrote reads its write");
+    drop(g);
+    assert!(fs::read(a.path("f")).unwrap() == v3, "A reads its own write");
+    assert!(fs::read(b.path("f")).unwrap() == v3, "the write reached the OSTs");
+
+    // Unmounted and mounted again on the same directory: the first reread is a hit.
+    assert!(fs::read(a.path("f")).unwrap() == v3);
+    wait_filled(&c, &a, 3 * LEN as u64);
+    a.umount().unwrap();
+    drop(a);
+    let mut a = Mount::new(&c, &opts);
+    assert!(fs::read(a.path("f")).unwrap() == v3);
+    let s = cache_status(&c, &a);
+    assert_eq!(num(&s, "misses"), 0, "after a remount every read was served from the cache: {s}");
+    assert!(num(&s, "hits") > 0);
+
+    // A client killed with SIGKILL: its cache is used again, and serves only right bytes.
+    a.kill();
+    drop(a);
+    let a = Mount::new(&c, &opts);
+    assert!(fs::read(a.path("f")).unwrap() == v3);
+    assert_eq!(num(&cache_status(&c, &a), "misses"), 0, "used again after a SIGKILL");
+    a.umount().unwrap();
+    drop(a);
+
+    // Cached bytes changed behind braid's back: found by their checksum, never served.
+    let data = cache_dir.join("data");
+    let raw = fs::read(&data).unwrap();
+    let at = raw.windows(64).position(|w| w == &v3[1_500_000..1_500_064]).expect("the file's bytes are in the cache");
+    let df = OpenOptions::new().write(true).open(&data).unwrap();
+    df.write_all_at(&[raw[at] ^ 0x5a], at as u64).unwrap();
+    drop(df);
+    let a = Mount::new(&c, &opts);
+    assert!(fs::read(a.path("f")).unwrap() == v3, "a damaged cache block is read from the OSTs");
+    assert!(num(&cache_status(&c, &a), "damaged") >= 1);
+
+    // `braid cache drop` empties it.
+    c.braid_ok(&["cache", "drop", &a.path("").to_string_lossy()]);
+    let s = cache_status(&c, &a);
+    assert_eq!((num(&s, "used"), num(&s, "extents")), (0, 0), "{s}");
+    assert!(fs::read(a.path("f")).unwrap() == v3);
+}
+
+#[test]
+fn a_cache_directory_that_cannot_be_used_leaves_the_mount_working() {
+    let c = cluster();
+    let m = Mount::new(&c, "cache_dir=/proc/braid-cache,cache_size=64M");
+    fs::write(m.path("f"), b"still works").unwrap();
+    assert_eq!(fs::read(m.path("f")).unwrap(), b"still works");
+    assert!(m.log_text().contains("running without the SSD cache"), "{}", m.log_text());
+    let out = c.braid(&["cache", "status", &m.path("").to_string_lossy()]);
+    assert!(!out.status.success());
+    assert!(testkit::stderr(&out).contains("has no SSD cache"), "{}", testkit::stderr(&out));
+    // A bad option is refused before anything is mounted.
+    let out = c.braid(&["mount", "-f", &c.url("/"), "/nonexistent", "-o", "cache_size=20G"]);
+    assert!(testkit::stderr(&out).contains("cache_size needs cache_dir"), "{}", testkit::stderr(&out));
+    let out = c.braid(&["mount", "-f", &c.url("/"), "/nonexistent", "-o", "cache_dir=/x,cache_size=lots"]);
+    assert!(testkit::stderr(&out).contains("cache_size=20G"), "{}", testkit::stderr(&out));
+}

@@ -29,7 +29,7 @@ pub struct MountArgs {
     /// Stay in the foreground (otherwise return once the mount is ready).
     #[arg(short = 'f')]
     pub foreground: bool,
-    /// Options: attr_timeout=S, entry_timeout=S, allow_other, direct_io, ro, threads=N, timeout=S, max_write=BYTES, readahead_kb=KIB, dir_leases=0|1.
+    /// Options: attr_timeout=S, entry_timeout=S, allow_other, direct_io, ro, threads=N, timeout=S, max_write=BYTES, readahead_kb=KIB, dir_leases=0|1, cache_dir=PATH, cache_size=SIZE (an SSD read cache).
     #[arg(short = 'o')]
     pub options: Vec<String>,
     #[arg(long)]
@@ -56,7 +56,12 @@ pub struct MountSettings {
     pub timeout_s: u64,
     /// Directory leases (see the client's `lease` module): on unless `dir_leases=0`.
     pub dir_leases: bool,
+    /// The SSD read cache (`cache_dir=PATH,cache_size=SIZE`; see the `cache` crate).
+    pub cache: Option<cache::CacheConfig>,
 }
+
+/// Size of an SSD cache given a directory and no size.
+pub const DEFAULT_CACHE_SIZE: u64 = 1 << 30;
 
 impl MountSettings {
     /// The client settings of a mount of the cluster at `mgs`.
@@ -64,12 +69,14 @@ impl MountSettings {
         let mut cfg = ClientConfig::new(mgs, secret);
         cfg.rpc.recovery_timeout = Duration::from_secs(self.timeout_s);
         cfg.dir_leases = self.dir_leases;
+        cfg.cache = self.cache.clone();
         cfg
     }
 }
 
 pub fn parse_options(list: &[String]) -> Result<MountSettings> {
-    let mut s = MountSettings { fuse: fuse::MountOptions::default(), timeout_s: 60, dir_leases: true };
+    let mut s = MountSettings { fuse: fuse::MountOptions::default(), timeout_s: 60, dir_leases: true, cache: None };
+    let mut cache_size = None;
     for opt in list.iter().flat_map(|o| o.split(',')).filter(|o| !o.is_empty()) {
         let (k, v) = opt.split_once('=').map_or((opt, None), |(k, v)| (k, Some(v)));
         let num = |v: Option<&str>| -> Result<f64> {
@@ -95,8 +102,27 @@ pub fn parse_options(list: &[String]) -> Result<MountSettings> {
                     Some(_) => bail!("option {opt}: dir_leases=1 or dir_leases=0"),
                 }
             }
-            _ => bail!("unknown mount option '{opt}' (known: attr_timeout=S, entry_timeout=S, allow_other, direct_io, ro, rw, threads=N, timeout=S, max_write=BYTES, readahead_kb=KIB, dir_leases=0|1)"),
+            "cache_dir" => {
+                let dir = v.filter(|d| !d.is_empty()).context("option cache_dir needs a directory")?;
+                let dir = std::path::absolute(dir).with_context(|| format!("option {opt}"))?;
+                s.cache = Some(cache::CacheConfig { dir, size: DEFAULT_CACHE_SIZE });
+            }
+            "cache_size" => {
+                let size = v.and_then(cache::parse_size).with_context(|| {
+                    format!("option {opt}: a size in bytes with an optional K, M, G or T (e.g. cache_size=20G)")
+                })?;
+                if size < cache::MIN_SIZE {
+                    bail!("option {opt}: the cache needs at least {} bytes (1M)", cache::MIN_SIZE);
+                }
+                cache_size = Some(size);
+            }
+            _ => bail!("unknown mount option '{opt}' (known: attr_timeout=S, entry_timeout=S, allow_other, direct_io, ro, rw, threads=N, timeout=S, max_write=BYTES, readahead_kb=KIB, dir_leases=0|1, cache_dir=PATH, cache_size=SIZE)"),
         }
+    }
+    match (&mut s.cache, cache_size) {
+        (Some(c), Some(size)) => c.size = size,
+        (None, Some(_)) => bail!("option cache_size needs cache_dir=PATH too"),
+        _ => {}
     }
     Ok(s)
 }

@@ -136,8 +136,10 @@ pub(crate) async fn write(c: &Client, f: &OpenFile, offset: u64, data: Bytes) ->
     })?;
     f.inflight.take_error()?;
     f.inflight.touch();
-    // What this or another handle of the file read ahead may predate this write.
+    // What this or another handle of the file read ahead, or the SSD cache holds,
+    // may predate this write.
     bump_data_gen(c, f);
+    c.cache_invalidate(f.fid, offset, len);
     // A component not instantiated yet gets its objects first (PFL): the MDS
     // instantiates, the handle takes the layout of the new generation.
     let layout = c.instantiate(f, end).await?;
@@ -247,12 +249,28 @@ pub(crate) async fn read(c: &Client, f: &OpenFile, offset: u64, len: u64) -> Res
         }
         layout = f.layout();
     }
+    // The SSD cache, for the version this handle opened; a miss is filled with what
+    // the OSTs return, after the caller has it. The ticket is taken after this
+    // client's writes of the range landed (above): a write issued later refuses it.
+    let cache = c.inner.cache.as_ref();
+    let key = crate::cache_key(f.fid);
+    let ticket = match cache {
+        Some(cache) => match cache.read(key, f.data_version, offset, len) {
+            Some(data) => return Ok(data),
+            None => Some(cache.ticket(key, f.data_version)),
+        },
+        None => None,
+    };
     // One reader at a time uses the read-ahead state; a concurrent reader of the same
     // handle (FUSE issues reads in parallel) reads directly instead of waiting.
-    match f.readahead.try_lock() {
+    let data = match f.readahead.try_lock() {
         Ok(mut ra) => ra.read(c, f, &layout, offset, len, size).await,
         Err(_) => read_extents(c, f.fid, &layout, offset, len).await,
+    }?;
+    if let (Some(cache), Some(ticket)) = (cache, ticket) {
+        cache.fill(ticket, offset, data.clone());
     }
+    Ok(data)
 }
 
 /// Bytes of a handle prefetched ahead of a sequential reader, at most.
@@ -446,6 +464,7 @@ pub(crate) async fn glimpse(c: &Client, fid: Fid, layout: &Layout) -> Result<u64
 /// Deallocates `[offset, offset+len)` of a file where its bytes live, OSTs or the MDT
 /// (reads back as zeros).
 pub(crate) async fn punch_hole(c: &Client, f: &OpenFile, offset: u64, len: u64) -> Result<()> {
+    c.cache_invalidate(f.fid, offset, len);
     // Nothing to deallocate where no component has objects.
     let extents = objio::extents_to_read(f.fid, &f.layout(), offset, len, u64::MAX)?;
     let mut set = JoinSet::new();

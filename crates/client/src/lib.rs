@@ -118,6 +118,9 @@ pub struct ClientConfig {
     /// skips the MDS's check of search permission on the directory: the mount has the
     /// kernel check it (`default_permissions`).
     pub dir_leases: bool,
+    /// A local directory caching file data this client read (see the `cache` crate);
+    /// a cache that cannot be opened is logged and the client runs without it.
+    pub cache: Option<cache::CacheConfig>,
 }
 
 impl ClientConfig {
@@ -129,6 +132,7 @@ impl ClientConfig {
             max_rpc_bytes: 4 << 20,
             max_dirty_bytes: 32 << 20,
             dir_leases: false,
+            cache: None,
         }
     }
 }
@@ -225,6 +229,8 @@ struct Inner {
     rpcs: Arc<RpcCounters>,
     /// The shard tables of striped directories met so far.
     stripes: striped::StripeTables,
+    /// The SSD read cache, if configured and usable.
+    pub(crate) cache: Option<cache::Cache>,
 }
 
 /// How many requests a client sent to MDTs and to OSTs (Data-on-MDT I/O counts as
@@ -302,6 +308,9 @@ pub struct OpenFile {
     /// generation then: reads are served from them until anything of this client
     /// changes the file.
     data_at_open: Mutex<Option<(u64, Bytes)>>,
+    /// The file's data version at open: the SSD cache serves this handle only bytes
+    /// cached under it.
+    pub(crate) data_version: u64,
 }
 
 impl OpenFile {
@@ -325,6 +334,7 @@ impl OpenFile {
             flags,
             creds: creds.clone(),
             data_at_open: Mutex::new(None),
+            data_version: attr.data_version,
         })
     }
 
@@ -437,6 +447,13 @@ impl Client {
         let mgs = RpcClient::new(cfg.mgs.clone(), identity.clone(), cfg.rpc.clone());
         let config = fetch_config(&mgs).await?;
         let leases = Arc::new(lease::DirLeases::new(cfg.rpc.request_timeout));
+        let cache = cfg.cache.as_ref().and_then(|c| match cache::Cache::open(c) {
+            Ok(cache) => Some(cache),
+            Err(e) => {
+                tracing::warn!("running without the SSD cache: {e}");
+                None
+            }
+        });
         Ok(Client {
             inner: Arc::new(Inner {
                 cfg,
@@ -453,8 +470,35 @@ impl Client {
                 leases_reachable: AtomicBool::new(true),
                 rpcs: Arc::default(),
                 stripes: Default::default(),
+                cache,
             }),
         })
+    }
+
+    /// What the SSD cache holds and did, if this client has one.
+    pub fn cache_stats(&self) -> Option<cache::Stats> {
+        self.inner.cache.as_ref().map(|c| c.stats())
+    }
+
+    /// Empties the SSD cache; false if this client has none.
+    pub fn cache_clear(&self) -> Result<bool> {
+        let Some(c) = self.inner.cache.as_ref() else { return Ok(false) };
+        c.clear().map_err(|e| ClientError::Errno(Errno::Io, format!("emptying the SSD cache: {e}")))?;
+        Ok(true)
+    }
+
+    /// Waits until the SSD cache wrote every fill queued so far.
+    pub fn cache_settle(&self) {
+        if let Some(c) = self.inner.cache.as_ref() {
+            c.settle();
+        }
+    }
+
+    /// This client changed `[off, off + len)` of `fid`: the SSD cache drops those bytes.
+    pub(crate) fn cache_invalidate(&self, fid: Fid, off: u64, len: u64) {
+        if let Some(c) = self.inner.cache.as_ref() {
+            c.invalidate(cache_key(fid), off, len);
+        }
     }
 
     /// How many requests this client has sent to MDTs and OSTs so far.
@@ -515,6 +559,9 @@ impl Client {
     }
 
     fn register_open(&self, f: &OpenFile) {
+        if let Some(c) = self.inner.cache.as_ref() {
+            c.opened(cache_key(f.fid), f.data_version);
+        }
         let mut m = self.inner.open_files.lock().expect("open files");
         let list = m.entry(f.fid).or_default();
         list.retain(|w| w.strong_count() > 0);
@@ -1070,7 +1117,12 @@ impl Client {
     /// the cut), drops read-ahead, and cuts every object to what `size` needs.
     async fn cut_objects(&self, fid: Fid, layout: &Layout, size: u64) -> Result<()> {
         self.drain_file(fid).await?;
-        io::punch(self, fid, layout, size).await
+        // Before and after: a read that fetched the old bytes while the cut was on
+        // its way must not leave them in the SSD cache.
+        self.cache_invalidate(fid, size, u64::MAX - size);
+        let r = io::punch(self, fid, layout, size).await;
+        self.cache_invalidate(fid, size, u64::MAX - size);
+        r
     }
 
     /// A setattr through an open handle: with a size, the objects are cut through the
@@ -1192,7 +1244,10 @@ impl Client {
         self.observe("punch", Some(f.fid), offset, len, async {
             self.drain_file(f.fid).await?;
             self.refresh_unsettled_layout(f).await?;
-            io::punch_hole(self, f, offset, len).await
+            let r = io::punch_hole(self, f, offset, len).await;
+            // Again once it landed (see `cut_objects`).
+            self.cache_invalidate(f.fid, offset, len);
+            r
         })
         .await
     }
@@ -1550,4 +1605,9 @@ impl BlockingClient {
     pub fn handle(&self) -> tokio::runtime::Handle {
         self.rt.handle().clone()
     }
+}
+
+/// A file's name in the SSD cache: its FID, packed.
+pub(crate) fn cache_key(fid: Fid) -> cache::Key {
+    ((fid.seq as u128) << 64) | ((fid.oid as u128) << 32) | fid.ver as u128
 }

@@ -105,6 +105,10 @@ pub struct BraidFs {
 const REPORTED_MAX: usize = 65536;
 
 const ROOT_INO: u64 = 1;
+/// Read on the mount's root: the SSD cache's statistics as JSON (`braid cache status`).
+pub const CACHE_STATUS_XATTR: &str = "braid.cache.status";
+/// Set on the mount's root, by root: empties the SSD cache (`braid cache drop`).
+pub const CACHE_DROP_XATTR: &str = "braid.cache.drop";
 /// Supplementary groups of a pid are re-read after this long.
 const GROUPS_TTL: Duration = Duration::from_secs(1);
 /// Most pids whose groups are remembered.
@@ -782,6 +786,17 @@ impl fuser::Filesystem for BraidFs {
             return reply.error(e);
         }
         let Ok(name) = name_str(name) else { return reply.error(Errno::EINVAL) };
+        if ino.0 == ROOT_INO && name == CACHE_DROP_XATTR {
+            // `braid cache drop`: root only, as `echo 3 > drop_caches`.
+            if req.uid() != 0 {
+                return reply.error(Errno::EPERM);
+            }
+            return match self.client.cache_clear() {
+                Ok(true) => reply.ok(),
+                Ok(false) => reply.error(Errno::NO_XATTR),
+                Err(e) => reply.error(errno(&e)),
+            };
+        }
         let mode = match flags {
             0 => XattrMode::Any,
             libc::XATTR_CREATE => XattrMode::Create,
@@ -798,6 +813,16 @@ impl fuser::Filesystem for BraidFs {
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let Ok(name) = name_str(name) else { return reply.error(Errno::NO_XATTR) };
+        if ino.0 == ROOT_INO && name == CACHE_STATUS_XATTR {
+            // `braid cache status`: the SSD cache's numbers, as JSON.
+            let Some(stats) = self.client.cache_stats() else { return reply.error(Errno::NO_XATTR) };
+            let v = serde_json::to_vec(&stats).expect("encoding cache statistics cannot fail");
+            return match size {
+                0 => reply.size(v.len() as u32),
+                s if v.len() > s as usize => reply.error(Errno::from_i32(libc::ERANGE)),
+                _ => reply.data(&v),
+            };
+        }
         let fid = fid_of(ino);
         let caps = name == nocaps::CAPS_XATTR;
         if caps && self.nocaps.knows_none(fid) {

@@ -1,0 +1,104 @@
+//! `braid cache status|drop MOUNTPOINT`: the SSD read cache of a mount, asked of the
+//! mount process itself through virtual extended attributes of its root (as CephFS's
+//! `ceph.*` and Lustre's `lustre.*` attributes), so the numbers are live and no other
+//! channel to the mount is needed.
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+
+/// The braid mount whose root is `path` or holds it.
+fn mount_root(path: &Path) -> Result<PathBuf> {
+    let abs = std::fs::canonicalize(path).with_context(|| format!("{}", path.display()))?;
+    crate::mount::braid_mounts()
+        .into_iter()
+        .filter(|m| abs.starts_with(&m.mountpoint))
+        .max_by_key(|m| m.mountpoint.as_os_str().len())
+        .map(|m| m.mountpoint)
+        .with_context(|| format!("{} is not in a braid mount", path.display()))
+}
+
+fn c_path(p: &Path) -> Result<CString> {
+    CString::new(p.as_os_str().as_bytes()).context("a path with a NUL byte")
+}
+
+/// The cache's numbers as the mount reports them (JSON).
+fn read_status(root: &Path) -> Result<serde_json::Value> {
+    let path = c_path(root)?;
+    let name = CString::new(fuse::CACHE_STATUS_XATTR).expect("no NUL");
+    let mut buf = vec![0u8; 64 << 10];
+    // SAFETY: NUL-terminated strings and a buffer of the length given.
+    let n = unsafe { libc::getxattr(path.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if n < 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::ENODATA) {
+            bail!("the mount on {} has no SSD cache (mount with -o cache_dir=PATH,cache_size=SIZE)", root.display());
+        }
+        bail!("asking the mount on {} for its cache: {e}", root.display());
+    }
+    buf.truncate(n as usize);
+    serde_json::from_slice(&buf).context("the mount's answer is not JSON")
+}
+
+fn human(bytes: u64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < units.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{v:.1} {}", units[u])
+    }
+}
+
+/// `braid cache status`: one line per number, `--json` for the raw answer.
+pub fn status(path: &Path, json: bool) -> Result<()> {
+    let root = mount_root(path)?;
+    let s = read_status(&root)?;
+    if json {
+        println!("{s}");
+        return Ok(());
+    }
+    let n = |k: &str| s.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
+    let (hits, misses) = (n("hits"), n("misses"));
+    let rate = if hits + misses == 0 { 0.0 } else { 100.0 * hits as f64 / (hits + misses) as f64 };
+    println!("mount:          {}", root.display());
+    println!("cache_dir:      {}", s.get("dir").and_then(|v| v.as_str()).unwrap_or("?"));
+    println!("size:           {}", human(n("size")));
+    println!("used:           {} ({:.1}%)", human(n("used")), 100.0 * n("used") as f64 / n("size").max(1) as f64);
+    println!("extents:        {}", n("extents"));
+    println!("hit_rate:       {rate:.2}% ({hits} hits, {misses} misses)");
+    println!("served:         {}", human(n("hit_bytes")));
+    println!("fills:          {} ({})", n("fills"), human(n("fill_bytes")));
+    println!("fills_skipped:  {}", n("fills_skipped"));
+    println!("fill_errors:    {}", n("fill_errors"));
+    println!("evictions:      {}", n("evictions"));
+    println!("invalidations:  {}", n("invalidations"));
+    println!("damaged:        {}", n("damaged"));
+    Ok(())
+}
+
+/// `braid cache drop`: empties the mount's cache (root only).
+pub fn drop_all(path: &Path) -> Result<()> {
+    let root = mount_root(path)?;
+    let p = c_path(&root)?;
+    let name = CString::new(fuse::CACHE_DROP_XATTR).expect("no NUL");
+    // SAFETY: NUL-terminated strings and an empty value.
+    let r = unsafe { libc::setxattr(p.as_ptr(), name.as_ptr(), b"1".as_ptr().cast(), 1, 0) };
+    if r != 0 {
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::ENODATA) => bail!("the mount on {} has no SSD cache", root.display()),
+            Some(libc::EPERM) => bail!("only root may drop the cache of {}", root.display()),
+            _ => bail!("dropping the cache of {}: {e}", root.display()),
+        }
+    }
+    println!("dropped the SSD cache of {}", root.display());
+    Ok(())
+}
