@@ -67,6 +67,14 @@ pub struct IozoneArgs {
     /// Seed of the random record order.
     #[arg(long = "seed", default_value_t = 1)]
     pub seed: u64,
+    /// Record size of the random tests, if not the cell's (seed 003's Table 2: 64k
+    /// sequential, 4k random records on the same file).
+    #[arg(long = "random-record-size", value_parser = parse_size)]
+    pub random_record_bytes: Option<u64>,
+    /// sync and drop the page cache before every read test (root): reads then come
+    /// from the storage (or the SSD cache), not from memory.
+    #[arg(long = "drop-caches")]
+    pub drop_caches: bool,
     /// Print the results as JSON instead of text.
     #[arg(long = "json")]
     pub json: bool,
@@ -138,6 +146,15 @@ impl IozoneArgs {
                 }
                 if file % record != 0 {
                     usage!("file {} is not a whole number of {} records", format_size(file), format_size(record));
+                }
+                if let Some(r) = self.random_record_bytes {
+                    if r == 0 || r > MAX_RECORD_BYTES || file % r != 0 || (self.direct && r % 4096 != 0) {
+                        usage!(
+                            "--random-record-size {}: the file {} must be a whole number of them (4k multiples with -I)",
+                            format_size(r),
+                            format_size(file)
+                        );
+                    }
                 }
                 cells.push((file, record));
             }
@@ -230,6 +247,10 @@ impl Pass<'_> {
 /// Runs the grid described by `args`.
 pub fn execute(args: &IozoneArgs, native: Option<NativeConnect>, progress: &mut Progress) -> Result<IozoneReport> {
     let cells = args.grid()?;
+    if args.drop_caches {
+        machine::check_drop_caches()?;
+    }
+    let drop_caches = || if args.drop_caches { machine::drop_caches() } else { Ok(()) };
     let target = Target::parse(args.api, &args.file)?;
     let mut backend = target.connect(native)?;
     let began = machine::utc_now();
@@ -249,7 +270,12 @@ pub fn execute(args: &IozoneArgs, native: Option<NativeConnect>, progress: &mut 
         }
         let records = file_bytes / record_bytes;
         let sequential = TransferOrder::new(AccessPattern::Sequential, records);
-        let random = TransferOrder::new(AccessPattern::Random { seed: args.seed }, records);
+        let random_record = args.random_record_bytes.unwrap_or(record_bytes);
+        let mut random_buffer = AlignedBuf::new(random_record as usize);
+        for byte in random_buffer.iter_mut() {
+            *byte = rng.next_u64() as u8;
+        }
+        let random = TransferOrder::new(AccessPattern::Random { seed: args.seed }, file_bytes / random_record);
         let strided = TransferOrder::new(AccessPattern::Strided { stride_transfers: args.stride_records }, records);
         let mut pass = Pass { backend: backend.as_mut(), path: &target.path, buffer: &mut buffer, direct: args.direct };
         let mib = |seconds: f64| Some(mib_per_s(file_bytes, seconds));
@@ -268,14 +294,21 @@ pub fn execute(args: &IozoneArgs, native: Option<NativeConnect>, progress: &mut 
             cell.rewrite = mib(pass.run(true, args.fsync, &sequential, false)?);
         }
         if args.runs(1) {
+            drop_caches()?;
             cell.read = mib(pass.run(false, false, &sequential, false)?);
+            drop_caches()?;
             cell.reread = mib(pass.run(false, false, &sequential, false)?);
         }
         if args.runs(2) {
-            cell.random_read = mib(pass.run(false, false, &random, false)?);
-            cell.random_write = mib(pass.run(true, args.fsync, &random, false)?);
+            let mut rpass =
+                Pass { backend: backend.as_mut(), path: &target.path, buffer: &mut random_buffer, direct: args.direct };
+            drop_caches()?;
+            cell.random_read = mib(rpass.run(false, false, &random, false)?);
+            cell.random_write = mib(rpass.run(true, args.fsync, &random, false)?);
+            pass = Pass { backend: backend.as_mut(), path: &target.path, buffer: &mut buffer, direct: args.direct };
         }
         if args.runs(5) {
+            drop_caches()?;
             cell.stride_read = mib(pass.run(false, false, &strided, false)?);
         }
         if !args.runs(0) {

@@ -48,6 +48,11 @@ pub enum Preset {
     /// Seed 002 figures 6 and 7: IOR file per process and mdtest (1,000 files per task)
     /// in one directory on one MDT and in one striped over 2 and 4 MDTs (braid).
     Dne,
+    /// Seed 003 figures 3 and 4: IOzone sequential write, rewrite, read, reread (64 KiB
+    /// records) then random read and write (4 KiB records) of one file, O_DIRECT, on
+    /// each target: a braid mount without and with the SSD cache, and the cache's own
+    /// directory.
+    Cache,
 }
 
 impl Preset {
@@ -60,6 +65,7 @@ impl Preset {
             Preset::Metadata => "Seed 000 figures 3-9 and 3-10: mdtest create, stat and remove rates of files and directories by task count, all tasks in one shared directory vs a directory per task.",
             Preset::Pfl => "Seed 002 figures 8 and 9: aggregate write and read bandwidth of one shared file (IOR without -F, 1 MiB transfers) as the number of tasks grows, in a directory whose default is seed 002's Table 4 progressive layout (`braid setstripe --template seed-table4`) and in a plain one (the file system default). Instantiating the later components as the file grows should cost nothing measurable.",
             Preset::Dne => "Seed 002 figures 6 and 7: N tasks in one directory on one MDT, and in one striped over 2 and 4 MDTs (`braid mkdir -c`, as many as the file system has): IOR file per process (its Table 2: 1 MiB transfers, write then read) for bandwidth, and mdtest on files (its Table 3: 1,000 files per task; create, stat, read, remove) for metadata rates. All tasks share the directory, so a striped one spreads their names, and the MDTs' work, over its MDTs.",
+            Preset::Cache => "Seed 003 figures 3 and 4 (its Table 2 options, one task): IOzone sequential write, rewrite, read and reread with 64 KiB records, then random read and write with 4 KiB records on the same file, O_DIRECT so the client's page cache hides nothing. Run it on a braid mount without the SSD cache, one with it (`-o cache_dir=...`), and the cache's own directory: the cached mount's reread and random read come from the SSD cache, and its write and first read should match the mount without it.",
             Preset::Dom => "Seed 002 figure 10: IOR file per process with the block and transfer sizes of its Table 6 (1 KiB blocks of 1 KiB transfers; 1,000 KiB blocks of 100 KiB transfers), in a directory whose default is its Table 5 Data-on-MDT layout (`braid setstripe --template seed-table5`: the first 64 KiB on the MDT) and in a plain one.",
         }
     }
@@ -346,6 +352,22 @@ pub fn execute(args: &SweepArgs, native: Option<NativeConnect>) -> Result<SweepR
                     ),
                 ]
             }
+            Preset::Cache => vec![
+                figure(
+                    "cache-sequential",
+                    "Sequential I/O, 64 KiB records, O_DIRECT (seed 003 figure 3)",
+                    "test",
+                    "MiB/s",
+                    XAxis::Categories(CACHE_SEQUENTIAL.iter().map(|s| s.to_string()).collect()),
+                ),
+                figure(
+                    "cache-random",
+                    "Random I/O, 4 KiB records, O_DIRECT (seed 003 figure 4)",
+                    "test",
+                    "ops/s",
+                    XAxis::Categories(CACHE_RANDOM.iter().map(|s| s.to_string()).collect()),
+                ),
+            ],
             Preset::Dom => {
                 let cases = XAxis::Categories(DOM_CASES.iter().map(|c| c.0.to_string()).collect());
                 vec![
@@ -385,6 +407,7 @@ pub fn execute(args: &SweepArgs, native: Option<NativeConnect>) -> Result<SweepR
             Preset::Tasks => task_counts.len(),
             Preset::Metadata | Preset::Pfl => task_counts.len() * 2,
             Preset::Dom => DOM_CASES.len() * 2,
+            Preset::Cache => 1,
             Preset::Dne => mdt_counts.len() * 2,
             Preset::Pattern => 3,
             Preset::Filesize => file_sizes.len(),
@@ -523,6 +546,63 @@ pub fn execute(args: &SweepArgs, native: Option<NativeConnect>) -> Result<SweepR
                         command,
                     );
                 }
+            }
+            Preset::Cache => {
+                status(&mut progress, "IOzone sequential and random");
+                // Seed 003's 500 MB per thread; 64 MiB with --quick.
+                let size = format_size(args.size_bytes.unwrap_or(if args.quick { 64 << 20 } else { 512 << 20 }));
+                let mut argv: Vec<String> = [
+                    "iozone",
+                    "--api",
+                    api,
+                    "--quiet",
+                    "-I",
+                    "-i",
+                    "0,1,2",
+                    "-s",
+                    &size,
+                    "-r",
+                    "64k",
+                    "--random-record-size",
+                    "4k",
+                    "-f",
+                    &crate::backend::join(&dir, "iozone.tmp"),
+                ]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+                if args.drop_caches {
+                    argv.push("--drop-caches".into());
+                }
+                let parsed =
+                    IozoneArgs::try_parse_from(&argv).map_err(|e| BenchError::Other(format!("internal: {e}")))?;
+                let mut seq = [0.0f64; 4];
+                let mut random = [0.0f64; 2];
+                let mut reports = Vec::new();
+                let n = f64::from(args.iterations);
+                for _ in 0..args.iterations {
+                    let report = iozone::execute(&parsed, native, &mut Progress::silent())?;
+                    let cell = &report.cells[0];
+                    for (mean, value) in seq.iter_mut().zip([cell.write, cell.rewrite, cell.read, cell.reread]) {
+                        *mean += value.unwrap_or(0.0) / n;
+                    }
+                    // MiB/s of 4 KiB records as operations per second.
+                    for (mean, value) in random.iter_mut().zip([cell.random_read, cell.random_write]) {
+                        *mean += value.unwrap_or(0.0) * 256.0 / n;
+                    }
+                    reports.push(report);
+                }
+                for (i, (name, v)) in CACHE_SEQUENTIAL.iter().zip(seq).enumerate() {
+                    figures.add("cache-sequential", label.clone(), i as f64, name.to_string(), v);
+                }
+                for (i, (name, v)) in CACHE_RANDOM.iter().zip(random).enumerate() {
+                    figures.add("cache-random", label.clone(), i as f64, name.to_string(), v);
+                }
+                runs.push(SweepRun {
+                    target: label.clone(),
+                    command: format!("braid bench {} (x{})", words(&argv), args.iterations),
+                    report: to_json(&reports),
+                });
             }
             Preset::Filesize => {
                 for &size in &file_sizes {
@@ -756,6 +836,10 @@ pub fn execute(args: &SweepArgs, native: Option<NativeConnect>) -> Result<SweepR
 }
 
 /// The cases of seed 002's Table 6: (label, IOR block, IOR transfer).
+/// The tests of the cache preset's figures, in order.
+const CACHE_SEQUENTIAL: [&str; 4] = ["write", "rewrite", "read", "reread"];
+const CACHE_RANDOM: [&str; 2] = ["random read", "random write"];
+
 const DOM_CASES: [(&str, &str, &str); 2] = [("1 KiB / 1 KiB", "1k", "1k"), ("1000 KiB / 100 KiB", "1000k", "100k")];
 
 /// Makes the directory `name` (spaces become dashes) in the work directory and, for a

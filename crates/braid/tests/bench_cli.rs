@@ -232,8 +232,9 @@ fn sweeps_write_report_svg_and_json() {
     std::fs::create_dir_all(dir.0.join("a")).unwrap();
     std::fs::create_dir_all(dir.0.join("b")).unwrap();
     let (a, b) = (format!("one={}", dir.join("a")), format!("two={}", dir.join("b")));
-    let cases: [(&str, &[&str], &[&str]); 3] = [
+    let cases: [(&str, &[&str], &[&str]); 4] = [
         ("tasks", &["--values", "1,2", "--size", "256k"], &["tasks"]),
+        ("cache", &["--size", "1m"], &["cache-sequential", "cache-random"]),
         ("pattern", &["--size", "4m"], &["pattern"]),
         (
             "metadata",
@@ -263,7 +264,7 @@ fn sweeps_write_report_svg_and_json() {
             assert!(report.contains(&format!("({figure}.svg)")), "{preset}: no {figure} in report");
             let svg = std::fs::read_to_string(format!("{out_dir}/{figure}.svg")).unwrap();
             assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
-            assert!(svg.contains("one ") && svg.contains("two "), "a line per target");
+            assert!(svg.contains(">one") && svg.contains(">two"), "a line per target");
             assert!(svg.contains("MiB/s") || svg.contains("ops/s"), "y axis has units");
         }
         let json: Value =

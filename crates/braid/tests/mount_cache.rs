@@ -225,3 +225,67 @@ fn a_cache_directory_that_cannot_be_used_leaves_the_mount_working() {
     let out = c.braid(&["mount", "-f", &c.url("/"), "/nonexistent", "-o", "cache_dir=/x,cache_size=lots"]);
     assert!(testkit::stderr(&out).contains("cache_size=20G"), "{}", testkit::stderr(&out));
 }
+
+#[test]
+fn a_client_killed_while_filling_and_a_full_cache_disk_serve_only_right_bytes() {
+    let c = cluster();
+    let files: Vec<Vec<u8>> = (0..8).map(|i| pattern(2 << 20, 40 + i)).collect();
+    let b = Mount::new(&c, "");
+    for (i, v) in files.iter().enumerate() {
+        fs::write(b.path(&format!("f{i}")), v).unwrap();
+    }
+    // Killed right after its reads, with fills still queued or half written.
+    let cache_dir = c.dir.path().join("ssd-cache");
+    let opts = format!("direct_io,cache_dir={},cache_size=64M", cache_dir.display());
+    let mut a = Mount::new(&c, &opts);
+    for (i, v) in files.iter().enumerate() {
+        assert!(fs::read(a.path(&format!("f{i}"))).unwrap() == *v);
+    }
+    a.kill();
+    drop(a);
+    let a = Mount::new(&c, &opts);
+    for _ in 0..2 {
+        for (i, v) in files.iter().enumerate() {
+            assert!(fs::read(a.path(&format!("f{i}"))).unwrap() == *v, "f{i} after a kill mid-fill");
+        }
+    }
+    assert_eq!(num(&cache_status(&c, &a), "damaged"), 0);
+    drop(a);
+
+    // A cache directory on a file system of 1 MiB: fills fail, reads stay right.
+    let small = c.dir.path().join("small-fs");
+    fs::create_dir_all(&small).unwrap();
+    let st = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m", "braid-test-small", &small.to_string_lossy()])
+        .status()
+        .unwrap();
+    assert!(st.success(), "mounting a 1 MiB tmpfs (the tests run as root)");
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _guard = Unmount(small.clone());
+    let opts = format!("direct_io,cache_dir={},cache_size=64M", small.join("cache").display());
+    let a = Mount::new(&c, &opts);
+    for _ in 0..2 {
+        for (i, v) in files.iter().enumerate() {
+            assert!(fs::read(a.path(&format!("f{i}"))).unwrap() == *v, "f{i} with the cache disk full");
+        }
+    }
+    let s = wait_until(&c, &a, |s| num(s, "fill_errors") > 0);
+    assert!(num(&s, "fill_errors") > 0, "{s}");
+    assert!(a.log_text().contains("writing cached bytes failed"), "the log says so");
+    assert_eq!(num(&s, "damaged"), 0);
+}
+
+/// Waits until the mount's cache numbers satisfy `ok`, and returns them.
+fn wait_until(c: &Cluster, m: &Mount, ok: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    let mut s = cache_status(c, m);
+    testkit::wait_for("the cache numbers", std::time::Duration::from_secs(30), || {
+        s = cache_status(c, m);
+        ok(&s)
+    });
+    s
+}

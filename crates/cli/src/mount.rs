@@ -58,6 +58,8 @@ pub struct MountSettings {
     pub dir_leases: bool,
     /// The SSD read cache (`cache_dir=PATH,cache_size=SIZE`; see the `cache` crate).
     pub cache: Option<cache::CacheConfig>,
+    /// `ost_limit=RATE`: most bytes per second to and from OSTs (benchmarks).
+    pub ost_limit: Option<u64>,
 }
 
 /// Size of an SSD cache given a directory and no size.
@@ -70,12 +72,19 @@ impl MountSettings {
         cfg.rpc.recovery_timeout = Duration::from_secs(self.timeout_s);
         cfg.dir_leases = self.dir_leases;
         cfg.cache = self.cache.clone();
+        cfg.ost_limit = self.ost_limit;
         cfg
     }
 }
 
 pub fn parse_options(list: &[String]) -> Result<MountSettings> {
-    let mut s = MountSettings { fuse: fuse::MountOptions::default(), timeout_s: 60, dir_leases: true, cache: None };
+    let mut s = MountSettings {
+        fuse: fuse::MountOptions::default(),
+        timeout_s: 60,
+        dir_leases: true,
+        cache: None,
+        ost_limit: None,
+    };
     let mut cache_size = None;
     for opt in list.iter().flat_map(|o| o.split(',')).filter(|o| !o.is_empty()) {
         let (k, v) = opt.split_once('=').map_or((opt, None), |(k, v)| (k, Some(v)));
@@ -116,7 +125,13 @@ pub fn parse_options(list: &[String]) -> Result<MountSettings> {
                 }
                 cache_size = Some(size);
             }
-            _ => bail!("unknown mount option '{opt}' (known: attr_timeout=S, entry_timeout=S, allow_other, direct_io, ro, rw, threads=N, timeout=S, max_write=BYTES, readahead_kb=KIB, dir_leases=0|1, cache_dir=PATH, cache_size=SIZE)"),
+            "ost_limit" => {
+                let rate = v.and_then(cache::parse_size).filter(|&r| r > 0).with_context(|| {
+                    format!("option {opt}: bytes per second with an optional K, M or G (e.g. ost_limit=200M)")
+                })?;
+                s.ost_limit = Some(rate);
+            }
+            _ => bail!("unknown mount option '{opt}' (known: attr_timeout=S, entry_timeout=S, allow_other, direct_io, ro, rw, threads=N, timeout=S, max_write=BYTES, readahead_kb=KIB, dir_leases=0|1, cache_dir=PATH, cache_size=SIZE, ost_limit=RATE)"),
         }
     }
     match (&mut s.cache, cache_size) {

@@ -21,6 +21,7 @@ mod lease;
 pub mod objio;
 pub mod path;
 mod striped;
+mod throttle;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -121,6 +122,9 @@ pub struct ClientConfig {
     /// A local directory caching file data this client read (see the `cache` crate);
     /// a cache that cannot be opened is logged and the client runs without it.
     pub cache: Option<cache::CacheConfig>,
+    /// Most bytes per second this client moves to and from OSTs (see the `throttle`
+    /// module); `None`: as fast as they go.
+    pub ost_limit: Option<u64>,
 }
 
 impl ClientConfig {
@@ -133,6 +137,7 @@ impl ClientConfig {
             max_dirty_bytes: 32 << 20,
             dir_leases: false,
             cache: None,
+            ost_limit: None,
         }
     }
 }
@@ -231,6 +236,7 @@ struct Inner {
     stripes: striped::StripeTables,
     /// The SSD read cache, if configured and usable.
     pub(crate) cache: Option<cache::Cache>,
+    ost_throttle: Option<Arc<throttle::Throttle>>,
 }
 
 /// How many requests a client sent to MDTs and to OSTs (Data-on-MDT I/O counts as
@@ -447,6 +453,7 @@ impl Client {
         let mgs = RpcClient::new(cfg.mgs.clone(), identity.clone(), cfg.rpc.clone());
         let config = fetch_config(&mgs).await?;
         let leases = Arc::new(lease::DirLeases::new(cfg.rpc.request_timeout));
+        let cfg_limit = cfg.ost_limit;
         let cache = cfg.cache.as_ref().and_then(|c| match cache::Cache::open(c) {
             Ok(cache) => Some(cache),
             Err(e) => {
@@ -471,6 +478,7 @@ impl Client {
                 rpcs: Arc::default(),
                 stripes: Default::default(),
                 cache,
+                ost_throttle: cfg_limit.map(|r| Arc::new(throttle::Throttle::new(r))),
             }),
         })
     }

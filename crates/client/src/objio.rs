@@ -121,6 +121,8 @@ pub struct ObjectIo {
     target: Target,
     rpc: Arc<RpcClient>,
     counts: Arc<RpcCounters>,
+    /// The client's limit on OST bytes per second, if any (`-o ost_limit`).
+    throttle: Option<Arc<crate::throttle::Throttle>>,
 }
 
 impl Client {
@@ -131,7 +133,11 @@ impl Client {
             Target::Ost { ost, .. } => self.ost(ost).await?,
             Target::Mdt { fid } => self.mdt(fid).await?,
         };
-        Ok(ObjectIo { target, rpc, counts: self.inner.rpcs.clone() })
+        let throttle = match target {
+            Target::Ost { .. } => self.inner.ost_throttle.clone(),
+            Target::Mdt { .. } => None,
+        };
+        Ok(ObjectIo { target, rpc, counts: self.inner.rpcs.clone(), throttle })
     }
 }
 
@@ -149,6 +155,9 @@ impl ObjectIo {
             Target::Mdt { fid } => Request::MdsDomRead { fid, offset, len: len as u32 },
         };
         let reply = self.call(&req, vec![]).await?;
+        if let Some(t) = &self.throttle {
+            t.pass(reply.payload.len() as u64).await;
+        }
         match reply.response {
             Response::Data => Ok(reply.payload),
             r => Err(ClientError::Errno(Errno::Io, format!("odd read answer: {r:?}"))),
@@ -162,6 +171,9 @@ impl ObjectIo {
     pub async fn write(&self, offset: u64, payload: Vec<Bytes>, len: u64, publish: Option<u64>) -> Result<bool> {
         match self.target {
             Target::Ost { ost, object } => {
+                if let Some(t) = &self.throttle {
+                    t.pass(len).await;
+                }
                 let req = Request::OstWrite { ost, object, offset, sync: false };
                 match self.call(&req, payload).await?.response {
                     Response::Written { bytes } if bytes == len => Ok(false),
