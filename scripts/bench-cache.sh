@@ -96,8 +96,8 @@ for run in $(seq 1 "$RUNS"); do
     for m in plain local; do
         f=$WORK/$m/mem-$run
         fio_bw w write 1m 512m "$f" > /dev/null
-        fio_bw r read 1m 512m "$f" > /dev/null
-        rec "reread from memory, 512 MiB (MiB/s)" "$m" "$(fio_bw rr read 1m 512m "$f")"
+        fio_bw r read 1m 512m "$f" --invalidate=0 > /dev/null
+        rec "reread from memory, 512 MiB (MiB/s)" "$m" "$(fio_bw rr read 1m 512m "$f" --invalidate=0)"
         rm -f "$f"
     done
 done
@@ -116,7 +116,7 @@ rec "hit rate after a remount (%)" cached "$(awk '/^hit_rate:/ {sub("%", "", $2)
 rm -f "$f"
 
 # Seed 003's figures.
-"$BRAID" bench sweep --preset cache --drop-caches --quiet --size "$SWEEP_SIZE" -o "$WORK/sweep" \
+"$BRAID" bench sweep --preset cache --drop-caches --quiet --size "$SWEEP_SIZE" --out "$WORK/sweep" \
     --target "braid=$WORK/plain" --target "braid-ssd-cache=$WORK/cached" --target "cache-disk=$WORK/ssd-bench" \
     > "$WORK/sweep.log" 2>&1 || echo "sweep failed: see $WORK/sweep.log" >&2
 

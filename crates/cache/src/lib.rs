@@ -132,6 +132,11 @@ impl Counters {
 struct Inner {
     dir: PathBuf,
     data: File,
+    /// The data file opened `O_DIRECT` for reads, where the file system allows: a
+    /// cached extent is read from the disk in one request of its size, not through
+    /// the host's page cache and its read-ahead (which would also keep a second copy
+    /// of bytes the mount's own page cache holds).
+    direct: Option<File>,
     index: Mutex<Index>,
     counters: Counters,
     queued_bytes: AtomicU64,
@@ -201,6 +206,10 @@ impl Cache {
             .write(true)
             .open(cfg.dir.join("data"))
             .map_err(io("open data"))?;
+        let direct = {
+            use std::os::unix::fs::OpenOptionsExt;
+            OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(cfg.dir.join("data")).ok()
+        };
         let (index, replayed) = Index::open(&cfg.dir, cfg.size).map_err(io("read index"))?;
         if data.metadata().map_err(io("stat data"))?.len() != index.buddy.capacity() {
             // Sparse: space is taken as extents are written.
@@ -225,6 +234,7 @@ impl Cache {
         let inner = Arc::new(Inner {
             dir: cfg.dir.clone(),
             data,
+            direct,
             index: Mutex::new(index),
             counters: Counters::default(),
             queued_bytes: AtomicU64::new(0),
@@ -254,13 +264,12 @@ impl Cache {
             c.misses.fetch_add(1, Ordering::Relaxed);
             return None;
         };
-        let mut out = BytesMut::with_capacity(len as usize);
-        let mut buf = Vec::new();
+        let one = pieces.len() == 1;
+        let mut out = BytesMut::new();
+        let mut only = None;
         for p in pieces {
-            buf.resize(p.bytes as usize, 0);
-            let good = self.inner.data.read_exact_at(&mut buf, p.data_off).is_ok()
-                && buf.chunks(PAGE as usize).zip(&p.crcs).all(|(page, &crc)| crc32c::crc32c(page) == crc);
-            if !good {
+            let mut raw = Vec::new();
+            let Some(at) = self.inner.read_checked(&mut raw, p.data_off, p.bytes, &p.crcs) else {
                 // Damaged, or evicted and reused since the lookup: only the first is news.
                 if self.inner.index.lock().expect("cache index").drop_damaged(key, p.file_off, p.block) {
                     c.damaged.fetch_add(1, Ordering::Relaxed);
@@ -272,12 +281,18 @@ impl Cache {
                 }
                 c.misses.fetch_add(1, Ordering::Relaxed);
                 return None;
+            };
+            let (from, to) = (at + p.skip, at + p.skip + p.take);
+            if one {
+                // The buffer read into becomes the answer: no copy.
+                only = Some(Bytes::from(raw).slice(from..to));
+            } else {
+                out.extend_from_slice(&raw[from..to]);
             }
-            out.extend_from_slice(&buf[p.skip..p.skip + p.take]);
         }
         c.hits.fetch_add(1, Ordering::Relaxed);
         c.hit_bytes.fetch_add(len, Ordering::Relaxed);
-        Some(out.freeze())
+        Some(only.unwrap_or_else(|| out.freeze()))
     }
 
     /// Taken before a read that missed goes to the OSTs; hand it to [`Cache::fill`]
@@ -357,6 +372,44 @@ impl Cache {
 
     pub fn dir(&self) -> &Path {
         &self.inner.dir
+    }
+}
+
+/// Pages a cached read of more than this is split into, read and checked in parallel:
+/// the disk serves several requests at once, and the checksums of one part are
+/// computed while others are still being read.
+const READ_PART: u64 = 256 << 10;
+
+impl Inner {
+    /// Reads `bytes` of the data file at `off` (page aligned) into a page-aligned part
+    /// of `raw` and checks them against `crcs` (one per page); returns where in `raw`
+    /// they start, or `None` if the read failed, came short or did not check.
+    fn read_checked(&self, raw: &mut Vec<u8>, off: u64, bytes: u64, crcs: &[u32]) -> Option<usize> {
+        let whole = bytes.div_ceil(PAGE) * PAGE;
+        raw.resize((whole + PAGE) as usize, 0);
+        let at = raw.as_ptr().align_offset(PAGE as usize);
+        let buf = &mut raw[at..at + whole as usize];
+        let part = |buf: &mut [u8], first_page: usize| -> bool {
+            let len = (buf.len() as u64).min(bytes - first_page as u64 * PAGE) as usize;
+            let read = match &self.direct {
+                Some(d) => d.read_exact_at(buf, off + first_page as u64 * PAGE).is_ok(),
+                None => self.data.read_exact_at(&mut buf[..len], off + first_page as u64 * PAGE).is_ok(),
+            };
+            read && buf[..len].chunks(PAGE as usize).zip(&crcs[first_page..]).all(|(p, &crc)| crc32c::crc32c(p) == crc)
+        };
+        let ok = if whole <= READ_PART {
+            part(buf, 0)
+        } else {
+            std::thread::scope(|s| {
+                let parts: Vec<_> = buf
+                    .chunks_mut(READ_PART as usize)
+                    .enumerate()
+                    .map(|(i, chunk)| s.spawn(move || part(chunk, i * (READ_PART / PAGE) as usize)))
+                    .collect();
+                parts.into_iter().all(|h| h.join().unwrap_or(false))
+            })
+        };
+        ok.then_some(at)
     }
 }
 
