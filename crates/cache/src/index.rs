@@ -17,6 +17,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -32,8 +34,9 @@ const COMPACT_SLACK: u64 = 8 << 20;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 enum Rec {
-    /// First frame of a log: the data file's capacity it was written for.
-    Header { magic: u64, capacity: u64 },
+    /// First frame of a log: the data file's capacity and the cluster it was written
+    /// for (FIDs and data versions mean nothing in another cluster).
+    Header { magic: u64, capacity: u64, cluster: u64 },
     /// The file's cached bytes are of this data version (its older extents are gone).
     Version { key: Key, version: u64 },
     /// An extent: `len` bytes of the file at `off`, in `block` of the data file, one
@@ -72,6 +75,13 @@ pub struct Ticket {
     clock: u64,
 }
 
+impl Ticket {
+    /// A ticket as of the invalidation clock's value now.
+    pub fn new(key: Key, version: u64, clock: &AtomicU64) -> Ticket {
+        Ticket { key, version, clock: clock.load(Ordering::Acquire) }
+    }
+}
+
 /// Part of a read served from the cache: bytes `[skip, skip + take)` of the pages read
 /// at `data_off` of the data file (`bytes` long, checked against `crcs`).
 #[derive(Debug, Clone)]
@@ -96,19 +106,23 @@ pub struct Index {
     files: HashMap<Key, FileIdx>,
     lru: BTreeMap<u64, (Key, u64)>,
     clock: u64,
-    inval_clock: u64,
+    /// Moves with every invalidation; shared with [`crate::Cache`], which reads it for
+    /// tickets without taking the index's lock.
+    inval_clock: Arc<AtomicU64>,
     /// Highest `last_inval` of a file forgotten (no extents left).
     forgotten_inval: u64,
     pub buddy: Buddy,
     log: Log,
     /// Extents held.
     pub extents: u64,
+    cluster: u64,
 }
 
 impl Index {
-    /// Opens the index in `dir` for a data file of `capacity` bytes, replaying its log;
-    /// a log written for another capacity, or none, starts an empty cache.
-    pub fn open(dir: &Path, capacity: u64) -> std::io::Result<(Index, Replayed)> {
+    /// Opens the index in `dir` for a data file of `capacity` bytes holding files of
+    /// `cluster`, replaying its log; a log written for another capacity or cluster, or
+    /// none, starts an empty cache.
+    pub fn open(dir: &Path, capacity: u64, cluster: u64) -> std::io::Result<(Index, Replayed)> {
         let path = dir.join("index.log");
         let (recs, good_len, torn) = read_log(&path)?;
         let buddy = Buddy::new(capacity);
@@ -116,15 +130,16 @@ impl Index {
             files: HashMap::new(),
             lru: BTreeMap::new(),
             clock: 0,
-            inval_clock: 1,
+            inval_clock: Arc::new(AtomicU64::new(1)),
             forgotten_inval: 0,
-            log: Log { path: path.clone(), file: None, bytes: 0, live: 0 },
+            log: Log { path: path.clone(), file: None, bytes: 0, live: 0, held: Vec::new(), hold: false },
+            cluster,
             buddy,
             extents: 0,
         };
         let mut replayed = Replayed { torn, ..Default::default() };
-        let fits =
-            matches!(recs.first(), Some(Rec::Header { magic: MAGIC, capacity: c }) if *c == idx.buddy.capacity());
+        let fits = matches!(recs.first(), Some(Rec::Header { magic: MAGIC, capacity: c, cluster: k })
+            if *c == idx.buddy.capacity() && *k == cluster);
         if fits {
             for rec in recs.into_iter().skip(1) {
                 idx.replay(rec, &mut replayed);
@@ -199,8 +214,32 @@ impl Index {
         n
     }
 
+    /// The fill thread's changes until [`Index::release_log`] go to the log in one write.
+    pub fn hold_log(&mut self) {
+        self.log.hold = true;
+    }
+
+    pub fn release_log(&mut self) {
+        self.log.hold = false;
+        self.log.flush();
+    }
+
+    /// Runs a change that must reach the log at once (anything but a fill): what the
+    /// fill thread holds goes first.
+    fn at_once<T>(&mut self, f: impl FnOnce(&mut Index) -> T) -> T {
+        let hold = std::mem::replace(&mut self.log.hold, false);
+        self.log.flush();
+        let r = f(self);
+        self.log.hold = hold;
+        r
+    }
+
     /// A file was opened at `version`: its extents of an older version go.
     pub fn opened(&mut self, key: Key, version: u64) -> Changed {
+        self.at_once(|idx| idx.opened_now(key, version))
+    }
+
+    fn opened_now(&mut self, key: Key, version: u64) -> Changed {
         let mut c = Changed::default();
         if let Some(f) = self.files.get(&key) {
             if version > f.version {
@@ -262,6 +301,10 @@ impl Index {
     /// Drops the extent at `file_off` if it is still in `block` (a read found its bytes
     /// damaged). True if it was.
     pub fn drop_damaged(&mut self, key: Key, file_off: u64, block: Block) -> bool {
+        self.at_once(|idx| idx.drop_damaged_now(key, file_off, block))
+    }
+
+    fn drop_damaged_now(&mut self, key: Key, file_off: u64, block: Block) -> bool {
         let same = self.files.get(&key).and_then(|f| f.extents.get(&file_off)).is_some_and(|e| e.block == block);
         if same {
             self.drop_extent(key, file_off);
@@ -285,8 +328,11 @@ impl Index {
     /// A change of `[off, off + len)` through this client (a write, truncate or hole
     /// punch): the extents it touches go, and fills of reads taken before it are refused.
     pub fn invalidate(&mut self, key: Key, off: u64, len: u64) -> Changed {
-        self.inval_clock += 1;
-        let clock = self.inval_clock;
+        self.at_once(|idx| idx.invalidate_now(key, off, len))
+    }
+
+    fn invalidate_now(&mut self, key: Key, off: u64, len: u64) -> Changed {
+        let clock = self.inval_clock.fetch_add(1, Ordering::AcqRel) + 1;
         let Some(f) = self.files.get_mut(&key) else {
             // Nothing held; a fill of it under way must still be refused.
             self.forgotten_inval = clock;
@@ -301,9 +347,9 @@ impl Index {
         Changed { invalidated: n, evicted: 0 }
     }
 
-    /// A ticket for filling what a read of the file at `version` is about to fetch.
-    pub fn ticket(&mut self, key: Key, version: u64) -> Ticket {
-        Ticket { key, version, clock: self.inval_clock }
+    /// The invalidation clock, for [`Ticket::new`].
+    pub fn clock(&self) -> Arc<AtomicU64> {
+        self.inval_clock.clone()
     }
 
     fn valid(&self, t: &Ticket) -> bool {
@@ -408,8 +454,7 @@ impl Index {
         for k in keys {
             self.drop_file_quiet(k);
         }
-        self.inval_clock += 1;
-        self.forgotten_inval = self.inval_clock;
+        self.forgotten_inval = self.inval_clock.fetch_add(1, Ordering::AcqRel) + 1;
         self.rewrite()?;
         Ok(n)
     }
@@ -428,9 +473,11 @@ impl Index {
 
     /// Writes the log anew from what is held: a new file, synced, renamed over the old.
     fn rewrite(&mut self) -> std::io::Result<()> {
+        // Held frames describe what memory holds already: the new log has it all.
+        self.log.held.clear();
         let tmp = self.log.path.with_extension("new");
         let mut out = Vec::new();
-        frame(&mut out, &Rec::Header { magic: MAGIC, capacity: self.buddy.capacity() });
+        frame(&mut out, &Rec::Header { magic: MAGIC, capacity: self.buddy.capacity(), cluster: self.cluster });
         for (&key, f) in &self.files {
             frame(&mut out, &Rec::Version { key, version: f.version });
             for (&off, e) in &f.extents {
@@ -496,7 +543,7 @@ pub struct Replayed {
     /// Records that made no sense (an extent overlapping another, or of a file never
     /// versioned): dropped.
     pub bad: u64,
-    /// The log was for another capacity: the cache started empty.
+    /// The log was for another capacity or cluster: the cache started empty.
     pub discarded: bool,
 }
 
@@ -506,6 +553,11 @@ struct Log {
     bytes: u64,
     /// Bytes the live records take (estimated), for deciding when to rewrite.
     live: u64,
+    /// While the fill thread works through a batch, its frames wait here and go in one
+    /// write; any other change writes them first, then its own, so the log's order is
+    /// the order of the changes (a drop never lands before the put it undoes).
+    held: Vec<u8>,
+    hold: bool,
 }
 
 impl Log {
@@ -525,11 +577,22 @@ impl Log {
                 _ => {}
             }
         }
+        self.held.extend_from_slice(&out);
+        if !self.hold {
+            self.flush();
+        }
+    }
+
+    fn flush(&mut self) {
+        if self.held.is_empty() {
+            return;
+        }
         if let Some(f) = self.file.as_mut() {
-            if let Err(e) = f.write_all(&out) {
+            if let Err(e) = f.write_all(&self.held) {
                 tracing::warn!("SSD cache: appending to {} failed: {e}", self.path.display());
             }
         }
+        self.held.clear();
     }
 }
 

@@ -45,6 +45,8 @@ use index::{Changed, Index, Ticket};
 pub const FILL_QUEUE_BYTES: u64 = 64 << 20;
 /// Fills waiting, at most.
 const FILL_QUEUE_JOBS: usize = 256;
+/// How long an open waits for another client to let go of the directory.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 /// The smallest cache worth having: one top-order block.
 pub const MIN_SIZE: u64 = PAGE << buddy::MAX_ORDER;
 
@@ -132,12 +134,15 @@ impl Counters {
 struct Inner {
     dir: PathBuf,
     data: File,
-    /// The data file opened `O_DIRECT` for reads, where the file system allows: a
-    /// cached extent is read from the disk in one request of its size, not through
-    /// the host's page cache and its read-ahead (which would also keep a second copy
-    /// of bytes the mount's own page cache holds).
+    /// The data file opened `O_DIRECT`, where the file system allows: a cached extent is
+    /// read from the disk in one request of its size, not through the host's page
+    /// cache and its read-ahead (which would also keep a second copy of bytes the
+    /// mount's own page cache holds), and written the same way (no dirty pages for the
+    /// kernel's writeback to spend the application's CPU on).
     direct: Option<File>,
     index: Mutex<Index>,
+    /// The index's invalidation clock (see [`Cache::ticket`]).
+    clock: Arc<AtomicU64>,
     counters: Counters,
     queued_bytes: AtomicU64,
     /// Holds the directory's lock (`flock`) while the cache is open.
@@ -179,8 +184,9 @@ impl Drop for Filler {
 }
 
 impl Cache {
-    /// Opens (or creates) the cache in `cfg.dir`, replaying its index.
-    pub fn open(cfg: &CacheConfig) -> Result<Cache, CacheError> {
+    /// Opens (or creates) the cache in `cfg.dir` for files of `cluster` (a number naming
+    /// the file system: bytes cached for another one are dropped), replaying its index.
+    pub fn open(cfg: &CacheConfig, cluster: u64) -> Result<Cache, CacheError> {
         let io = |what: &'static str| {
             let dir = cfg.dir.clone();
             move |source| CacheError::Io { dir, what, source }
@@ -195,9 +201,15 @@ impl Cache {
             .write(true)
             .open(cfg.dir.join("lock"))
             .map_err(io("open lock"))?;
+        // A mount unmounted a moment ago may still be writing its last fills: wait for it
+        // a while before calling the directory busy.
+        let give_up = std::time::Instant::now() + LOCK_WAIT;
         // SAFETY: flock on a descriptor this function owns.
-        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            return Err(CacheError::Busy(cfg.dir.clone()));
+        while unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            if std::time::Instant::now() >= give_up {
+                return Err(CacheError::Busy(cfg.dir.clone()));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
         }
         let data = OpenOptions::new()
             .create(true)
@@ -208,9 +220,9 @@ impl Cache {
             .map_err(io("open data"))?;
         let direct = {
             use std::os::unix::fs::OpenOptionsExt;
-            OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(cfg.dir.join("data")).ok()
+            OpenOptions::new().read(true).write(true).custom_flags(libc::O_DIRECT).open(cfg.dir.join("data")).ok()
         };
-        let (index, replayed) = Index::open(&cfg.dir, cfg.size).map_err(io("read index"))?;
+        let (index, replayed) = Index::open(&cfg.dir, cfg.size, cluster).map_err(io("read index"))?;
         if data.metadata().map_err(io("stat data"))?.len() != index.buddy.capacity() {
             // Sparse: space is taken as extents are written.
             data.set_len(index.buddy.capacity()).map_err(io("size data"))?;
@@ -221,7 +233,7 @@ impl Cache {
                 torn = replayed.torn,
                 bad = replayed.bad,
                 discarded = replayed.discarded,
-                "SSD cache: index replayed with damage dropped"
+                "SSD cache: index replayed with damage dropped (or written for another size or cluster)"
             );
         }
         tracing::info!(
@@ -231,7 +243,9 @@ impl Cache {
             used = index.buddy.used(),
             "SSD cache open"
         );
+        let clock = index.clock();
         let inner = Arc::new(Inner {
+            clock,
             dir: cfg.dir.clone(),
             data,
             direct,
@@ -295,10 +309,12 @@ impl Cache {
         Some(only.unwrap_or_else(|| out.freeze()))
     }
 
-    /// Taken before a read that missed goes to the OSTs; hand it to [`Cache::fill`]
-    /// with the bytes read.
+    /// Taken before a read looks anywhere (before it waits for this client's writes of
+    /// its range to land): hand it to [`Cache::fill`] with the bytes the read got
+    /// elsewhere. Any change of the file through [`Cache::invalidate`] after it refuses
+    /// that fill. Takes no lock.
     pub fn ticket(&self, key: Key, version: u64) -> Ticket {
-        self.inner.index.lock().expect("cache index").ticket(key, version)
+        Ticket::new(key, version, &self.inner.clock)
     }
 
     /// Queues the bytes of a read that missed for writing into the cache, unless the
@@ -413,62 +429,135 @@ impl Inner {
     }
 }
 
+/// Fills taken from the queue at once: their blocks are reserved under one lock of
+/// the index and filed under one more, and their index changes go to the log in one
+/// write.
+const FILL_BATCH: usize = 64;
+/// A batch of small fills waits this long for company: a random reader's 4 KiB misses
+/// would otherwise each cost the index two locks and the log a write.
+const FILL_GATHER: std::time::Duration = std::time::Duration::from_millis(2);
+/// Fills of at least this many bytes go without waiting for others.
+const FILL_ALONE_BYTES: u64 = 256 << 10;
+
+struct Pending {
+    ticket: Ticket,
+    off: u64,
+    data: Bytes,
+    blocks: Vec<Block>,
+}
+
 fn fill_loop(inner: &Inner, rx: Receiver<Job>) {
-    while let Ok(job) = rx.recv() {
-        match job {
-            Job::Settle(done) => {
-                let _ = done.send(());
+    // Off the application's path: the thread runs only when a core would otherwise
+    // idle (SCHED_IDLE). When it cannot keep up, the queue fills and fills are
+    // skipped, never waited for.
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: sched_setscheduler of the calling thread (0) with a valid parameter.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } != 0 {
+        tracing::debug!("SSD cache: the fill thread keeps the normal priority: {}", std::io::Error::last_os_error());
+    }
+    while let Ok(first) = rx.recv() {
+        let mut jobs = vec![first];
+        let deadline = std::time::Instant::now() + FILL_GATHER;
+        while jobs.len() < FILL_BATCH {
+            let small = matches!(jobs.last(), Some(Job::Fill { data, .. }) if (data.len() as u64) < FILL_ALONE_BYTES);
+            let next = if small {
+                rx.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now())).ok()
+            } else {
+                rx.try_recv().ok()
+            };
+            match next {
+                Some(j) => jobs.push(j),
+                None => break,
             }
-            Job::Fill { ticket, off, data } => {
-                fill_one(inner, &ticket, off, &data);
-                inner.queued_bytes.fetch_sub(data.len() as u64, Ordering::AcqRel);
+        }
+        let mut settled = Vec::new();
+        let mut fills = Vec::new();
+        for job in jobs {
+            match job {
+                Job::Settle(done) => settled.push(done),
+                Job::Fill { ticket, off, data } => fills.push((ticket, off, data)),
             }
+        }
+        fill_batch(inner, fills);
+        for done in settled {
+            let _ = done.send(());
         }
     }
 }
 
-fn fill_one(inner: &Inner, ticket: &Ticket, off: u64, data: &[u8]) {
+/// Reserves, writes and files a batch of fills.
+fn fill_batch(inner: &Inner, fills: Vec<(Ticket, u64, Bytes)>) {
     let c = &inner.counters;
-    let len = data.len() as u64;
-    let mut changed = Changed::default();
-    let blocks = inner.index.lock().expect("cache index").reserve(ticket, len, &mut changed);
-    c.changed(changed);
-    let Some(blocks) = blocks else {
-        c.fills_skipped.fetch_add(1, Ordering::Relaxed);
-        return;
-    };
-    let mut crcs = Vec::with_capacity(blocks.len());
-    let mut pos = 0usize;
-    let mut failed = None;
-    for (piece, block) in index::split(len).into_iter().zip(&blocks) {
-        let bytes = &data[pos..pos + piece as usize];
-        crcs.push(bytes.chunks(PAGE as usize).map(crc32c::crc32c).collect::<Vec<u32>>());
-        if let Err(e) = write_block(&inner.data, *block, bytes) {
-            failed = Some(e);
-            break;
+    let mut pending = Vec::with_capacity(fills.len());
+    {
+        let mut idx = inner.index.lock().expect("cache index");
+        idx.hold_log();
+        for (ticket, off, data) in fills {
+            let mut changed = Changed::default();
+            let blocks = idx.reserve(&ticket, data.len() as u64, &mut changed);
+            c.changed(changed);
+            inner.queued_bytes.fetch_sub(data.len() as u64, Ordering::AcqRel);
+            match blocks {
+                Some(blocks) => pending.push(Pending { ticket, off, data, blocks }),
+                None => {
+                    c.fills_skipped.fetch_add(1, Ordering::Relaxed);
+                }
+            }
         }
-        pos += piece as usize;
+    }
+    // The bytes, with no lock held.
+    let mut written = Vec::with_capacity(pending.len());
+    let mut bounce = Vec::new();
+    for p in pending {
+        let mut crcs = Vec::with_capacity(p.blocks.len());
+        let mut pos = 0usize;
+        let mut failed = None;
+        for (piece, block) in index::split(p.data.len() as u64).into_iter().zip(&p.blocks) {
+            let bytes = &p.data[pos..pos + piece as usize];
+            crcs.push(bytes.chunks(PAGE as usize).map(crc32c::crc32c).collect::<Vec<u32>>());
+            if let Err(e) = inner.write_block(&mut bounce, *block, bytes) {
+                failed = Some(e);
+                break;
+            }
+            pos += piece as usize;
+        }
+        written.push((p, crcs, failed));
     }
     let mut idx = inner.index.lock().expect("cache index");
-    if let Some(e) = failed {
-        idx.abandon(blocks);
-        drop(idx);
-        // The first failure and every 1000th after it, not one line per read.
-        if c.fill_errors.fetch_add(1, Ordering::Relaxed).is_multiple_of(1000) {
-            tracing::warn!(dir = %inner.dir.display(), "SSD cache: writing cached bytes failed (the disk may be full): {e}");
+    for (p, crcs, failed) in written {
+        if let Some(e) = failed {
+            idx.abandon(p.blocks);
+            // The first failure and every 1000th after it, not one line per read.
+            if c.fill_errors.fetch_add(1, Ordering::Relaxed).is_multiple_of(1000) {
+                tracing::warn!(dir = %inner.dir.display(), "SSD cache: writing cached bytes failed (the disk may be full): {e}");
+            }
+            continue;
         }
-        return;
+        let len = p.data.len() as u64;
+        if idx.commit(&p.ticket, p.off, len, p.blocks, crcs) {
+            c.fills.fetch_add(1, Ordering::Relaxed);
+            c.fill_bytes.fetch_add(len, Ordering::Relaxed);
+        } else {
+            c.fills_skipped.fetch_add(1, Ordering::Relaxed);
+        }
     }
-    if idx.commit(ticket, off, len, blocks, crcs) {
-        c.fills.fetch_add(1, Ordering::Relaxed);
-        c.fill_bytes.fetch_add(len, Ordering::Relaxed);
-    } else {
-        c.fills_skipped.fetch_add(1, Ordering::Relaxed);
-    }
+    idx.release_log();
 }
 
-fn write_block(data: &File, block: Block, bytes: &[u8]) -> std::io::Result<()> {
-    data.write_all_at(bytes, block.offset())
+impl Inner {
+    /// Writes `bytes` at the start of `block`: `O_DIRECT` through a page-aligned copy
+    /// padded to whole pages (the block has room), or buffered where the file system
+    /// has no direct I/O.
+    fn write_block(&self, bounce: &mut Vec<u8>, block: Block, bytes: &[u8]) -> std::io::Result<()> {
+        let Some(direct) = &self.direct else { return self.data.write_all_at(bytes, block.offset()) };
+        let whole = (bytes.len() as u64).div_ceil(PAGE) * PAGE;
+        bounce.clear();
+        bounce.resize((whole + PAGE) as usize, 0);
+        let at = bounce.as_ptr().align_offset(PAGE as usize);
+        let buf = &mut bounce[at..at + whole as usize];
+        buf[..bytes.len()].copy_from_slice(bytes);
+        direct.write_all_at(buf, block.offset())
+    }
 }
 
 /// Parses a size with an optional K, M, G or T suffix (powers of 1024), as `20G`.

@@ -22,7 +22,7 @@ fn dir(tag: &str) -> Dir {
 }
 
 fn open(d: &Path, size: u64) -> Cache {
-    Cache::open(&CacheConfig { dir: d.to_path_buf(), size }).expect("open cache")
+    Cache::open(&CacheConfig { dir: d.to_path_buf(), size }, 7).expect("open cache")
 }
 
 /// `len` pseudo-random bytes (xorshift), different for each seed and never periodic
@@ -179,6 +179,10 @@ fn the_index_survives_a_reopen_a_torn_tail_and_damaged_data_is_never_served() {
     assert!(c.read(3, 2, 4096, 100).is_none(), "the damaged extent went whole");
     assert_eq!(c.read(4, 1, 0, 1000).unwrap(), data.slice(0..1000), "other extents stay");
     drop(c);
+    // Another cluster (FIDs repeat across clusters): the cache starts empty.
+    let c = Cache::open(&CacheConfig { dir: d.0.clone(), size: 8 << 20 }, 8).unwrap();
+    assert!(c.read(4, 1, 0, 1000).is_none());
+    drop(c);
     // Another size: the cache starts empty rather than misread.
     let c = open(&d.0, 16 << 20);
     assert!(c.read(4, 1, 0, 1000).is_none());
@@ -189,14 +193,14 @@ fn the_index_survives_a_reopen_a_torn_tail_and_damaged_data_is_never_served() {
 fn a_busy_missing_or_read_only_directory_is_a_clear_error() {
     let d = dir("busy");
     let c = open(&d.0, 2 << 20);
-    match Cache::open(&CacheConfig { dir: d.0.clone(), size: 2 << 20 }) {
+    match Cache::open(&CacheConfig { dir: d.0.clone(), size: 2 << 20 }, 7) {
         Err(CacheError::Busy(_)) => {}
         Err(e) => panic!("{e}"),
         Ok(_) => panic!("a second client opened a cache in use"),
     }
     drop(c);
-    assert!(matches!(Cache::open(&CacheConfig { dir: d.0.clone(), size: 1000 }), Err(CacheError::TooSmall(1000))));
-    let e = Cache::open(&CacheConfig { dir: "/proc/braid-no-cache".into(), size: 2 << 20 }).err().unwrap();
+    assert!(matches!(Cache::open(&CacheConfig { dir: d.0.clone(), size: 1000 }, 7), Err(CacheError::TooSmall(1000))));
+    let e = Cache::open(&CacheConfig { dir: "/proc/braid-no-cache".into(), size: 2 << 20 }, 7).err().unwrap();
     assert!(e.to_string().contains("/proc/braid-no-cache"), "{e}");
     assert_eq!(cache::parse_size("20G"), Some(20 << 30));
     assert_eq!(cache::parse_size("512m"), Some(512 << 20));

@@ -58,8 +58,10 @@ pub struct MountSettings {
     pub dir_leases: bool,
     /// The SSD read cache (`cache_dir=PATH,cache_size=SIZE`; see the `cache` crate).
     pub cache: Option<cache::CacheConfig>,
-    /// `ost_limit=RATE`: most bytes per second to and from OSTs (benchmarks).
+    /// `ost_limit=RATE`: most bytes per second to and from OSTs; `ost_latency=MS`: the
+    /// least time of each OST transfer (benchmarks; see the client's `throttle`).
     pub ost_limit: Option<u64>,
+    pub ost_latency: Duration,
 }
 
 /// Size of an SSD cache given a directory and no size.
@@ -73,6 +75,7 @@ impl MountSettings {
         cfg.dir_leases = self.dir_leases;
         cfg.cache = self.cache.clone();
         cfg.ost_limit = self.ost_limit;
+        cfg.ost_latency = self.ost_latency;
         cfg
     }
 }
@@ -84,6 +87,7 @@ pub fn parse_options(list: &[String]) -> Result<MountSettings> {
         dir_leases: true,
         cache: None,
         ost_limit: None,
+        ost_latency: Duration::ZERO,
     };
     let mut cache_size = None;
     for opt in list.iter().flat_map(|o| o.split(',')).filter(|o| !o.is_empty()) {
@@ -131,7 +135,8 @@ pub fn parse_options(list: &[String]) -> Result<MountSettings> {
                 })?;
                 s.ost_limit = Some(rate);
             }
-            _ => bail!("unknown mount option '{opt}' (known: attr_timeout=S, entry_timeout=S, allow_other, direct_io, ro, rw, threads=N, timeout=S, max_write=BYTES, readahead_kb=KIB, dir_leases=0|1, cache_dir=PATH, cache_size=SIZE, ost_limit=RATE)"),
+            "ost_latency" => s.ost_latency = Duration::from_secs_f64(num(v)?.clamp(0.0, 10_000.0) / 1000.0),
+            _ => bail!("unknown mount option '{opt}' (known: attr_timeout=S, entry_timeout=S, allow_other, direct_io, ro, rw, threads=N, timeout=S, max_write=BYTES, readahead_kb=KIB, dir_leases=0|1, cache_dir=PATH, cache_size=SIZE, ost_limit=RATE, ost_latency=MS)"),
         }
     }
     match (&mut s.cache, cache_size) {

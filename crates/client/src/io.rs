@@ -231,6 +231,12 @@ pub(crate) async fn read(c: &Client, f: &OpenFile, offset: u64, len: u64) -> Res
     if let Some(data) = f.data_from_open(offset, len) {
         return Ok(data);
     }
+    // The SSD cache's ticket comes first: a write issued from here on refuses the fill
+    // of what this read gets, and one issued before has landed once the wait below
+    // returns.
+    let cache = c.inner.cache.as_ref();
+    let key = crate::cache_key(f.fid);
+    let ticket = cache.map(|cache| cache.ticket(key, f.data_version));
     // Read the writes of this client (POSIX: a read sees every write that returned
     // before it, through any descriptor): wait for the in-flight writes of this range,
     // of this handle and of the file's other handles here.
@@ -250,17 +256,10 @@ pub(crate) async fn read(c: &Client, f: &OpenFile, offset: u64, len: u64) -> Res
         layout = f.layout();
     }
     // The SSD cache, for the version this handle opened; a miss is filled with what
-    // the OSTs return, after the caller has it. The ticket is taken after this
-    // client's writes of the range landed (above): a write issued later refuses it.
-    let cache = c.inner.cache.as_ref();
-    let key = crate::cache_key(f.fid);
-    let ticket = match cache {
-        Some(cache) => match cache.read(key, f.data_version, offset, len) {
-            Some(data) => return Ok(data),
-            None => Some(cache.ticket(key, f.data_version)),
-        },
-        None => None,
-    };
+    // the OSTs return, after the caller has it.
+    if let Some(data) = cache.and_then(|cache| cache.read(key, f.data_version, offset, len)) {
+        return Ok(data);
+    }
     // One reader at a time uses the read-ahead state; a concurrent reader of the same
     // handle (FUSE issues reads in parallel) reads directly instead of waiting.
     let data = match f.readahead.try_lock() {

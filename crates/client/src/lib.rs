@@ -122,9 +122,10 @@ pub struct ClientConfig {
     /// A local directory caching file data this client read (see the `cache` crate);
     /// a cache that cannot be opened is logged and the client runs without it.
     pub cache: Option<cache::CacheConfig>,
-    /// Most bytes per second this client moves to and from OSTs (see the `throttle`
-    /// module); `None`: as fast as they go.
+    /// Most bytes per second this client moves to and from OSTs, and the least time an
+    /// OST transfer takes (see the `throttle` module); `None` and zero: as fast as they go.
     pub ost_limit: Option<u64>,
+    pub ost_latency: Duration,
 }
 
 impl ClientConfig {
@@ -138,6 +139,7 @@ impl ClientConfig {
             dir_leases: false,
             cache: None,
             ost_limit: None,
+            ost_latency: Duration::ZERO,
         }
     }
 }
@@ -453,8 +455,10 @@ impl Client {
         let mgs = RpcClient::new(cfg.mgs.clone(), identity.clone(), cfg.rpc.clone());
         let config = fetch_config(&mgs).await?;
         let leases = Arc::new(lease::DirLeases::new(cfg.rpc.request_timeout));
-        let cfg_limit = cfg.ost_limit;
-        let cache = cfg.cache.as_ref().and_then(|c| match cache::Cache::open(c) {
+        let throttle = (cfg.ost_limit.is_some() || !cfg.ost_latency.is_zero())
+            .then(|| Arc::new(throttle::Throttle::new(cfg.ost_limit, cfg.ost_latency)));
+        let cluster = proto::auth::cluster_identity(&cfg.secret, &config.fsname, &cfg.mgs);
+        let cache = cfg.cache.as_ref().and_then(|c| match cache::Cache::open(c, cluster) {
             Ok(cache) => Some(cache),
             Err(e) => {
                 tracing::warn!("running without the SSD cache: {e}");
@@ -478,7 +482,7 @@ impl Client {
                 rpcs: Arc::default(),
                 stripes: Default::default(),
                 cache,
-                ost_throttle: cfg_limit.map(|r| Arc::new(throttle::Throttle::new(r))),
+                ost_throttle: throttle,
             }),
         })
     }

@@ -90,6 +90,23 @@ impl Secret {
     }
 }
 
+/// A number naming the cluster behind `secret` (and `fsname`), the same on every client
+/// and every run, for a client's SSD cache to tell its bytes from another cluster's
+/// (FIDs repeat across clusters). Without a secret, the MGS address stands in.
+pub fn cluster_identity(secret: &Secret, fsname: &str, mgs: &str) -> u64 {
+    let (key, extra): (&[u8], &str) = match secret {
+        Secret::Key(k) => (k, ""),
+        Secret::Insecure => (b"braid-insecure", mgs),
+    };
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes keys of any length");
+    mac.update(b"braid-cache-identity-v1/");
+    mac.update(fsname.as_bytes());
+    mac.update(b"/");
+    mac.update(extra.as_bytes());
+    let out = mac.finalize().into_bytes();
+    u64::from_le_bytes(out[..8].try_into().expect("a SHA-256 MAC has 32 bytes"))
+}
+
 fn proof(key: &[u8], label: &[u8], a: &[u8; 32], b: &[u8; 32]) -> Vec<u8> {
     let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes keys of any length");
     mac.update(b"braid-auth-v1/");
