@@ -194,9 +194,15 @@ fn the_ssd_cache_serves_rereads_across_remounts_and_never_stale_or_damaged_bytes
     // Cached bytes changed behind braid's back: found by their checksum, never served.
     let data = cache_dir.join("data");
     let raw = fs::read(&data).unwrap();
-    let at = raw.windows(64).position(|w| w == &v3[1_500_000..1_500_064]).expect("the file's bytes are in the cache");
+    // Every copy: blocks freed earlier (the file's older versions) still hold the same
+    // bytes, and the live one must be among those changed.
+    let copies: Vec<usize> =
+        raw.windows(64).enumerate().filter(|(_, w)| *w == &v3[1_500_000..1_500_064]).map(|(i, _)| i).collect();
+    assert!(!copies.is_empty(), "the file's bytes are in the cache");
     let df = OpenOptions::new().write(true).open(&data).unwrap();
-    df.write_all_at(&[raw[at] ^ 0x5a], at as u64).unwrap();
+    for at in copies {
+        df.write_all_at(&[raw[at] ^ 0x5a], at as u64).unwrap();
+    }
     drop(df);
     let a = Mount::new(&c, &opts);
     assert!(fs::read(a.path("f")).unwrap() == v3, "a damaged cache block is read from the OSTs");
