@@ -192,6 +192,23 @@ fn a_database_or_a_record_of_a_later_format_is_refused_with_a_clear_error() {
     assert!(err.contains(&format!("format {}", FORMAT + 1)) && err.contains("later braid"), "{err}");
 }
 
+/// Creates `name` in the root with a DoM component up to 256 KiB, then a component
+/// not instantiated yet; returns its attributes.
+fn create_dom_file(w: &mut Writer, place: &mut Placement, name: &str) -> proto::msg::Attr {
+    let spec = LayoutSpec {
+        components: vec![
+            layout::ComponentSpec::dom(256 << 10),
+            layout::ComponentSpec { extent_end: layout::EOF, stripe_count: Some(1), ..Default::default() },
+        ],
+    };
+    let Request::MdsCreate { creds, parent, name, mode, exclusive, flags, .. } = create(Fid::ROOT, name) else {
+        unreachable!()
+    };
+    let req = Request::MdsCreate { creds, parent, name, mode, exclusive, flags, layout: Some(spec) };
+    let Response::Created { attr, .. } = w.apply(&req, place).unwrap() else { panic!("created") };
+    attr
+}
+
 #[test]
 fn dom_bytes_are_written_read_trimmed_cut_and_dropped_with_the_inode() {
     let (_d, store) = fresh("dom");
@@ -203,17 +220,7 @@ fn dom_bytes_are_written_read_trimmed_cut_and_dropped_with_the_inode() {
         Placement { osts: &osts, cursor: 0, default_layout: &default_layout, dom_max: 1 << 20, is_open: &is_open };
     let mut mem = new_memtable();
     let mut w = Writer::new(store.snapshot().unwrap(), &mut mem, 0);
-    let spec = LayoutSpec {
-        components: vec![
-            layout::ComponentSpec::dom(256 << 10),
-            layout::ComponentSpec { extent_end: layout::EOF, stripe_count: Some(1), ..Default::default() },
-        ],
-    };
-    let Request::MdsCreate { creds, parent, name, mode, exclusive, flags, .. } = create(Fid::ROOT, "d") else {
-        unreachable!()
-    };
-    let req = Request::MdsCreate { creds, parent, name, mode, exclusive, flags, layout: Some(spec) };
-    let Response::Created { attr, .. } = w.apply(&req, &mut place).unwrap() else { panic!("created") };
+    let attr = create_dom_file(&mut w, &mut place, "d");
     let fid = attr.fid;
     assert_eq!(attr.layout.as_ref().and_then(|l| l.dom_end()), Some(256 << 10));
 
@@ -492,18 +499,7 @@ fn every_change_of_a_files_bytes_moves_its_data_version_and_nothing_else_does() 
         Placement { osts: &osts, cursor: 0, default_layout: &default_layout, dom_max: 1 << 20, is_open: &is_open };
     let mut mem = new_memtable();
     let mut w = Writer::new(store.snapshot().unwrap(), &mut mem, 0);
-    // A DoM component up to 256 KiB, then a component not instantiated yet.
-    let spec = LayoutSpec {
-        components: vec![
-            layout::ComponentSpec::dom(256 << 10),
-            layout::ComponentSpec { extent_end: layout::EOF, stripe_count: Some(1), ..Default::default() },
-        ],
-    };
-    let Request::MdsCreate { creds, parent, name, mode, exclusive, flags, .. } = create(Fid::ROOT, "f") else {
-        unreachable!()
-    };
-    let req = Request::MdsCreate { creds, parent, name, mode, exclusive, flags, layout: Some(spec) };
-    let Response::Created { attr, .. } = w.apply(&req, &mut place).unwrap() else { panic!("created") };
+    let attr = create_dom_file(&mut w, &mut place, "f");
     let fid = attr.fid;
     assert_eq!(attr.data_version, 0);
     let version = |w: &Writer| w.view.must_inode(fid).unwrap().attr.data_version;
