@@ -126,11 +126,16 @@ fn local_mount() -> Target {
 /// A `braid mount -o allow_other` process over TCP to a cluster of MGS, MDS and OSS
 /// processes (4 OSTs).
 fn tcp_mount() -> Target {
+    tcp_mount_with("braid mount (TCP)", |_| "allow_other".to_string())
+}
+
+/// As [`tcp_mount`], with the options `opts` makes from the scratch directory.
+fn tcp_mount_with(label: &'static str, opts: impl Fn(&Path) -> String) -> Target {
     let work = short_work_dir();
     let c = Cluster::start(braid_bin(), ClusterSpec::default());
-    let m = Mount::of(braid_bin(), &c.url("/"), &c.secret, work.path(), "allow_other");
+    let m = Mount::of(braid_bin(), &c.url("/"), &c.secret, work.path(), &opts(work.path()));
     Target {
-        label: "braid mount (TCP)",
+        label,
         root: m.dir.clone(),
         secret: c.secret.clone(),
         _mount: Some(m),
@@ -160,12 +165,13 @@ impl Target {
     }
 
     /// Runs the braid CLI with the cluster's secret; panics when it fails.
-    fn braid_ok(&self, args: &[&str]) {
+    fn braid_ok(&self, args: &[&str]) -> String {
         let mut cmd = Command::new(braid_bin());
         cmd.args(args).env("BRAID_SECRET_FILE", &self.secret);
         let out =
             output_within(&mut cmd, CLI_WATCHDOG).unwrap_or_else(|o| panic!("braid {args:?} hung: {}", stderr(&o)));
         assert!(out.status.success(), "braid {args:?} failed: {}{}", stdout(&out), stderr(&out));
+        stdout(&out)
     }
 }
 
@@ -541,4 +547,24 @@ fn fsx_through_a_braid_mount_process() {
     require_root();
     tool("fsx");
     run_fsx(&tcp_mount(), 100);
+}
+
+/// With the SSD read cache: every read fsx checks may come from the cache, and every
+/// write, truncate, hole punch and mmap store must leave nothing stale in it. The cache
+/// is small (2 MiB), so extents are evicted and their blocks reused all along.
+#[test]
+fn fsx_through_a_braid_mount_process_with_the_ssd_cache() {
+    require_root();
+    tool("fsx");
+    let t = tcp_mount_with("braid mount (TCP, SSD cache)", |work| {
+        format!("allow_other,cache_dir={},cache_size=2M", work.join("ssd-cache").display())
+    });
+    run_fsx(&t, 200);
+    // The cache took part: fsx's reads were served from it and refilled it.
+    let status = t.braid_ok(&["cache", "status", "--json", &t.root.to_string_lossy()]);
+    let s: serde_json::Value = serde_json::from_str(&status).expect("cache status is JSON");
+    for key in ["hits", "fills", "evictions", "invalidations"] {
+        assert!(s[key].as_u64().unwrap_or(0) > 0, "no {key} in the SSD cache during fsx: {s}");
+    }
+    assert_eq!(s["damaged"].as_u64(), Some(0), "{s}");
 }
