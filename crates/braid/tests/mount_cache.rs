@@ -171,6 +171,20 @@ fn the_ssd_cache_serves_rereads_across_remounts_and_never_stale_or_damaged_bytes
     assert!(fs::read(a.path("f")).unwrap() == v3, "A reads its own write");
     assert!(fs::read(b.path("f")).unwrap() == v3, "the write reached the OSTs");
 
+    // A hole punched on B (size kept): A reads zeros there at its next open.
+    assert!(fs::read(a.path("f")).unwrap() == v3);
+    wait_filled(&c, &a, 3 * LEN as u64);
+    let g = OpenOptions::new().write(true).open(b.path("f")).unwrap();
+    // SAFETY: fallocate on an open descriptor.
+    let r = unsafe {
+        libc::fallocate(g.as_raw_fd(), libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, 500_000, 70_000)
+    };
+    assert_eq!(r, 0, "punch: {}", std::io::Error::last_os_error());
+    drop(g);
+    let mut v3 = v3;
+    v3[500_000..570_000].fill(0);
+    assert!(fs::read(a.path("f")).unwrap() == v3, "A reads the hole B punched, not its cache");
+
     // Unmounted and mounted again on the same directory: the first reread is a hit.
     assert!(fs::read(a.path("f")).unwrap() == v3);
     wait_filled(&c, &a, 3 * LEN as u64);

@@ -447,14 +447,10 @@ struct Pending {
 }
 
 fn fill_loop(inner: &Inner, rx: Receiver<Job>) {
-    // Off the application's path: the thread runs only when a core would otherwise
-    // idle (SCHED_IDLE). When it cannot keep up, the queue fills and fills are
-    // skipped, never waited for.
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: sched_setscheduler of the calling thread (0) with a valid parameter.
-    if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } != 0 {
-        tracing::debug!("SSD cache: the fill thread keeps the normal priority: {}", std::io::Error::last_os_error());
-    }
+    // Off the application's path, at the normal priority: the thread holds the index's
+    // lock for moments, and a thread of lower priority (tried: SCHED_IDLE) holding it
+    // would stall the readers and writers waiting for it on a busy machine. When it
+    // cannot keep up, the queue fills and fills are skipped, never waited for.
     while let Ok(first) = rx.recv() {
         let mut jobs = vec![first];
         let deadline = std::time::Instant::now() + FILL_GATHER;

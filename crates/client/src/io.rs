@@ -208,6 +208,11 @@ pub(crate) async fn write(c: &Client, f: &OpenFile, offset: u64, data: Bytes) ->
         f.needs_publish.store(true, std::sync::atomic::Ordering::Release);
     }
     bump_data_gen(c, f);
+    // - a read that took its SSD cache ticket after the invalidation above but before
+    //   this write was registered (or, without write-behind, landed) did not wait for it
+    //   and may have read the old bytes: its fill is refused by this second one. A read
+    //   ticketed from here on waits for the write first.
+    c.cache_invalidate(f.fid, offset, len);
     Ok(())
 }
 
@@ -464,6 +469,11 @@ pub(crate) async fn glimpse(c: &Client, fid: Fid, layout: &Layout) -> Result<u64
 /// (reads back as zeros).
 pub(crate) async fn punch_hole(c: &Client, f: &OpenFile, offset: u64, len: u64) -> Result<()> {
     c.cache_invalidate(f.fid, offset, len);
+    // The bytes change: the next flush, fsync or close reports the mtime, which moves the
+    // file's data version (other clients' caches drop the range at their next open).
+    f.written.store(true, std::sync::atomic::Ordering::Release);
+    f.needs_publish.store(true, std::sync::atomic::Ordering::Release);
+    f.inflight.data_gen.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     // Nothing to deallocate where no component has objects.
     let extents = objio::extents_to_read(f.fid, &f.layout(), offset, len, u64::MAX)?;
     let mut set = JoinSet::new();

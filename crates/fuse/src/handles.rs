@@ -119,6 +119,11 @@ impl Handles {
         st.size.clone()
     }
 
+    /// Whether any handle of `fid` is open in this mount.
+    pub fn inode_open(&self, fid: Fid) -> bool {
+        self.inodes.lock().expect("inodes").contains_key(&fid)
+    }
+
     pub fn inode_closed(&self, fid: Fid) {
         let mut m = self.inodes.lock().expect("inodes");
         if let Some(st) = m.get_mut(&fid) {

@@ -299,10 +299,16 @@ impl BraidFs {
     /// writer's close, a truncate, a DoM write). Otherwise the kernel drops them at
     /// this open, and the version is remembered for the next one. A reread of an
     /// unchanged file is then served from memory, as on Lustre's and MooseFS's clients.
+    /// While a handle opened before this one is still open, nothing is remembered: it
+    /// may read bytes of the older version into the pages after this open dropped them.
     fn keep_cache(&self, fid: Fid, version: u64) -> bool {
         let mut v = self.cached_versions.lock().expect("cached versions");
         if v.get(&fid) == Some(&version) {
             return true;
+        }
+        if self.handles.inode_open(fid) {
+            v.remove(&fid);
+            return false;
         }
         // Forgetting is safe: a file not in the table has its pages dropped at open.
         if v.len() >= REPORTED_MAX {
