@@ -181,7 +181,6 @@ fn the_ssd_cache_serves_rereads_across_remounts_and_never_stale_or_damaged_bytes
     };
     assert_eq!(r, 0, "punch: {}", std::io::Error::last_os_error());
     drop(g);
-    let mut v3 = v3;
     v3[500_000..570_000].fill(0);
     assert!(fs::read(a.path("f")).unwrap() == v3, "A reads the hole B punched, not its cache");
 
