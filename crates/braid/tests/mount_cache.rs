@@ -1,7 +1,9 @@
 //! What a mount keeps of file data between opens, through real `braid mount`
 //! processes: the kernel's page cache survives the reopen of a file nobody changed,
 //! and goes at the open after any change, also one made on another client that left
-//! the size and mtime as they were (only the MDS's data version tells).
+//! the size and mtime as they were (only the MDS's data version tells); and the SSD
+//! read cache (`-o cache_dir`): hits, coherence with writes, punches and other
+//! clients, a remount or SIGKILL, damaged or full cache disks, `braid cache`.
 
 use std::ffi::CString;
 use std::fs::{self, File, OpenOptions};

@@ -28,7 +28,7 @@ pub mod index;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
@@ -96,18 +96,6 @@ pub struct Stats {
     pub invalidations: u64,
     /// Extents whose bytes failed their checksum (dropped, read from the OSTs).
     pub damaged: u64,
-}
-
-impl Stats {
-    /// Hits over all reads that asked the cache, in percent.
-    pub fn hit_rate(&self) -> f64 {
-        let all = self.hits + self.misses;
-        if all == 0 {
-            0.0
-        } else {
-            100.0 * self.hits as f64 / all as f64
-        }
-    }
 }
 
 #[derive(Default)]
@@ -384,10 +372,6 @@ impl Cache {
             invalidations: get(&c.invalidations),
             damaged: get(&c.damaged),
         }
-    }
-
-    pub fn dir(&self) -> &Path {
-        &self.inner.dir
     }
 }
 

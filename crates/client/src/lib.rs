@@ -499,13 +499,6 @@ impl Client {
         Ok(true)
     }
 
-    /// Waits until the SSD cache wrote every fill queued so far.
-    pub fn cache_settle(&self) {
-        if let Some(c) = self.inner.cache.as_ref() {
-            c.settle();
-        }
-    }
-
     /// This client changed `[off, off + len)` of `fid`: the SSD cache drops those bytes.
     pub(crate) fn cache_invalidate(&self, fid: Fid, off: u64, len: u64) {
         if let Some(c) = self.inner.cache.as_ref() {
