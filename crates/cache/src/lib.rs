@@ -24,6 +24,7 @@
 
 pub mod buddy;
 pub mod index;
+mod readbuf;
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
@@ -37,8 +38,8 @@ use bytes::{Bytes, BytesMut};
 use serde::Serialize;
 
 use buddy::{Block, PAGE};
-pub use index::Key;
-use index::{Changed, Index, Ticket};
+use index::{Changed, Index};
+pub use index::{Key, Ticket};
 
 /// Bytes of read data waiting to be written to the cache, at most; fills past it are
 /// skipped (the next read of those bytes fills them).
@@ -132,6 +133,8 @@ struct Inner {
     /// The index's invalidation clock (see [`Cache::ticket`]).
     clock: Arc<AtomicU64>,
     counters: Counters,
+    /// Buffers of answers, reused.
+    buffers: Arc<readbuf::Pool>,
     queued_bytes: AtomicU64,
     /// Holds the directory's lock (`flock`) while the cache is open.
     _lock: File,
@@ -239,6 +242,7 @@ impl Cache {
             direct,
             index: Mutex::new(index),
             counters: Counters::default(),
+            buffers: Arc::default(),
             queued_bytes: AtomicU64::new(0),
             _lock: lock,
         });
@@ -258,21 +262,54 @@ impl Cache {
     }
 
     /// Bytes `[off, off + len)` of the file as of `version`, if the cache holds them
-    /// all and they check. `None` counts as a miss: read them elsewhere.
+    /// all and they check. `None` counts as a miss: read them elsewhere. For a caller
+    /// that waits: a long read is split in parts read in parallel.
     pub fn read(&self, key: Key, version: u64, off: u64, len: u64) -> Option<Bytes> {
+        self.read_pieces(key, version, off, len, true)
+    }
+
+    /// As [`Cache::read`], for a prefetcher that has other reads in flight: one disk
+    /// request per cached extent, one after the other, on the calling thread.
+    pub fn read_ahead(&self, key: Key, version: u64, off: u64, len: u64) -> Option<Bytes> {
+        self.read_pieces(key, version, off, len, false)
+    }
+
+    fn read_pieces(&self, key: Key, version: u64, off: u64, len: u64, split: bool) -> Option<Bytes> {
         let c = &self.inner.counters;
         let pieces = self.inner.index.lock().expect("cache index").lookup(key, version, off, len);
         let Some(pieces) = pieces else {
             c.misses.fetch_add(1, Ordering::Relaxed);
             return None;
         };
-        let one = pieces.len() == 1;
-        let mut out = BytesMut::new();
-        let mut only = None;
-        for p in pieces {
-            let mut raw = Vec::new();
-            let Some(at) = self.inner.read_checked(&mut raw, p.data_off, p.bytes, &p.crcs) else {
+        let answer = match self.inner.read_joined(&pieces, split) {
+            Joined::Read(answer) => Ok(answer),
+            Joined::Damaged(i) => Err(i),
+            Joined::Apart => {
+                // Extents that do not meet at page boundaries: each read on its own
+                // and the answer copied together.
+                let mut out = BytesMut::with_capacity(len as usize);
+                let mut failed = None;
+                for (i, p) in pieces.iter().enumerate() {
+                    match self.inner.read_joined(std::slice::from_ref(p), split) {
+                        Joined::Read(part) => out.extend_from_slice(&part),
+                        _ => {
+                            failed = Some(i);
+                            break;
+                        }
+                    }
+                }
+                failed.map_or(Ok(out.freeze()), Err)
+            }
+        };
+        match answer {
+            Ok(answer) => {
+                c.hits.fetch_add(1, Ordering::Relaxed);
+                c.hit_bytes.fetch_add(len, Ordering::Relaxed);
+                Some(answer)
+            }
+            Err(i) => {
                 // Damaged, or evicted and reused since the lookup: only the first is news.
+                let p = &pieces[i];
                 if self.inner.index.lock().expect("cache index").drop_damaged(key, p.file_off, p.block) {
                     c.damaged.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(
@@ -282,19 +319,9 @@ impl Cache {
                     );
                 }
                 c.misses.fetch_add(1, Ordering::Relaxed);
-                return None;
-            };
-            let (from, to) = (at + p.skip, at + p.skip + p.take);
-            if one {
-                // The buffer read into becomes the answer: no copy.
-                only = Some(Bytes::from(raw).slice(from..to));
-            } else {
-                out.extend_from_slice(&raw[from..to]);
+                None
             }
         }
-        c.hits.fetch_add(1, Ordering::Relaxed);
-        c.hit_bytes.fetch_add(len, Ordering::Relaxed);
-        Some(only.unwrap_or_else(|| out.freeze()))
     }
 
     /// Taken before a read looks anywhere (before it waits for this client's writes of
@@ -380,36 +407,111 @@ impl Cache {
 /// computed while others are still being read.
 const READ_PART: u64 = 256 << 10;
 
+/// What [`Inner::read_joined`] made of a list of pieces.
+enum Joined {
+    /// The answer, in one buffer.
+    Read(Bytes),
+    /// Piece `i` could not be read or did not check.
+    Damaged(usize),
+    /// The pieces do not meet at page boundaries: read them one by one.
+    Apart,
+}
+
+/// One disk request of a cached read: `bytes` at `off` of the data file, into the
+/// answer's buffer from `dest`, checked against `crcs` (one per page).
+struct Part<'a> {
+    piece: usize,
+    dest: usize,
+    off: u64,
+    bytes: u64,
+    crcs: &'a [u32],
+}
+
 impl Inner {
-    /// Reads `bytes` of the data file at `off` (page aligned) into a page-aligned part
-    /// of `raw` and checks them against `crcs` (one per page); returns where in `raw`
-    /// they start, or `None` if the read failed, came short or did not check.
-    fn read_checked(&self, raw: &mut Vec<u8>, off: u64, bytes: u64, crcs: &[u32]) -> Option<usize> {
-        let whole = bytes.div_ceil(PAGE) * PAGE;
-        raw.resize((whole + PAGE) as usize, 0);
-        let at = raw.as_ptr().align_offset(PAGE as usize);
-        let buf = &mut raw[at..at + whole as usize];
-        let part = |buf: &mut [u8], first_page: usize| -> bool {
-            let len = (buf.len() as u64).min(bytes - first_page as u64 * PAGE) as usize;
-            let read = match &self.direct {
-                Some(d) => d.read_exact_at(buf, off + first_page as u64 * PAGE).is_ok(),
-                None => self.data.read_exact_at(&mut buf[..len], off + first_page as u64 * PAGE).is_ok(),
-            };
-            read && buf[..len].chunks(PAGE as usize).zip(&crcs[first_page..]).all(|(p, &crc)| crc32c::crc32c(p) == crc)
+    /// Reads the pieces of a lookup into one page-aligned buffer, each piece's pages
+    /// right after the previous one's, and answers the bytes asked for, with no copy.
+    /// `split` cuts long pieces into parts read in parallel.
+    fn read_joined(&self, pieces: &[index::Piece], split: bool) -> Joined {
+        let last = pieces.len() - 1;
+        let meet = pieces.iter().enumerate().all(|(i, p)| {
+            (i == 0 || p.skip == 0) && (i == last || (p.bytes % PAGE == 0 && p.skip + p.take == p.bytes as usize))
+        });
+        if !meet {
+            return Joined::Apart;
+        }
+        let mut parts = Vec::new();
+        let mut dest = 0usize;
+        for (i, p) in pieces.iter().enumerate() {
+            let whole = p.bytes.div_ceil(PAGE) * PAGE;
+            let step = if split { READ_PART } else { whole };
+            let mut at = 0;
+            while at < whole {
+                let n = step.min(whole - at);
+                let first_page = (at / PAGE) as usize;
+                parts.push(Part {
+                    piece: i,
+                    dest: dest + at as usize,
+                    off: p.data_off + at,
+                    bytes: n.min(p.bytes - at),
+                    crcs: &p.crcs[first_page..],
+                });
+                at += n;
+            }
+            dest += whole as usize;
+        }
+        let mut buf = self.buffers.take(dest);
+        let failed = self.read_parts(buf.as_mut_slice(), &parts);
+        if let Some(i) = failed {
+            return Joined::Damaged(i);
+        }
+        let skip = pieces[0].skip;
+        let len: usize = pieces.iter().map(|p| p.take).sum();
+        Joined::Read(Bytes::from_owner(buf).slice(skip..skip + len))
+    }
+
+    /// Reads and checks `parts` (in order of `dest`, apart) into `buf`, in parallel if
+    /// more than one; returns the piece of a part that failed.
+    fn read_parts(&self, buf: &mut [u8], parts: &[Part]) -> Option<usize> {
+        let mut slices = Vec::with_capacity(parts.len());
+        let mut rest = buf;
+        let mut at = 0;
+        for p in parts {
+            let whole = (p.bytes.div_ceil(PAGE) * PAGE) as usize;
+            let (_, tail) = std::mem::take(&mut rest).split_at_mut(p.dest - at);
+            let (mine, tail) = tail.split_at_mut(whole);
+            slices.push((p, mine));
+            rest = tail;
+            at = p.dest + whole;
+        }
+        if slices.len() == 1 {
+            let (p, dest) = slices.pop().expect("one part");
+            return (!self.read_part(dest, p)).then_some(p.piece);
+        }
+        std::thread::scope(|s| {
+            let mut slices = slices.into_iter();
+            let (first, first_dest) = slices.next().expect("parts");
+            let others: Vec<_> = slices.map(|(p, dest)| s.spawn(move || (p.piece, self.read_part(dest, p)))).collect();
+            // The first part on this thread, while the others are read.
+            let mut failed = (!self.read_part(first_dest, first)).then_some(first.piece);
+            for h in others {
+                match h.join() {
+                    Ok((_, true)) => {}
+                    Ok((piece, false)) => failed = failed.or(Some(piece)),
+                    Err(_) => failed = failed.or(Some(first.piece)),
+                }
+            }
+            failed
+        })
+    }
+
+    /// Reads one part into `dest` (its whole pages) and checks it.
+    fn read_part(&self, dest: &mut [u8], p: &Part) -> bool {
+        let len = p.bytes as usize;
+        let read = match &self.direct {
+            Some(d) => d.read_exact_at(dest, p.off).is_ok(),
+            None => self.data.read_exact_at(&mut dest[..len], p.off).is_ok(),
         };
-        let ok = if whole <= READ_PART {
-            part(buf, 0)
-        } else {
-            std::thread::scope(|s| {
-                let parts: Vec<_> = buf
-                    .chunks_mut(READ_PART as usize)
-                    .enumerate()
-                    .map(|(i, chunk)| s.spawn(move || part(chunk, i * (READ_PART / PAGE) as usize)))
-                    .collect();
-                parts.into_iter().all(|h| h.join().unwrap_or(false))
-            })
-        };
-        ok.then_some(at)
+        read && dest[..len].chunks(PAGE as usize).zip(p.crcs).all(|(page, &crc)| crc32c::crc32c(page) == crc)
     }
 }
 

@@ -190,6 +190,38 @@ fn the_index_survives_a_reopen_a_torn_tail_and_damaged_data_is_never_served() {
 }
 
 #[test]
+fn a_read_across_extents_is_answered_whole_and_a_damaged_one_spoils_it() {
+    let d = dir("across");
+    let c = open(&d.0, 16 << 20);
+    // Extents meeting at page boundaries (read into one buffer), the last one short.
+    let data = bytes((2 << 20) + 8192 + 5000, 21);
+    let cut = [0usize, 1 << 20, (2 << 20) + 8192, data.len()];
+    for w in cut.windows(2) {
+        fill(&c, 10, 1, w[0] as u64, &data.slice(w[0]..w[1]));
+    }
+    let len = data.len() as u64 - 100;
+    assert_eq!(c.read(10, 1, 100, len).unwrap(), data.slice(100..));
+    assert_eq!(c.read_ahead(10, 1, 100, len).unwrap(), data.slice(100..), "the prefetcher's read");
+    assert_eq!(c.read(10, 1, (1 << 20) - 10, 20).unwrap(), data.slice((1 << 20) - 10..(1 << 20) + 10));
+    // Extents that meet inside a page (read one by one and joined by a copy).
+    let small = bytes(20_000, 22);
+    fill(&c, 11, 1, 0, &small.slice(0..5000));
+    fill(&c, 11, 1, 5000, &small.slice(5000..));
+    assert_eq!(c.read(11, 1, 10, 19_980).unwrap(), small.slice(10..19_990));
+    assert_eq!(c.read_ahead(11, 1, 0, 20_000).unwrap(), small);
+    // One byte of the middle extent changed: the read across it is a miss.
+    let datafile = d.0.join("data");
+    let raw = std::fs::read(&datafile).unwrap();
+    let mid = (1 << 20) + 300_000;
+    let at = raw.windows(16).position(|w| w == &data[mid..mid + 16]).expect("the bytes are in the data file");
+    OpenOptions::new().write(true).open(&datafile).unwrap().write_all_at(&[raw[at] ^ 1], at as u64).unwrap();
+    assert!(c.read_ahead(10, 1, 0, data.len() as u64).is_none(), "damaged: a miss");
+    assert_eq!(c.stats().damaged, 1);
+    assert_eq!(c.read(10, 1, 0, 1 << 20).unwrap(), data.slice(..1 << 20), "the first extent stays");
+    assert!(c.read(10, 1, 1 << 20, 10).is_none(), "the damaged one went");
+}
+
+#[test]
 fn a_busy_missing_or_read_only_directory_is_a_clear_error() {
     let d = dir("busy");
     let c = open(&d.0, 2 << 20);

@@ -239,9 +239,7 @@ pub(crate) async fn read(c: &Client, f: &OpenFile, offset: u64, len: u64) -> Res
     // The SSD cache's ticket comes first: a write issued from here on refuses the fill
     // of what this read gets, and one issued before has landed once the wait below
     // returns.
-    let cache = c.inner.cache.as_ref();
-    let key = crate::cache_key(f.fid);
-    let ticket = cache.map(|cache| cache.ticket(key, f.data_version));
+    let ticket = c.inner.cache.as_ref().map(|cache| cache.ticket(crate::cache_key(f.fid), f.data_version));
     // Read the writes of this client (POSIX: a read sees every write that returned
     // before it, through any descriptor): wait for the in-flight writes of this range,
     // of this handle and of the file's other handles here.
@@ -260,18 +258,45 @@ pub(crate) async fn read(c: &Client, f: &OpenFile, offset: u64, len: u64) -> Res
         }
         layout = f.layout();
     }
-    // The SSD cache, for the version this handle opened; a miss is filled with what
-    // the OSTs return, after the caller has it.
-    if let Some(data) = cache.and_then(|cache| cache.read(key, f.data_version, offset, len)) {
-        return Ok(data);
-    }
     // One reader at a time uses the read-ahead state; a concurrent reader of the same
     // handle (FUSE issues reads in parallel) reads directly instead of waiting.
-    let data = match f.readahead.try_lock() {
-        Ok(mut ra) => ra.read(c, f, &layout, offset, len, size).await,
-        Err(_) => read_extents(c, f.fid, &layout, offset, len).await,
-    }?;
-    if let (Some(cache), Some(ticket)) = (cache, ticket) {
+    match f.readahead.try_lock() {
+        Ok(mut ra) => ra.read(c, f, &layout, offset, len, size, ticket).await,
+        Err(_) => read_through(c, f.fid, f.data_version, &layout, offset, len, ticket).await,
+    }
+}
+
+/// `[offset, offset+len)` of a file as of data `version`: from the SSD cache if it holds
+/// them, otherwise from the OSTs, and then queued for the cache under `ticket` (taken
+/// before the read waited for this client's writes of the range), after the caller has
+/// them. Reads the cache on the calling thread.
+async fn read_through(
+    c: &Client,
+    fid: Fid,
+    version: u64,
+    layout: &Layout,
+    offset: u64,
+    len: u64,
+    ticket: Option<cache::Ticket>,
+) -> Result<Bytes> {
+    if let Some(data) = c.inner.cache.as_ref().and_then(|cache| cache.read(crate::cache_key(fid), version, offset, len))
+    {
+        return Ok(data);
+    }
+    read_and_fill(c, fid, layout, offset, len, ticket).await
+}
+
+/// `[offset, offset+len)` from the OSTs, queued for the SSD cache under `ticket`.
+async fn read_and_fill(
+    c: &Client,
+    fid: Fid,
+    layout: &Layout,
+    offset: u64,
+    len: u64,
+    ticket: Option<cache::Ticket>,
+) -> Result<Bytes> {
+    let data = read_extents(c, fid, layout, offset, len).await?;
+    if let (Some(cache), Some(ticket)) = (c.inner.cache.as_ref(), ticket) {
         cache.fill(ticket, offset, data.clone());
     }
     Ok(data)
@@ -287,8 +312,11 @@ type Prefetch = tokio::sync::oneshot::Receiver<Result<Bytes>>;
 /// Sequential read-ahead of one handle (Lustre's client read-ahead, simplified): once
 /// two reads follow each other, the next `READAHEAD_WINDOW_BYTES` are requested in
 /// chunks in the background, so a reader of small transfers keeps every OST busy.
-/// Any jump resets it; a write through the handle, or a truncate or hole punch of the
-/// file through this client, drops it.
+/// A chunk the SSD cache holds is read from there, on a thread of the blocking pool:
+/// the cache's disk reads and checksums of the next chunks overlap the answer of this
+/// one (an `O_DIRECT` reader asks for one transfer at a time). Any jump resets it; a
+/// write through the handle, or a truncate or hole punch of the file through this
+/// client, drops it.
 #[derive(Default)]
 pub struct Readahead {
     /// Where the next sequential read starts.
@@ -311,6 +339,7 @@ impl Readahead {
         self.next = u64::MAX;
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn read(
         &mut self,
         c: &Client,
@@ -319,6 +348,7 @@ impl Readahead {
         offset: u64,
         len: u64,
         size: u64,
+        ticket: Option<cache::Ticket>,
     ) -> Result<Bytes> {
         let gen = f.inflight.data_gen.load(std::sync::atomic::Ordering::Acquire);
         if gen != self.gen {
@@ -333,7 +363,7 @@ impl Readahead {
             self.issued_until = offset;
         }
         let end = offset + len;
-        let mut out = BytesMut::with_capacity(len as usize);
+        let mut out = BytesMut::new();
         let mut pos = offset;
         while pos < end {
             if let Some((start, data)) = &self.ready {
@@ -341,6 +371,13 @@ impl Readahead {
                 if pos >= start && pos < start + dlen {
                     let from = (pos - start) as usize;
                     let n = ((start + dlen).min(end) - pos) as usize;
+                    if pos == offset && n as u64 == len {
+                        // All of it in one chunk: the chunk's bytes, not a copy.
+                        let whole = data.slice(from..from + n);
+                        self.next = end;
+                        self.refill(c, f, layout, end, size, sequential);
+                        return Ok(whole);
+                    }
                     out.extend_from_slice(&data[from..from + n]);
                     pos += n as u64;
                     continue;
@@ -354,7 +391,7 @@ impl Readahead {
                         _ => {
                             // A failed or short prefetch: read directly from here on.
                             self.reset();
-                            let rest = read_extents(c, f.fid, layout, pos, end - pos).await?;
+                            let rest = read_through(c, f.fid, f.data_version, layout, pos, end - pos, ticket).await?;
                             out.extend_from_slice(&rest);
                             pos = end;
                         }
@@ -364,7 +401,14 @@ impl Readahead {
                     self.pending.pop_front();
                 }
                 _ => {
-                    let rest = read_extents(c, f.fid, layout, pos, end - pos).await?;
+                    let rest = read_through(c, f.fid, f.data_version, layout, pos, end - pos, ticket).await?;
+                    if pos == offset {
+                        // Nothing came from the prefetch: the answer as read.
+                        self.issued_until = self.issued_until.max(end);
+                        self.next = end;
+                        self.refill(c, f, layout, end, size, sequential);
+                        return Ok(rest);
+                    }
                     out.extend_from_slice(&rest);
                     pos = end;
                     self.issued_until = self.issued_until.max(end);
@@ -372,30 +416,45 @@ impl Readahead {
             }
         }
         self.next = end;
-        if sequential {
-            // Keep the window ahead of the reader full.
-            let mut at = self.issued_until.max(end);
-            let limit = size.min(end.saturating_add(READAHEAD_WINDOW_BYTES));
-            while at < limit {
-                let n = READAHEAD_CHUNK_BYTES.min(limit - at);
-                let (tx, rx) = tokio::sync::oneshot::channel();
-                let (client, fid, layout) = (c.clone(), f.fid, layout.clone());
-                tokio::spawn(async move {
-                    // Not before the writes of this range still on their way to the
-                    // OSTs (write-behind), from any handle of the file here: the chunk
-                    // carries the data generation of now, so bytes read from under such
-                    // a write would be served as current after it landed.
-                    for i in client.file_inflights(fid) {
-                        i.admit(at, at + n, 0, u64::MAX).await;
-                    }
-                    let _ = tx.send(read_extents(&client, fid, &layout, at, n).await);
-                });
-                self.pending.push_back((at, n, rx));
-                at += n;
-            }
-            self.issued_until = at;
-        }
+        self.refill(c, f, layout, end, size, sequential);
         Ok(out.freeze())
+    }
+
+    /// Keeps the window ahead of a sequential reader, now at `end`, full.
+    fn refill(&mut self, c: &Client, f: &OpenFile, layout: &Arc<Layout>, end: u64, size: u64, sequential: bool) {
+        if !sequential {
+            return;
+        }
+        let mut at = self.issued_until.max(end);
+        let limit = size.min(end.saturating_add(READAHEAD_WINDOW_BYTES));
+        while at < limit {
+            let n = READAHEAD_CHUNK_BYTES.min(limit - at);
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let (client, fid, version, layout) = (c.clone(), f.fid, f.data_version, layout.clone());
+            // Before the wait below, as a read's (see `read`).
+            let ticket = c.inner.cache.as_ref().map(|cache| cache.ticket(crate::cache_key(fid), version));
+            tokio::spawn(async move {
+                // Not before the writes of this range still on their way to the
+                // OSTs (write-behind), from any handle of the file here: the chunk
+                // carries the data generation of now, so bytes read from under such
+                // a write would be served as current after it landed.
+                for i in client.file_inflights(fid) {
+                    i.admit(at, at + n, 0, u64::MAX).await;
+                }
+                if let Some(cache) = client.inner.cache.clone() {
+                    let key = crate::cache_key(fid);
+                    let cached = tokio::task::spawn_blocking(move || cache.read_ahead(key, version, at, n)).await;
+                    if let Ok(Some(data)) = cached {
+                        let _ = tx.send(Ok(data));
+                        return;
+                    }
+                }
+                let _ = tx.send(read_and_fill(&client, fid, &layout, at, n, ticket).await);
+            });
+            self.pending.push_back((at, n, rx));
+            at += n;
+        }
+        self.issued_until = at;
     }
 }
 
