@@ -310,3 +310,37 @@ fn wait_until(c: &Cluster, m: &Mount, ok: impl Fn(&serde_json::Value) -> bool) -
     });
     s
 }
+
+/// A native client (`braid cp`) takes the cache from `BRAID_CLIENT_OPTIONS`: a second
+/// copy of a file it read before comes whole from the cache with every OSS down, where
+/// the same copy without the cache fails; a mount-only option there is refused.
+#[test]
+fn a_native_client_uses_the_ssd_cache_from_its_client_options() {
+    let mut c = cluster();
+    let data = pattern(3 << 20, 11);
+    c.put("/native", &data);
+    let cache = c.dir.path().join("native-cache");
+    let opts = format!("cache_dir={},cache_size=64M", cache.display());
+    let out = c.dir.path().join("native-out");
+    let cp = |c: &Cluster, opts: Option<&str>| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_braid"));
+        cmd.args(["cp", "--timeout-s", "2", &c.url("/native")]).arg(&out).env("BRAID_SECRET_FILE", &c.secret);
+        if let Some(o) = opts {
+            cmd.env("BRAID_CLIENT_OPTIONS", o);
+        }
+        let _ = fs::remove_file(&out);
+        testkit::output_within(&mut cmd, std::time::Duration::from_secs(60)).expect("braid cp ends")
+    };
+    let first = cp(&c, Some(&opts));
+    assert!(first.status.success(), "cp with the cache: {}", testkit::stderr(&first));
+    assert_eq!(fs::read(&out).unwrap(), data);
+    c.kill("oss0");
+    let again = cp(&c, Some(&opts));
+    assert!(again.status.success(), "cp from the cache with the OSS down: {}", testkit::stderr(&again));
+    assert_eq!(fs::read(&out).unwrap(), data, "the cached bytes, whole");
+    let without = cp(&c, None);
+    assert!(!without.status.success(), "without the cache the OSTs are needed");
+    let bad = cp(&c, Some("cache_dir=/tmp/x,allow_other"));
+    assert!(!bad.status.success());
+    assert!(testkit::stderr(&bad).contains("not an option of a native client"), "{}", testkit::stderr(&bad));
+}

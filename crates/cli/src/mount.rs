@@ -147,6 +147,27 @@ pub fn parse_options(list: &[String]) -> Result<MountSettings> {
     Ok(s)
 }
 
+/// Options of a mount that a native client (`braid cp`, `braid bench` on a
+/// `braid://` target, ...) takes too, from `BRAID_CLIENT_OPTIONS`.
+const NATIVE_OPTIONS: [&str; 6] = ["cache_dir", "cache_size", "ost_limit", "ost_latency", "timeout", "dir_leases"];
+
+/// The client settings in `BRAID_CLIENT_OPTIONS` (mount options of the client, as
+/// `cache_dir=/ssd/braid,cache_size=20G`), or none.
+pub fn native_settings() -> Result<Option<MountSettings>> {
+    let Some(list) = std::env::var_os("BRAID_CLIENT_OPTIONS") else { return Ok(None) };
+    let list = list.into_string().map_err(|_| anyhow::anyhow!("BRAID_CLIENT_OPTIONS is not UTF-8"))?;
+    for opt in list.split(',').filter(|o| !o.is_empty()) {
+        let key = opt.split_once('=').map_or(opt, |(k, _)| k);
+        if !NATIVE_OPTIONS.contains(&key) {
+            bail!(
+                "BRAID_CLIENT_OPTIONS: '{opt}' is not an option of a native client (known: {})",
+                NATIVE_OPTIONS.join(", ")
+            );
+        }
+    }
+    parse_options(&[list]).map(Some).context("BRAID_CLIENT_OPTIONS")
+}
+
 fn secret_record(mgs: &str) -> PathBuf {
     Path::new(RUN_DIR).join(format!("{}.secret-file", mgs.replace([':', '/'], "_")))
 }

@@ -34,9 +34,14 @@ pub fn connect(url: &str) -> anyhow::Result<Box<dyn FileBackend>> {
     let file = std::env::var_os("BRAID_SECRET_FILE")
         .map(std::path::PathBuf::from)
         .or_else(|| crate::mount::recorded_secret(&p.mgs));
-    let mut cfg = ClientConfig::new(&p.mgs, crate::client_secret(&file)?);
-    let timeout_s = std::env::var("BRAID_TIMEOUT_S").ok().and_then(|v| v.parse().ok()).unwrap_or(60u64);
-    cfg.rpc.recovery_timeout = Duration::from_secs(timeout_s.max(1));
+    let secret = crate::client_secret(&file)?;
+    let mut cfg = match crate::mount::native_settings()? {
+        Some(s) => s.client_config(&p.mgs, secret),
+        None => ClientConfig::new(&p.mgs, secret),
+    };
+    if let Some(timeout_s) = std::env::var("BRAID_TIMEOUT_S").ok().and_then(|v| v.parse::<u64>().ok()) {
+        cfg.rpc.recovery_timeout = Duration::from_secs(timeout_s.max(1));
+    }
     let bc = BlockingClient::connect(cfg, 2)?;
     Ok(Box::new(NativeBackend {
         bc,

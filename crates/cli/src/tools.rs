@@ -27,7 +27,11 @@ fn connect(opts: &ClientOpts, mgs: &str) -> Result<BlockingClient> {
             crate::mount::recorded_secret(mgs)
         }
     });
-    let mut cfg = ClientConfig::new(mgs, crate::client_secret(&file)?);
+    let secret = crate::client_secret(&file)?;
+    let mut cfg = match crate::mount::native_settings()? {
+        Some(s) => s.client_config(mgs, secret),
+        None => ClientConfig::new(mgs, secret),
+    };
     cfg.rpc.recovery_timeout = Duration::from_secs(opts.timeout_s.max(1));
     BlockingClient::connect(cfg, 2).with_context(|| format!("cannot connect to the cluster at {mgs}"))
 }
