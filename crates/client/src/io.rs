@@ -310,8 +310,10 @@ const READAHEAD_CHUNK_BYTES: u64 = 4 << 20;
 type Prefetch = tokio::sync::oneshot::Receiver<Result<Bytes>>;
 
 /// Sequential read-ahead of one handle (Lustre's client read-ahead, simplified): once
-/// two reads follow each other, the next `READAHEAD_WINDOW_BYTES` are requested in
-/// chunks in the background, so a reader of small transfers keeps every OST busy.
+/// two reads follow each other, what follows is requested in chunks in the
+/// background, so a reader of small transfers keeps every OST busy. The window starts
+/// at twice the read and doubles with each read in sequence, up to
+/// `READAHEAD_WINDOW_BYTES`: two random reads that happen to meet cost little.
 /// A chunk the SSD cache holds is read from there, on a thread of the blocking pool:
 /// the cache's disk reads and checksums of the next chunks overlap the answer of this
 /// one (an `O_DIRECT` reader asks for one transfer at a time). Any jump resets it; a
@@ -329,6 +331,8 @@ pub struct Readahead {
     issued_until: u64,
     /// The handle's data generation the prefetched chunks were read at.
     gen: u64,
+    /// Reads in sequence so far (0: the last one jumped).
+    streak: u32,
 }
 
 impl Readahead {
@@ -357,6 +361,7 @@ impl Readahead {
             self.gen = gen;
         }
         let sequential = offset == self.next;
+        self.streak = if sequential { self.streak.saturating_add(1) } else { 0 };
         if !sequential {
             self.pending.clear();
             self.ready = None;
@@ -375,7 +380,7 @@ impl Readahead {
                         // All of it in one chunk: the chunk's bytes, not a copy.
                         let whole = data.slice(from..from + n);
                         self.next = end;
-                        self.refill(c, f, layout, end, size, sequential);
+                        self.refill(c, f, layout, len, end, size);
                         return Ok(whole);
                     }
                     out.extend_from_slice(&data[from..from + n]);
@@ -406,7 +411,7 @@ impl Readahead {
                         // Nothing came from the prefetch: the answer as read.
                         self.issued_until = self.issued_until.max(end);
                         self.next = end;
-                        self.refill(c, f, layout, end, size, sequential);
+                        self.refill(c, f, layout, len, end, size);
                         return Ok(rest);
                     }
                     out.extend_from_slice(&rest);
@@ -416,17 +421,19 @@ impl Readahead {
             }
         }
         self.next = end;
-        self.refill(c, f, layout, end, size, sequential);
+        self.refill(c, f, layout, len, end, size);
         Ok(out.freeze())
     }
 
-    /// Keeps the window ahead of a sequential reader, now at `end`, full.
-    fn refill(&mut self, c: &Client, f: &OpenFile, layout: &Arc<Layout>, end: u64, size: u64, sequential: bool) {
-        if !sequential {
+    /// Keeps the window ahead of a sequential reader of `len` bytes a read, now at
+    /// `end`, full.
+    fn refill(&mut self, c: &Client, f: &OpenFile, layout: &Arc<Layout>, len: u64, end: u64, size: u64) {
+        if self.streak == 0 {
             return;
         }
+        let window = len.saturating_mul(2 << (self.streak - 1).min(20)).min(READAHEAD_WINDOW_BYTES);
         let mut at = self.issued_until.max(end);
-        let limit = size.min(end.saturating_add(READAHEAD_WINDOW_BYTES));
+        let limit = size.min(end.saturating_add(window));
         while at < limit {
             let n = READAHEAD_CHUNK_BYTES.min(limit - at);
             let (tx, rx) = tokio::sync::oneshot::channel();
