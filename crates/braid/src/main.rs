@@ -42,6 +42,82 @@ enum CacheCommand {
 }
 
 #[derive(Subcommand)]
+enum TraceCommand {
+    /// Start recording a mount's operations (root; starts its collector).
+    On { mountpoint: PathBuf },
+    /// Stop recording.
+    Off { mountpoint: PathBuf },
+    /// The mount's tracer: on or off, records written, collected and dropped, its
+    /// collector and where it ships.
+    Status {
+        #[arg(long)]
+        json: bool,
+        mountpoint: PathBuf,
+    },
+    /// Drain a mount's trace ring into a trace directory or to a collection server
+    /// (a mount starts this itself when tracing is turned on).
+    Collect {
+        /// The ring file (braid trace status shows it).
+        #[arg(long)]
+        ring: PathBuf,
+        /// Store the records in this trace directory.
+        #[arg(long, conflicts_with = "server")]
+        dir: Option<PathBuf>,
+        /// Ship the records to this collection server (braid trace serve).
+        #[arg(long)]
+        server: Option<String>,
+        /// The cluster secret, for the server (also BRAID_SECRET_FILE).
+        #[arg(long)]
+        secret_file: Option<PathBuf>,
+    },
+    /// Run a collection server: store what collectors ship in a trace directory.
+    Serve {
+        /// Trace directory.
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long, default_value = "127.0.0.1:9450")]
+        listen: String,
+        #[arg(long)]
+        secret_file: Option<PathBuf>,
+        /// Run without authentication (test setups only).
+        #[arg(long)]
+        insecure: bool,
+        /// Close a segment file at this size (bytes; K, M, G suffixes).
+        #[arg(long, default_value = "64M")]
+        segment_size: String,
+        /// Drop the oldest segments past this total (bytes; K, M, G, T suffixes).
+        #[arg(long, default_value = "10G")]
+        max_size: String,
+    },
+    /// One line per stored operation (seed 001's OPLOG lines).
+    Show {
+        #[arg(long)]
+        dir: PathBuf,
+        #[command(flatten)]
+        filter: cli::trace::FilterArgs,
+    },
+    /// Counts, bytes, sizes and latency percentiles per operation, job, user and file,
+    /// and each file's access pattern.
+    Stats {
+        #[arg(long)]
+        dir: PathBuf,
+        #[command(flatten)]
+        filter: cli::trace::FilterArgs,
+    },
+    /// The stored operations as CSV (default) or JSON lines.
+    Export {
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long, conflicts_with = "json")]
+        csv: bool,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        filter: cli::trace::FilterArgs,
+    },
+}
+
+#[derive(Subcommand)]
 enum Command {
     /// Run the management service (MGS).
     Mgs(cli::serve::MgsArgs),
@@ -58,6 +134,9 @@ enum Command {
     /// The SSD read cache of a mount (`-o cache_dir=PATH,cache_size=SIZE`).
     #[command(subcommand)]
     Cache(CacheCommand),
+    /// The I/O tracer: turn it on and off on a mount, collect, serve, and read traces.
+    #[command(subcommand)]
+    Trace(TraceCommand),
     /// IOR-, mdtest- and IOzone-style benchmarks, sweeps and plots.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -279,5 +358,24 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Df { client, inodes, human, path, .. } => tools::df(&client, &path, inodes, human),
         Command::Cache(CacheCommand::Status { json, mountpoint }) => cli::cache::status(&mountpoint, json),
         Command::Cache(CacheCommand::Drop { mountpoint }) => cli::cache::drop_all(&mountpoint),
+        Command::Trace(t) => trace_command(t),
+    }
+}
+
+fn trace_command(t: TraceCommand) -> anyhow::Result<()> {
+    match t {
+        TraceCommand::On { mountpoint } => cli::trace::switch(&mountpoint, true),
+        TraceCommand::Off { mountpoint } => cli::trace::switch(&mountpoint, false),
+        TraceCommand::Status { json, mountpoint } => cli::trace::status(&mountpoint, json),
+        TraceCommand::Collect { ring, dir, server, secret_file } => {
+            cli::trace::collect(&ring, dir.as_deref(), server.as_deref(), secret_file)
+        }
+        TraceCommand::Serve { dir, listen, secret_file, insecure, segment_size, max_size } => {
+            let secret = cli::server_secret(secret_file, insecure)?;
+            cli::trace::serve(&dir, &listen, secret, &segment_size, &max_size)
+        }
+        TraceCommand::Show { dir, filter } => cli::trace::show(&dir, &filter),
+        TraceCommand::Stats { dir, filter } => cli::trace::stats(&dir, &filter),
+        TraceCommand::Export { dir, csv: _, json, filter } => cli::trace::export(&dir, &filter, json),
     }
 }

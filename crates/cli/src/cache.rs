@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 
 /// The braid mount whose root is `path` or holds it.
-fn mount_root(path: &Path) -> Result<PathBuf> {
+pub(crate) fn mount_root(path: &Path) -> Result<PathBuf> {
     let abs = std::fs::canonicalize(path).with_context(|| format!("{}", path.display()))?;
     crate::mount::braid_mounts()
         .into_iter()
@@ -24,21 +24,46 @@ fn c_path(p: &Path) -> Result<CString> {
     CString::new(p.as_os_str().as_bytes()).context("a path with a NUL byte")
 }
 
-/// The cache's numbers as the mount reports them (JSON).
-fn read_status(root: &Path) -> Result<serde_json::Value> {
-    let path = c_path(root)?;
-    let name = CString::new(fuse::CACHE_STATUS_XATTR).expect("no NUL");
+/// The value of the mount process's virtual attribute `name` on its root.
+pub(crate) fn get_root_xattr(root: &Path, name: &str) -> std::io::Result<Vec<u8>> {
+    let path = c_path(root).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
+    let name = CString::new(name).expect("no NUL");
     let mut buf = vec![0u8; 64 << 10];
     // SAFETY: NUL-terminated strings and a buffer of the length given.
     let n = unsafe { libc::getxattr(path.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
     if n < 0 {
-        let e = std::io::Error::last_os_error();
-        if e.raw_os_error() == Some(libc::ENODATA) {
-            bail!("the mount on {} has no SSD cache (mount with -o cache_dir=PATH,cache_size=SIZE)", root.display());
-        }
-        bail!("asking the mount on {} for its cache: {e}", root.display());
+        return Err(std::io::Error::last_os_error());
     }
     buf.truncate(n as usize);
+    Ok(buf)
+}
+
+/// Sets the mount process's virtual attribute `name` on its root.
+pub(crate) fn set_root_xattr(root: &Path, name: &str, value: &[u8]) -> Result<()> {
+    let p = c_path(root)?;
+    let name = CString::new(name).expect("no NUL");
+    // SAFETY: NUL-terminated strings and a value of the length given.
+    let r = unsafe { libc::setxattr(p.as_ptr(), name.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
+    if r != 0 {
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::ENODATA) => bail!("the mount on {} does not offer this", root.display()),
+            Some(libc::EPERM) => bail!("only root may do this on {}", root.display()),
+            _ => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// The cache's numbers as the mount reports them (JSON).
+fn read_status(root: &Path) -> Result<serde_json::Value> {
+    let buf = match get_root_xattr(root, fuse::CACHE_STATUS_XATTR) {
+        Ok(b) => b,
+        Err(e) if e.raw_os_error() == Some(libc::ENODATA) => {
+            bail!("the mount on {} has no SSD cache (mount with -o cache_dir=PATH,cache_size=SIZE)", root.display())
+        }
+        Err(e) => bail!("asking the mount on {} for its cache: {e}", root.display()),
+    };
     serde_json::from_slice(&buf).context("the mount's answer is not JSON")
 }
 
@@ -87,18 +112,13 @@ pub fn status(path: &Path, json: bool) -> Result<()> {
 /// `braid cache drop`: empties the mount's cache (root only).
 pub fn drop_all(path: &Path) -> Result<()> {
     let root = mount_root(path)?;
-    let p = c_path(&root)?;
-    let name = CString::new(fuse::CACHE_DROP_XATTR).expect("no NUL");
-    // SAFETY: NUL-terminated strings and an empty value.
-    let r = unsafe { libc::setxattr(p.as_ptr(), name.as_ptr(), b"1".as_ptr().cast(), 1, 0) };
-    if r != 0 {
-        let e = std::io::Error::last_os_error();
-        match e.raw_os_error() {
-            Some(libc::ENODATA) => bail!("the mount on {} has no SSD cache", root.display()),
-            Some(libc::EPERM) => bail!("only root may drop the cache of {}", root.display()),
-            _ => bail!("dropping the cache of {}: {e}", root.display()),
+    set_root_xattr(&root, fuse::CACHE_DROP_XATTR, b"1").map_err(|e| {
+        if e.to_string().contains("does not offer") {
+            anyhow::anyhow!("the mount on {} has no SSD cache", root.display())
+        } else {
+            e.context(format!("dropping the cache of {}", root.display()))
         }
-    }
+    })?;
     println!("dropped the SSD cache of {}", root.display());
     Ok(())
 }

@@ -22,6 +22,7 @@ pub mod native_bench;
 pub mod serve;
 pub mod stripe;
 pub mod tools;
+pub mod trace;
 pub mod url;
 
 use std::path::PathBuf;

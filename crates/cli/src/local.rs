@@ -154,10 +154,14 @@ pub fn local(data: &Path, l: &Local, mount: Option<(PathBuf, MountSettings)>) ->
         println!("        braid ls braid://{mgs}/");
         let mut mounted = None;
         if let Some((mp, settings)) = &mount {
-            let cfg = settings.client_config(&mgs, secret);
+            let mut cfg = settings.client_config(&mgs, secret);
+            let name = format!("{}:{}", crate::trace::host_name(), std::path::absolute(mp)?.display());
+            cfg.trace = Some(crate::trace::client_trace_config(&settings.trace, &name));
             let client = Client::connect(cfg).await.context("cannot connect the mount's client")?;
             let mut opts = settings.fuse.clone();
             opts.fsname = format!("braid@{mgs}");
+            let traced = crate::trace::MountTrace::attach(&client, &settings.trace, Some(secret_file.clone()));
+            opts.trace = traced.clone().map(|t| fuse::TraceHook(t));
             let handle = tokio::runtime::Handle::current();
             let mp2 = mp.clone();
             let mut fs =
@@ -168,16 +172,19 @@ pub fn local(data: &Path, l: &Local, mount: Option<(PathBuf, MountSettings)>) ->
             let unmounter = fs.unmounter();
             let thread = std::thread::spawn(move || fs.run());
             println!("mounted on {}", mp.display());
-            mounted = Some((unmounter, thread));
+            mounted = Some((unmounter, thread, traced));
         }
         let _ = std::io::stdout().flush();
         let sig = serve::until_signal().await?;
         tracing::info!("braid local stopping on {sig}");
-        if let Some((mut unmounter, thread)) = mounted {
+        if let Some((mut unmounter, thread, traced)) = mounted {
             if let Err(e) = unmounter.unmount() {
                 tracing::warn!("unmount failed: {e}");
             }
             let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+            if let Some(t) = traced {
+                t.detach();
+            }
         }
         Ok(())
     });

@@ -62,6 +62,9 @@ pub struct MountSettings {
     /// least time of each OST transfer (benchmarks; see the client's `throttle`).
     pub ost_limit: Option<u64>,
     pub ost_latency: Duration,
+    /// The I/O tracer (`trace`, `trace_dir=`, `trace_server=`, `jobid_var=`,
+    /// `trace_ring=`; see [`crate::trace`]).
+    pub trace: crate::trace::TraceSettings,
 }
 
 /// Size of an SSD cache given a directory and no size.
@@ -88,6 +91,7 @@ pub fn parse_options(list: &[String]) -> Result<MountSettings> {
         cache: None,
         ost_limit: None,
         ost_latency: Duration::ZERO,
+        trace: crate::trace::TraceSettings::default(),
     };
     let mut cache_size = None;
     for opt in list.iter().flat_map(|o| o.split(',')).filter(|o| !o.is_empty()) {
@@ -136,7 +140,36 @@ pub fn parse_options(list: &[String]) -> Result<MountSettings> {
                 s.ost_limit = Some(rate);
             }
             "ost_latency" => s.ost_latency = Duration::from_secs_f64(num(v)?.clamp(0.0, 10_000.0) / 1000.0),
-            _ => bail!("unknown mount option '{opt}' (known: attr_timeout=S, entry_timeout=S, allow_other, direct_io, ro, rw, threads=N, timeout=S, max_write=BYTES, readahead_kb=KIB, dir_leases=0|1, cache_dir=PATH, cache_size=SIZE, ost_limit=RATE, ost_latency=MS)"),
+            "trace" => {
+                s.trace.on = match v {
+                    None | Some("1") | Some("on") => true,
+                    Some("0") | Some("off") => false,
+                    Some(_) => bail!("option {opt}: trace, trace=on or trace=off"),
+                }
+            }
+            "trace_dir" => {
+                let dir = v.filter(|d| !d.is_empty()).context("option trace_dir needs a directory")?;
+                let dir = std::path::absolute(dir).with_context(|| format!("option {opt}"))?;
+                s.trace.destination = crate::trace::Destination::Dir(dir);
+            }
+            "trace_server" => {
+                let addr = v.filter(|a| a.contains(':')).with_context(|| format!("option {opt}: trace_server=HOST:PORT"))?;
+                s.trace.destination = crate::trace::Destination::Server(addr.to_string());
+            }
+            "jobid_var" => {
+                let var = v.filter(|n| !n.is_empty() && !n.contains(['=', '\0'])).with_context(|| {
+                    format!("option {opt}: jobid_var=NAME of an environment variable (e.g. SLURM_JOB_ID)")
+                })?;
+                s.trace.jobid_var = var.to_string();
+            }
+            "trace_ring" => {
+                let n = num(v)? as u64;
+                if !n.is_power_of_two() || !(64..=1 << 24).contains(&n) {
+                    bail!("option {opt}: records of the trace ring, a power of two from 64 to 16777216");
+                }
+                s.trace.capacity = n;
+            }
+            _ => bail!("unknown mount option '{opt}' (known: attr_timeout=S, entry_timeout=S, allow_other, direct_io, ro, rw, threads=N, timeout=S, max_write=BYTES, readahead_kb=KIB, dir_leases=0|1, cache_dir=PATH, cache_size=SIZE, ost_limit=RATE, ost_latency=MS, trace[=on|off], trace_dir=DIR, trace_server=HOST:PORT, jobid_var=NAME, trace_ring=RECORDS)"),
         }
     }
     match (&mut s.cache, cache_size) {
@@ -205,13 +238,18 @@ pub fn mount_foreground(
     secret_file: Option<PathBuf>,
 ) -> Result<()> {
     let p = crate::url::require(url)?;
-    let cfg = settings.client_config(&p.mgs, crate::client_secret(&secret_file)?);
+    let mut cfg = settings.client_config(&p.mgs, crate::client_secret(&secret_file)?);
+    let name = format!("{}:{}", crate::trace::host_name(), std::path::absolute(mountpoint)?.display());
+    cfg.trace = Some(crate::trace::client_trace_config(&settings.trace, &name));
     let bc = BlockingClient::connect(cfg, 4).with_context(|| format!("cannot connect to the cluster at {}", p.mgs))?;
     if p.path != "/" {
         bail!("mounting a subdirectory is not supported; mount braid://{}/", p.mgs);
     }
     let mut fuse_opts = settings.fuse.clone();
     fuse_opts.fsname = format!("braid@{}", p.mgs);
+    let secret_used = secret_file.clone().or_else(|| std::env::var_os("BRAID_SECRET_FILE").map(PathBuf::from));
+    let traced = crate::trace::MountTrace::attach(&bc.client, &settings.trace, secret_used);
+    fuse_opts.trace = traced.clone().map(|t| fuse::TraceHook(t));
     let mut mounted = fuse::mount(bc.client.clone(), bc.handle(), mountpoint, fuse_opts).with_context(|| {
         format!(
             "cannot mount on {} (is fuse3 installed and {} an empty directory?)",
@@ -237,8 +275,11 @@ pub fn mount_foreground(
     println!("braid mounted {} on {}", p.url(), mountpoint.display());
     use std::io::Write;
     let _ = std::io::stdout().flush();
-    mounted.run().context("FUSE session failed")?;
-    Ok(())
+    let r = mounted.run().context("FUSE session failed");
+    if let Some(t) = traced {
+        t.detach();
+    }
+    r
 }
 
 /// Starts `braid mount -f` in the background and waits until the mount is ready.

@@ -22,6 +22,7 @@ pub mod objio;
 pub mod path;
 mod striped;
 mod throttle;
+pub mod tracer;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -126,6 +127,9 @@ pub struct ClientConfig {
     /// OST transfer takes (see the `throttle` module); `None` and zero: as fast as they go.
     pub ost_limit: Option<u64>,
     pub ost_latency: Duration,
+    /// The I/O trace ring this client records its operations into (see the `tracer`
+    /// module); a ring that cannot be made is logged and the client runs without it.
+    pub trace: Option<tracer::TraceConfig>,
 }
 
 impl ClientConfig {
@@ -140,6 +144,7 @@ impl ClientConfig {
             cache: None,
             ost_limit: None,
             ost_latency: Duration::ZERO,
+            trace: None,
         }
     }
 }
@@ -154,6 +159,9 @@ pub struct OpRecord {
     pub start: SystemTime,
     pub duration: Duration,
     pub result: std::result::Result<(), Errno>,
+    /// Where the bytes at `offset` live, for a data operation (a metadata operation
+    /// went to the MDT of `fid`).
+    pub target: Option<trace::Target>,
 }
 
 /// The name each public operation of [`Client`] reports to the observer, each once. Two
@@ -210,6 +218,11 @@ tokio::task_local! {
 /// it runs on the I/O path.
 pub trait OpObserver: Send + Sync {
     fn record(&self, r: &OpRecord);
+
+    /// Whether it records now (when not, operations skip taking their times).
+    fn active(&self) -> bool {
+        true
+    }
 }
 
 struct Inner {
@@ -239,6 +252,7 @@ struct Inner {
     /// The SSD read cache, if configured and usable.
     pub(crate) cache: Option<cache::Cache>,
     ost_throttle: Option<Arc<throttle::Throttle>>,
+    tracer: Option<Arc<tracer::Tracer>>,
 }
 
 /// How many requests a client sent to MDTs and to OSTs (Data-on-MDT I/O counts as
@@ -465,6 +479,13 @@ impl Client {
                 None
             }
         });
+        let tracer = cfg.trace.as_ref().and_then(|t| match tracer::Tracer::create(t) {
+            Ok(tr) => Some(Arc::new(tr)),
+            Err(e) => {
+                tracing::warn!("running without the I/O tracer: {e}");
+                None
+            }
+        });
         Ok(Client {
             inner: Arc::new(Inner {
                 cfg,
@@ -483,8 +504,14 @@ impl Client {
                 stripes: Default::default(),
                 cache,
                 ost_throttle: throttle,
+                tracer,
             }),
         })
+    }
+
+    /// The I/O tracer, if this client has a trace ring.
+    pub fn tracer(&self) -> Option<&Arc<tracer::Tracer>> {
+        self.inner.tracer.as_ref()
     }
 
     /// What the SSD cache holds and did, if this client has one.
@@ -543,11 +570,28 @@ impl Client {
     where
         F: std::future::Future<Output = Result<T>>,
     {
+        self.observe_at(op, fid, offset, len, || None, f).await
+    }
+
+    /// As [`Client::observe`], for an operation on file data that lives at `target`.
+    async fn observe_at<T, F>(
+        &self,
+        op: &'static str,
+        fid: Option<Fid>,
+        offset: u64,
+        len: u64,
+        target: impl FnOnce() -> Option<trace::Target>,
+        f: F,
+    ) -> Result<T>
+    where
+        F: std::future::Future<Output = Result<T>>,
+    {
         let observer = self.inner.observer.read().expect("observer").clone();
-        let Some(obs) = observer else { return f.await };
+        let Some(obs) = observer.filter(|o| o.active()) else { return f.await };
         if OBSERVING.try_with(|_| ()).is_ok() {
             return f.await;
         }
+        let target = target();
         let start = SystemTime::now();
         let t0 = Instant::now();
         let r = OBSERVING.scope((), f).await;
@@ -559,6 +603,7 @@ impl Client {
             start,
             duration: t0.elapsed(),
             result: r.as_ref().map(|_| ()).map_err(|e| e.errno()),
+            target,
         });
         r
     }
@@ -1228,7 +1273,8 @@ impl Client {
 
     /// Reads up to `len` bytes at `offset`, clamped to the size the handle knows.
     pub async fn read(&self, f: &OpenFile, offset: u64, len: u64) -> Result<Bytes> {
-        self.observe("read", Some(f.fid), offset, len, io::read(self, f, offset, len)).await
+        let target = || Some(tracer::data_target(f, offset));
+        self.observe_at("read", Some(f.fid), offset, len, target, io::read(self, f, offset, len)).await
     }
 
     /// Writes `data` at `offset`, all stripes in parallel. The call returns once the
@@ -1236,7 +1282,8 @@ impl Client {
     /// reported by the next write, `flush`, `fsync` or `close` of the handle.
     pub async fn write(&self, f: &OpenFile, offset: u64, data: Bytes) -> Result<u64> {
         let len = data.len() as u64;
-        self.observe("write", Some(f.fid), offset, len, async {
+        let target = || Some(tracer::data_target(f, offset));
+        self.observe_at("write", Some(f.fid), offset, len, target, async {
             io::write(self, f, offset, data).await?;
             Ok(len)
         })

@@ -14,6 +14,9 @@ use crate::SizeCell;
 /// An open file.
 pub struct FileState {
     pub file: OpenFile,
+    /// The process that opened it, its uid and gid: the kernel's RELEASE names no
+    /// process, and the trace charges the close to the opener.
+    pub opener: (u32, u32, u32),
 }
 
 /// An open directory: entries fetched so far, in name order. Listing resumes after the
@@ -74,9 +77,9 @@ impl Handles {
         self.next.fetch_add(1, Ordering::Relaxed) + 1
     }
 
-    pub fn insert_file(&self, file: OpenFile) -> u64 {
+    pub fn insert_file(&self, file: OpenFile, opener: (u32, u32, u32)) -> u64 {
         let fh = self.next_fh();
-        self.files.lock().expect("files").insert(fh, Arc::new(FileState::new(file)));
+        self.files.lock().expect("files").insert(fh, Arc::new(FileState { file, opener }));
         fh
     }
 

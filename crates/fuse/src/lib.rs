@@ -44,7 +44,7 @@ use fuser::{
     TimeOrNow, WriteFlags,
 };
 
-use handles::{DirHandle, FileState, Handles, InodeState};
+use handles::{DirHandle, Handles, InodeState};
 
 /// Settings of one mount.
 #[derive(Debug, Clone)]
@@ -65,6 +65,26 @@ pub struct MountOptions {
     /// [`mount::tune_readahead`]).
     pub readahead_kb: u32,
     pub fsname: String,
+    /// What `braid trace on|off|status` reaches through the mount's root.
+    pub trace: Option<TraceHook>,
+}
+
+/// What `braid trace` asks of a mount. The mount process supplies it: turning tracing
+/// on also starts the collector that drains the trace ring.
+pub trait TraceControl: Send + Sync {
+    /// Turns recording on or off.
+    fn set(&self, on: bool) -> Result<(), String>;
+    /// The tracer's state as JSON.
+    fn status(&self) -> Vec<u8>;
+}
+
+#[derive(Clone)]
+pub struct TraceHook(pub Arc<dyn TraceControl>);
+
+impl std::fmt::Debug for TraceHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TraceHook")
+    }
 }
 
 impl Default for MountOptions {
@@ -79,6 +99,7 @@ impl Default for MountOptions {
             max_write_bytes: 1 << 20,
             readahead_kb: 4096,
             fsname: "braid".into(),
+            trace: None,
         }
     }
 }
@@ -109,6 +130,10 @@ const ROOT_INO: u64 = 1;
 pub const CACHE_STATUS_XATTR: &str = "braid.cache.status";
 /// Set on the mount's root, by root: empties the SSD cache (`braid cache drop`).
 pub const CACHE_DROP_XATTR: &str = "braid.cache.drop";
+/// Read on the mount's root: the I/O tracer's state as JSON (`braid trace status`).
+pub const TRACE_STATUS_XATTR: &str = "braid.trace.status";
+/// Set on the mount's root, by root, to `on` or `off` (`braid trace on|off`).
+pub const TRACE_XATTR: &str = "braid.trace";
 /// Supplementary groups of a pid are re-read after this long.
 const GROUPS_TTL: Duration = Duration::from_secs(1);
 /// Most pids whose groups are remembered.
@@ -199,8 +224,15 @@ impl BraidFs {
         }
     }
 
-    fn run<T>(&self, f: impl std::future::Future<Output = T>) -> T {
-        self.rt.block_on(f)
+    /// Runs a client operation for the caller of `req` (its pid, uid and gid go to
+    /// the trace of the operation).
+    fn run<T>(&self, req: &Request, f: impl std::future::Future<Output = T>) -> T {
+        self.run_as((req.pid(), req.uid(), req.gid()), f)
+    }
+
+    /// Runs a client operation for process `pid` of `uid` and `gid`.
+    fn run_as<T>(&self, (pid, uid, gid): (u32, u32, u32), f: impl std::future::Future<Output = T>) -> T {
+        client::tracer::with_caller(pid, uid, gid, || self.rt.block_on(f))
     }
 
     /// The caller's credentials, with supplementary groups for non-root callers.
@@ -319,10 +351,10 @@ impl BraidFs {
     }
 
     /// Registers an opened file and returns its handle number.
-    fn add_file(&self, mut file: OpenFile) -> u64 {
+    fn add_file(&self, req: &Request, mut file: OpenFile) -> u64 {
         let cell = self.handles.inode_opened(file.fid, file.size_cell());
         file.share_size(cell);
-        self.handles.insert_file(file)
+        self.handles.insert_file(file, (req.pid(), req.uid(), req.gid()))
     }
 }
 
@@ -371,17 +403,17 @@ impl fuser::Filesystem for BraidFs {
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let Ok(name) = name_str(name) else { return reply.error(Errno::ENOENT) };
         let c = self.creds(req);
-        self.entry(reply, self.run(self.client.lookup(&c, fid_of(parent), name)));
+        self.entry(reply, self.run(req, self.client.lookup(&c, fid_of(parent), name)));
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+    fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         // The kernel drops a directory's cached attributes after every create or
         // unlink in it and asks again at the next path walk; this client's own change
         // already brought them back, valid for what remains of the cache time.
         if let Some((a, ttl)) = self.client.recent_dir_attr(fid_of(ino), self.opts.attr_ttl) {
             return reply.attr(&ttl, &self.file_attr(&a));
         }
-        match self.run(self.client.getattr(fid_of(ino))) {
+        match self.run(req, self.client.getattr(fid_of(ino))) {
             Ok(a) => reply.attr(&self.opts.attr_ttl, &self.file_attr(&a)),
             Err(e) => reply.error(inode_errno(&e)),
         }
@@ -429,7 +461,7 @@ impl fuser::Filesystem for BraidFs {
         // to write was checked at open, whatever the mode says now). A truncate(2),
         // and the truncate the kernel sends after an O_TRUNC open, come without one.
         let writer = fh.and_then(|fh| self.handles.file(fh.0)).filter(|f| f.file.flags.write);
-        let r = self.run(async {
+        let r = self.run(req, async {
             let a = match &writer {
                 Some(f) if size.is_some() => self.client.fsetattr(&c, &f.file, set).await?,
                 _ => self.client.setattr(&c, fid, set).await?,
@@ -448,8 +480,8 @@ impl fuser::Filesystem for BraidFs {
         }
     }
 
-    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        match self.run(self.client.readlink(fid_of(ino))) {
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.run(req, self.client.readlink(fid_of(ino))) {
             Ok(t) => reply.data(t.as_bytes()),
             Err(e) => reply.error(inode_errno(&e)),
         }
@@ -463,14 +495,14 @@ impl fuser::Filesystem for BraidFs {
         let c = self.creds(req);
         let perm = mode & !umask & 0o7777;
         if let Some(kind) = FileKind::special_from_mode(mode) {
-            let r = self.run(self.client.mknod(&c, fid_of(parent), name, kind, perm, u64::from(rdev)));
+            let r = self.run(req, self.client.mknod(&c, fid_of(parent), name, kind, perm, u64::from(rdev)));
             return self.entry(reply, r);
         }
         if mode & libc::S_IFMT != libc::S_IFREG {
             return reply.error(Errno::EINVAL);
         }
         let flags = OpenFlags { read: false, write: false, truncate: false };
-        let r = self.run(async {
+        let r = self.run(req, async {
             let (f, attr, _) = self.client.create(&c, fid_of(parent), name, perm, true, flags, None).await?;
             self.client.close(f).await?;
             Ok(attr)
@@ -484,7 +516,7 @@ impl fuser::Filesystem for BraidFs {
         }
         let Ok(name) = name_str(name) else { return reply.error(Errno::EINVAL) };
         let c = self.creds(req);
-        self.entry(reply, self.run(self.client.mkdir(&c, fid_of(parent), name, mode & !umask & 0o7777)));
+        self.entry(reply, self.run(req, self.client.mkdir(&c, fid_of(parent), name, mode & !umask & 0o7777)));
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -493,7 +525,7 @@ impl fuser::Filesystem for BraidFs {
         }
         let Ok(name) = name_str(name) else { return reply.error(Errno::ENOENT) };
         let c = self.creds(req);
-        reply_empty(reply, self.run(self.client.unlink(&c, fid_of(parent), name)));
+        reply_empty(reply, self.run(req, self.client.unlink(&c, fid_of(parent), name)));
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -502,7 +534,7 @@ impl fuser::Filesystem for BraidFs {
         }
         let Ok(name) = name_str(name) else { return reply.error(Errno::ENOENT) };
         let c = self.creds(req);
-        reply_empty(reply, self.run(self.client.rmdir(&c, fid_of(parent), name)));
+        reply_empty(reply, self.run(req, self.client.rmdir(&c, fid_of(parent), name)));
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
@@ -513,7 +545,7 @@ impl fuser::Filesystem for BraidFs {
             return reply.error(Errno::EINVAL);
         };
         let c = self.creds(req);
-        self.entry(reply, self.run(self.client.symlink(&c, fid_of(parent), name, target)));
+        self.entry(reply, self.run(req, self.client.symlink(&c, fid_of(parent), name, target)));
     }
 
     fn rename(
@@ -538,7 +570,7 @@ impl fuser::Filesystem for BraidFs {
             noreplace: flags.contains(FuseRenameFlags::RENAME_NOREPLACE),
             exchange: flags.contains(FuseRenameFlags::RENAME_EXCHANGE),
         };
-        reply_empty(reply, self.run(self.client.rename(&c, fid_of(parent), name, fid_of(newparent), newname, rf)));
+        reply_empty(reply, self.run(req, self.client.rename(&c, fid_of(parent), name, fid_of(newparent), newname, rf)));
     }
 
     fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
@@ -547,7 +579,7 @@ impl fuser::Filesystem for BraidFs {
         }
         let Ok(name) = name_str(newname) else { return reply.error(Errno::EINVAL) };
         let c = self.creds(req);
-        self.entry(reply, self.run(self.client.link(&c, fid_of(ino), fid_of(newparent), name)));
+        self.entry(reply, self.run(req, self.client.link(&c, fid_of(ino), fid_of(newparent), name)));
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: FuseOpenFlags, reply: ReplyOpen) {
@@ -556,7 +588,7 @@ impl fuser::Filesystem for BraidFs {
             return reply.error(Errno::from_i32(libc::EROFS));
         }
         let c = self.creds(req);
-        match self.run(self.client.open(&c, fid_of(ino), of)) {
+        match self.run(req, self.client.open(&c, fid_of(ino), of)) {
             Ok((f, a)) => {
                 // Close-to-open: the kernel may still hold the size and mtime it cached
                 // before another client rewrote the file, and would read only up to that
@@ -572,7 +604,7 @@ impl fuser::Filesystem for BraidFs {
                     }
                 }
                 let keep = self.keep_cache(a.fid, a.data_version);
-                let fh = self.add_file(f);
+                let fh = self.add_file(req, f);
                 reply.opened(FileHandle(fh), self.fopen_flags(flags.0, keep));
             }
             Err(e) => reply.error(inode_errno(&e)),
@@ -596,7 +628,8 @@ impl fuser::Filesystem for BraidFs {
         let c = self.creds(req);
         let of = Self::open_flags(flags);
         let exclusive = flags & libc::O_EXCL != 0;
-        let r = self.run(self.client.create(&c, fid_of(parent), name, mode & !umask & 0o7777, exclusive, of, None));
+        let r =
+            self.run(req, self.client.create(&c, fid_of(parent), name, mode & !umask & 0o7777, exclusive, of, None));
         match r {
             Ok((f, attr, existed)) => {
                 if !existed {
@@ -604,7 +637,7 @@ impl fuser::Filesystem for BraidFs {
                 }
                 // A file this call made has nothing cached: its version is remembered.
                 let keep = self.keep_cache(attr.fid, attr.data_version);
-                let fh = self.add_file(f);
+                let fh = self.add_file(req, f);
                 let fa = self.file_attr(&attr);
                 reply.created(&self.opts.entry_ttl, &fa, Generation(0), FileHandle(fh), self.fopen_flags(flags, keep));
             }
@@ -614,7 +647,7 @@ impl fuser::Filesystem for BraidFs {
 
     fn read(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -624,7 +657,7 @@ impl fuser::Filesystem for BraidFs {
         reply: ReplyData,
     ) {
         let Some(f) = self.handles.file(fh.0) else { return reply.error(Errno::EBADF) };
-        match self.run(self.client.read(&f.file, offset, size as u64)) {
+        match self.run(req, self.client.read(&f.file, offset, size as u64)) {
             Ok(data) => reply.data(&data),
             Err(e) => reply.error(errno(&e)),
         }
@@ -632,7 +665,7 @@ impl fuser::Filesystem for BraidFs {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -643,7 +676,7 @@ impl fuser::Filesystem for BraidFs {
         reply: ReplyWrite,
     ) {
         let Some(f) = self.handles.file(fh.0) else { return reply.error(Errno::EBADF) };
-        match self.run(self.client.write(&f.file, offset, Bytes::copy_from_slice(data))) {
+        match self.run(req, self.client.write(&f.file, offset, Bytes::copy_from_slice(data))) {
             Ok(n) => {
                 self.handles.mark_dirty(f.file.fid);
                 reply.written(n as u32)
@@ -652,7 +685,7 @@ impl fuser::Filesystem for BraidFs {
         }
     }
 
-    fn flush(&self, _req: &Request, ino: INodeNo, fh: FileHandle, lock_owner: LockOwner, reply: ReplyEmpty) {
+    fn flush(&self, req: &Request, ino: INodeNo, fh: FileHandle, lock_owner: LockOwner, reply: ReplyEmpty) {
         // close(2) waits for FLUSH but not for RELEASE, which the kernel sends later. For
         // close-to-open consistency the handle's writes must be on the OSTs and its size
         // on the MDS before close(2) returns, or an open right after it (in this mount
@@ -661,7 +694,7 @@ impl fuser::Filesystem for BraidFs {
         // disk here: that is fsync's job.
         if let Some(f) = self.handles.file(fh.0) {
             if f.file.was_written() {
-                if let Err(e) = self.run(self.client.flush(&f.file)) {
+                if let Err(e) = self.run(req, self.client.flush(&f.file)) {
                     return reply.error(errno(&e));
                 }
             }
@@ -669,7 +702,7 @@ impl fuser::Filesystem for BraidFs {
         // close(2) of any descriptor drops the process's POSIX locks on the file.
         let fid = fid_of(ino);
         if self.handles.take_lock_owner(fid, lock_owner.0) {
-            if let Err(e) = self.run(self.client.set_lock(fid, unlock_all(lock_owner.0), false)) {
+            if let Err(e) = self.run(req, self.client.set_lock(fid, unlock_all(lock_owner.0), false)) {
                 return reply.error(errno(&e));
             }
         }
@@ -678,7 +711,7 @@ impl fuser::Filesystem for BraidFs {
 
     fn release(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         _flags: FuseOpenFlags,
@@ -688,17 +721,19 @@ impl fuser::Filesystem for BraidFs {
     ) {
         let fid = fid_of(ino);
         let Some(state) = self.handles.remove_file(fh.0) else { return reply.error(Errno::EBADF) };
+        // The kernel sends RELEASE as no process (pid 0): the close is the opener's.
+        let caller = if req.pid() == 0 { state.opener } else { (req.pid(), req.uid(), req.gid()) };
         let mut result = Ok(());
         if let Some(owner) = lock_owner {
             if self.handles.take_lock_owner(fid, owner.0) {
-                result = self.run(self.client.set_lock(fid, unlock_all(owner.0), false)).map(|_| ());
+                result = self.run_as(caller, self.client.set_lock(fid, unlock_all(owner.0), false)).map(|_| ());
             }
         }
         // A reader may still hold the handle for an instant after answering the kernel
         // (which sends RELEASE once every request on the file is answered): close it
         // through the shared state, or the MDS would count it open until unmount and
         // an unlinked file would never be destroyed.
-        let closed = self.run(self.client.close_shared(&state.file));
+        let closed = self.run_as(caller, self.client.close_shared(&state.file));
         self.handles.inode_closed(fid);
         match result.and(closed) {
             Ok(()) => reply.ok(),
@@ -706,16 +741,16 @@ impl fuser::Filesystem for BraidFs {
         }
     }
 
-    fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+    fn fsync(&self, req: &Request, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
         let Some(f) = self.handles.file(fh.0) else { return reply.error(Errno::EBADF) };
-        reply_empty(reply, self.run(self.client.fsync(&f.file)));
+        reply_empty(reply, self.run(req, self.client.fsync(&f.file)));
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: FuseOpenFlags, reply: ReplyOpen) {
         let c = self.creds(req);
         let fid = fid_of(ino);
         // Check read permission and that it is a directory now, as opendir(2) does.
-        match self.run(self.client.readdir(&c, fid, None, 1)) {
+        match self.run(req, self.client.readdir(&c, fid, None, 1)) {
             Ok(_) => {
                 let fh = self.handles.insert_dir(DirHandle::new(fid, c));
                 reply.opened(FileHandle(fh), FopenFlags::empty());
@@ -724,7 +759,7 @@ impl fuser::Filesystem for BraidFs {
         }
     }
 
-    fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+    fn readdir(&self, req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
         let Some(d) = self.handles.dir(fh.0) else { return reply.error(Errno::EBADF) };
         let fid = d.fid;
         let mut next = offset;
@@ -733,7 +768,8 @@ impl fuser::Filesystem for BraidFs {
             let item = match next {
                 0 => Some((ino.0, FileType::Directory, ".".to_string())),
                 1 => Some((ino.0, FileType::Directory, "..".to_string())),
-                n => match d.entry((n - 2) as usize, |after| self.run(self.client.readdir(&d.creds, fid, after, 1024)))
+                n => match d
+                    .entry((n - 2) as usize, |after| self.run(req, self.client.readdir(&d.creds, fid, after, 1024)))
                 {
                     Ok(Some(e)) => Some((ino_of(e.fid), file_type(e.kind), e.name)),
                     Ok(None) => None,
@@ -754,13 +790,13 @@ impl fuser::Filesystem for BraidFs {
         reply.ok();
     }
 
-    fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+    fn fsyncdir(&self, req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
         // The entries of the directory live on its MDT: force that MDT's log to disk.
-        reply_empty(reply, self.run(self.client.sync_metadata(fid_of(ino))));
+        reply_empty(reply, self.run(req, self.client.sync_metadata(fid_of(ino))));
     }
 
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        match self.run(self.client.statfs()) {
+    fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match self.run(req, self.client.statfs()) {
             Ok(u) => {
                 const BSIZE: u64 = 4096;
                 reply.statfs(
@@ -803,6 +839,25 @@ impl fuser::Filesystem for BraidFs {
                 Err(e) => reply.error(errno(&e)),
             };
         }
+        if ino.0 == ROOT_INO && name == TRACE_XATTR {
+            // `braid trace on|off`: root only, as Lustre's set_param.
+            if req.uid() != 0 {
+                return reply.error(Errno::EPERM);
+            }
+            let Some(hook) = &self.opts.trace else { return reply.error(Errno::NO_XATTR) };
+            let on = match value {
+                b"on" | b"1" => true,
+                b"off" | b"0" => false,
+                _ => return reply.error(Errno::EINVAL),
+            };
+            return match hook.0.set(on) {
+                Ok(()) => reply.ok(),
+                Err(e) => {
+                    tracing::warn!("braid trace {}: {e}", if on { "on" } else { "off" });
+                    reply.error(Errno::EIO)
+                }
+            };
+        }
         let mode = match flags {
             0 => XattrMode::Any,
             libc::XATTR_CREATE => XattrMode::Create,
@@ -812,7 +867,7 @@ impl fuser::Filesystem for BraidFs {
         let c = self.creds(req);
         // Before and after: a getxattr answered meanwhile may predate the change.
         self.nocaps.forget(fid_of(ino));
-        let r = self.run(self.client.setxattr(&c, fid_of(ino), name, value, mode));
+        let r = self.run(req, self.client.setxattr(&c, fid_of(ino), name, value, mode));
         self.nocaps.forget(fid_of(ino));
         reply_empty(reply, r);
     }
@@ -829,6 +884,15 @@ impl fuser::Filesystem for BraidFs {
                 _ => reply.data(&v),
             };
         }
+        if ino.0 == ROOT_INO && name == TRACE_STATUS_XATTR {
+            let Some(hook) = &self.opts.trace else { return reply.error(Errno::NO_XATTR) };
+            let v = hook.0.status();
+            return match size {
+                0 => reply.size(v.len() as u32),
+                s if v.len() > s as usize => reply.error(Errno::from_i32(libc::ERANGE)),
+                _ => reply.data(&v),
+            };
+        }
         let fid = fid_of(ino);
         let caps = name == nocaps::CAPS_XATTR;
         if caps && self.nocaps.knows_none(fid) {
@@ -836,7 +900,7 @@ impl fuser::Filesystem for BraidFs {
         }
         let c = self.creds(req);
         let asked = self.nocaps.asked();
-        match self.run(self.client.getxattr(&c, fid, name)) {
+        match self.run(req, self.client.getxattr(&c, fid, name)) {
             Ok(v) if size == 0 => reply.size(v.len() as u32),
             Ok(v) if v.len() > size as usize => reply.error(Errno::from_i32(libc::ERANGE)),
             Ok(v) => reply.data(&v),
@@ -853,7 +917,7 @@ impl fuser::Filesystem for BraidFs {
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         let c = self.creds(req);
-        match self.run(self.client.listxattr(&c, fid_of(ino))) {
+        match self.run(req, self.client.listxattr(&c, fid_of(ino))) {
             Ok(names) => {
                 let mut buf = Vec::new();
                 for n in names {
@@ -879,14 +943,14 @@ impl fuser::Filesystem for BraidFs {
         let Ok(name) = name_str(name) else { return reply.error(Errno::NO_XATTR) };
         let c = self.creds(req);
         self.nocaps.forget(fid_of(ino));
-        let r = self.run(self.client.removexattr(&c, fid_of(ino), name));
+        let r = self.run(req, self.client.removexattr(&c, fid_of(ino), name));
         self.nocaps.forget(fid_of(ino));
         reply_empty(reply, r);
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
         let c = self.creds(req);
-        let a = match self.run(self.client.getattr(fid_of(ino))) {
+        let a = match self.run(req, self.client.getattr(fid_of(ino))) {
             Ok(a) => a,
             Err(e) => return reply.error(errno(&e)),
         };
@@ -903,7 +967,7 @@ impl fuser::Filesystem for BraidFs {
 
     fn getlk(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         lock_owner: LockOwner,
@@ -917,7 +981,8 @@ impl fuser::Filesystem for BraidFs {
             Ok(l) => l,
             Err(e) => return reply.error(e),
         };
-        match self.run(self.client.get_lock(fid_of(ino), LockRequest { owner: lock_owner.0, pid: 0, lock, start, end }))
+        match self
+            .run(req, self.client.get_lock(fid_of(ino), LockRequest { owner: lock_owner.0, pid: 0, lock, start, end }))
         {
             Ok(None) => reply.locked(start, end, libc::F_UNLCK, 0),
             Ok(Some(c)) => {
@@ -930,7 +995,7 @@ impl fuser::Filesystem for BraidFs {
 
     fn setlk(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         lock_owner: LockOwner,
@@ -946,7 +1011,9 @@ impl fuser::Filesystem for BraidFs {
             Err(e) => return reply.error(e),
         };
         let fid = fid_of(ino);
-        match self.run(self.client.set_lock(fid, LockRequest { owner: lock_owner.0, pid, lock, start, end }, sleep)) {
+        match self
+            .run(req, self.client.set_lock(fid, LockRequest { owner: lock_owner.0, pid, lock, start, end }, sleep))
+        {
             Ok(None) => {
                 if lock != LockType::Unlock {
                     self.handles.add_lock_owner(fid, lock_owner.0);
@@ -982,7 +1049,7 @@ impl fuser::Filesystem for BraidFs {
         }
         let Some(end) = offset.checked_add(length) else { return reply.error(Errno::from_i32(libc::EFBIG)) };
         let c = self.creds(req);
-        let r = self.run(async {
+        let r = self.run(req, async {
             if punch || zero {
                 // Objects are sparse: a punched range reads back as zeros.
                 let size = f.file.size();
@@ -1010,11 +1077,5 @@ pub(crate) type SizeCell = Arc<AtomicU64>;
 impl InodeState {
     pub(crate) fn size(&self) -> u64 {
         self.size.load(Ordering::Acquire)
-    }
-}
-
-impl FileState {
-    pub(crate) fn new(file: OpenFile) -> FileState {
-        FileState { file }
     }
 }

@@ -647,6 +647,10 @@ pub enum Request {
         offset: u64,
         len: u64,
     },
+
+    // ---- trace collection server (payload: one encoded batch of trace records) ----
+    /// A collector ships the records it took from one client's trace ring.
+    TraceBatch,
 }
 
 impl Request {
@@ -706,6 +710,7 @@ impl Request {
             Request::OstSync { .. } => "ost_sync",
             Request::OstStatfs { .. } => "ost_statfs",
             Request::OstTrim { .. } => "ost_trim",
+            Request::TraceBatch => "trace_batch",
         }
     }
 }

@@ -1,0 +1,279 @@
+//! The trace hook (capability C8): what a client operation leaves in the trace ring.
+//!
+//! Why here: the mount and the native client both pass their operations through it,
+//! with the caller's pid, uid and gid, and the client knows where each went (the MDT of
+//! a FID, the OST of a stripe). While tracing is off an operation costs one atomic
+//! load; while on, two clock reads, a lookup of the caller's job and 64 bytes written
+//! into the shared-memory ring (see the `trace` crate's `ring`).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use proto::Fid;
+use trace::ring::{RingError, RingStats, RingWriter};
+use trace::{Op, Record, Target, NO_JOB};
+
+use crate::{OpObserver, OpRecord, OpenFile};
+
+/// The environment variable naming a process's job, as Lustre's `jobid_var` default.
+pub const DEFAULT_JOBID_VAR: &str = "SLURM_JOB_ID";
+/// A process's job is looked up again after this long (a pid may be reused).
+const JOB_TTL: Duration = Duration::from_secs(10);
+/// Most processes whose job is remembered.
+const JOBS_CACHED: usize = 4096;
+
+#[derive(Debug, Clone)]
+pub struct TraceConfig {
+    /// The ring file (in `/dev/shm`, shared with the collector).
+    pub ring: PathBuf,
+    pub capacity: u64,
+    /// Recording from the start.
+    pub enabled: bool,
+    /// The environment variable of the calling process that names its job.
+    pub jobid_var: String,
+    /// How the ring names this client (host and mount point, say).
+    pub client_name: String,
+}
+
+/// One operation as the hook is told it.
+#[derive(Debug, Clone, Copy)]
+pub struct Event {
+    pub op: Op,
+    pub pid: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub fid: Fid,
+    pub offset: u64,
+    pub len: u64,
+    /// 0 or the errno the operation ended with.
+    pub errno: i32,
+    pub target: Target,
+}
+
+thread_local! {
+    /// The process an operation runs for, set by the mount around each request.
+    static CALLER: std::cell::Cell<Option<(u32, u32, u32)>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` (which runs client operations on this thread) on behalf of process `pid`
+/// of user `uid` and group `gid`: their trace records name that caller. Without it,
+/// a record names this process.
+pub fn with_caller<T>(pid: u32, uid: u32, gid: u32, f: impl FnOnce() -> T) -> T {
+    let before = CALLER.replace(Some((pid, uid, gid)));
+    let r = f();
+    CALLER.set(before);
+    r
+}
+
+fn caller() -> (u32, u32, u32) {
+    CALLER.get().unwrap_or_else(|| {
+        // SAFETY: getuid and getgid cannot fail.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        (std::process::id(), uid, gid)
+    })
+}
+
+/// The trace operation of a client operation, by the name it reports (see
+/// [`crate::OPS`]); `None` for what is not an operation of the caller's.
+pub fn op_of(name: &str) -> Option<Op> {
+    Some(match name {
+        "lookup" | "resolve" | "resolve_parent" => Op::Lookup,
+        "getattr" | "glimpse_size" => Op::Getattr,
+        "setattr" | "truncate" => Op::Setattr,
+        "create" => Op::Create,
+        "open" => Op::Open,
+        "mkdir" => Op::Mkdir,
+        "symlink" => Op::Symlink,
+        "mknod" => Op::Mknod,
+        "readlink" => Op::Readlink,
+        "link" => Op::Link,
+        "unlink" => Op::Unlink,
+        "rmdir" => Op::Rmdir,
+        "rename" => Op::Rename,
+        "readdir" | "readdir_all" => Op::Readdir,
+        "setxattr" | "setstripe" | "layout_change" => Op::Setxattr,
+        "getxattr" | "getstripe" => Op::Getxattr,
+        "listxattr" => Op::Listxattr,
+        "removexattr" => Op::Removexattr,
+        "read" => Op::Read,
+        "write" => Op::Write,
+        "punch" => Op::Fallocate,
+        "flush" => Op::Flush,
+        "fsync" | "sync_metadata" => Op::Fsync,
+        "close" => Op::Close,
+        "setlk" | "getlk" => Op::Lock,
+        "statfs" | "target_usage" => Op::Statfs,
+        _ => return None,
+    })
+}
+
+impl OpObserver for Tracer {
+    fn active(&self) -> bool {
+        self.on()
+    }
+
+    fn record(&self, r: &OpRecord) {
+        let Some(op) = op_of(r.op) else { return };
+        let (pid, uid, gid) = caller();
+        let fid = r.fid.unwrap_or(trace::NO_FID);
+        let wall_ns = r.start.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+        let target = r.target.unwrap_or_else(|| if r.fid.is_some() { md_target(fid) } else { Target::None });
+        let rec = Record {
+            start_ns: wall_ns,
+            dur_ns: r.duration.as_nanos().min(u32::MAX as u128) as u32,
+            pid,
+            uid,
+            gid,
+            fid,
+            offset: r.offset,
+            len: r.len,
+            job: self.job_of(pid),
+            op,
+            errno: r.result.err().map_or(0, |e| trace::record::errno_byte(e.raw())),
+            target,
+        };
+        self.ring.push(&rec);
+    }
+}
+
+/// When an operation began (taken only while tracing is on).
+#[derive(Debug, Clone, Copy)]
+pub struct Span {
+    wall_ns: u64,
+    at: Instant,
+}
+
+pub struct Tracer {
+    ring: RingWriter,
+    jobid_var: String,
+    /// pid -> (looked up at, job index).
+    jobs: Mutex<HashMap<u32, (Instant, u32)>>,
+}
+
+impl Tracer {
+    pub fn create(cfg: &TraceConfig) -> Result<Tracer, RingError> {
+        let ring = RingWriter::create(&cfg.ring, cfg.capacity, &cfg.client_name, cfg.enabled)?;
+        Ok(Tracer { ring, jobid_var: cfg.jobid_var.clone(), jobs: Mutex::new(HashMap::new()) })
+    }
+
+    pub fn ring_path(&self) -> &std::path::Path {
+        self.ring.path()
+    }
+
+    /// Whether operations are being recorded.
+    pub fn on(&self) -> bool {
+        self.ring.enabled()
+    }
+
+    pub fn set_on(&self, on: bool) {
+        self.ring.set_enabled(on);
+    }
+
+    pub fn stats(&self) -> RingStats {
+        self.ring.stats()
+    }
+
+    /// Marks the start of an operation, if tracing is on.
+    #[inline]
+    pub fn begin(&self) -> Option<Span> {
+        if !self.on() {
+            return None;
+        }
+        let wall_ns = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+        Some(Span { wall_ns, at: Instant::now() })
+    }
+
+    /// Records an operation begun at `span`.
+    pub fn end(&self, span: Span, e: Event) {
+        let dur = span.at.elapsed().as_nanos().min(u32::MAX as u128) as u32;
+        let rec = Record {
+            start_ns: span.wall_ns,
+            dur_ns: dur,
+            pid: e.pid,
+            uid: e.uid,
+            gid: e.gid,
+            fid: e.fid,
+            offset: e.offset,
+            len: e.len,
+            job: self.job_of(e.pid),
+            op: e.op,
+            errno: trace::record::errno_byte(e.errno),
+            target: e.target,
+        };
+        self.ring.push(&rec);
+    }
+
+    /// The job of process `pid`: the value of its `jobid_var`, read from
+    /// `/proc/PID/environ` once in a while.
+    fn job_of(&self, pid: u32) -> u32 {
+        {
+            let jobs = self.jobs.lock().expect("trace jobs");
+            if let Some((at, job)) = jobs.get(&pid) {
+                if at.elapsed() < JOB_TTL {
+                    return *job;
+                }
+            }
+        }
+        let job = read_job(pid, &self.jobid_var).map_or(NO_JOB, |name| self.ring.job(&name));
+        let mut jobs = self.jobs.lock().expect("trace jobs");
+        if jobs.len() >= JOBS_CACHED {
+            jobs.clear();
+        }
+        jobs.insert(pid, (Instant::now(), job));
+        job
+    }
+}
+
+/// The value of `var` in the environment process `pid` started with.
+fn read_job(pid: u32, var: &str) -> Option<String> {
+    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    let prefix = format!("{var}=");
+    env.split(|&b| b == 0)
+        .find_map(|kv| kv.strip_prefix(prefix.as_bytes()))
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+        .filter(|v| !v.is_empty())
+}
+
+/// The MDT holding `fid`'s metadata.
+pub fn md_target(fid: Fid) -> Target {
+    Target::Mdt(fid.mdt() as u16)
+}
+
+/// Where the byte at `offset` of an open file lives: the OST of its stripe, or the MDT
+/// for Data-on-MDT.
+pub fn data_target(f: &OpenFile, offset: u64) -> Target {
+    let layout = f.layout();
+    let Some(c) = layout.component_at(offset).map(|i| &layout.components[i]) else { return Target::None };
+    if c.is_dom() {
+        return md_target(f.fid);
+    }
+    if c.osts.is_empty() {
+        return Target::None;
+    }
+    let (stripe, _) = c.map(offset);
+    c.osts.get(stripe as usize).map_or(Target::None, |&ost| Target::Ost(ost as u16))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_comes_from_the_process_environment() {
+        // This test process: its environment as it started.
+        let me = std::process::id();
+        let env = std::fs::read(format!("/proc/{me}/environ")).unwrap();
+        let first = env.split(|&b| b == 0).find_map(|kv| {
+            let s = std::str::from_utf8(kv).ok()?;
+            let (k, v) = s.split_once('=')?;
+            (!v.is_empty()).then(|| (k.to_string(), v.to_string()))
+        });
+        if let Some((k, v)) = first {
+            assert_eq!(read_job(me, &k), Some(v));
+        }
+        assert_eq!(read_job(me, "BRAID_NO_SUCH_VARIABLE_EVER"), None);
+        assert_eq!(read_job(u32::MAX, "PATH"), None);
+    }
+}
