@@ -53,6 +53,10 @@ pub enum Preset {
     /// each target: a braid mount without and with the SSD cache, and the cache's own
     /// directory.
     Cache,
+    /// Seed 001 figures 4 and 5: IOR read and write bandwidth by transfer size (4 KiB
+    /// to 4 MiB), one task, on each target: a braid mount with tracing off, on, and
+    /// with a synchronous logger, for the tracer's overhead.
+    Tracer,
 }
 
 impl Preset {
@@ -65,6 +69,7 @@ impl Preset {
             Preset::Metadata => "Seed 000 figures 3-9 and 3-10: mdtest create, stat and remove rates of files and directories by task count, all tasks in one shared directory vs a directory per task.",
             Preset::Pfl => "Seed 002 figures 8 and 9: aggregate write and read bandwidth of one shared file (IOR without -F, 1 MiB transfers) as the number of tasks grows, in a directory whose default is seed 002's Table 4 progressive layout (`braid setstripe --template seed-table4`) and in a plain one (the file system default). Instantiating the later components as the file grows should cost nothing measurable.",
             Preset::Dne => "Seed 002 figures 6 and 7: N tasks in one directory on one MDT, and in one striped over 2 and 4 MDTs (`braid mkdir -c`, as many as the file system has): IOR file per process (its Table 2: 1 MiB transfers, write then read) for bandwidth, and mdtest on files (its Table 3: 1,000 files per task; create, stat, read, remove) for metadata rates. All tasks share the directory, so a striped one spreads their names, and the MDTs' work, over its MDTs.",
+            Preset::Tracer => "Seed 001 figures 4 and 5: IOR read and write bandwidth by transfer size (4 KiB to 4 MiB), one task, file per process, sequential, O_DIRECT so that every transfer is one operation of the client. Run it on a braid mount with tracing off, one with it on (`-o trace`: a record into the shared-memory ring per operation, drained by a collector process), and one with a synchronous logger (`-o trace_sync=FILE`: each record formatted and written to a file before the operation returns, as the seed's PVFS logging): the overhead of each is its distance from tracing off.",
             Preset::Cache => "Seed 003 figures 3 and 4 (its Table 2 options, one task): IOzone sequential write, rewrite, read and reread with 64 KiB records, then random read and write with 4 KiB records on the same file, O_DIRECT so the client's page cache hides nothing. Run it on a braid mount without the SSD cache, one with it (`-o cache_dir=...`), and the cache's own directory: the cached mount's reread and random read come from the SSD cache, and its write and first read should match the mount without it.",
             Preset::Dom => "Seed 002 figure 10: IOR file per process with the block and transfer sizes of its Table 6 (1 KiB blocks of 1 KiB transfers; 1,000 KiB blocks of 100 KiB transfers), in a directory whose default is its Table 5 Data-on-MDT layout (`braid setstripe --template seed-table5`: the first 64 KiB on the MDT) and in a plain one.",
         }
@@ -368,6 +373,22 @@ pub fn execute(args: &SweepArgs, native: Option<NativeConnect>) -> Result<SweepR
                     XAxis::Categories(CACHE_RANDOM.iter().map(|s| s.to_string()).collect()),
                 ),
             ],
+            Preset::Tracer => vec![
+                figure(
+                    "tracer-read",
+                    "Read bandwidth by transfer size (seed 001 figure 4)",
+                    "transfer size (bytes)",
+                    "MiB/s",
+                    XAxis::Log2Bytes,
+                ),
+                figure(
+                    "tracer-write",
+                    "Write bandwidth by transfer size (seed 001 figure 5)",
+                    "transfer size (bytes)",
+                    "MiB/s",
+                    XAxis::Log2Bytes,
+                ),
+            ],
             Preset::Dom => {
                 let cases = XAxis::Categories(DOM_CASES.iter().map(|c| c.0.to_string()).collect());
                 vec![
@@ -411,7 +432,7 @@ pub fn execute(args: &SweepArgs, native: Option<NativeConnect>) -> Result<SweepR
             Preset::Dne => mdt_counts.len() * 2,
             Preset::Pattern => 3,
             Preset::Filesize => file_sizes.len(),
-            Preset::Blocksize => transfer_sizes.len(),
+            Preset::Blocksize | Preset::Tracer => transfer_sizes.len(),
         };
     let mut done_points = 0;
     for (label, target) in &targets {
@@ -545,6 +566,41 @@ pub fn execute(args: &SweepArgs, native: Option<NativeConnect>) -> Result<SweepR
                         report,
                         command,
                     );
+                }
+            }
+            Preset::Tracer => {
+                let size = args.bytes_per_task(64 << 20);
+                for &transfer in &transfer_sizes {
+                    status(&mut progress, &format!("transfer {}", format_size(transfer)));
+                    if size % transfer != 0 {
+                        usage!(
+                            "--size {} is not a multiple of transfer size {}",
+                            format_size(size),
+                            format_size(transfer)
+                        );
+                    }
+                    let extra: Vec<String> = [
+                        "-F",
+                        "-w",
+                        "-r",
+                        "--direct",
+                        "-t",
+                        &format_size(transfer),
+                        "-b",
+                        &format_size(size),
+                        "-o",
+                        &crate::backend::join(&dir, "testFile"),
+                    ]
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect();
+                    let (report, command) = run_ior(&extra)?;
+                    for row in &report.summary {
+                        let id = format!("tracer-{}", row.operation);
+                        let x = (transfer as f64, format_size(transfer));
+                        figures.add(&id, label.clone(), x.0, x.1, row.bandwidth_mib_s.mean);
+                    }
+                    runs.push(SweepRun { target: label.to_string(), command, report: to_json(&report) });
                 }
             }
             Preset::Cache => {

@@ -160,7 +160,7 @@ pub fn local(data: &Path, l: &Local, mount: Option<(PathBuf, MountSettings)>) ->
             let client = Client::connect(cfg).await.context("cannot connect the mount's client")?;
             let mut opts = settings.fuse.clone();
             opts.fsname = format!("braid@{mgs}");
-            let traced = crate::trace::MountTrace::attach(&client, &settings.trace, Some(secret_file.clone()));
+            let traced = crate::trace::hook(&client, &settings.trace, Some(secret_file.clone()))?;
             opts.trace = traced.clone().map(|t| fuse::TraceHook(t));
             let handle = tokio::runtime::Handle::current();
             let mp2 = mp.clone();

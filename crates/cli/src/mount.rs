@@ -162,6 +162,10 @@ pub fn parse_options(list: &[String]) -> Result<MountSettings> {
                 })?;
                 s.trace.jobid_var = var.to_string();
             }
+            "trace_sync" => {
+                let f = v.filter(|d| !d.is_empty()).context("option trace_sync needs a file")?;
+                s.trace.sync_log = Some(std::path::absolute(f).with_context(|| format!("option {opt}"))?);
+            }
             "trace_ring" => {
                 let n = num(v)? as u64;
                 if !n.is_power_of_two() || !(64..=1 << 24).contains(&n) {
@@ -169,7 +173,7 @@ pub fn parse_options(list: &[String]) -> Result<MountSettings> {
                 }
                 s.trace.capacity = n;
             }
-            _ => bail!("unknown mount option '{opt}' (known: attr_timeout=S, entry_timeout=S, allow_other, direct_io, ro, rw, threads=N, timeout=S, max_write=BYTES, readahead_kb=KIB, dir_leases=0|1, cache_dir=PATH, cache_size=SIZE, ost_limit=RATE, ost_latency=MS, trace[=on|off], trace_dir=DIR, trace_server=HOST:PORT, jobid_var=NAME, trace_ring=RECORDS)"),
+            _ => bail!("unknown mount option '{opt}' (known: attr_timeout=S, entry_timeout=S, allow_other, direct_io, ro, rw, threads=N, timeout=S, max_write=BYTES, readahead_kb=KIB, dir_leases=0|1, cache_dir=PATH, cache_size=SIZE, ost_limit=RATE, ost_latency=MS, trace[=on|off], trace_dir=DIR, trace_server=HOST:PORT, jobid_var=NAME, trace_ring=RECORDS, trace_sync=FILE)"),
         }
     }
     match (&mut s.cache, cache_size) {
@@ -182,7 +186,20 @@ pub fn parse_options(list: &[String]) -> Result<MountSettings> {
 
 /// Options of a mount that a native client (`braid cp`, `braid bench` on a
 /// `braid://` target, ...) takes too, from `BRAID_CLIENT_OPTIONS`.
-const NATIVE_OPTIONS: [&str; 6] = ["cache_dir", "cache_size", "ost_limit", "ost_latency", "timeout", "dir_leases"];
+const NATIVE_OPTIONS: [&str; 12] = [
+    "cache_dir",
+    "cache_size",
+    "ost_limit",
+    "ost_latency",
+    "timeout",
+    "dir_leases",
+    "trace",
+    "trace_dir",
+    "trace_server",
+    "jobid_var",
+    "trace_ring",
+    "trace_sync",
+];
 
 /// The client settings in `BRAID_CLIENT_OPTIONS` (mount options of the client, as
 /// `cache_dir=/ssd/braid,cache_size=20G`), or none.
@@ -199,6 +216,30 @@ pub fn native_settings() -> Result<Option<MountSettings>> {
         }
     }
     parse_options(&[list]).map(Some).context("BRAID_CLIENT_OPTIONS")
+}
+
+/// A native client of the cluster at `mgs`, with the client options of
+/// `BRAID_CLIENT_OPTIONS` (its SSD cache, its tracing) and, if given, the recovery
+/// timeout.
+pub fn native_client(mgs: &str, secret: client::Secret, timeout: Option<Duration>) -> Result<BlockingClient> {
+    let settings = native_settings()?;
+    let mut cfg = match &settings {
+        Some(s) => s.client_config(mgs, secret),
+        None => ClientConfig::new(mgs, secret),
+    };
+    let traced = settings.as_ref().map(|s| &s.trace).filter(|t| crate::trace::wanted(t));
+    if let Some(t) = traced {
+        let name = format!("{}:native-{}", crate::trace::host_name(), std::process::id());
+        cfg.trace = Some(crate::trace::client_trace_config(t, &name));
+    }
+    if let Some(t) = timeout {
+        cfg.rpc.recovery_timeout = t.max(Duration::from_secs(1));
+    }
+    let bc = BlockingClient::connect(cfg, 2).with_context(|| format!("cannot connect to the cluster at {mgs}"))?;
+    if let Some(t) = traced {
+        crate::trace::hook_native(&bc.client, t)?;
+    }
+    Ok(bc)
 }
 
 fn secret_record(mgs: &str) -> PathBuf {
@@ -248,7 +289,7 @@ pub fn mount_foreground(
     let mut fuse_opts = settings.fuse.clone();
     fuse_opts.fsname = format!("braid@{}", p.mgs);
     let secret_used = secret_file.clone().or_else(|| std::env::var_os("BRAID_SECRET_FILE").map(PathBuf::from));
-    let traced = crate::trace::MountTrace::attach(&bc.client, &settings.trace, secret_used);
+    let traced = crate::trace::hook(&bc.client, &settings.trace, secret_used)?;
     fuse_opts.trace = traced.clone().map(|t| fuse::TraceHook(t));
     let mut mounted = fuse::mount(bc.client.clone(), bc.handle(), mountpoint, fuse_opts).with_context(|| {
         format!(

@@ -8,7 +8,7 @@ use std::time::Duration;
 use bench::{FileBackend, FileHandle, FileStat, OpenFlags, RpcTally};
 use bytes::Bytes;
 use client::Fid;
-use client::{BlockingClient, ClientConfig, ClientError, OpenFile};
+use client::{BlockingClient, ClientError, OpenFile};
 use client::{Creds, FileKind};
 
 /// Parent directories resolved so far (mdtest works in a few directories).
@@ -35,14 +35,8 @@ pub fn connect(url: &str) -> anyhow::Result<Box<dyn FileBackend>> {
         .map(std::path::PathBuf::from)
         .or_else(|| crate::mount::recorded_secret(&p.mgs));
     let secret = crate::client_secret(&file)?;
-    let mut cfg = match crate::mount::native_settings()? {
-        Some(s) => s.client_config(&p.mgs, secret),
-        None => ClientConfig::new(&p.mgs, secret),
-    };
-    if let Some(timeout_s) = std::env::var("BRAID_TIMEOUT_S").ok().and_then(|v| v.parse::<u64>().ok()) {
-        cfg.rpc.recovery_timeout = Duration::from_secs(timeout_s.max(1));
-    }
-    let bc = BlockingClient::connect(cfg, 2)?;
+    let timeout = std::env::var("BRAID_TIMEOUT_S").ok().and_then(|v| v.parse::<u64>().ok()).map(Duration::from_secs);
+    let bc = crate::mount::native_client(&p.mgs, secret, timeout)?;
     Ok(Box::new(NativeBackend {
         bc,
         creds: client::process_creds(),
@@ -145,6 +139,11 @@ impl FileBackend for NativeBackend {
     }
 
     fn stat(&mut self, path: &str) -> io::Result<FileStat> {
+        if path.trim_end_matches('/').is_empty() {
+            // The root has no parent to look it up in.
+            self.dir("/")?;
+            return Ok(FileStat { size_bytes: 0, is_dir: true });
+        }
         let (parent, name) = split(path)?;
         let parent = self.dir(parent)?;
         let a = self.bc.run(self.bc.client.lookup(&self.creds, parent, name)).map_err(io_err)?;

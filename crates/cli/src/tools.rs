@@ -11,7 +11,7 @@ use anyhow::{bail, Context, Result};
 use bytes::Bytes;
 use client::Errno;
 use client::{Attr, Creds, FileKind, OpenFlags, TargetKind, Timespec};
-use client::{BlockingClient, Client, ClientConfig};
+use client::{BlockingClient, Client};
 
 use crate::url::BraidPath;
 use crate::ClientOpts;
@@ -28,12 +28,7 @@ fn connect(opts: &ClientOpts, mgs: &str) -> Result<BlockingClient> {
         }
     });
     let secret = crate::client_secret(&file)?;
-    let mut cfg = match crate::mount::native_settings()? {
-        Some(s) => s.client_config(mgs, secret),
-        None => ClientConfig::new(mgs, secret),
-    };
-    cfg.rpc.recovery_timeout = Duration::from_secs(opts.timeout_s.max(1));
-    BlockingClient::connect(cfg, 2).with_context(|| format!("cannot connect to the cluster at {mgs}"))
+    crate::mount::native_client(mgs, secret, Some(Duration::from_secs(opts.timeout_s)))
 }
 
 pub(crate) fn creds() -> Creds {

@@ -31,6 +31,8 @@ pub const DEFAULT_TRACE_DIR: &str = "/var/tmp/braid-trace";
 const BATCH_RECORDS: usize = 16 << 10;
 /// A batch goes out at least this often while records come in.
 const BATCH_EVERY: Duration = Duration::from_millis(100);
+/// How long a collector that caught up waits before looking again.
+const POLL: Duration = Duration::from_millis(2);
 
 /// Where a mount's collector sends what it collects.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,6 +51,9 @@ pub struct TraceSettings {
     pub jobid_var: String,
     /// Records the ring holds.
     pub capacity: u64,
+    /// Instead of the ring, a synchronous logger into this file (`-o trace_sync=FILE`,
+    /// for the benchmark's contrast).
+    pub sync_log: Option<PathBuf>,
 }
 
 impl Default for TraceSettings {
@@ -58,6 +63,7 @@ impl Default for TraceSettings {
             destination: Destination::Dir(PathBuf::from(DEFAULT_TRACE_DIR)),
             jobid_var: DEFAULT_JOBID_VAR.into(),
             capacity: DEFAULT_CAPACITY,
+            sync_log: None,
         }
     }
 }
@@ -105,6 +111,35 @@ pub fn client_trace_config(t: &TraceSettings, client_name: &str) -> TraceConfig 
         jobid_var: t.jobid_var.clone(),
         client_name: client_name.to_string(),
     }
+}
+
+/// Sets up the tracing of `client` as `t` asks: the ring and its collector (the
+/// returned switch), or a synchronous logger.
+pub fn hook(
+    client: &client::Client,
+    t: &TraceSettings,
+    secret_file: Option<PathBuf>,
+) -> Result<Option<Arc<MountTrace>>> {
+    if let Some(f) = &t.sync_log {
+        client.set_observer(Some(Arc::new(SyncLogger::create(f)?)));
+        return Ok(None);
+    }
+    Ok(MountTrace::attach(client, t, secret_file))
+}
+
+/// Tracing for a native client, from the trace options in `BRAID_CLIENT_OPTIONS`
+/// (kept for the life of the process).
+pub fn hook_native(client: &client::Client, t: &TraceSettings) -> Result<()> {
+    static NATIVE: std::sync::OnceLock<Option<Arc<MountTrace>>> = std::sync::OnceLock::new();
+    let secret = std::env::var_os("BRAID_SECRET_FILE").map(PathBuf::from);
+    let mt = hook(client, t, secret)?;
+    let _ = NATIVE.set(mt);
+    Ok(())
+}
+
+/// Whether `t` asks for anything (a native client has no ring otherwise).
+pub fn wanted(t: &TraceSettings) -> bool {
+    t.on || t.sync_log.is_some()
 }
 
 /// A mount's side of `braid trace`: the switch, and the collector it keeps running.
@@ -322,8 +357,11 @@ pub fn collect(ring: &Path, dir: Option<&Path>, server: Option<&str>, secret_fil
             tracing::info!(ring = %ring.display(), "the mount ended; collector done");
             return Ok(());
         }
-        if d.records == 0 {
-            std::thread::sleep(Duration::from_millis(5));
+        if d.records < room {
+            // Caught up: let records gather rather than spin on a core the mount
+            // needs (a full ring of 65,536 takes tens of milliseconds to fill even at
+            // a million operations a second).
+            std::thread::sleep(POLL);
         }
     }
 }
