@@ -104,6 +104,20 @@ enum TraceCommand {
         #[command(flatten)]
         filter: cli::trace::FilterArgs,
     },
+    /// SVG plots: each file's offsets over time (offsets.svg) and each job's
+    /// operations per second (jobs.svg).
+    Plot {
+        #[arg(long)]
+        dir: PathBuf,
+        /// Directory to write the plots in.
+        #[arg(long)]
+        out: PathBuf,
+        /// Files drawn at most (those with the most transfers).
+        #[arg(long, default_value_t = 8)]
+        files: usize,
+        #[command(flatten)]
+        filter: cli::trace::FilterArgs,
+    },
     /// The stored operations as CSV (default) or JSON lines.
     Export {
         #[arg(long)]
@@ -376,6 +390,7 @@ fn trace_command(t: TraceCommand) -> anyhow::Result<()> {
         }
         TraceCommand::Show { dir, filter } => cli::trace::show(&dir, &filter),
         TraceCommand::Stats { dir, filter } => cli::trace::stats(&dir, &filter),
+        TraceCommand::Plot { dir, out, files, filter } => cli::trace::plot(&dir, &filter, &out, files),
         TraceCommand::Export { dir, csv: _, json, filter } => cli::trace::export(&dir, &filter, json),
     }
 }

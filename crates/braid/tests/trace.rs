@@ -153,6 +153,12 @@ fn a_traced_mount_records_every_operation_through_a_collection_server() {
     assert_eq!(csv.lines().count(), 2, "{csv}");
     assert!(csv.starts_with("start_ns,duration_ns,client,pid,job"));
     assert!(braid_ok(&["trace", "show", "--dir", &dir, "--job", "other"]).is_empty());
+    let plots = c.dir.path().join("plots");
+    braid_ok(&["trace", "plot", "--dir", &dir, "--out", &plots.to_string_lossy()]);
+    let offsets = std::fs::read_to_string(plots.join("offsets.svg")).unwrap();
+    assert!(offsets.contains(&format!("{fid} write")), "the written file is drawn");
+    assert!(offsets.matches("<circle").count() >= 16);
+    assert!(std::fs::read_to_string(plots.join("jobs.svg")).unwrap().contains("job 4242"));
     drop(m);
 }
 
@@ -339,4 +345,40 @@ fn bad_rings_second_collectors_hostile_batches_and_damaged_stores_are_refused() 
         rpc::RpcOptions { recovery_timeout: Duration::from_secs(1), ..Default::default() },
     );
     assert!(rt.block_on(stranger.call(&proto::msg::Request::TraceBatch, vec![])).is_err());
+}
+
+/// Unmounts a small file system made for a test, also when the test fails.
+struct SmallFs(PathBuf);
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_trace_store_whose_disk_is_full_costs_the_mount_nothing_and_drops_are_counted() {
+    let c = cluster();
+    let small = c.dir.path().join("small-fs");
+    std::fs::create_dir_all(&small).unwrap();
+    let made = Command::new("mount").args(["-t", "tmpfs", "-o", "size=16k", "tmpfs"]).arg(&small).status().unwrap();
+    assert!(made.success(), "mount a 16 KiB tmpfs");
+    let _guard = SmallFs(small.clone());
+    // A ring of 64 records, so that it fills soon once the collector cannot store.
+    let m = Mount::new(&c, &format!("trace,trace_ring=64,trace_dir={}", small.display()));
+    let data = vec![3u8; 4096];
+    let start = Instant::now();
+    let mut n = 0;
+    while status(&m)["dropped"].as_u64().unwrap_or(0) == 0 {
+        for _ in 0..50 {
+            let p = m.path(&format!("f{n}"));
+            std::fs::write(&p, &data).unwrap();
+            assert_eq!(std::fs::read(&p).unwrap(), data, "the mount works on");
+            n += 1;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "nothing was dropped: {}", status(&m));
+    }
+    let s = status(&m);
+    assert!(s["collector_pid"].as_u64().is_some(), "the collector keeps trying: {s}");
+    assert_eq!(std::fs::read_dir(m.dir.clone()).unwrap().count(), n);
 }

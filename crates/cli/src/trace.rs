@@ -32,7 +32,7 @@ const BATCH_RECORDS: usize = 16 << 10;
 /// A batch goes out at least this often while records come in.
 const BATCH_EVERY: Duration = Duration::from_millis(100);
 /// How long a collector that caught up waits before looking again.
-const POLL: Duration = Duration::from_millis(2);
+const POLL: Duration = Duration::from_millis(5);
 
 /// Where a mount's collector sends what it collects.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -313,11 +313,16 @@ pub fn collect(ring: &Path, dir: Option<&Path>, server: Option<&str>, secret_fil
     let mut dropped_seen = reader.stats().dropped;
     let mut since = Instant::now();
     let mut failures = 0u32;
+    let mut writer_gone = false;
+    let mut last_check = Instant::now();
     loop {
         let room = BATCH_RECORDS - buf.len() / RECORD_BYTES;
         let d = reader.drain(room, &mut buf);
         lost += d.lost;
-        let writer_gone = !pid_alive(writer);
+        if last_check.elapsed() >= BATCH_EVERY {
+            writer_gone = !pid_alive(writer);
+            last_check = Instant::now();
+        }
         let s = reader.stats();
         let empty = s.collected >= s.written;
         let full = buf.len() / RECORD_BYTES >= BATCH_RECORDS;
@@ -592,6 +597,23 @@ pub fn export(dir: &Path, f: &FilterArgs, json: bool) -> Result<()> {
         }
     }
     let _ = out.flush();
+    Ok(())
+}
+
+/// `braid trace plot`: `offsets.svg` (each file's offsets over time) and `jobs.svg`
+/// (each job's operations per second) in `out`.
+pub fn plot(dir: &Path, f: &FilterArgs, out: &Path, files: usize) -> Result<()> {
+    let filter = f.filter()?;
+    let mut entries = Vec::new();
+    read_filtered(dir, &filter, |e| entries.push(e.clone()))?;
+    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    for (name, svg) in
+        [("offsets.svg", trace::plot::offsets(&entries, files)), ("jobs.svg", trace::plot::jobs(&entries, 60))]
+    {
+        let p = out.join(name);
+        std::fs::write(&p, svg).with_context(|| format!("cannot write {}", p.display()))?;
+        println!("{}", p.display());
+    }
     Ok(())
 }
 

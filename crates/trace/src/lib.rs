@@ -10,6 +10,7 @@
 //! path: a full ring drops records and counts them.
 
 pub mod analysis;
+pub mod plot;
 pub mod record;
 pub mod ring;
 pub mod store;
