@@ -18,7 +18,7 @@
 #   scripts/bench-tracer.sh [RUNS]          (root; release build in target/release)
 #
 # Environment: BRAID (default target/release/braid), WORK (default
-# /var/tmp/peers/tracer), SMALL (bytes per task at 4 KiB transfers, 64m), LARGE (at
+# /var/tmp/peers/tracer), SMALL (bytes per task at 4 KiB transfers, 128m), LARGE (at
 # 1 MiB, 1g), FILES (mdtest files, 5000), SWEEP_SIZE (sweep bytes per point, 64m;
 # "none" skips the sweep).
 set -uo pipefail
@@ -26,7 +26,7 @@ RUNS=${1:-3}
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 BRAID=${BRAID:-$HERE/target/release/braid}
 WORK=${WORK:-/var/tmp/peers/tracer}
-SMALL=${SMALL:-64m}
+SMALL=${SMALL:-128m}
 LARGE=${LARGE:-1g}
 FILES=${FILES:-5000}
 SWEEP_SIZE=${SWEEP_SIZE:-64m}
