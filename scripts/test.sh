@@ -2,7 +2,8 @@
 # Runs the whole braid test suite: formatting, lints, unit, property and integration
 # tests (real server processes, real FUSE mounts, the pjdfstest and fsx suites). Installs
 # what it needs on a fresh Debian/Ubuntu machine (fuse3; pjdfstest and fsx with cargo
-# install; the user `tests`) when run as root; otherwise says what is missing.
+# install; the user `tests`; libnbd-bin and qemu-utils for the NBD clients) when run as
+# root; otherwise says what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -44,6 +45,9 @@ need_user nobody
 need_pkg mount mount
 need_pkg which debianutils
 need_pkg cc gcc
+# The NBD export's tests drive real NBD clients (crates/braid/tests/nbd.rs).
+need_pkg nbdinfo libnbd-bin
+need_pkg qemu-io qemu-utils
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings

@@ -42,6 +42,29 @@ enum CacheCommand {
 }
 
 #[derive(Subcommand)]
+enum NbdCommand {
+    /// Export braid files as NBD block devices (to qemu, nbdinfo, nbdcopy, nbd-client).
+    Serve {
+        /// The file system, braid://MGS/.
+        url: String,
+        /// An export: NAME=PATH[,ro][,size=SIZE] (size: create the file if missing and
+        /// make it at least that long, sparse). Repeat for several; the first is the
+        /// default export.
+        #[arg(long = "export", value_name = "NAME=PATH", required = true)]
+        exports: Vec<String>,
+        /// Address to serve NBD on (NBD's port is 10809).
+        #[arg(long, default_value = "127.0.0.1:10809")]
+        listen: String,
+        /// Make every write durable before its reply (as FUA on each).
+        #[arg(long)]
+        sync: bool,
+        /// The cluster secret (also BRAID_SECRET_FILE).
+        #[arg(long)]
+        secret_file: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
 enum TraceCommand {
     /// Start recording a mount's operations (root; starts its collector).
     On { mountpoint: PathBuf },
@@ -151,6 +174,9 @@ enum Command {
     /// The I/O tracer: turn it on and off on a mount, collect, serve, and read traces.
     #[command(subcommand)]
     Trace(TraceCommand),
+    /// Network block devices backed by braid files.
+    #[command(subcommand)]
+    Nbd(NbdCommand),
     /// IOR-, mdtest- and IOzone-style benchmarks, sweeps and plots.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -373,6 +399,9 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Cache(CacheCommand::Status { json, mountpoint }) => cli::cache::status(&mountpoint, json),
         Command::Cache(CacheCommand::Drop { mountpoint }) => cli::cache::drop_all(&mountpoint),
         Command::Trace(t) => trace_command(t),
+        Command::Nbd(NbdCommand::Serve { url, exports, listen, sync, secret_file }) => {
+            cli::nbd::serve(&url, &exports, &listen, sync, secret_file)
+        }
     }
 }
 

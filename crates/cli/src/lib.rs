@@ -19,6 +19,7 @@ pub mod config;
 pub mod local;
 pub mod mount;
 pub mod native_bench;
+pub mod nbd;
 pub mod serve;
 pub mod stripe;
 pub mod tools;

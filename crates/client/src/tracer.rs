@@ -70,10 +70,15 @@ pub fn with_caller<T>(pid: u32, uid: u32, gid: u32, f: impl FnOnce() -> T) -> T 
 }
 
 fn caller() -> (u32, u32, u32) {
+    // This process, asked once: three system calls an operation were most of what
+    // tracing cost a native client.
+    static PROCESS: std::sync::OnceLock<(u32, u32, u32)> = std::sync::OnceLock::new();
     CALLER.get().unwrap_or_else(|| {
-        // SAFETY: getuid and getgid cannot fail.
-        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-        (std::process::id(), uid, gid)
+        *PROCESS.get_or_init(|| {
+            // SAFETY: getuid and getgid cannot fail.
+            let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+            (std::process::id(), uid, gid)
+        })
     })
 }
 

@@ -1,0 +1,272 @@
+//! The NBD export through real processes and real NBD clients: `braid nbd serve` (a
+//! braid client of a cluster of MGS, MDS and OSS processes) driven by `nbdinfo`,
+//! `nbdcopy`, `qemu-img` and `qemu-io` (Debian's libnbd-bin and qemu-utils), and by
+//! hand-written hostile clients over TCP.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use testkit::{pattern, Cluster, ClusterSpec, Daemon};
+
+fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_braid"))
+}
+
+/// `braid nbd serve` with `exports` on a free port; its address.
+fn serve(c: &Cluster, exports: &[&str], extra: &[&str]) -> (Daemon, String) {
+    let mut args = vec!["nbd".to_string(), "serve".into(), c.url("/"), "--listen".into(), "127.0.0.1:0".into()];
+    for e in exports {
+        args.push("--export".into());
+        args.push(e.to_string());
+    }
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args.push("--secret-file".into());
+    args.push(c.secret.to_string_lossy().into_owned());
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let log = c.dir.path().join(format!("nbd-{}.log", exports[0].split('=').next().unwrap()));
+    let d = Daemon::start(bin(), &argv, &[], &log, "NBD server at").expect("braid nbd serve starts");
+    let addr = d.banner.last().unwrap().split_whitespace().nth(3).unwrap().trim_end_matches(',').to_string();
+    (d, addr)
+}
+
+fn run(cmd: &mut Command) -> std::process::Output {
+    testkit::output_within(cmd, Duration::from_secs(120)).expect("a client that ends")
+}
+
+fn ok(cmd: &mut Command) -> String {
+    let out = run(cmd);
+    assert!(out.status.success(), "{cmd:?}: {}{}", testkit::stdout(&out), testkit::stderr(&out));
+    testkit::stdout(&out)
+}
+
+#[test]
+fn real_nbd_clients_copy_read_and_write_a_braid_file_through_the_export() {
+    let c = Cluster::start(bin(), ClusterSpec::default());
+    c.braid_ok(&["setstripe", "-c", "4", "-S", "1M", &c.url("/disk.img")]);
+    let (_server, addr) = serve(&c, &["disk=/disk.img,size=64M", "iso=/disk.img,ro"], &[]);
+    let uri = |name: &str| format!("nbd://{addr}/{name}");
+    // What the export says of itself.
+    let info = ok(Command::new("nbdinfo").arg(uri("disk")));
+    for line in [
+        "export-size: 67108864",
+        "can_multi_conn: true",
+        "can_flush: true",
+        "can_fua: true",
+        "can_trim: true",
+        "is_read_only: false",
+    ] {
+        assert!(info.contains(line), "no '{line}' in:\n{info}");
+    }
+    let list = ok(Command::new("nbdinfo").arg("--list").arg(format!("nbd://{addr}")));
+    assert!(list.contains("export=\"disk\"") && list.contains("export=\"iso\""), "{list}");
+    assert!(ok(Command::new("nbdinfo").arg(uri("iso"))).contains("is_read_only: true"));
+    assert!(ok(Command::new("qemu-img").args(["info", "-f", "raw"]).arg(uri("disk"))).contains("virtual size: 64 MiB"));
+    // A 64 MiB image copied in over four connections and out again, byte for byte;
+    // and it is the braid file's bytes.
+    let work = c.dir.path();
+    let image = pattern(64 << 20, 5);
+    std::fs::write(work.join("in.img"), &image).unwrap();
+    ok(Command::new("nbdcopy").arg("--connections=4").arg(work.join("in.img")).arg(uri("disk")));
+    ok(Command::new("nbdcopy").arg(uri("disk")).arg(work.join("out.img")));
+    assert!(std::fs::read(work.join("out.img")).unwrap() == image, "the copy out differs from the copy in");
+    assert!(c.get("/disk.img") == image, "the braid file holds other bytes");
+    // qemu-io: a pattern written and read back, unaligned too; zeroes and discards.
+    let io = |cmd: &str| ok(Command::new("qemu-io").args(["-f", "raw", "-c", cmd]).arg(uri("disk")));
+    io("write -P 0xab 4096 8192");
+    io("read -P 0xab 4096 8192");
+    io("write -P 0x11 1000 333");
+    io("read -P 0x11 1000 333");
+    io("write -z 1048576 65536");
+    io("read -P 0 1048576 65536");
+    io("discard 2097152 1048576");
+    io("read -P 0 2097152 1048576");
+    io("write -P 0x5a -f 3145728 4096");
+    io("flush");
+    // The read-only export refuses writes.
+    let out = run(Command::new("qemu-io").args(["-f", "raw", "-c", "write -P 1 0 4096"]).arg(uri("iso")));
+    assert!(
+        !out.status.success()
+            || testkit::stderr(&out).contains("ermission")
+            || testkit::stdout(&out).contains("ermission")
+    );
+    // And what the braid file holds now agrees.
+    let now = c.get("/disk.img");
+    assert!(now[4096..12288].iter().all(|&b| b == 0xab));
+    assert!(now[1000..1333].iter().all(|&b| b == 0x11));
+    assert!(now[1048576..1048576 + 65536].iter().all(|&b| b == 0));
+    assert!(now[2097152..3145728].iter().all(|&b| b == 0));
+    assert!(now[3145728..3149824].iter().all(|&b| b == 0x5a));
+    assert!(now[8 << 20..] == image[8 << 20..], "bytes nobody wrote changed");
+}
+
+/// The server's greeting and a fixed newstyle client's answer (no zeroes).
+fn greet(addr: &str) -> TcpStream {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut hello = [0u8; 18];
+    s.read_exact(&mut hello).unwrap();
+    assert_eq!(&hello[..8], b"NBDMAGIC");
+    assert_eq!(&hello[8..16], b"IHAVEOPT");
+    s.write_all(&3u32.to_be_bytes()).unwrap();
+    s
+}
+
+fn option(s: &mut TcpStream, opt: u32, data: &[u8]) {
+    let mut b = b"IHAVEOPT".to_vec();
+    b.extend_from_slice(&opt.to_be_bytes());
+    b.extend_from_slice(&(data.len() as u32).to_be_bytes());
+    b.extend_from_slice(data);
+    s.write_all(&b).unwrap();
+}
+
+/// Reads one option reply: (option, reply type, data).
+fn option_reply(s: &mut TcpStream) -> (u32, u32, Vec<u8>) {
+    let mut h = [0u8; 20];
+    s.read_exact(&mut h).unwrap();
+    assert_eq!(u64::from_be_bytes(h[..8].try_into().unwrap()), 0x3e889045565a9);
+    let len = u32::from_be_bytes(h[16..20].try_into().unwrap()) as usize;
+    let mut d = vec![0u8; len];
+    s.read_exact(&mut d).unwrap();
+    (u32::from_be_bytes(h[8..12].try_into().unwrap()), u32::from_be_bytes(h[12..16].try_into().unwrap()), d)
+}
+
+/// Opens `name` with NBD_OPT_GO; the reply types seen until the ACK.
+fn go(s: &mut TcpStream, name: &str) -> Vec<u32> {
+    let mut d = (name.len() as u32).to_be_bytes().to_vec();
+    d.extend_from_slice(name.as_bytes());
+    d.extend_from_slice(&0u16.to_be_bytes());
+    option(s, 7, &d);
+    let mut kinds = Vec::new();
+    loop {
+        let (_, kind, _) = option_reply(s);
+        kinds.push(kind);
+        if kind != 3 {
+            return kinds;
+        }
+    }
+}
+
+fn request(s: &mut TcpStream, kind: u16, cookie: u64, offset: u64, len: u32, payload: &[u8]) {
+    let mut b = 0x25609513u32.to_be_bytes().to_vec();
+    b.extend_from_slice(&0u16.to_be_bytes());
+    b.extend_from_slice(&kind.to_be_bytes());
+    b.extend_from_slice(&cookie.to_be_bytes());
+    b.extend_from_slice(&offset.to_be_bytes());
+    b.extend_from_slice(&len.to_be_bytes());
+    b.extend_from_slice(payload);
+    s.write_all(&b).unwrap();
+}
+
+/// A simple reply's (error, cookie).
+fn simple(s: &mut TcpStream) -> (u32, u64) {
+    let mut h = [0u8; 16];
+    s.read_exact(&mut h).unwrap();
+    assert_eq!(u32::from_be_bytes(h[..4].try_into().unwrap()), 0x67446698);
+    (u32::from_be_bytes(h[4..8].try_into().unwrap()), u64::from_be_bytes(h[8..16].try_into().unwrap()))
+}
+
+fn closed(s: &mut TcpStream) -> bool {
+    let mut b = [0u8; 64];
+    loop {
+        match s.read(&mut b) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(_) => return true,
+        }
+    }
+}
+
+#[test]
+fn hostile_and_careless_clients_get_errors_and_the_export_is_unharmed() {
+    let c = Cluster::start(bin(), ClusterSpec::default());
+    let (mut server, addr) = serve(&c, &["d=/d.img,size=1M"], &[]);
+    // Unknown options are refused and the handshake goes on; an unknown export too.
+    let mut s = greet(&addr);
+    option(&mut s, 999, b"whatever");
+    assert_eq!(option_reply(&mut s).1, (1 << 31) + 1, "NBD_REP_ERR_UNSUP");
+    option(&mut s, 5, &[]);
+    assert!(option_reply(&mut s).1 >= 1 << 31, "STARTTLS is refused cleanly");
+    assert_eq!(go(&mut s, "nope"), vec![(1 << 31) + 6], "NBD_REP_ERR_UNKNOWN");
+    option(&mut s, 7, &[0, 0, 0, 9, 1]);
+    assert_eq!(option_reply(&mut s).1, (1 << 31) + 3, "a short GO is NBD_REP_ERR_INVALID");
+    assert_eq!(go(&mut s, "").last(), Some(&1), "the default export");
+    // Requests: a write and its read, one past the end, an unknown command; a burst
+    // of pipelined reads answered by cookie.
+    request(&mut s, 1, 7, 4096, 5, b"hello");
+    assert_eq!(simple(&mut s), (0, 7));
+    request(&mut s, 0, 8, 4096, 5, &[]);
+    assert_eq!(simple(&mut s), (0, 8));
+    let mut got = [0u8; 5];
+    s.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"hello");
+    request(&mut s, 0, 9, (1 << 20) - 2, 4, &[]);
+    assert_eq!(simple(&mut s), (22, 9), "EINVAL past the end");
+    request(&mut s, 1, 10, 1 << 20, 1, b"x");
+    assert_eq!(simple(&mut s), (28, 10), "ENOSPC writing past the end");
+    request(&mut s, 77, 11, 0, 0, &[]);
+    assert_eq!(simple(&mut s), (22, 11), "EINVAL for an unknown command");
+    for cookie in 100..164u64 {
+        request(&mut s, 0, cookie, cookie * 16, 16, &[]);
+    }
+    let mut cookies = Vec::new();
+    for _ in 0..64 {
+        let (err, cookie) = simple(&mut s);
+        assert_eq!(err, 0);
+        let mut d = [0u8; 16];
+        s.read_exact(&mut d).unwrap();
+        cookies.push(cookie);
+    }
+    cookies.sort_unstable();
+    assert_eq!(cookies, (100..164).collect::<Vec<_>>());
+    request(&mut s, 2, 12, 0, 0, &[]);
+    assert!(closed(&mut s), "DISC closes");
+    // Garbage in place of an option, a huge option, a bad request magic, a client
+    // gone in the middle of a write's payload: each closes its connection only.
+    let mut g = greet(&addr);
+    g.write_all(b"this is not an option at all").unwrap();
+    assert!(closed(&mut g));
+    let mut g = greet(&addr);
+    g.write_all(b"IHAVEOPT").unwrap();
+    g.write_all(&7u32.to_be_bytes()).unwrap();
+    g.write_all(&u32::MAX.to_be_bytes()).unwrap();
+    assert_eq!(option_reply(&mut g).1, (1 << 31) + 9, "NBD_REP_ERR_TOO_BIG");
+    assert!(closed(&mut g));
+    let mut g = greet(&addr);
+    go(&mut g, "d");
+    g.write_all(&[0x55; 28]).unwrap();
+    assert!(closed(&mut g));
+    let mut g = greet(&addr);
+    go(&mut g, "d");
+    request(&mut g, 1, 1, 0, 65536, &[0xee; 1000]);
+    drop(g);
+    let mut g = TcpStream::connect(&addr).unwrap();
+    g.write_all(&[1, 2]).unwrap();
+    drop(g);
+    // Flags a client may not send.
+    let mut g = TcpStream::connect(&addr).unwrap();
+    let mut hello = [0u8; 18];
+    g.read_exact(&mut hello).unwrap();
+    g.write_all(&0xffu32.to_be_bytes()).unwrap();
+    assert!(closed(&mut g));
+    // The server is alive and the export holds what was written, nothing else.
+    let mut s = greet(&addr);
+    go(&mut s, "d");
+    request(&mut s, 0, 1, 4090, 20, &[]);
+    assert_eq!(simple(&mut s), (0, 1));
+    let mut d = [0u8; 20];
+    s.read_exact(&mut d).unwrap();
+    assert_eq!(&d[6..11], b"hello");
+    assert!(d[..6].iter().chain(&d[11..]).all(|&b| b == 0), "{d:?}");
+    assert!(server.pid().is_some_and(|p| unsafe { libc::kill(p as i32, 0) } == 0));
+    server.stop(Duration::from_secs(5));
+    // Bad exports on the command line are clear errors.
+    for (export, says) in [("d=relative", "absolute"), ("d=/x,size=big", "not a size"), ("d=/missing", "cannot open")] {
+        let out = c.braid(&["nbd", "serve", &c.url("/"), "--export", export, "--listen", "127.0.0.1:0"]);
+        assert!(!out.status.success(), "{export}");
+        let err = testkit::stderr(&out);
+        assert!(err.contains(says) || err.contains("No such file"), "{export}: {err}");
+    }
+}

@@ -1,0 +1,227 @@
+//! `braid nbd serve`: braid files exported as NBD devices. The process is a braid
+//! client (as a mount is); each export is one open handle of one file, shared by every
+//! connection to it, and striped over OSTs as the file is.
+//!
+//! Writes go to the OSTs as the native client writes (under way when acknowledged,
+//! read back by any connection at once); FLUSH and FUA make them durable with the
+//! handle's fsync, which covers every write of the handle: what `CAN_MULTI_CONN`
+//! promises. `--sync` makes every write durable before its reply (seed 004's
+//! synchronous server writes).
+
+use std::collections::BTreeMap;
+use std::io;
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use bytes::{Bytes, BytesMut};
+use client::{Client, ClientError, OpenFile};
+use proto::msg::{OpenFlags, SetAttr};
+
+/// One export as `--export NAME=PATH[,ro][,size=SIZE]` names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExportSpec {
+    pub name: String,
+    pub path: String,
+    pub read_only: bool,
+    /// Create the file if missing and make it at least this long (sparse).
+    pub size: Option<u64>,
+}
+
+impl ExportSpec {
+    pub fn parse(s: &str) -> Result<ExportSpec> {
+        let (name, rest) = s.split_once('=').context("an export is NAME=PATH[,ro][,size=SIZE]")?;
+        if name.is_empty() || name.len() > 4096 {
+            bail!("export '{s}': the name must be 1 to 4096 bytes");
+        }
+        let mut parts = rest.split(',');
+        let path = parts.next().filter(|p| p.starts_with('/')).with_context(|| {
+            format!("export '{s}': the path must be absolute within the file system (e.g. {name}=/vm/disk.img)")
+        })?;
+        let mut spec = ExportSpec { name: name.into(), path: path.into(), read_only: false, size: None };
+        for p in parts {
+            match p.split_once('=') {
+                None if p == "ro" => spec.read_only = true,
+                Some(("size", v)) => {
+                    let n = cache::parse_size(v).filter(|&n| n > 0).with_context(|| {
+                        format!("export '{s}': size={v} is not a size (bytes with an optional K, M, G or T)")
+                    })?;
+                    spec.size = Some(n);
+                }
+                _ => bail!("export '{s}': unknown option '{p}' (known: ro, size=SIZE)"),
+            }
+        }
+        if spec.read_only && spec.size.is_some() {
+            bail!("export '{s}': a read-only export cannot be created or grown (drop size= or ro)");
+        }
+        Ok(spec)
+    }
+}
+
+fn io_err(e: ClientError) -> io::Error {
+    io::Error::from_raw_os_error(e.errno().raw())
+}
+
+/// A braid file as a block device.
+pub struct FileDevice {
+    client: Client,
+    file: OpenFile,
+    size: u64,
+}
+
+impl FileDevice {
+    /// Opens (creating and sizing as `spec` asks) the file an export serves.
+    pub async fn open(client: &Client, spec: &ExportSpec) -> Result<FileDevice> {
+        let creds = client::process_creds();
+        let flags = OpenFlags { read: true, write: !spec.read_only, truncate: false };
+        let (parent, name) = client.resolve_parent(&creds, &spec.path).await.with_context(|| spec.path.clone())?;
+        let existing = client.open_at(&creds, parent.fid, &name, flags).await;
+        let (file, _) = match (existing, spec.size) {
+            (Ok(f), _) => f,
+            (Err(e), Some(_)) if e.errno() == proto::Errno::NoEnt => {
+                let (f, a, _) = client
+                    .create(&creds, parent.fid, &name, 0o600, false, flags, None)
+                    .await
+                    .with_context(|| format!("cannot create {}", spec.path))?;
+                (f, a)
+            }
+            (Err(e), _) => return Err(e).with_context(|| format!("cannot open {}", spec.path)),
+        };
+        if let Some(size) = spec.size {
+            if file.size() < size {
+                let set = SetAttr { size: Some(size), ..Default::default() };
+                client.fsetattr(&creds, &file, set).await.with_context(|| format!("cannot size {}", spec.path))?;
+            }
+        }
+        let size = file.size();
+        if size == 0 {
+            bail!("{} is empty: give the export a size (NAME=PATH,size=SIZE)", spec.path);
+        }
+        Ok(FileDevice { client: client.clone(), file, size })
+    }
+}
+
+impl nbd::Backend for FileDevice {
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    async fn read(&self, offset: u64, len: u32) -> io::Result<Bytes> {
+        let data = self.client.read(&self.file, offset, len as u64).await.map_err(io_err)?;
+        if data.len() == len as usize {
+            return Ok(data);
+        }
+        // Past the file's end, within the device: zeros.
+        let mut out = BytesMut::zeroed(len as usize);
+        out[..data.len()].copy_from_slice(&data);
+        Ok(out.freeze())
+    }
+
+    async fn write(&self, offset: u64, data: Bytes, fua: bool) -> io::Result<()> {
+        self.client.write(&self.file, offset, data).await.map_err(io_err)?;
+        if fua {
+            self.client.fsync(&self.file).await.map_err(io_err)?;
+        }
+        Ok(())
+    }
+
+    async fn flush(&self) -> io::Result<()> {
+        self.client.fsync(&self.file).await.map_err(io_err)
+    }
+
+    async fn trim(&self, offset: u64, len: u32) -> io::Result<()> {
+        self.client.punch_hole(&self.file, offset, len as u64).await.map_err(io_err)
+    }
+
+    async fn zero(&self, offset: u64, len: u32, may_trim: bool, fua: bool) -> io::Result<()> {
+        if may_trim {
+            self.client.punch_hole(&self.file, offset, len as u64).await.map_err(io_err)?;
+        } else {
+            let zeros = Bytes::from(vec![0u8; len as usize]);
+            self.client.write(&self.file, offset, zeros).await.map_err(io_err)?;
+        }
+        if fua {
+            self.client.fsync(&self.file).await.map_err(io_err)?;
+        }
+        Ok(())
+    }
+}
+
+/// `braid nbd serve URL --export ... --listen ADDR [--sync]`: serves until signalled.
+pub fn serve(
+    url: &str,
+    exports: &[String],
+    listen: &str,
+    sync: bool,
+    secret_file: Option<std::path::PathBuf>,
+) -> Result<()> {
+    let specs = exports.iter().map(|e| ExportSpec::parse(e)).collect::<Result<Vec<_>>>()?;
+    if specs.is_empty() {
+        bail!("give at least one --export NAME=PATH[,ro][,size=SIZE]");
+    }
+    let mut names = std::collections::HashSet::new();
+    for s in &specs {
+        if !names.insert(s.name.clone()) {
+            bail!("two exports are named '{}'", s.name);
+        }
+    }
+    let p = crate::url::require(url)?;
+    let file = secret_file.or_else(|| std::env::var_os("BRAID_SECRET_FILE").map(std::path::PathBuf::from));
+    let secret = crate::client_secret(&file)?;
+    let rt = crate::runtime()?;
+    rt.block_on(async {
+        let cfg = match crate::mount::native_settings()? {
+            Some(s) => s.client_config(&p.mgs, secret),
+            None => client::ClientConfig::new(&p.mgs, secret),
+        };
+        let client =
+            Client::connect(cfg).await.with_context(|| format!("cannot connect to the cluster at {}", p.mgs))?;
+        let mut list = BTreeMap::new();
+        for s in &specs {
+            let dev = FileDevice::open(&client, s).await?;
+            let description = format!("braid file {}", s.path);
+            tracing::info!(export = %s.name, path = %s.path, size = dev.size, read_only = s.read_only, "exporting");
+            list.insert(
+                s.name.clone(),
+                Arc::new(nbd::Export { backend: Arc::new(dev), read_only: s.read_only, description, sync }),
+            );
+        }
+        let exports = Arc::new(nbd::Exports { list, default: Some(specs[0].name.clone()) });
+        let listener =
+            tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
+        let addr = listener.local_addr()?;
+        println!(
+            "NBD server at {addr}, exports: {}",
+            specs.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", ")
+        );
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        let server = tokio::spawn(nbd::serve(listener, exports.clone()));
+        let sig = crate::serve::until_signal().await?;
+        tracing::info!("NBD server stopping on {sig}");
+        server.abort();
+        // What was acknowledged goes to disk before the process ends.
+        for e in exports.list.values() {
+            if let Err(err) = nbd::Backend::flush(e.backend.as_ref()).await {
+                tracing::warn!("flushing at exit: {err}");
+            }
+        }
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn export_specs_parse_and_bad_ones_say_why() {
+        assert_eq!(
+            ExportSpec::parse("disk=/vm/disk.img,size=10G").unwrap(),
+            ExportSpec { name: "disk".into(), path: "/vm/disk.img".into(), read_only: false, size: Some(10 << 30) }
+        );
+        assert!(ExportSpec::parse("iso=/images/a.iso,ro").unwrap().read_only);
+        for bad in ["disk", "=/a", "d=rel/path", "d=/a,size=x", "d=/a,bogus", "d=/a,ro,size=1G", "d=/a,size=0"] {
+            assert!(ExportSpec::parse(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,12 @@
+//! The NBD export (capability C9, after seed 004's GNBD): braid files served as network
+//! block devices to qemu, libnbd's tools and the kernel's client.
+//!
+//! [`proto`] is the wire format; [`server`] runs the handshake and the transmission
+//! phase over a [`server::Backend`], which the `cli` crate implements on a braid file
+//! through the native client. Several connections to one export share one backend,
+//! so a flush on any of them covers the writes of all (`NBD_FLAG_CAN_MULTI_CONN`).
+
+pub mod proto;
+pub mod server;
+
+pub use server::{serve, Backend, Export, Exports};

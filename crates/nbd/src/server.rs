@@ -1,0 +1,428 @@
+//! The NBD server: the fixed newstyle handshake, then requests pipelined and answered
+//! out of order, at most [`MAX_IN_FLIGHT`] at once per connection, for any number of
+//! connections to the same exports.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::io;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, Semaphore};
+
+use crate::proto::*;
+
+/// Requests one connection may have in flight; past it the server reads no more.
+pub const MAX_IN_FLIGHT: usize = 64;
+/// Largest read or write payload (proto.md's interoperable maximum).
+pub const MAX_PAYLOAD: u32 = 32 << 20;
+/// Largest option data a client may send.
+const MAX_OPTION_BYTES: u32 = 64 << 10;
+/// Replies queued for a connection's writer.
+const REPLY_QUEUE: usize = 128;
+
+/// What an export is backed by. Every method may be called from several connections
+/// at once.
+pub trait Backend: Send + Sync + 'static {
+    /// Bytes of the device.
+    fn size(&self) -> u64;
+    fn read(&self, offset: u64, len: u32) -> impl Future<Output = io::Result<Bytes>> + Send;
+    /// Writes; with `fua`, durable before it returns.
+    fn write(&self, offset: u64, data: Bytes, fua: bool) -> impl Future<Output = io::Result<()>> + Send;
+    /// Makes every write that returned before it durable.
+    fn flush(&self) -> impl Future<Output = io::Result<()>> + Send;
+    /// Deallocates a range (it reads back as zeros).
+    fn trim(&self, offset: u64, len: u32) -> impl Future<Output = io::Result<()>> + Send;
+    /// Zeroes a range; `may_trim` lets it deallocate.
+    fn zero(&self, offset: u64, len: u32, may_trim: bool, fua: bool) -> impl Future<Output = io::Result<()>> + Send;
+}
+
+/// One export.
+pub struct Export<B> {
+    pub backend: Arc<B>,
+    pub read_only: bool,
+    pub description: String,
+    /// Every write is durable before its reply (as FUA on each).
+    pub sync: bool,
+}
+
+impl<B: Backend> Export<B> {
+    fn flags(&self) -> u16 {
+        let mut f = TX_HAS_FLAGS | TX_SEND_FLUSH | TX_SEND_FUA | TX_SEND_DF | TX_CAN_MULTI_CONN;
+        if self.read_only {
+            f |= TX_READ_ONLY;
+        } else {
+            f |= TX_SEND_TRIM | TX_SEND_WRITE_ZEROES;
+        }
+        f
+    }
+}
+
+/// The exports of a server, by name; the first is also the default (empty name).
+pub struct Exports<B> {
+    pub list: BTreeMap<String, Arc<Export<B>>>,
+    pub default: Option<String>,
+}
+
+impl<B> Exports<B> {
+    fn find(&self, name: &str) -> Option<(&str, &Arc<Export<B>>)> {
+        let name = if name.is_empty() { self.default.as_deref()? } else { name };
+        self.list.get_key_value(name).map(|(k, v)| (k.as_str(), v))
+    }
+}
+
+/// Serves `exports` on `listener` until the task is dropped.
+pub async fn serve<B: Backend>(listener: TcpListener, exports: Arc<Exports<B>>) {
+    loop {
+        match listener.accept().await {
+            Ok((sock, peer)) => {
+                let _ = sock.set_nodelay(true);
+                let exports = exports.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = connection(sock, exports).await {
+                        tracing::debug!(%peer, "NBD connection ended: {e}");
+                    }
+                });
+            }
+            Err(e) => {
+                tracing::warn!("NBD accept: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+fn protocol(what: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what)
+}
+
+/// What the handshake agreed on.
+struct Session<B> {
+    export: Arc<Export<B>>,
+    structured: bool,
+    /// The id of `base:allocation`, if the client set it.
+    allocation: Option<u32>,
+}
+
+async fn connection<B: Backend>(mut sock: TcpStream, exports: Arc<Exports<B>>) -> io::Result<()> {
+    let Some(session) = handshake(&mut sock, &exports).await? else { return Ok(()) };
+    transmission(sock, session).await
+}
+
+async fn send_option_reply(sock: &mut TcpStream, option: u32, kind: u32, data: &[u8]) -> io::Result<()> {
+    sock.write_all(&option_reply(option, kind, data.len() as u32)).await?;
+    sock.write_all(data).await
+}
+
+async fn send_error(sock: &mut TcpStream, option: u32, kind: u32, message: &str) -> io::Result<()> {
+    send_option_reply(sock, option, kind, message.as_bytes()).await
+}
+
+/// The handshake; `None` when the client went away or aborted.
+async fn handshake<B: Backend>(sock: &mut TcpStream, exports: &Exports<B>) -> io::Result<Option<Session<B>>> {
+    let mut hello = [0u8; 18];
+    hello[0..8].copy_from_slice(&NBDMAGIC.to_be_bytes());
+    hello[8..16].copy_from_slice(&IHAVEOPT.to_be_bytes());
+    hello[16..18].copy_from_slice(&(FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES).to_be_bytes());
+    sock.write_all(&hello).await?;
+    let client_flags = sock.read_u32().await?;
+    if client_flags & !(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES) != 0 {
+        return Err(protocol(format!("unknown client flags {client_flags:#x}")));
+    }
+    let no_zeroes = client_flags & FLAG_C_NO_ZEROES != 0;
+    let mut structured = false;
+    let mut allocation = None;
+    loop {
+        let magic = sock.read_u64().await?;
+        if magic != IHAVEOPT {
+            return Err(protocol(format!("bad option magic {magic:#x}")));
+        }
+        let option = sock.read_u32().await?;
+        let len = sock.read_u32().await?;
+        if len > MAX_OPTION_BYTES {
+            // Its data cannot be skipped at any cost: say why and hang up.
+            let _ = send_error(sock, option, REP_ERR_TOO_BIG, "option data too large").await;
+            return Err(protocol(format!("option {option} of {len} bytes")));
+        }
+        let mut data = vec![0u8; len as usize];
+        sock.read_exact(&mut data).await?;
+        match option {
+            OPT_EXPORT_NAME => {
+                let name = String::from_utf8_lossy(&data).into_owned();
+                // This option has no error reply: an unknown name closes the connection.
+                let Some((_, export)) = exports.find(&name) else {
+                    return Err(protocol(format!("no export named '{name}'")));
+                };
+                let mut reply = Vec::with_capacity(134);
+                reply.extend_from_slice(&export.backend.size().to_be_bytes());
+                reply.extend_from_slice(&export.flags().to_be_bytes());
+                if !no_zeroes {
+                    reply.extend_from_slice(&[0u8; 124]);
+                }
+                sock.write_all(&reply).await?;
+                return Ok(Some(Session { export: export.clone(), structured: false, allocation: None }));
+            }
+            OPT_ABORT => {
+                let _ = send_option_reply(sock, option, REP_ACK, &[]).await;
+                return Ok(None);
+            }
+            OPT_LIST => {
+                if !data.is_empty() {
+                    send_error(sock, option, REP_ERR_INVALID, "LIST takes no data").await?;
+                    continue;
+                }
+                for name in exports.list.keys() {
+                    let mut d = Vec::with_capacity(4 + name.len());
+                    d.extend_from_slice(&(name.len() as u32).to_be_bytes());
+                    d.extend_from_slice(name.as_bytes());
+                    send_option_reply(sock, option, REP_SERVER, &d).await?;
+                }
+                send_option_reply(sock, option, REP_ACK, &[]).await?;
+            }
+            OPT_STARTTLS => send_error(sock, option, REP_ERR_POLICY, "this server does not offer TLS").await?,
+            OPT_STRUCTURED_REPLY => {
+                if !data.is_empty() {
+                    send_error(sock, option, REP_ERR_INVALID, "STRUCTURED_REPLY takes no data").await?;
+                    continue;
+                }
+                structured = true;
+                send_option_reply(sock, option, REP_ACK, &[]).await?;
+            }
+            OPT_LIST_META_CONTEXT | OPT_SET_META_CONTEXT => {
+                let req = match MetaRequest::decode(&data) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        send_error(sock, option, REP_ERR_INVALID, &e.to_string()).await?;
+                        continue;
+                    }
+                };
+                if option == OPT_SET_META_CONTEXT && !structured {
+                    send_error(sock, option, REP_ERR_INVALID, "structured replies first").await?;
+                    continue;
+                }
+                if exports.find(&req.name).is_none() {
+                    send_error(sock, option, REP_ERR_UNKNOWN, "no such export").await?;
+                    continue;
+                }
+                let listing = option == OPT_LIST_META_CONTEXT;
+                let wanted =
+                    req.queries.iter().any(|q| q == BASE_ALLOCATION || (listing && (q == "base:" || q.is_empty())))
+                        || (listing && req.queries.is_empty());
+                if option == OPT_SET_META_CONTEXT {
+                    allocation = None;
+                }
+                if wanted {
+                    let mut d = Vec::new();
+                    d.extend_from_slice(&1u32.to_be_bytes());
+                    d.extend_from_slice(BASE_ALLOCATION.as_bytes());
+                    send_option_reply(sock, option, REP_META_CONTEXT, &d).await?;
+                    if option == OPT_SET_META_CONTEXT {
+                        allocation = Some(1);
+                    }
+                }
+                send_option_reply(sock, option, REP_ACK, &[]).await?;
+            }
+            OPT_INFO | OPT_GO => {
+                let req = match InfoRequest::decode(&data) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        send_error(sock, option, REP_ERR_INVALID, &e.to_string()).await?;
+                        continue;
+                    }
+                };
+                let Some((name, export)) = exports.find(&req.name) else {
+                    send_error(sock, option, REP_ERR_UNKNOWN, &format!("no export named '{}'", req.name)).await?;
+                    continue;
+                };
+                send_option_reply(sock, option, REP_INFO, &info_export(export.backend.size(), export.flags())).await?;
+                // Always: any offset and length work, 4 KiB is best, 32 MiB at most.
+                send_option_reply(sock, option, REP_INFO, &info_block_size(1, 4096, MAX_PAYLOAD)).await?;
+                if req.requests.contains(&INFO_NAME) {
+                    send_option_reply(sock, option, REP_INFO, &info_text(INFO_NAME, name)).await?;
+                }
+                if req.requests.contains(&INFO_DESCRIPTION) {
+                    send_option_reply(sock, option, REP_INFO, &info_text(INFO_DESCRIPTION, &export.description))
+                        .await?;
+                }
+                send_option_reply(sock, option, REP_ACK, &[]).await?;
+                if option == OPT_GO {
+                    return Ok(Some(Session { export: export.clone(), structured, allocation }));
+                }
+            }
+            other => send_error(sock, other, REP_ERR_UNSUP, "unknown option").await?,
+        }
+    }
+}
+
+/// A reply ready to go out: header bytes, then data.
+struct Out(Vec<u8>, Option<Bytes>);
+
+fn error_of(e: &io::Error) -> u32 {
+    match e.raw_os_error() {
+        Some(libc::EPERM) => EPERM,
+        Some(libc::ENOSPC) => ENOSPC,
+        Some(libc::EINVAL) => EINVAL,
+        Some(libc::ENOMEM) => ENOMEM,
+        _ => EIO,
+    }
+}
+
+/// The reply to a request that failed with `error`.
+fn failure(structured: bool, cookie: u64, error: u32, message: &str) -> Out {
+    if !structured {
+        return Out(simple_reply(error, cookie).to_vec(), None);
+    }
+    let msg = &message.as_bytes()[..message.len().min(1024)];
+    let mut v = chunk_header(REPLY_FLAG_DONE, REPLY_TYPE_ERROR, cookie, 6 + msg.len() as u32).to_vec();
+    v.extend_from_slice(&error.to_be_bytes());
+    v.extend_from_slice(&(msg.len() as u16).to_be_bytes());
+    v.extend_from_slice(msg);
+    Out(v, None)
+}
+
+fn done(structured: bool, cookie: u64) -> Out {
+    if structured {
+        Out(chunk_header(REPLY_FLAG_DONE, REPLY_TYPE_NONE, cookie, 0).to_vec(), None)
+    } else {
+        Out(simple_reply(0, cookie).to_vec(), None)
+    }
+}
+
+async fn transmission<B: Backend>(sock: TcpStream, s: Session<B>) -> io::Result<()> {
+    let (mut rd, mut wr) = sock.into_split();
+    let (tx, mut rx) = mpsc::channel::<Out>(REPLY_QUEUE);
+    let writer = tokio::spawn(async move {
+        while let Some(Out(head, data)) = rx.recv().await {
+            wr.write_all(&head).await?;
+            if let Some(d) = data {
+                wr.write_all(&d).await?;
+            }
+        }
+        wr.shutdown().await
+    });
+    let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+    let s = Arc::new(s);
+    let result = loop {
+        let mut head = [0u8; REQUEST_BYTES];
+        match rd.read_exact(&mut head).await {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => break Ok(()),
+            Err(e) => break Err(e),
+        }
+        let req = match Request::decode(&head) {
+            Ok(r) => r,
+            Err(e) => break Err(protocol(e.to_string())),
+        };
+        if req.kind == CMD_DISC {
+            break Ok(());
+        }
+        // A write's payload comes with it, whatever becomes of the write.
+        let mut payload = None;
+        if req.kind == CMD_WRITE {
+            if req.length > MAX_PAYLOAD {
+                // Its payload cannot be skipped safely: answer and hang up.
+                let _ = tx.send(failure(s.structured, req.cookie, EOVERFLOW, "write larger than 32 MiB")).await;
+                break Err(protocol(format!("write of {} bytes", req.length)));
+            }
+            let mut buf = vec![0u8; req.length as usize];
+            if let Err(e) = rd.read_exact(&mut buf).await {
+                break Err(e);
+            }
+            payload = Some(Bytes::from(buf));
+        }
+        let permit = slots.clone().acquire_owned().await.expect("never closed");
+        let (s, tx) = (s.clone(), tx.clone());
+        tokio::spawn(async move {
+            let out = execute(&s, req, payload).await;
+            let _ = tx.send(out).await;
+            drop(permit);
+        });
+    };
+    // Answer what is in flight before closing (a client that disconnects cleanly
+    // waits for its replies first).
+    let _ = slots.acquire_many(MAX_IN_FLIGHT as u32).await;
+    drop(tx);
+    let _ = writer.await;
+    result
+}
+
+async fn execute<B: Backend>(s: &Session<B>, req: Request, payload: Option<Bytes>) -> Out {
+    let e = &s.export;
+    let size = e.backend.size();
+    let end = req.offset.checked_add(req.length as u64);
+    let within = end.is_some_and(|end| end <= size);
+    let writes = matches!(req.kind, CMD_WRITE | CMD_TRIM | CMD_WRITE_ZEROES);
+    if writes && e.read_only {
+        return failure(s.structured, req.cookie, EPERM, "the export is read-only");
+    }
+    let fua = req.flags & CMD_FLAG_FUA != 0 || e.sync;
+    let r = match req.kind {
+        CMD_READ => {
+            if !within {
+                return failure(s.structured, req.cookie, EINVAL, "read past the end of the export");
+            }
+            if req.length > MAX_PAYLOAD {
+                return failure(s.structured, req.cookie, EOVERFLOW, "read larger than 32 MiB");
+            }
+            return match e.backend.read(req.offset, req.length).await {
+                Ok(data) => read_reply(s.structured, req, data),
+                Err(err) => failure(s.structured, req.cookie, error_of(&err), &err.to_string()),
+            };
+        }
+        CMD_WRITE if !within => return failure(s.structured, req.cookie, ENOSPC, "write past the end of the export"),
+        CMD_WRITE => e.backend.write(req.offset, payload.unwrap_or_default(), fua).await,
+        CMD_FLUSH => e.backend.flush().await,
+        CMD_TRIM | CMD_WRITE_ZEROES if !within => {
+            return failure(s.structured, req.cookie, ENOSPC, "range past the end of the export")
+        }
+        CMD_TRIM => {
+            let r = e.backend.trim(req.offset, req.length).await;
+            match r {
+                Ok(()) if fua => e.backend.flush().await,
+                r => r,
+            }
+        }
+        CMD_WRITE_ZEROES => e.backend.zero(req.offset, req.length, req.flags & CMD_FLAG_NO_HOLE == 0, fua).await,
+        CMD_CACHE => Ok(()),
+        CMD_BLOCK_STATUS => {
+            let Some(id) = s.allocation.filter(|_| s.structured) else {
+                return failure(s.structured, req.cookie, EINVAL, "no metadata context was set");
+            };
+            if !within || req.length == 0 {
+                return failure(s.structured, req.cookie, EINVAL, "block status past the end of the export");
+            }
+            // Every byte is reported as data: braid does not tell which ranges of a
+            // file its OSTs hold (reads of holes come back as zeros either way).
+            let mut v = chunk_header(REPLY_FLAG_DONE, REPLY_TYPE_BLOCK_STATUS, req.cookie, 12).to_vec();
+            v.extend_from_slice(&id.to_be_bytes());
+            v.extend_from_slice(&req.length.to_be_bytes());
+            v.extend_from_slice(&0u32.to_be_bytes());
+            return Out(v, None);
+        }
+        _ => return failure(s.structured, req.cookie, EINVAL, "unknown command"),
+    };
+    match r {
+        Ok(()) => done(s.structured, req.cookie),
+        Err(err) => failure(s.structured, req.cookie, error_of(&err), &err.to_string()),
+    }
+}
+
+/// The reply to a read: the data (simple), or one chunk, a hole if it is all zeros
+/// and the client did not ask for data only (`DF` does not forbid holes; `NO_HOLE`
+/// is for writes).
+fn read_reply(structured: bool, req: Request, data: Bytes) -> Out {
+    if !structured {
+        return Out(simple_reply(0, req.cookie).to_vec(), Some(data));
+    }
+    if !data.is_empty() && data.iter().all(|&b| b == 0) {
+        let mut v = chunk_header(REPLY_FLAG_DONE, REPLY_TYPE_OFFSET_HOLE, req.cookie, 12).to_vec();
+        v.extend_from_slice(&req.offset.to_be_bytes());
+        v.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        return Out(v, None);
+    }
+    let mut v = chunk_header(REPLY_FLAG_DONE, REPLY_TYPE_OFFSET_DATA, req.cookie, 8 + data.len() as u32).to_vec();
+    v.extend_from_slice(&req.offset.to_be_bytes());
+    Out(v, Some(data))
+}
