@@ -270,3 +270,37 @@ fn hostile_and_careless_clients_get_errors_and_the_export_is_unharmed() {
         assert!(err.contains(says) || err.contains("No such file"), "{export}: {err}");
     }
 }
+
+#[test]
+fn an_oss_killed_under_writes_gives_eio_and_what_was_flushed_survives() {
+    let mut c = Cluster::start(bin(), ClusterSpec::default());
+    c.braid_ok(&["setstripe", "-c", "4", "-S", "1M", &c.url("/f.img")]);
+    // The export gives up on an unreachable OST after 3 s instead of a minute.
+    let log = c.dir.path().join("nbd-fault.log");
+    let url = c.url("/");
+    let secret = c.secret.to_string_lossy().to_string();
+    let args = ["nbd", "serve", &url, "--export", "f=/f.img,size=16M", "--listen", "127.0.0.1:0", "--secret-file", &secret];
+    let env = [("BRAID_CLIENT_OPTIONS", Path::new("timeout=3"))];
+    let server = Daemon::start(bin(), &args, &env, &log, "NBD server at").expect("braid nbd serve starts");
+    let addr = server.banner.last().unwrap().split_whitespace().nth(3).unwrap().trim_end_matches(',').to_string();
+    let uri = format!("nbd://{addr}/f");
+    let io = |cmds: &[&str]| {
+        let mut cmd = Command::new("qemu-io");
+        cmd.args(["-f", "raw"]);
+        for c in cmds {
+            cmd.args(["-c", c]);
+        }
+        run(cmd.arg(&uri))
+    };
+    let out = io(&["write -P 0x61 0 8M", "flush"]);
+    assert!(out.status.success(), "{}", testkit::stderr(&out));
+    c.kill("oss0");
+    let out = io(&["write -P 0x62 0 1M", "flush"]);
+    let said = format!("{}{}", testkit::stdout(&out), testkit::stderr(&out));
+    assert!(said.contains("Input/output error"), "no EIO with the OSS down: {said}");
+    c.restart("oss0");
+    c.wait_osts_up(4, Duration::from_secs(30));
+    let out = io(&["read -P 0x61 1M 7M"]);
+    assert!(out.status.success(), "the flushed bytes after recovery: {}{}", testkit::stdout(&out), testkit::stderr(&out));
+    assert!(c.get("/f.img")[1 << 20..8 << 20].iter().all(|&b| b == 0x61));
+}
