@@ -279,7 +279,8 @@ fn an_oss_killed_under_writes_gives_eio_and_what_was_flushed_survives() {
     let log = c.dir.path().join("nbd-fault.log");
     let url = c.url("/");
     let secret = c.secret.to_string_lossy().to_string();
-    let args = ["nbd", "serve", &url, "--export", "f=/f.img,size=16M", "--listen", "127.0.0.1:0", "--secret-file", &secret];
+    let args =
+        ["nbd", "serve", &url, "--export", "f=/f.img,size=16M", "--listen", "127.0.0.1:0", "--secret-file", &secret];
     let env = [("BRAID_CLIENT_OPTIONS", Path::new("timeout=3"))];
     let server = Daemon::start(bin(), &args, &env, &log, "NBD server at").expect("braid nbd serve starts");
     let addr = server.banner.last().unwrap().split_whitespace().nth(3).unwrap().trim_end_matches(',').to_string();
@@ -301,6 +302,11 @@ fn an_oss_killed_under_writes_gives_eio_and_what_was_flushed_survives() {
     c.restart("oss0");
     c.wait_osts_up(4, Duration::from_secs(30));
     let out = io(&["read -P 0x61 1M 7M"]);
-    assert!(out.status.success(), "the flushed bytes after recovery: {}{}", testkit::stdout(&out), testkit::stderr(&out));
+    assert!(
+        out.status.success(),
+        "the flushed bytes after recovery: {}{}",
+        testkit::stdout(&out),
+        testkit::stderr(&out)
+    );
     assert!(c.get("/f.img")[1 << 20..8 << 20].iter().all(|&b| b == 0x61));
 }

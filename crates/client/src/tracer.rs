@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Mutex;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use proto::Fid;
 use trace::ring::{RingError, RingStats, RingWriter};
@@ -35,21 +35,6 @@ pub struct TraceConfig {
     pub jobid_var: String,
     /// How the ring names this client (host and mount point, say).
     pub client_name: String,
-}
-
-/// One operation as the hook is told it.
-#[derive(Debug, Clone, Copy)]
-pub struct Event {
-    pub op: Op,
-    pub pid: u32,
-    pub uid: u32,
-    pub gid: u32,
-    pub fid: Fid,
-    pub offset: u64,
-    pub len: u64,
-    /// 0 or the errno the operation ended with.
-    pub errno: i32,
-    pub target: Target,
 }
 
 thread_local! {
@@ -146,13 +131,6 @@ impl OpObserver for Tracer {
     }
 }
 
-/// When an operation began (taken only while tracing is on).
-#[derive(Debug, Clone, Copy)]
-pub struct Span {
-    wall_ns: u64,
-    at: Instant,
-}
-
 pub struct Tracer {
     ring: RingWriter,
     jobid_var: String,
@@ -181,36 +159,6 @@ impl Tracer {
 
     pub fn stats(&self) -> RingStats {
         self.ring.stats()
-    }
-
-    /// Marks the start of an operation, if tracing is on.
-    #[inline]
-    pub fn begin(&self) -> Option<Span> {
-        if !self.on() {
-            return None;
-        }
-        let wall_ns = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
-        Some(Span { wall_ns, at: Instant::now() })
-    }
-
-    /// Records an operation begun at `span`.
-    pub fn end(&self, span: Span, e: Event) {
-        let dur = span.at.elapsed().as_nanos().min(u32::MAX as u128) as u32;
-        let rec = Record {
-            start_ns: span.wall_ns,
-            dur_ns: dur,
-            pid: e.pid,
-            uid: e.uid,
-            gid: e.gid,
-            fid: e.fid,
-            offset: e.offset,
-            len: e.len,
-            job: self.job_of(e.pid),
-            op: e.op,
-            errno: trace::record::errno_byte(e.errno),
-            target: e.target,
-        };
-        self.ring.push(&rec);
     }
 
     /// The job of process `pid`: the value of its `jobid_var`, read from
