@@ -396,8 +396,8 @@ fn run(command: Command) -> anyhow::Result<()> {
             cli::stripe::getstripe(&client, &path, &o)
         }
         Command::Df { client, inodes, human, path, .. } => tools::df(&client, &path, inodes, human),
-        Command::Cache(CacheCommand::Status { json, mountpoint }) => cli::cache::status(&mountpoint, json),
-        Command::Cache(CacheCommand::Drop { mountpoint }) => cli::cache::drop_all(&mountpoint),
+        Command::Cache(CacheCommand::Status { json, mountpoint }) => cli::mountctl::cache_status(&mountpoint, json),
+        Command::Cache(CacheCommand::Drop { mountpoint }) => cli::mountctl::cache_drop(&mountpoint),
         Command::Trace(t) => trace_command(t),
         Command::Nbd(NbdCommand::Serve { url, exports, listen, sync, secret_file }) => {
             cli::nbd::serve(&url, &exports, &listen, sync, secret_file)
@@ -407,9 +407,9 @@ fn run(command: Command) -> anyhow::Result<()> {
 
 fn trace_command(t: TraceCommand) -> anyhow::Result<()> {
     match t {
-        TraceCommand::On { mountpoint } => cli::trace::switch(&mountpoint, true),
-        TraceCommand::Off { mountpoint } => cli::trace::switch(&mountpoint, false),
-        TraceCommand::Status { json, mountpoint } => cli::trace::status(&mountpoint, json),
+        TraceCommand::On { mountpoint } => cli::mountctl::trace_switch(&mountpoint, true),
+        TraceCommand::Off { mountpoint } => cli::mountctl::trace_switch(&mountpoint, false),
+        TraceCommand::Status { json, mountpoint } => cli::mountctl::trace_status(&mountpoint, json),
         TraceCommand::Collect { ring, dir, server, secret_file } => {
             cli::trace::collect(&ring, dir.as_deref(), server.as_deref(), secret_file)
         }

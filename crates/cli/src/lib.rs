@@ -14,10 +14,10 @@
 //! Errors are `anyhow` here: this crate is the binary's other half, and every error
 //! ends as one line on stderr and exit status 1.
 
-pub mod cache;
 pub mod config;
 pub mod local;
 pub mod mount;
+pub mod mountctl;
 pub mod native_bench;
 pub mod nbd;
 pub mod serve;

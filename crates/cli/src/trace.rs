@@ -617,52 +617,6 @@ pub fn plot(dir: &Path, f: &FilterArgs, out: &Path, files: usize) -> Result<()> 
     Ok(())
 }
 
-// ---- braid trace on|off|status ----
-
-/// `braid trace on|off MOUNTPOINT` (root).
-pub fn switch(mountpoint: &Path, on: bool) -> Result<()> {
-    let root = crate::cache::mount_root(mountpoint)?;
-    crate::cache::set_root_xattr(&root, fuse::TRACE_XATTR, if on { b"on" } else { b"off" })
-        .with_context(|| format!("turning tracing {} on {}", if on { "on" } else { "off" }, root.display()))?;
-    println!("tracing {} on {}", if on { "on" } else { "off" }, root.display());
-    Ok(())
-}
-
-/// `braid trace status MOUNTPOINT`.
-pub fn status(mountpoint: &Path, json: bool) -> Result<()> {
-    let root = crate::cache::mount_root(mountpoint)?;
-    let raw = match crate::cache::get_root_xattr(&root, fuse::TRACE_STATUS_XATTR) {
-        Ok(r) => r,
-        Err(e) if e.raw_os_error() == Some(libc::ENODATA) => {
-            bail!("the mount on {} has no trace ring (see its log for why)", root.display())
-        }
-        Err(e) => bail!("asking the mount on {} for its tracer: {e}", root.display()),
-    };
-    let v: serde_json::Value = serde_json::from_slice(&raw).context("the mount's answer is not JSON")?;
-    if json {
-        println!("{v}");
-        return Ok(());
-    }
-    let n = |k: &str| v.get(k).and_then(|x| x.as_u64()).unwrap_or(0);
-    println!("mount:          {}", root.display());
-    println!("tracing:        {}", if v["enabled"].as_bool() == Some(true) { "on" } else { "off" });
-    println!("ring:           {} ({} records)", v["ring"].as_str().unwrap_or("?"), n("capacity"));
-    println!("written:        {}", n("written"));
-    println!("collected:      {}", n("collected"));
-    println!("dropped:        {}", n("dropped"));
-    match v["collector_pid"].as_u64() {
-        Some(pid) => println!("collector:      pid {pid}"),
-        None => println!("collector:      not running"),
-    }
-    let dest = &v["destination"];
-    match (dest["dir"].as_str(), dest["server"].as_str()) {
-        (Some(d), _) => println!("destination:    {d}"),
-        (_, Some(s)) => println!("destination:    server {s}"),
-        _ => {}
-    }
-    Ok(())
-}
-
 /// A synchronous logger for contrast (seed 001's Figures 4 and 5: PVFS's own logging):
 /// each record formatted and written to a file before the operation returns.
 pub struct SyncLogger {

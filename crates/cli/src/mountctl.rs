@@ -1,7 +1,8 @@
-//! `braid cache status|drop MOUNTPOINT`: the SSD read cache of a mount, asked of the
-//! mount process itself through virtual extended attributes of its root (as CephFS's
-//! `ceph.*` and Lustre's `lustre.*` attributes), so the numbers are live and no other
-//! channel to the mount is needed.
+//! The commands that ask a running mount process: `braid cache status|drop` (its SSD
+//! read cache) and `braid trace on|off|status` (its I/O tracer). They go through
+//! virtual extended attributes of the mount's root (as CephFS's `ceph.*` and Lustre's
+//! `lustre.*` attributes), so the numbers are live and no other channel to the mount is
+//! needed.
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -10,7 +11,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 
 /// The braid mount whose root is `path` or holds it.
-pub(crate) fn mount_root(path: &Path) -> Result<PathBuf> {
+fn mount_root(path: &Path) -> Result<PathBuf> {
     let abs = std::fs::canonicalize(path).with_context(|| format!("{}", path.display()))?;
     crate::mount::braid_mounts()
         .into_iter()
@@ -25,7 +26,7 @@ fn c_path(p: &Path) -> Result<CString> {
 }
 
 /// The value of the mount process's virtual attribute `name` on its root.
-pub(crate) fn get_root_xattr(root: &Path, name: &str) -> std::io::Result<Vec<u8>> {
+fn get_root_xattr(root: &Path, name: &str) -> std::io::Result<Vec<u8>> {
     let path = c_path(root).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
     let name = CString::new(name).expect("no NUL");
     let mut buf = vec![0u8; 64 << 10];
@@ -39,7 +40,7 @@ pub(crate) fn get_root_xattr(root: &Path, name: &str) -> std::io::Result<Vec<u8>
 }
 
 /// Sets the mount process's virtual attribute `name` on its root.
-pub(crate) fn set_root_xattr(root: &Path, name: &str, value: &[u8]) -> Result<()> {
+fn set_root_xattr(root: &Path, name: &str, value: &[u8]) -> Result<()> {
     let p = c_path(root)?;
     let name = CString::new(name).expect("no NUL");
     // SAFETY: NUL-terminated strings and a value of the length given.
@@ -83,7 +84,7 @@ fn human(bytes: u64) -> String {
 }
 
 /// `braid cache status`: one line per number, `--json` for the raw answer.
-pub fn status(path: &Path, json: bool) -> Result<()> {
+pub fn cache_status(path: &Path, json: bool) -> Result<()> {
     let root = mount_root(path)?;
     let s = read_status(&root)?;
     if json {
@@ -110,7 +111,7 @@ pub fn status(path: &Path, json: bool) -> Result<()> {
 }
 
 /// `braid cache drop`: empties the mount's cache (root only).
-pub fn drop_all(path: &Path) -> Result<()> {
+pub fn cache_drop(path: &Path) -> Result<()> {
     let root = mount_root(path)?;
     set_root_xattr(&root, fuse::CACHE_DROP_XATTR, b"1").map_err(|e| {
         if e.to_string().contains("does not offer") {
@@ -120,5 +121,49 @@ pub fn drop_all(path: &Path) -> Result<()> {
         }
     })?;
     println!("dropped the SSD cache of {}", root.display());
+    Ok(())
+}
+
+/// `braid trace on|off MOUNTPOINT` (root).
+pub fn trace_switch(mountpoint: &Path, on: bool) -> Result<()> {
+    let root = mount_root(mountpoint)?;
+    set_root_xattr(&root, fuse::TRACE_XATTR, if on { b"on" } else { b"off" })
+        .with_context(|| format!("turning tracing {} on {}", if on { "on" } else { "off" }, root.display()))?;
+    println!("tracing {} on {}", if on { "on" } else { "off" }, root.display());
+    Ok(())
+}
+
+/// `braid trace status MOUNTPOINT`.
+pub fn trace_status(mountpoint: &Path, json: bool) -> Result<()> {
+    let root = mount_root(mountpoint)?;
+    let raw = match get_root_xattr(&root, fuse::TRACE_STATUS_XATTR) {
+        Ok(r) => r,
+        Err(e) if e.raw_os_error() == Some(libc::ENODATA) => {
+            bail!("the mount on {} has no trace ring (see its log for why)", root.display())
+        }
+        Err(e) => bail!("asking the mount on {} for its tracer: {e}", root.display()),
+    };
+    let v: serde_json::Value = serde_json::from_slice(&raw).context("the mount's answer is not JSON")?;
+    if json {
+        println!("{v}");
+        return Ok(());
+    }
+    let n = |k: &str| v.get(k).and_then(|x| x.as_u64()).unwrap_or(0);
+    println!("mount:          {}", root.display());
+    println!("tracing:        {}", if v["enabled"].as_bool() == Some(true) { "on" } else { "off" });
+    println!("ring:           {} ({} records)", v["ring"].as_str().unwrap_or("?"), n("capacity"));
+    println!("written:        {}", n("written"));
+    println!("collected:      {}", n("collected"));
+    println!("dropped:        {}", n("dropped"));
+    match v["collector_pid"].as_u64() {
+        Some(pid) => println!("collector:      pid {pid}"),
+        None => println!("collector:      not running"),
+    }
+    let dest = &v["destination"];
+    match (dest["dir"].as_str(), dest["server"].as_str()) {
+        (Some(d), _) => println!("destination:    {d}"),
+        (_, Some(s)) => println!("destination:    server {s}"),
+        _ => {}
+    }
     Ok(())
 }
