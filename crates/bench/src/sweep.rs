@@ -497,7 +497,10 @@ pub fn execute(args: &SweepArgs, native: Option<NativeConnect>) -> Result<SweepR
                     add_ior_run(&mut figures, &mut runs, "tasks", label, (n as f64, n.to_string()), report, command);
                 }
             }
-            Preset::Blocksize => {
+            Preset::Blocksize | Preset::Tracer => {
+                // The tracer's figures take O_DIRECT, so that each transfer is one
+                // operation of the client, and draw reads and writes apart.
+                let tracer = args.preset == Preset::Tracer;
                 let size = args.bytes_per_task(64 << 20);
                 for &transfer in &transfer_sizes {
                     status(&mut progress, &format!("transfer {}", format_size(transfer)));
@@ -508,7 +511,7 @@ pub fn execute(args: &SweepArgs, native: Option<NativeConnect>) -> Result<SweepR
                             format_size(transfer)
                         );
                     }
-                    let extra: Vec<String> = [
+                    let mut extra: Vec<String> = [
                         "-F",
                         "-w",
                         "-r",
@@ -522,16 +525,20 @@ pub fn execute(args: &SweepArgs, native: Option<NativeConnect>) -> Result<SweepR
                     .iter()
                     .map(|s| s.to_string())
                     .collect();
+                    if tracer {
+                        extra.push("--direct".into());
+                    }
                     let (report, command) = run_ior(&extra)?;
-                    add_ior_run(
-                        &mut figures,
-                        &mut runs,
-                        "blocksize",
-                        label,
-                        (transfer as f64, format_size(transfer)),
-                        report,
-                        command,
-                    );
+                    let x = (transfer as f64, format_size(transfer));
+                    if tracer {
+                        for row in &report.summary {
+                            let id = format!("tracer-{}", row.operation);
+                            figures.add(&id, label.clone(), x.0, x.1.clone(), row.bandwidth_mib_s.mean);
+                        }
+                        runs.push(SweepRun { target: label.to_string(), command, report: to_json(&report) });
+                    } else {
+                        add_ior_run(&mut figures, &mut runs, "blocksize", label, x, report, command);
+                    }
                 }
             }
             Preset::Pattern => {
@@ -566,41 +573,6 @@ pub fn execute(args: &SweepArgs, native: Option<NativeConnect>) -> Result<SweepR
                         report,
                         command,
                     );
-                }
-            }
-            Preset::Tracer => {
-                let size = args.bytes_per_task(64 << 20);
-                for &transfer in &transfer_sizes {
-                    status(&mut progress, &format!("transfer {}", format_size(transfer)));
-                    if size % transfer != 0 {
-                        usage!(
-                            "--size {} is not a multiple of transfer size {}",
-                            format_size(size),
-                            format_size(transfer)
-                        );
-                    }
-                    let extra: Vec<String> = [
-                        "-F",
-                        "-w",
-                        "-r",
-                        "--direct",
-                        "-t",
-                        &format_size(transfer),
-                        "-b",
-                        &format_size(size),
-                        "-o",
-                        &crate::backend::join(&dir, "testFile"),
-                    ]
-                    .iter()
-                    .map(|s| s.to_string())
-                    .collect();
-                    let (report, command) = run_ior(&extra)?;
-                    for row in &report.summary {
-                        let id = format!("tracer-{}", row.operation);
-                        let x = (transfer as f64, format_size(transfer));
-                        figures.add(&id, label.clone(), x.0, x.1, row.bandwidth_mib_s.mean);
-                    }
-                    runs.push(SweepRun { target: label.to_string(), command, report: to_json(&report) });
                 }
             }
             Preset::Cache => {
