@@ -59,7 +59,7 @@ mib() { echo "scale=1; $(numfmt --from=iec "${SIZE^^}") / 1048576 / $1" | bc; }
 fio_nbd() {  # fio_nbd URI RW DEPTH FIELD: prints IOPS or mean clat in us
     fio --name=n --ioengine=nbd --uri="$1" --rw="$2" --bs=4k --iodepth="$3" --size="$SIZE" \
         --runtime="$SECONDS_EACH" --time_based --output-format=json 2> /dev/null |
-        python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"][0]; k="read" if "read" in sys.argv[1] else "write"; print("%.1f" % (j[k]["iops"] if sys.argv[2]=="iops" else j[k]["clat_ns"]["mean"]/1000))' "$2" "$4"
+        python3 -c 'import json,sys; t=sys.stdin.read(); j=json.loads(t[t.index("{"):])["jobs"][0]; k="read" if "read" in sys.argv[1] else "write"; print("%.1f" % (j[k]["iops"] if sys.argv[2]=="iops" else j[k]["clat_ns"]["mean"]/1000))' "$2" "$4"
 }
 servers=(braid nbdkit qemu-nbd)
 for run in $(seq 1 "$RUNS"); do
