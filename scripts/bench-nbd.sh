@@ -30,8 +30,9 @@ OUT=$WORK/results.tsv
 : > "$OUT"
 PIDS=()
 down() {
-    for p in "${PIDS[@]}"; do kill "$p" 2> /dev/null; done
-    wait 2> /dev/null
+    # The servers before the cluster: braid's flushes its export at exit, which needs
+    # the cluster up.
+    for (( i = ${#PIDS[@]} - 1; i >= 0; i-- )); do kill "${PIDS[$i]}" 2> /dev/null; wait "${PIDS[$i]}" 2> /dev/null; done
 }
 trap down EXIT
 
