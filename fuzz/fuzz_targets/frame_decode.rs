@@ -39,6 +39,10 @@ fn check(buf: &[u8]) {
         FrameKind::Handshake => {
             let _ = postcard::from_bytes::<proto::msg::Hello>(&frame.msg);
         }
+        FrameKind::Callback => {
+            let _ = postcard::from_bytes::<proto::msg::Callback>(&frame.msg);
+        }
+        FrameKind::CallbackAck => {}
     }
 }
 
