@@ -232,8 +232,10 @@ fn sweeps_write_report_svg_and_json() {
     std::fs::create_dir_all(dir.0.join("a")).unwrap();
     std::fs::create_dir_all(dir.0.join("b")).unwrap();
     let (a, b) = (format!("one={}", dir.join("a")), format!("two={}", dir.join("b")));
-    let cases: [(&str, &[&str], &[&str]); 4] = [
+    let cases: [(&str, &[&str], &[&str]); 6] = [
         ("tasks", &["--values", "1,2", "--size", "256k"], &["tasks"]),
+        ("blocksize", &["--values", "4k,64k", "--size", "256k"], &["blocksize"]),
+        ("tracer", &["--values", "4k,64k", "--size", "256k"], &["tracer-read", "tracer-write"]),
         ("cache", &["--size", "1m"], &["cache-sequential", "cache-random"]),
         ("pattern", &["--size", "4m"], &["pattern"]),
         (
