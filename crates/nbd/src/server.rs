@@ -10,7 +10,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::Semaphore;
 
 use crate::proto::*;
 
@@ -20,8 +20,6 @@ pub const MAX_IN_FLIGHT: usize = 64;
 pub const MAX_PAYLOAD: u32 = 32 << 20;
 /// Largest option data a client may send.
 const MAX_OPTION_BYTES: u32 = 64 << 10;
-/// Replies queued for a connection's writer.
-const REPLY_QUEUE: usize = 128;
 
 /// What an export is backed by. Every method may be called from several connections
 /// at once.
@@ -291,17 +289,10 @@ fn done(structured: bool, cookie: u64) -> Out {
 }
 
 async fn transmission<B: Backend>(sock: TcpStream, s: Session<B>) -> io::Result<()> {
-    let (mut rd, mut wr) = sock.into_split();
-    let (tx, mut rx) = mpsc::channel::<Out>(REPLY_QUEUE);
-    let writer = tokio::spawn(async move {
-        while let Some(Out(head, data)) = rx.recv().await {
-            wr.write_all(&head).await?;
-            if let Some(d) = data {
-                wr.write_all(&d).await?;
-            }
-        }
-        wr.shutdown().await
-    });
+    let (mut rd, wr) = sock.into_split();
+    // Each request's task writes its own reply, one at a time: a writer task of its
+    // own was one more thread wake-up per request.
+    let wr = Arc::new(tokio::sync::Mutex::new(wr));
     let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     let s = Arc::new(s);
     let result = loop {
@@ -323,7 +314,7 @@ async fn transmission<B: Backend>(sock: TcpStream, s: Session<B>) -> io::Result<
         if req.kind == CMD_WRITE {
             if req.length > MAX_PAYLOAD {
                 // Its payload cannot be skipped safely: answer and hang up.
-                let _ = tx.send(failure(s.structured, req.cookie, EOVERFLOW, "write larger than 32 MiB")).await;
+                let _ = send(&wr, failure(s.structured, req.cookie, EOVERFLOW, "write larger than 32 MiB")).await;
                 break Err(protocol(format!("write of {} bytes", req.length)));
             }
             let mut buf = vec![0u8; req.length as usize];
@@ -333,19 +324,39 @@ async fn transmission<B: Backend>(sock: TcpStream, s: Session<B>) -> io::Result<
             payload = Some(Bytes::from(buf));
         }
         let permit = slots.clone().acquire_owned().await.expect("never closed");
-        let (s, tx) = (s.clone(), tx.clone());
+        let (s, wr) = (s.clone(), wr.clone());
         tokio::spawn(async move {
             let out = execute(&s, req, payload).await;
-            let _ = tx.send(out).await;
+            // A client gone away: its reply has nowhere to go.
+            let _ = send(&wr, out).await;
             drop(permit);
         });
     };
     // Answer what is in flight before closing (a client that disconnects cleanly
     // waits for its replies first).
     let _ = slots.acquire_many(MAX_IN_FLIGHT as u32).await;
-    drop(tx);
-    let _ = writer.await;
+    let _ = wr.lock().await.shutdown().await;
     result
+}
+
+/// Writes one reply, whole, before any other.
+async fn send(wr: &tokio::sync::Mutex<tokio::net::tcp::OwnedWriteHalf>, Out(head, data): Out) -> io::Result<()> {
+    let mut w = wr.lock().await;
+    match data {
+        Some(d) if !d.is_empty() => {
+            let mut bufs = [io::IoSlice::new(&head), io::IoSlice::new(&d)];
+            let mut bufs = &mut bufs[..];
+            while !bufs.is_empty() {
+                let n = w.write_vectored(bufs).await?;
+                if n == 0 {
+                    return Err(io::ErrorKind::WriteZero.into());
+                }
+                io::IoSlice::advance_slices(&mut bufs, n);
+            }
+            Ok(())
+        }
+        _ => w.write_all(&head).await,
+    }
 }
 
 async fn execute<B: Backend>(s: &Session<B>, req: Request, payload: Option<Bytes>) -> Out {
