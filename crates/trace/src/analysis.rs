@@ -86,6 +86,35 @@ pub fn oplog_line(e: &Entry) -> String {
     )
 }
 
+/// One column of an exported operation: a number, a text, or a text that may be
+/// absent (the job).
+enum Value {
+    Number(u64),
+    Text(String),
+    Maybe(Option<String>),
+}
+
+/// The columns of an exported operation, in order.
+fn columns(e: &Entry) -> [(&'static str, Value); 13] {
+    use Value::*;
+    let r = &e.record;
+    [
+        ("start_ns", Number(r.start_ns)),
+        ("duration_ns", Number(r.dur_ns as u64)),
+        ("client", Text(e.client.to_string())),
+        ("pid", Number(r.pid as u64)),
+        ("job", Maybe(e.job.as_deref().map(str::to_string))),
+        ("uid", Number(r.uid as u64)),
+        ("gid", Number(r.gid as u64)),
+        ("fid", Text(r.fid.to_string())),
+        ("op", Text(r.op.name().to_string())),
+        ("offset", Number(r.offset)),
+        ("len", Number(r.len)),
+        ("errno", Number(r.errno as u64)),
+        ("target", Text(r.target.to_string())),
+    ]
+}
+
 pub const CSV_HEADER: &str = "start_ns,duration_ns,client,pid,job,uid,gid,fid,op,offset,len,errno,target";
 
 fn csv_field(s: &str) -> String {
@@ -96,24 +125,17 @@ fn csv_field(s: &str) -> String {
     }
 }
 
+/// One operation as a CSV row (columns as [`CSV_HEADER`]).
 pub fn csv_line(e: &Entry) -> String {
-    let r = &e.record;
-    format!(
-        "{},{},{},{},{},{},{},{},{},{},{},{},{}",
-        r.start_ns,
-        r.dur_ns,
-        csv_field(&e.client),
-        r.pid,
-        csv_field(e.job.as_deref().unwrap_or("")),
-        r.uid,
-        r.gid,
-        r.fid,
-        r.op.name(),
-        r.offset,
-        r.len,
-        r.errno,
-        r.target
-    )
+    let cells: Vec<String> = columns(e)
+        .into_iter()
+        .map(|(_, v)| match v {
+            Value::Number(n) => n.to_string(),
+            Value::Text(t) => csv_field(&t),
+            Value::Maybe(t) => csv_field(t.as_deref().unwrap_or("")),
+        })
+        .collect();
+    cells.join(",")
 }
 
 fn json_string(s: &str) -> String {
@@ -138,23 +160,18 @@ fn json_string(s: &str) -> String {
 
 /// One operation as a JSON object on one line (JSON Lines).
 pub fn json_line(e: &Entry) -> String {
-    let r = &e.record;
-    format!(
-        "{{\"start_ns\":{},\"duration_ns\":{},\"client\":{},\"pid\":{},\"job\":{},\"uid\":{},\"gid\":{},\"fid\":\"{}\",\"op\":\"{}\",\"offset\":{},\"len\":{},\"errno\":{},\"target\":\"{}\"}}",
-        r.start_ns,
-        r.dur_ns,
-        json_string(&e.client),
-        r.pid,
-        e.job.as_deref().map_or("null".to_string(), json_string),
-        r.uid,
-        r.gid,
-        r.fid,
-        r.op.name(),
-        r.offset,
-        r.len,
-        r.errno,
-        r.target
-    )
+    let fields: Vec<String> = columns(e)
+        .into_iter()
+        .map(|(name, v)| {
+            let v = match v {
+                Value::Number(n) => n.to_string(),
+                Value::Text(t) => json_string(&t),
+                Value::Maybe(t) => t.as_deref().map_or("null".to_string(), json_string),
+            };
+            format!("\"{name}\":{v}")
+        })
+        .collect();
+    format!("{{{}}}", fields.join(","))
 }
 
 /// Darshan's access-size bins.
@@ -476,6 +493,12 @@ mod tests {
         assert!(csv_line(&e).contains("\"job,\"\"x\"\"\""));
         let j = json_line(&e);
         assert!(j.contains("\"job\":\"job,\\\"x\\\"\""), "{j}");
+        let names: Vec<&str> = columns(&e).iter().map(|(n, _)| *n).collect();
+        assert_eq!(names.join(","), CSV_HEADER, "the header names the columns in order");
+        assert!(j.starts_with("{\"start_ns\":1213067665450805000,") && j.ends_with("\"target\":\"OST0000\"}"), "{j}");
+        let mut none = e.clone();
+        none.job = None;
+        assert!(json_line(&none).contains("\"job\":null"));
         let fid = parse_fid("[0x200000401:0x5:0x0]").unwrap();
         assert_eq!(fid, e.record.fid);
         assert_eq!(parse_fid(&fid.to_string()), Some(fid));
