@@ -7,7 +7,7 @@
 //! - [`backend`]: the storage they measure, a small [`FileBackend`] trait with a POSIX
 //!   implementation; `cli::native_bench` adds the native client through [`NativeConnect`].
 //! - [`sweep`]: named experiments over several targets, with [`svg`] plots and a Markdown
-//!   report.
+//!   report; [`nbd`] is its preset measuring NBD exports (seed 004).
 //!
 //! The binary mounts [`BenchCommand`] as `braid bench` and calls [`run`].
 
@@ -18,6 +18,7 @@ pub mod ior;
 pub mod iozone;
 pub mod machine;
 pub mod mdtest;
+pub mod nbd;
 pub mod offsets;
 pub mod progress;
 pub mod stats;

@@ -57,10 +57,15 @@ pub enum Preset {
     /// to 4 MiB), one task, on each target: a braid mount with tracing off, on, and
     /// with a synchronous logger, for the tracer's overhead.
     Tracer,
+    /// Seed 004 Table 1 and figures 1, 3 and 4: NBD exports (targets `LABEL=nbd://...`)
+    /// measured through the protocol: latency of one request in flight by size,
+    /// sequential bandwidth with and without FUA, write bandwidth by amount written
+    /// beside the seed's model, and bandwidth by requests in flight.
+    Nbd,
 }
 
 impl Preset {
-    fn describe(self) -> &'static str {
+    pub(crate) fn describe(self) -> &'static str {
         match self {
             Preset::Tasks => "Seed 000 figure 3-5: aggregate write and read bandwidth as the number of tasks grows; file per process, 1 MiB transfers, sequential.",
             Preset::Filesize => "Seed 000 figure 3-6: bandwidth by file size for one task with 1 MiB records (IOzone-style write, rewrite, read, reread). Files that fit in the client's memory are read back from its cache, so read and reread rise well above what the storage delivers; past the cache size they fall to the storage's speed.",
@@ -71,6 +76,7 @@ impl Preset {
             Preset::Dne => "Seed 002 figures 6 and 7: N tasks in one directory on one MDT, and in one striped over 2 and 4 MDTs (`braid mkdir -c`, as many as the file system has): IOR file per process (its Table 2: 1 MiB transfers, write then read) for bandwidth, and mdtest on files (its Table 3: 1,000 files per task; create, stat, read, remove) for metadata rates. All tasks share the directory, so a striped one spreads their names, and the MDTs' work, over its MDTs.",
             Preset::Tracer => "Seed 001 figures 4 and 5: IOR read and write bandwidth by transfer size (4 KiB to 4 MiB), one task, file per process, sequential, O_DIRECT so that every transfer is one operation of the client. Run it on a braid mount with tracing off, one with it on (`-o trace`: a record into the shared-memory ring per operation, drained by a collector process), and one with a synchronous logger (`-o trace_sync=FILE`: each record formatted and written to a file before the operation returns, as the seed's PVFS logging): the overhead of each is its distance from tracing off.",
             Preset::Cache => "Seed 003 figures 3 and 4 (its Table 2 options, one task): IOzone sequential write, rewrite, read and reread with 64 KiB records, then random read and write with 4 KiB records on the same file, O_DIRECT so the client's page cache hides nothing. Run it on a braid mount without the SSD cache, one with it (`-o cache_dir=...`), and the cache's own directory: the cached mount's reread and random read come from the SSD cache, and its write and first read should match the mount without it.",
+            Preset::Nbd => "Seed 004 Table 1 and figures 1, 3 and 4, on NBD exports (targets LABEL=nbd://HOST:PORT/EXPORT: `braid nbd serve` on a braid file, and for the seed's local reference nbdkit's file plugin on a local file), measured through the NBD protocol by braid's own client: the latency of one request in flight by request size (random reads and writes, Table 1); sequential write, write with FUA on every request (the seed's synchronous server) and read bandwidth (figure 1); write bandwidth by amount written, one 64 KiB request in flight, beside the seed's model b/t_b until the server's dirty memory limit and then the disk's pace, with t_b and t_d measured (figure 3); and sequential bandwidth by requests in flight from 1 to 32 (figure 4). The write-model figure's model series uses this machine's memory and vm.dirty_ratio.",
             Preset::Dom => "Seed 002 figure 10: IOR file per process with the block and transfer sizes of its Table 6 (1 KiB blocks of 1 KiB transfers; 1,000 KiB blocks of 100 KiB transfers), in a directory whose default is its Table 5 Data-on-MDT layout (`braid setstripe --template seed-table5`: the first 64 KiB on the MDT) and in a plain one.",
         }
     }
@@ -239,7 +245,7 @@ impl SweepArgs {
             .collect()
     }
 
-    fn sizes(&self, default: &[&str], quick: &[&str]) -> Result<Vec<u64>> {
+    pub(crate) fn sizes(&self, default: &[&str], quick: &[&str]) -> Result<Vec<u64>> {
         let texts: Vec<String> = if !self.values.is_empty() {
             self.values.clone()
         } else if self.quick {
@@ -256,12 +262,12 @@ impl SweepArgs {
 }
 
 /// Collects points into figures as runs finish.
-struct Figures {
-    figures: Vec<Figure>,
+pub(crate) struct Figures {
+    pub(crate) figures: Vec<Figure>,
 }
 
 impl Figures {
-    fn add(&mut self, figure: &str, series: String, x: f64, x_label: String, y: f64) {
+    pub(crate) fn add(&mut self, figure: &str, series: String, x: f64, x_label: String, y: f64) {
         let figure = self.figures.iter_mut().find(|f| f.id == figure).expect("figure declared before use");
         let point = FigurePoint { x, x_label, y };
         match figure.series.iter_mut().find(|s| s.label == series) {
@@ -271,7 +277,7 @@ impl Figures {
     }
 }
 
-fn figure(id: &str, title: &str, x_label: &str, y_label: &str, x_axis: XAxis) -> Figure {
+pub(crate) fn figure(id: &str, title: &str, x_label: &str, y_label: &str, x_axis: XAxis) -> Figure {
     Figure {
         id: id.into(),
         title: title.into(),
@@ -288,6 +294,16 @@ fn words(args: &[String]) -> String {
 
 /// Runs the sweep and writes its files; returns the report for printing.
 pub fn execute(args: &SweepArgs, native: Option<NativeConnect>) -> Result<SweepReport> {
+    if args.preset == Preset::Nbd {
+        let out = Path::new(&args.out);
+        std::fs::create_dir_all(out).map_err(|e| BenchError::io("mkdir", &args.out, e))?;
+        if args.drop_caches {
+            machine::check_drop_caches()?;
+        }
+        let report = crate::nbd::sweep(args, machine::utc_now(), &mut Progress::new(args.quiet))?;
+        write_outputs(out, &report)?;
+        return Ok(report);
+    }
     let targets = args.parse_targets()?;
     if args.iterations == 0 {
         usage!("-i must be at least 1");
@@ -389,6 +405,8 @@ pub fn execute(args: &SweepArgs, native: Option<NativeConnect>) -> Result<SweepR
                     XAxis::Log2Bytes,
                 ),
             ],
+            // Measured by crate::nbd, which returned above.
+            Preset::Nbd => Vec::new(),
             Preset::Dom => {
                 let cases = XAxis::Categories(DOM_CASES.iter().map(|c| c.0.to_string()).collect());
                 vec![
@@ -433,6 +451,7 @@ pub fn execute(args: &SweepArgs, native: Option<NativeConnect>) -> Result<SweepR
             Preset::Pattern => 3,
             Preset::Filesize => file_sizes.len(),
             Preset::Blocksize | Preset::Tracer => transfer_sizes.len(),
+            Preset::Nbd => 0,
         };
     let mut done_points = 0;
     for (label, target) in &targets {
@@ -761,6 +780,7 @@ pub fn execute(args: &SweepArgs, native: Option<NativeConnect>) -> Result<SweepR
                     let _ = driver.rmdir(&sub.1);
                 }
             }
+            Preset::Nbd => {}
             Preset::Dom => {
                 let n = *task_counts.last().expect("task counts are never empty");
                 for (name, template) in [("plain", None), ("DoM", Some("seed-table5"))] {

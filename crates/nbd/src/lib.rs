@@ -5,7 +5,9 @@
 //! phase over a [`server::Backend`], which the `cli` crate implements on a braid file
 //! through the native client. Several connections to one export share one backend,
 //! so a flush on any of them covers the writes of all (`NBD_FLAG_CAN_MULTI_CONN`).
+//! [`client`] is a small blocking client that `braid bench` measures exports with.
 
+pub mod client;
 pub mod proto;
 pub mod server;
 

@@ -1,0 +1,439 @@
+//! `braid bench sweep --preset nbd`: seed 004's measurements of a network block device,
+//! taken through the NBD protocol itself (`nbd::client`) on each target export, braid's
+//! (`braid nbd serve`) and any other server's alike (nbdkit's `file` plugin on a local
+//! file is the seed's "local" reference):
+//!
+//! - **Table 1**: the latency of one request in flight, reads and writes of 512 B to
+//!   64 KiB at random offsets.
+//! - **Figure 1**: sequential write, write with FUA on every request (the seed's
+//!   synchronous server, `braid nbd serve --sync`), and read bandwidth.
+//! - **Figure 3**: write bandwidth by the amount written, one request in flight,
+//!   beside the seed's model of it: blocks of `b` bytes go to the server's memory in
+//!   `t_b` each until a fraction `r` of its memory `s` is dirty, after which each also
+//!   waits `t_d` for the disk:
+//!   `B(f) = b / t_b` while `f < r s`, else `f b / (r s t_b + (f - r s)(t_b + t_d))`.
+//!   `t_b` is the mean latency of a `b`-byte write (Table 1), `t_d` what a FUA write
+//!   of `b` bytes takes beyond it, `s` this machine's memory and `r` its
+//!   `vm.dirty_ratio`. (The seed prints the second case without the factor `f`; the
+//!   bandwidth is bytes over time, so it is restored here.) The model leaves out the
+//!   network, as the seed's does, so a measurement at one request in flight, which
+//!   pays it, is below the model by the round trip.
+//! - **Figure 4**: sequential bandwidth by requests in flight, 1 to 32.
+
+use std::time::Instant;
+
+use nbd::client::Client;
+use nbd::proto::{CMD_FLAG_FUA, CMD_READ, CMD_WRITE, TX_READ_ONLY};
+
+use crate::error::{usage, BenchError, Result};
+use crate::machine::{self, Machine};
+use crate::progress::Progress;
+use crate::svg::XAxis;
+use crate::sweep::{figure, Figures, SweepArgs, SweepReport, SweepRun, SweepTarget};
+use crate::units::{format_size, mib_per_s};
+
+/// Request sizes of Table 1.
+const LATENCY_SIZES: [u64; 4] = [512, 1 << 10, 4 << 10, 64 << 10];
+/// The block size `b` of figure 3 and the request size of figure 4.
+const BLOCK: u64 = 64 << 10;
+/// Request size of figure 1's sequential transfers, and its requests in flight.
+const SEQUENTIAL: (u64, usize) = (256 << 10, 8);
+/// Requests in flight of figure 4.
+const DEPTHS: [usize; 6] = [1, 2, 4, 8, 16, 32];
+/// Figure 1's categories.
+const SEQUENTIAL_CASES: [&str; 3] = ["write", "write, FUA", "read"];
+
+/// What one measurement did.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct Measured {
+    pub requests: u64,
+    pub bytes: u64,
+    pub seconds: f64,
+    /// Mean time from a request's submission to its reply, microseconds.
+    pub mean_latency_us: f64,
+}
+
+impl Measured {
+    fn mib_per_s(&self) -> f64 {
+        mib_per_s(self.bytes, self.seconds)
+    }
+}
+
+/// How a run picks offsets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Order {
+    Sequential,
+    /// Uniform over the region, aligned to the request size (xorshift, fixed seed).
+    Random,
+}
+
+/// One run: `count` requests of `kind` (with `flags`) and `len` bytes over
+/// `[0, region)`, `depth` in flight.
+#[derive(Debug, Clone, Copy)]
+struct Load {
+    kind: u16,
+    flags: u16,
+    len: u64,
+    region: u64,
+    count: u64,
+    depth: usize,
+    order: Order,
+}
+
+/// Runs `load` on the export; any error reply fails the run.
+fn measure(c: &mut Client, load: Load) -> Result<Measured> {
+    let Load { kind, flags, len, region, count, depth, order } = load;
+    let slots = (region / len).max(1);
+    let payload: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
+    let payload = if kind == CMD_WRITE { &payload[..] } else { &[][..] };
+    let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = 0u64;
+    let mut offset_of = |n: u64| match order {
+        Order::Sequential => (n % slots) * len,
+        Order::Random => {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            (rng % slots) * len
+        }
+    };
+    let mut sent_at = std::collections::HashMap::with_capacity(depth);
+    let mut latency_sum = 0f64;
+    let failed = |e: std::io::Error| BenchError::Other(format!("NBD request: {e}"));
+    let start = Instant::now();
+    let mut done = 0u64;
+    while done < count {
+        while next < count && sent_at.len() < depth {
+            let cookie = c.submit(kind, flags, offset_of(next), len as u32, payload).map_err(failed)?;
+            sent_at.insert(cookie, Instant::now());
+            next += 1;
+        }
+        let r = c.complete().map_err(failed)?;
+        if r.error != 0 {
+            return Err(BenchError::Other(format!("the server answered error {} to a request", r.error)));
+        }
+        let Some(t) = sent_at.remove(&r.cookie) else {
+            return Err(BenchError::Other(format!("a reply to unknown request {}", r.cookie)));
+        };
+        latency_sum += t.elapsed().as_secs_f64();
+        done += 1;
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    Ok(Measured {
+        requests: count,
+        bytes: count * len,
+        seconds,
+        mean_latency_us: latency_sum / count.max(1) as f64 * 1e6,
+    })
+}
+
+/// The memory size `s` and dirty fraction `r` of figure 3's model, from this machine.
+fn model_memory() -> (f64, f64) {
+    let s = Machine::detect().memory_bytes as f64;
+    let r = std::fs::read_to_string("/proc/sys/vm/dirty_ratio")
+        .ok()
+        .and_then(|t| t.trim().parse::<f64>().ok())
+        .filter(|&p| p > 0.0)
+        .unwrap_or(20.0)
+        / 100.0;
+    (s, r)
+}
+
+/// Seed 004's write bandwidth model in MiB/s for `f` bytes written (see the module).
+pub fn write_model(f: f64, b: f64, t_b: f64, t_d: f64, s: f64, r: f64) -> f64 {
+    let bytes_per_s = if f < r * s { b / t_b } else { f * b / (r * s * t_b + (f - r * s) * (t_b + t_d)) };
+    bytes_per_s / (1 << 20) as f64
+}
+
+fn parse_targets(args: &SweepArgs) -> Result<Vec<(String, String)>> {
+    let mut targets: Vec<(String, String)> = Vec::new();
+    for spec in &args.targets {
+        let Some((label, uri)) = spec.split_once('=').filter(|(l, u)| !l.is_empty() && !u.is_empty()) else {
+            usage!("--target {spec}: expected LABEL=nbd://HOST:PORT/EXPORT");
+        };
+        nbd::client::parse_uri(uri).map_err(|e| BenchError::Usage(format!("--target {spec}: {e}")))?;
+        if targets.iter().any(|(l, _)| l == label) {
+            usage!("--target label '{label}' is used twice");
+        }
+        targets.push((label.to_string(), uri.to_string()));
+    }
+    Ok(targets)
+}
+
+/// Runs the nbd preset on every target and returns the report (the caller writes it).
+pub(crate) fn sweep(args: &SweepArgs, began: String, progress: &mut Progress) -> Result<SweepReport> {
+    let targets = parse_targets(args)?;
+    let region_default = args.size_bytes.unwrap_or(if args.quick { 64 << 20 } else { 1 << 30 });
+    let latency_count: u64 = if args.quick { 300 } else { 3000 };
+    let amounts = args.sizes(&["16m", "64m", "256m", "1g"], &["16m", "64m"])?;
+    let size_axis = XAxis::Log2Bytes;
+    let mut figures = Figures {
+        figures: vec![
+            figure(
+                "nbd-latency",
+                "Latency of one request in flight (seed 004 Table 1)",
+                "request size (bytes)",
+                "microseconds",
+                size_axis.clone(),
+            ),
+            figure(
+                "nbd-sequential",
+                "Sequential bandwidth, 256 KiB requests, 8 in flight (seed 004 figure 1)",
+                "transfer",
+                "MiB/s",
+                XAxis::Categories(SEQUENTIAL_CASES.iter().map(|s| s.to_string()).collect()),
+            ),
+            figure(
+                "nbd-write-model",
+                "Write bandwidth by amount written, 64 KiB, one in flight, and the model (seed 004 figure 3)",
+                "bytes written",
+                "MiB/s",
+                size_axis,
+            ),
+            figure(
+                "nbd-depth",
+                "Sequential bandwidth by requests in flight, 64 KiB (seed 004 figure 4)",
+                "requests in flight",
+                "MiB/s",
+                XAxis::Log2,
+            ),
+        ],
+    };
+    let (s, r) = model_memory();
+    let mut runs = Vec::new();
+    let mut sweep_targets = Vec::new();
+    let drop = || if args.drop_caches { machine::drop_caches() } else { Ok(()) };
+    for (label, uri) in &targets {
+        let mut c = Client::connect(uri).map_err(|e| BenchError::Usage(format!("target {label}: {e}")))?;
+        if c.flags & TX_READ_ONLY != 0 {
+            usage!("target {label}: the export is read-only; the nbd preset writes");
+        }
+        let region = region_default.min(c.size) / BLOCK * BLOCK;
+        if region < SEQUENTIAL.0 * SEQUENTIAL.1 as u64 {
+            usage!("target {label}: the export ({} bytes) is too small", c.size);
+        }
+        sweep_targets.push(SweepTarget {
+            label: label.clone(),
+            location: uri.clone(),
+            file_system: format!("NBD export of {}", format_size(c.size)),
+        });
+        // Each measurement is a run of the report, and a point of a figure unless
+        // `point` is None: (figure, series, x, y).
+        let mut record =
+            |figures: &mut Figures, point: Option<(&str, String, (f64, String), f64)>, what: String, m: Measured| {
+                if let Some((id, series, x, y)) = point {
+                    figures.add(id, series, x.0, x.1, y);
+                }
+                runs.push(SweepRun {
+                    target: label.clone(),
+                    command: what,
+                    report: serde_json::to_value(m).expect("measurements serialize"),
+                });
+            };
+        // Figure 1 first: its sequential write fills the region the reads then read.
+        let (seq_len, seq_depth) = SEQUENTIAL;
+        let seq_count = region / seq_len;
+        progress.status(&format!("sweep nbd: {label}: sequential write"));
+        let m = measure(
+            &mut c,
+            Load {
+                kind: CMD_WRITE,
+                flags: 0,
+                len: seq_len,
+                region,
+                count: seq_count,
+                depth: seq_depth,
+                order: Order::Sequential,
+            },
+        )?;
+        let what = format!("sequential write of {} in 256 KiB requests, 8 in flight", format_size(region));
+        record(
+            &mut figures,
+            Some(("nbd-sequential", label.clone(), (0.0, SEQUENTIAL_CASES[0].into()), m.mib_per_s())),
+            what,
+            m,
+        );
+        // FUA writes reach the disk one by one: a smaller region keeps them short.
+        let fua_region = region.min(64 << 20);
+        progress.status(&format!("sweep nbd: {label}: sequential write, FUA"));
+        let m = measure(
+            &mut c,
+            Load {
+                kind: CMD_WRITE,
+                flags: CMD_FLAG_FUA,
+                len: seq_len,
+                region: fua_region,
+                count: fua_region / seq_len,
+                depth: seq_depth,
+                order: Order::Sequential,
+            },
+        )?;
+        let what = format!("sequential FUA write of {} in 256 KiB requests, 8 in flight", format_size(fua_region));
+        record(
+            &mut figures,
+            Some(("nbd-sequential", label.clone(), (1.0, SEQUENTIAL_CASES[1].into()), m.mib_per_s())),
+            what,
+            m,
+        );
+        drop()?;
+        progress.status(&format!("sweep nbd: {label}: sequential read"));
+        let m = measure(
+            &mut c,
+            Load {
+                kind: CMD_READ,
+                flags: 0,
+                len: seq_len,
+                region,
+                count: seq_count,
+                depth: seq_depth,
+                order: Order::Sequential,
+            },
+        )?;
+        let what = format!("sequential read of {} in 256 KiB requests, 8 in flight", format_size(region));
+        record(
+            &mut figures,
+            Some(("nbd-sequential", label.clone(), (2.0, SEQUENTIAL_CASES[2].into()), m.mib_per_s())),
+            what,
+            m,
+        );
+        // Table 1.
+        let mut t_b = None;
+        for &len in &LATENCY_SIZES {
+            for (name, kind) in [("read", CMD_READ), ("write", CMD_WRITE)] {
+                progress.status(&format!("sweep nbd: {label}: {name} latency, {}", format_size(len)));
+                let m = measure(
+                    &mut c,
+                    Load { kind, flags: 0, len, region, count: latency_count, depth: 1, order: Order::Random },
+                )?;
+                if kind == CMD_WRITE && len == BLOCK {
+                    t_b = Some(m.mean_latency_us / 1e6);
+                }
+                let what = format!("{latency_count} random {name}s of {}, one in flight", format_size(len));
+                let x = (len as f64, format_size(len));
+                record(&mut figures, Some(("nbd-latency", format!("{label} {name}"), x, m.mean_latency_us)), what, m);
+            }
+        }
+        // Figure 3: t_d is what a FUA write of a block costs beyond a plain one.
+        progress.status(&format!("sweep nbd: {label}: FUA write latency"));
+        let fua = measure(
+            &mut c,
+            Load {
+                kind: CMD_WRITE,
+                flags: CMD_FLAG_FUA,
+                len: BLOCK,
+                region,
+                count: latency_count,
+                depth: 1,
+                order: Order::Random,
+            },
+        )?;
+        let t_b = t_b.expect("Table 1 measures BLOCK-sized writes");
+        let t_d = (fua.mean_latency_us / 1e6 - t_b).max(0.0);
+        let what = format!("{latency_count} random FUA writes of 64k, one in flight (t_d of the model)");
+        record(&mut figures, None, what, fua);
+        for &f in &amounts {
+            if f > c.size {
+                continue;
+            }
+            progress.status(&format!("sweep nbd: {label}: writing {}", format_size(f)));
+            let m = measure(
+                &mut c,
+                Load {
+                    kind: CMD_WRITE,
+                    flags: 0,
+                    len: BLOCK,
+                    region: f,
+                    count: f / BLOCK,
+                    depth: 1,
+                    order: Order::Sequential,
+                },
+            )?;
+            let x = (f as f64, format_size(f));
+            let what = format!("sequential write of {} in 64 KiB requests, one in flight", format_size(f));
+            record(&mut figures, Some(("nbd-write-model", label.clone(), x.clone(), m.mib_per_s())), what, m);
+            let model = write_model(f as f64, BLOCK as f64, t_b, t_d, s, r);
+            figures.add("nbd-write-model", format!("{label} model"), x.0, x.1, model);
+        }
+        // Figure 4.
+        let depth_region = region.min(if args.quick { 32 << 20 } else { 256 << 20 });
+        for &depth in &DEPTHS {
+            for (name, kind) in [("write", CMD_WRITE), ("read", CMD_READ)] {
+                if kind == CMD_READ {
+                    drop()?;
+                }
+                progress.status(&format!("sweep nbd: {label}: {name}, {depth} in flight"));
+                let m = measure(
+                    &mut c,
+                    Load {
+                        kind,
+                        flags: 0,
+                        len: BLOCK,
+                        region: depth_region,
+                        count: depth_region / BLOCK,
+                        depth,
+                        order: Order::Sequential,
+                    },
+                )?;
+                let what =
+                    format!("sequential {name} of {} in 64 KiB requests, {depth} in flight", format_size(depth_region));
+                let x = (depth as f64, depth.to_string());
+                record(&mut figures, Some(("nbd-depth", format!("{label} {name}"), x, m.mib_per_s())), what, m);
+            }
+        }
+        c.disconnect().map_err(|e| BenchError::Other(format!("target {label}: disconnect: {e}")))?;
+    }
+    progress.clear();
+    Ok(SweepReport {
+        tool: "braid bench sweep",
+        began,
+        command: machine::command_line(),
+        machine: Machine::detect(),
+        preset: args.preset,
+        description: args.preset.describe(),
+        quick: args.quick,
+        caches_dropped: args.drop_caches,
+        targets: sweep_targets,
+        figures: figures.figures,
+        runs,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_are_labelled_nbd_uris() {
+        let parse = |targets: &[&str]| {
+            let mut argv = vec!["--preset", "nbd", "--out", "o"];
+            for t in targets {
+                argv.extend(["--target", t]);
+            }
+            parse_targets(&crate::parse_options::<SweepArgs>("sweep", &argv))
+        };
+        let ok = parse(&["braid=nbd://127.0.0.1:10809/disk", "local=nbd://h:1"]).unwrap();
+        assert_eq!(ok[1], ("local".to_string(), "nbd://h:1".to_string()));
+        for (bad, why) in [
+            (&["a=/some/dir"][..], "expected nbd://"),
+            (&["nbd://h/x"][..], "expected LABEL="),
+            (&["a=nbd://h/x", "a=nbd://h/y"][..], "twice"),
+        ] {
+            let e = parse(bad).unwrap_err().to_string();
+            assert!(e.contains(why), "{bad:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_write_model_is_flat_until_the_dirty_limit_then_falls_toward_the_disk() {
+        let (b, t_b, t_d, s, r) = (4096.0, 19e-6, 135e-6, 512e6, 0.4);
+        let flat = write_model(100e6, b, t_b, t_d, s, r);
+        assert!((flat - b / t_b / 1048576.0).abs() < 1e-9);
+        // Just past r s the model is continuous; far past it, it tends to b / (t_b + t_d).
+        let at_knee = write_model(r * s + 1.0, b, t_b, t_d, s, r);
+        assert!((at_knee - flat).abs() / flat < 1e-3);
+        let far = write_model(1e13, b, t_b, t_d, s, r);
+        let disk = b / (t_b + t_d) / 1048576.0;
+        assert!((far - disk).abs() / disk < 1e-2, "{far} vs {disk}");
+        assert!(write_model(2.0 * s, b, t_b, t_d, s, r) < flat);
+    }
+}
