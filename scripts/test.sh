@@ -2,8 +2,8 @@
 # Runs the whole braid test suite: formatting, lints, unit, property and integration
 # tests (real server processes, real FUSE mounts, the pjdfstest and fsx suites). Installs
 # what it needs on a fresh Debian/Ubuntu machine (fuse3; pjdfstest and fsx with cargo
-# install; the user `tests`; libnbd-bin and qemu-utils for the NBD clients) when run as
-# root; otherwise says what is missing.
+# install; the user `tests`; libnbd-bin, python3-libnbd and qemu-utils for the NBD
+# clients) when run as root; otherwise says what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -46,7 +46,8 @@ need_pkg mount mount
 need_pkg which debianutils
 need_pkg cc gcc
 # The NBD export's tests drive real NBD clients (crates/braid/tests/nbd.rs).
-need_pkg nbdinfo libnbd-bin
+need_pkg nbdinfo libnbd-bin  # also nbdcopy and nbdfuse
+need_pkg nbdsh python3-libnbd
 need_pkg qemu-io qemu-utils
 
 cargo fmt --all -- --check

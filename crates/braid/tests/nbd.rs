@@ -1,13 +1,13 @@
 //! The NBD export through real processes and real NBD clients: `braid nbd serve` (a
 //! braid client of a cluster of MGS, MDS and OSS processes) driven by `nbdinfo`,
-//! `nbdcopy`, `qemu-img` and `qemu-io` (Debian's libnbd-bin and qemu-utils), and by
-//! hand-written hostile clients over TCP.
+//! `nbdcopy`, `nbdfuse`, `nbdsh`, `qemu-img` and `qemu-io` (Debian's libnbd-bin,
+//! python3-libnbd and qemu-utils), and by hand-written hostile clients over TCP.
 
-use std::io::{Read, Write};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::net::TcpStream;
-use std::path::Path;
-use std::process::Command;
-use std::time::Duration;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 use testkit::{pattern, Cluster, ClusterSpec, Daemon};
 
@@ -100,6 +100,139 @@ fn real_nbd_clients_copy_read_and_write_a_braid_file_through_the_export() {
     assert!(now[2097152..3145728].iter().all(|&b| b == 0));
     assert!(now[3145728..3149824].iter().all(|&b| b == 0x5a));
     assert!(now[8 << 20..] == image[8 << 20..], "bytes nobody wrote changed");
+}
+
+/// `nbdfuse DIR URI` as a child process: unmounted, then killed by PID and reaped on
+/// drop, also when the test panics.
+struct NbdFuse {
+    dir: PathBuf,
+    log: PathBuf,
+    child: Child,
+}
+
+impl NbdFuse {
+    /// Mounts `uri` on a fresh `dir` and waits (up to 30 s) until `dir/nbd` has `size` bytes.
+    fn mount(dir: PathBuf, uri: &str, size: u64) -> NbdFuse {
+        std::fs::create_dir_all(&dir).unwrap();
+        let dir = std::fs::canonicalize(&dir).unwrap();
+        let log = dir.with_extension("log");
+        let err = std::fs::File::create(&log).unwrap();
+        let mut cmd = Command::new("nbdfuse");
+        cmd.arg(&dir).arg(uri).stdin(Stdio::null()).stdout(Stdio::null()).stderr(err);
+        let child = testkit::die_with_parent(&mut cmd).spawn().expect("start nbdfuse");
+        let mut m = NbdFuse { dir, log, child };
+        let start = Instant::now();
+        while std::fs::metadata(m.dir.join("nbd")).map(|md| md.len()).ok() != Some(size) {
+            let log = || std::fs::read_to_string(&m.log).unwrap_or_default();
+            if let Ok(Some(st)) = m.child.try_wait() {
+                panic!("nbdfuse exited with {st}:\n{}", log());
+            }
+            assert!(start.elapsed() < Duration::from_secs(30), "no {size}-byte nbd file after 30 s:\n{}", log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        m
+    }
+}
+
+impl Drop for NbdFuse {
+    fn drop(&mut self) {
+        if testkit::is_mounted(&self.dir) {
+            let _ =
+                testkit::output_within(Command::new("fusermount3").arg("-u").arg(&self.dir), Duration::from_secs(30));
+        }
+        testkit::detach_mount(&self.dir);
+        // An unmounted nbdfuse exits by itself; give it a moment.
+        let start = Instant::now();
+        while matches!(self.child.try_wait(), Ok(None)) && start.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn nbdsh_and_nbdfuse_write_through_the_export_into_the_braid_file_and_read_only_refuses() {
+    let c = Cluster::start(bin(), ClusterSpec::default());
+    c.braid_ok(&["setstripe", "-c", "4", "-S", "1M", &c.url("/disk.img")]);
+    let (_server, addr) = serve(&c, &["disk=/disk.img,size=16M", "ro=/disk.img,ro"], &[]);
+    let uri = |name: &str| format!("nbd://{addr}/{name}");
+    // nbdsh runs `python3 -m nbd` from PATH; the nbd module is Debian's python3's, which
+    // a python3 earlier in PATH (pyenv, a venv) would not have.
+    let path = format!("/usr/bin:{}", std::env::var("PATH").unwrap_or_default());
+    let nbdsh =
+        |name: &str, py: &str| ok(Command::new("nbdsh").env("PATH", &path).arg("-u").arg(uri(name)).arg("-c").arg(py));
+    // What the export says; a pattern across a stripe boundary at an odd offset, written,
+    // flushed and read back; a zeroed range inside it; a FUA write.
+    let said = nbdsh(
+        "disk",
+        r#"
+assert h.get_size() == 16 << 20, h.get_size()
+assert h.can_multi_conn() and h.can_fua() and h.can_flush() and not h.is_read_only()
+buf = bytes((i * 7 + 3) % 251 for i in range(300000))
+off = (1 << 20) - 12345
+h.pwrite(buf, off)
+h.flush()
+assert h.pread(len(buf), off) == buf, "read back differs"
+h.zero(65613, off + 1000)
+got = h.pread(len(buf), off)
+assert got[:1000] == buf[:1000] and got[66613:] == buf[66613:], "bytes around the zeroes changed"
+assert got[1000:66613] == bytes(65613), "not zeroed"
+h.pwrite(b"fua!" * 1024, 5 << 20, nbd.CMD_FLAG_FUA)
+print("nbdsh ok")
+"#,
+    );
+    assert!(said.contains("nbdsh ok"), "{said}");
+    let buf: Vec<u8> = (0..300000u32).map(|i| ((i * 7 + 3) % 251) as u8).collect();
+    let off = (1 << 20) - 12345;
+    let mut want = buf.clone();
+    want[1000..66613].fill(0);
+    let now = c.get("/disk.img");
+    assert!(now[off..off + want.len()] == want[..], "the braid file lacks nbdsh's bytes");
+    assert!(now[5 << 20..(5 << 20) + 4096].chunks(4).all(|b| b == b"fua!"));
+    // The read-only export refuses writes with EPERM: in libnbd (strict mode) and, with
+    // the check off, from the server.
+    let said = nbdsh(
+        "ro",
+        r#"
+import errno
+assert h.is_read_only()
+for strict in (h.get_strict_mode(), 0):
+    h.set_strict_mode(strict)
+    try:
+        h.pwrite(b"x" * 512, 0)
+    except nbd.Error as e:
+        assert e.errnum == errno.EPERM and e.errno == "EPERM", (strict, e.errnum, e.string)
+        print("refused", strict, e)
+    else:
+        raise AssertionError("a read-only export took a write")
+"#,
+    );
+    assert_eq!(said.matches("refused").count(), 2, "{said}");
+    assert!(!said.contains("refused 0 nbd_pwrite: server does not"), "libnbd, not the server, refused: {said}");
+    // nbdfuse: the export as a file, written and fsynced with std::fs, read back there,
+    // and found in the braid file.
+    let fuse = NbdFuse::mount(c.dir.path().join("nbdfuse"), &uri("disk"), 16 << 20);
+    let file = fuse.dir.join("nbd");
+    let data = pattern(3 << 20, 11);
+    let at = (7 << 20) + 4321;
+    let mut f = std::fs::OpenOptions::new().write(true).open(&file).unwrap();
+    f.seek(SeekFrom::Start(at)).unwrap();
+    f.write_all(&data).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    let mut back = vec![0u8; data.len()];
+    let mut f = std::fs::File::open(&file).unwrap();
+    f.seek(SeekFrom::Start(at)).unwrap();
+    f.read_exact(&mut back).unwrap();
+    assert!(back == data, "nbdfuse reads back other bytes");
+    let now = c.get("/disk.img");
+    let at = at as usize;
+    assert!(now[at..at + data.len()] == data[..], "the braid file lacks nbdfuse's bytes");
+    assert!(now[off..off + want.len()] == want[..], "nbdfuse changed bytes it did not write");
+    let dir = fuse.dir.clone();
+    drop(fuse);
+    assert!(!testkit::is_mounted(&dir), "nbdfuse still mounted");
 }
 
 /// The server's greeting and a fixed newstyle client's answer (no zeroes).
@@ -309,4 +442,61 @@ fn an_oss_killed_under_writes_gives_eio_and_what_was_flushed_survives() {
         testkit::stderr(&out)
     );
     assert!(c.get("/f.img")[1 << 20..8 << 20].iter().all(|&b| b == 0x61));
+}
+
+/// The numbers of a Markdown table row (its x label is text, or a number that
+/// `values` leaves out by position).
+fn cells(line: &str) -> Vec<f64> {
+    line.split('|').skip(2).filter_map(|c| c.trim().parse::<f64>().ok()).collect()
+}
+
+#[test]
+fn bench_sweep_nbd_preset_measures_an_export_through_the_protocol_and_plots_it() {
+    let c = Cluster::start(bin(), ClusterSpec::default());
+    c.braid_ok(&["setstripe", "-c", "4", "-S", "1M", &c.url("/disk.img")]);
+    let (_server, addr) = serve(&c, &["disk=/disk.img,size=64M", "ro=/disk.img,ro"], &[]);
+    let out = c.dir.path().join("sweep");
+    let out_s = out.to_string_lossy().into_owned();
+    let target = format!("braid=nbd://{addr}/disk");
+    c.braid_ok(&["bench", "sweep", "--preset", "nbd", "--quick", "-q", "--target", &target, "--out", &out_s]);
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    for id in ["nbd-latency", "nbd-sequential", "nbd-write-model", "nbd-depth"] {
+        let svg = std::fs::read_to_string(out.join(format!("{id}.svg"))).unwrap();
+        assert!(svg.starts_with("<svg") && svg.contains("braid"), "{id}.svg");
+        assert!(md.contains(&format!("({id}.svg)")), "{id} in the report");
+    }
+    // Every row of every figure has a measured, positive value for each series:
+    // Table 1's four sizes (reads and writes), figure 1's three transfers, figure 3's
+    // two amounts (measured and model), figure 4's six depths (writes and reads).
+    let rows = [
+        ("| 512 |", 2),
+        ("| 1k |", 2),
+        ("| 4k |", 2),
+        ("| 64k |", 2),
+        ("| write |", 1),
+        ("| write, FUA |", 1),
+        ("| read |", 1),
+        ("| 16m |", 2),
+        ("| 64m |", 2),
+        ("| 1 |", 2),
+        ("| 32 |", 2),
+    ];
+    for (row, width) in rows {
+        let line = md.lines().find(|l| l.starts_with(row)).unwrap_or_else(|| panic!("no row {row}: {md}"));
+        let values = cells(line);
+        assert!(values.len() == width && values.iter().all(|&v| v > 0.0), "{line}");
+    }
+    // The sweep wrote through the export: the braid file holds its pattern now.
+    let data = c.get("/disk.img");
+    assert_eq!(data.len(), 64 << 20);
+    assert!(data[..4096].iter().any(|&b| b != 0));
+    // Bad targets are refused before anything runs.
+    for (bad, why) in [
+        (format!("ro=nbd://{addr}/ro"), "read-only"),
+        (format!("x=nbd://{addr}/nope"), "refused"),
+        ("x=/tmp".to_string(), "nbd://"),
+    ] {
+        let o = c.braid(&["bench", "sweep", "--preset", "nbd", "--quick", "-q", "--target", &bad, "--out", &out_s]);
+        assert!(!o.status.success() && testkit::stderr(&o).contains(why), "{bad}: {}", testkit::stderr(&o));
+    }
 }
