@@ -8,12 +8,15 @@
 #   - 4 KiB random reads and writes with fio's nbd engine at 1, 8 and 32 requests in
 #     flight (IOPS, and mean completion latency at 1).
 # The servers are measured one after the other, the order rotated run by run; medians
-# and braid's ratio to the better of the two others are printed as Markdown.
+# and braid's ratio to the better of the two others are printed as Markdown. Then
+# seed 004's figures: `braid bench sweep --preset nbd` on the three exports, into
+# $WORK/sweep (report.md, SVGs, results.json).
 #
 #   scripts/bench-nbd.sh [RUNS]    (release build; nbdkit, qemu-utils, libnbd-bin, fio)
 #
 # Environment: BRAID (default target/release/braid), WORK (default /var/tmp/peers/nbd),
-# SIZE (default 1g), SECONDS_EACH (fio run time, default 10).
+# SIZE (default 1g), SECONDS_EACH (fio run time, default 10), ONLY (sweep: the sweep
+# alone, without the nbdcopy and fio runs).
 set -uo pipefail
 RUNS=${1:-3}
 HERE=$(cd "$(dirname "$0")/.." && pwd)
@@ -63,6 +66,7 @@ fio_nbd() {  # fio_nbd URI RW DEPTH FIELD: prints IOPS or mean clat in us
         python3 -c 'import json,sys; t=sys.stdin.read(); j=json.loads(t[t.index("{"):])["jobs"][0]; k="read" if "read" in sys.argv[1] else "write"; print("%.1f" % (j[k]["iops"] if sys.argv[2]=="iops" else j[k]["clat_ns"]["mean"]/1000))' "$2" "$4"
 }
 servers=(braid nbdkit qemu-nbd)
+[ "${ONLY:-}" = sweep ] && RUNS=0
 for run in $(seq 1 "$RUNS"); do
     for i in 0 1 2; do
         s=${servers[$(( (i + run) % 3 ))]}
@@ -100,3 +104,7 @@ for row, s in rows.items():
         ratio = f"{b / max(k, q):.2f}"
     print(f"| {row} | {b:.1f} | {k:.1f} | {q:.1f} | {ratio} |")
 PY
+
+"$BRAID" bench sweep --preset nbd -q --drop-caches --size "$SIZE" --out "$WORK/sweep" \
+    --target "braid=${URI[braid]}" --target "nbdkit=${URI[nbdkit]}" --target "qemu-nbd=${URI[qemu-nbd]}" ||
+    echo "the sweep failed" >&2
