@@ -344,3 +344,59 @@ fn a_native_client_uses_the_ssd_cache_from_its_client_options() {
     assert!(!bad.status.success());
     assert!(testkit::stderr(&bad).contains("not an option of a native client"), "{}", testkit::stderr(&bad));
 }
+
+/// A writer that dies with the file open never reports its writes (its close would
+/// have moved the file's data version): the MDS moves the version of every file a
+/// departed client held open for writing, so readers that kept the old bytes (the
+/// kernel's page cache across opens, the SSD cache) drop them at their next open.
+#[test]
+fn a_writer_killed_before_its_close_still_makes_readers_drop_their_cached_bytes() {
+    let c = cluster();
+    const LEN: usize = 2 << 20;
+    let v1 = pattern(LEN, 61);
+    let w = Mount::new(&c, "direct_io");
+    fs::write(w.path("f"), &v1).unwrap();
+    let paged = Mount::new(&c, "");
+    let cache_dir = c.dir.path().join("ssd-cache");
+    let cached = Mount::new(&c, &format!("direct_io,cache_dir={},cache_size=64M", cache_dir.display()));
+    assert!(fs::read(paged.path("f")).unwrap() == v1);
+    assert!(fs::read(cached.path("f")).unwrap() == v1);
+    wait_filled(&c, &cached, LEN as u64);
+    assert!(fs::read(cached.path("f")).unwrap() == v1);
+
+    // The writer rewrites a range in place (same size) and dies before closing.
+    let fresh = pattern(300_000, 62);
+    let at = 700_000;
+    let mut v2 = v1.clone();
+    v2[at..at + fresh.len()].copy_from_slice(&fresh);
+    let g = OpenOptions::new().write(true).open(w.path("f")).unwrap();
+    g.write_all_at(&fresh, at as u64).unwrap();
+    // The bytes are on the OSTs: the writer's own read (no page cache on a direct_io
+    // mount) waits for its writes to land and reads the objects.
+    assert!(fs::read(w.path("f")).unwrap() == v2);
+    // Readers keep the old bytes while the writer has not closed (close-to-open).
+    assert!(fs::read(cached.path("f")).unwrap() == v1);
+    assert!(fs::read(paged.path("f")).unwrap() == v1);
+    // ... and the writer is killed with the file open.
+    let mut w = w;
+    w.kill();
+    drop(g);
+    drop(w);
+
+    let start = std::time::Instant::now();
+    loop {
+        let (p, s) = (fs::read(paged.path("f")).unwrap(), fs::read(cached.path("f")).unwrap());
+        if p == v2 && s == v2 {
+            break;
+        }
+        assert!(p == v1 || p == v2, "the page-cached reader read bytes of neither version");
+        assert!(s == v1 || s == v2, "the SSD-cached reader read bytes of neither version");
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(30),
+            "readers still serve the bytes from before the dead writer's write (page cache: {}, SSD cache: {})",
+            p == v1,
+            s == v1
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}

@@ -57,6 +57,10 @@ pub enum JobKind {
     Settle { fid: Fid, id: UpdateId, committed: bool },
     /// These destroy-queue entries were destroyed on their OSTs.
     DestroyDone(Vec<u64>),
+    /// A client that held these files open for writing is gone without closing them:
+    /// the bytes it wrote were never reported, so their data versions move (readers'
+    /// caches of them go at their next open).
+    WriterGone(Vec<Fid>),
     /// Drop answers kept for reply reconstruction before this time (seconds).
     PruneReplies { before_secs: u64 },
     /// Destroy these orphans if nobody holds them open any more (`None`: all).
@@ -112,7 +116,17 @@ struct Job {
 }
 
 /// Who holds each FID open: FID → client id → handles.
-pub type Opens = Arc<Mutex<HashMap<Fid, HashMap<u64, u32>>>>;
+/// The files open on an MDT: for each, its clients' handles.
+pub type Opens = Arc<Mutex<HashMap<Fid, HashMap<u64, Holds>>>>;
+
+/// One client's handles of one open file.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Holds {
+    pub handles: u32,
+    /// One of them was opened for writing (until the client's last handle closes): a
+    /// client that dies now may have written bytes it never reported.
+    pub writer: bool,
+}
 
 pub fn now_secs() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs()
@@ -291,6 +305,12 @@ impl Committer {
                     Err(e @ (OpError::Leased(_) | OpError::WrongShard(_))) => Outcome::Done(e.into_response()),
                     Err(e) => return Err(e),
                 },
+                JobKind::WriterGone(fids) => {
+                    for fid in fids {
+                        w.data_moved(*fid)?;
+                    }
+                    Outcome::Done(Response::Ok)
+                }
                 JobKind::DestroyDone(keys) => {
                     for k in keys {
                         w.del(Tbl::Destroy, &k.to_be_bytes())?;

@@ -133,10 +133,33 @@ impl Service for Mds {
                 m.lock_released.notify_waiters();
             }
             // Its opens end here; orphans among them are destroyed by the reaper.
-            m.opens.lock().expect("opens").retain(|_, holders| {
-                holders.remove(&client_id);
+            let mut written = Vec::new();
+            m.opens.lock().expect("opens").retain(|fid, holders| {
+                if holders.remove(&client_id).is_some_and(|h| h.writer) {
+                    written.push(*fid);
+                }
                 !holders.is_empty()
             });
+            // What it wrote and never reported must not be read from caches keyed on
+            // the old data version.
+            if !written.is_empty() {
+                let m = m.clone();
+                tokio::spawn(async move {
+                    let n = written.len();
+                    match m.submit_own(JobKind::WriterGone(written)).await {
+                        Response::Error(e) => tracing::warn!(
+                            mdt = m.index,
+                            client = client_id,
+                            "cannot move the data versions of the files a departed writer held: {e}"
+                        ),
+                        _ => tracing::info!(
+                            mdt = m.index,
+                            client = client_id,
+                            "moved the data version of {n} file(s) a departed client held open for writing"
+                        ),
+                    }
+                });
+            }
         }
     }
 }
@@ -186,7 +209,7 @@ impl Mds {
             })
             .await;
         if let Some(fid) = fid {
-            mdt.opened(fid, ctx.client_id);
+            mdt.opened(fid, ctx.client_id, flags.write || flags.truncate);
         }
         answer
     }
@@ -501,7 +524,7 @@ impl Mds {
             }
         };
         if let (true, Response::Created { attr, .. }) = (create, &r) {
-            mdt.opened(attr.fid, ctx.client_id);
+            mdt.opened(attr.fid, ctx.client_id, true);
         }
         Ok(r)
     }

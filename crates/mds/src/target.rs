@@ -246,17 +246,21 @@ impl Mdt {
         Ok(out)
     }
 
-    pub(crate) fn opened(&self, fid: Fid, client: u64) {
-        *self.opens.lock().expect("opens").entry(fid).or_default().entry(client).or_default() += 1;
+    /// Counts a handle of `client` (for writing with `write`).
+    pub(crate) fn opened(&self, fid: Fid, client: u64, write: bool) {
+        let mut opens = self.opens.lock().expect("opens");
+        let holds = opens.entry(fid).or_default().entry(client).or_default();
+        holds.handles += 1;
+        holds.writer |= write;
     }
 
     /// Drops one handle of `client`.
     pub(crate) fn closed(&self, fid: Fid, client: u64) {
         let mut opens = self.opens.lock().expect("opens");
         let Some(holders) = opens.get_mut(&fid) else { return };
-        if let Some(n) = holders.get_mut(&client) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
+        if let Some(h) = holders.get_mut(&client) {
+            h.handles = h.handles.saturating_sub(1);
+            if h.handles == 0 {
                 holders.remove(&client);
             }
         }

@@ -554,4 +554,13 @@ fn every_change_of_a_files_bytes_moves_its_data_version_and_nothing_else_does() 
         w.apply(&req, &mut place).unwrap_or_else(|e| panic!("{what}: {e}"));
         assert_eq!(version(&w), before + moves, "{what}");
     }
+    // A writer that died with the file open: its unreported bytes move the version;
+    // a directory or a FID that is gone are left alone.
+    let before = version(&w);
+    w.data_moved(fid).unwrap();
+    assert_eq!(version(&w), before + 1, "a departed writer");
+    let root_version = w.view.must_inode(Fid::ROOT).unwrap().attr.data_version;
+    w.data_moved(Fid::ROOT).unwrap();
+    w.data_moved(Fid { oid: fid.oid + 1000, ..fid }).unwrap();
+    assert_eq!(w.view.must_inode(Fid::ROOT).unwrap().attr.data_version, root_version);
 }

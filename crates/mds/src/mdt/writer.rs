@@ -218,6 +218,16 @@ impl<'a> Writer<'a> {
         self.undo_to(Savepoint { undo: 0, redo: 0, granted: 0, removed_dirs: 0, inodes_delta: 0 });
     }
 
+    /// Moves the data version of file `fid` (gone or not a file: nothing to do).
+    pub fn data_moved(&mut self, fid: Fid) -> OpResult<()> {
+        let Some(mut ino) = self.view.inode(fid)? else { return Ok(()) };
+        if ino.attr.kind != FileKind::File {
+            return Ok(());
+        }
+        ino.attr.data_version += 1;
+        self.put_inode(fid, &ino)
+    }
+
     pub(super) fn put_inode(&mut self, fid: Fid, ino: &Inode) -> OpResult<()> {
         debug_assert_eq!(ino.attr.fid, fid, "an inode is stored under its own FID");
         self.put(Tbl::Inodes, &fid.to_key(), &store::encode_record(ino))
