@@ -14,6 +14,7 @@
 pub mod backend;
 pub mod clock;
 pub mod error;
+pub mod figures;
 pub mod ior;
 pub mod iozone;
 pub mod machine;

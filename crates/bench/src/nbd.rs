@@ -26,11 +26,31 @@ use nbd::client::Client;
 use nbd::proto::{CMD_FLAG_FUA, CMD_READ, CMD_WRITE, TX_READ_ONLY};
 
 use crate::error::{usage, BenchError, Result};
+use crate::figures::{figure, Figure, Figures, SweepRun, SweepTarget};
 use crate::machine::{self, Machine};
 use crate::progress::Progress;
 use crate::svg::XAxis;
-use crate::sweep::{figure, Figures, SweepArgs, SweepReport, SweepRun, SweepTarget};
 use crate::units::{format_size, mib_per_s};
+
+/// What `braid bench sweep --preset nbd` asks (the sweep's options that apply).
+#[derive(Debug, Clone)]
+pub struct NbdOptions {
+    /// `LABEL=nbd://HOST:PORT/EXPORT`, one per target.
+    pub targets: Vec<String>,
+    pub quick: bool,
+    /// Bytes of each export used (default 1 GiB, 64 MiB with `quick`).
+    pub region: Option<u64>,
+    /// Figure 3's amounts written.
+    pub amounts: Vec<u64>,
+    pub drop_caches: bool,
+}
+
+/// What the preset measured, for the sweep's report.
+pub struct NbdSweep {
+    pub targets: Vec<SweepTarget>,
+    pub figures: Vec<Figure>,
+    pub runs: Vec<SweepRun>,
+}
 
 /// Request sizes of Table 1.
 const LATENCY_SIZES: [u64; 4] = [512, 1 << 10, 4 << 10, 64 << 10];
@@ -145,7 +165,7 @@ pub fn write_model(f: f64, b: f64, t_b: f64, t_d: f64, s: f64, r: f64) -> f64 {
     bytes_per_s / (1 << 20) as f64
 }
 
-fn parse_targets(args: &SweepArgs) -> Result<Vec<(String, String)>> {
+fn parse_targets(args: &NbdOptions) -> Result<Vec<(String, String)>> {
     let mut targets: Vec<(String, String)> = Vec::new();
     for spec in &args.targets {
         let Some((label, uri)) = spec.split_once('=').filter(|(l, u)| !l.is_empty() && !u.is_empty()) else {
@@ -160,12 +180,12 @@ fn parse_targets(args: &SweepArgs) -> Result<Vec<(String, String)>> {
     Ok(targets)
 }
 
-/// Runs the nbd preset on every target and returns the report (the caller writes it).
-pub(crate) fn sweep(args: &SweepArgs, began: String, progress: &mut Progress) -> Result<SweepReport> {
+/// Runs the nbd preset on every target.
+pub fn sweep(args: &NbdOptions, progress: &mut Progress) -> Result<NbdSweep> {
     let targets = parse_targets(args)?;
-    let region_default = args.size_bytes.unwrap_or(if args.quick { 64 << 20 } else { 1 << 30 });
+    let region_default = args.region.unwrap_or(if args.quick { 64 << 20 } else { 1 << 30 });
     let latency_count: u64 = if args.quick { 300 } else { 3000 };
-    let amounts = args.sizes(&["16m", "64m", "256m", "1g"], &["16m", "64m"])?;
+    let amounts = args.amounts.clone();
     let size_axis = XAxis::Log2Bytes;
     let mut figures = Figures {
         figures: vec![
@@ -383,19 +403,7 @@ pub(crate) fn sweep(args: &SweepArgs, began: String, progress: &mut Progress) ->
         c.disconnect().map_err(|e| BenchError::Other(format!("target {label}: disconnect: {e}")))?;
     }
     progress.clear();
-    Ok(SweepReport {
-        tool: "braid bench sweep",
-        began,
-        command: machine::command_line(),
-        machine: Machine::detect(),
-        preset: args.preset,
-        description: args.preset.describe(),
-        quick: args.quick,
-        caches_dropped: args.drop_caches,
-        targets: sweep_targets,
-        figures: figures.figures,
-        runs,
-    })
+    Ok(NbdSweep { targets: sweep_targets, figures: figures.figures, runs })
 }
 
 #[cfg(test)]
@@ -405,11 +413,14 @@ mod tests {
     #[test]
     fn targets_are_labelled_nbd_uris() {
         let parse = |targets: &[&str]| {
-            let mut argv = vec!["--preset", "nbd", "--out", "o"];
-            for t in targets {
-                argv.extend(["--target", t]);
-            }
-            parse_targets(&crate::parse_options::<SweepArgs>("sweep", &argv))
+            let options = NbdOptions {
+                targets: targets.iter().map(|t| t.to_string()).collect(),
+                quick: true,
+                region: None,
+                amounts: vec![],
+                drop_caches: false,
+            };
+            parse_targets(&options)
         };
         let ok = parse(&["braid=nbd://127.0.0.1:10809/disk", "local=nbd://h:1"]).unwrap();
         assert_eq!(ok[1], ("local".to_string(), "nbd://h:1".to_string()));

@@ -16,6 +16,7 @@ use serde::Serialize;
 
 use crate::backend::{Api, NativeConnect, Target};
 use crate::error::{usage, BenchError, Result};
+pub use crate::figures::{figure, Figure, FigurePoint, FigureSeries, Figures, SweepRun, SweepTarget};
 use crate::ior::{self, IorArgs};
 use crate::iozone::{self, IozoneArgs};
 use crate::machine::{self, Machine};
@@ -65,7 +66,7 @@ pub enum Preset {
 }
 
 impl Preset {
-    pub(crate) fn describe(self) -> &'static str {
+    fn describe(self) -> &'static str {
         match self {
             Preset::Tasks => "Seed 000 figure 3-5: aggregate write and read bandwidth as the number of tasks grows; file per process, 1 MiB transfers, sequential.",
             Preset::Filesize => "Seed 000 figure 3-6: bandwidth by file size for one task with 1 MiB records (IOzone-style write, rewrite, read, reread). Files that fit in the client's memory are read back from its cache, so read and reread rise well above what the storage delivers; past the cache size they fall to the storage's speed.",
@@ -122,47 +123,6 @@ pub struct SweepArgs {
     /// No progress display.
     #[arg(short = 'q', long = "quiet")]
     pub quiet: bool,
-}
-
-/// One `LABEL=DIR`.
-#[derive(Debug, Clone, Serialize)]
-pub struct SweepTarget {
-    pub label: String,
-    pub location: String,
-    pub file_system: String,
-}
-
-/// A figure of the report, with its data.
-#[derive(Debug, Clone, Serialize)]
-pub struct Figure {
-    pub id: String,
-    pub title: String,
-    pub x_label: String,
-    pub y_label: String,
-    pub series: Vec<FigureSeries>,
-    #[serde(skip)]
-    pub x_axis: XAxis,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct FigureSeries {
-    pub label: String,
-    pub points: Vec<FigurePoint>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct FigurePoint {
-    pub x: f64,
-    pub x_label: String,
-    pub y: f64,
-}
-
-/// One engine run behind some points.
-#[derive(Debug, Clone, Serialize)]
-pub struct SweepRun {
-    pub target: String,
-    pub command: String,
-    pub report: serde_json::Value,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -245,7 +205,7 @@ impl SweepArgs {
             .collect()
     }
 
-    pub(crate) fn sizes(&self, default: &[&str], quick: &[&str]) -> Result<Vec<u64>> {
+    fn sizes(&self, default: &[&str], quick: &[&str]) -> Result<Vec<u64>> {
         let texts: Vec<String> = if !self.values.is_empty() {
             self.values.clone()
         } else if self.quick {
@@ -261,33 +221,6 @@ impl SweepArgs {
     }
 }
 
-/// Collects points into figures as runs finish.
-pub(crate) struct Figures {
-    pub(crate) figures: Vec<Figure>,
-}
-
-impl Figures {
-    pub(crate) fn add(&mut self, figure: &str, series: String, x: f64, x_label: String, y: f64) {
-        let figure = self.figures.iter_mut().find(|f| f.id == figure).expect("figure declared before use");
-        let point = FigurePoint { x, x_label, y };
-        match figure.series.iter_mut().find(|s| s.label == series) {
-            Some(s) => s.points.push(point),
-            None => figure.series.push(FigureSeries { label: series, points: vec![point] }),
-        }
-    }
-}
-
-pub(crate) fn figure(id: &str, title: &str, x_label: &str, y_label: &str, x_axis: XAxis) -> Figure {
-    Figure {
-        id: id.into(),
-        title: title.into(),
-        x_label: x_label.into(),
-        y_label: y_label.into(),
-        series: Vec::new(),
-        x_axis,
-    }
-}
-
 fn words(args: &[String]) -> String {
     args.iter().map(|a| machine::shell_quote(a)).collect::<Vec<_>>().join(" ")
 }
@@ -300,7 +233,28 @@ pub fn execute(args: &SweepArgs, native: Option<NativeConnect>) -> Result<SweepR
         if args.drop_caches {
             machine::check_drop_caches()?;
         }
-        let report = crate::nbd::sweep(args, machine::utc_now(), &mut Progress::new(args.quiet))?;
+        let began = machine::utc_now();
+        let options = crate::nbd::NbdOptions {
+            targets: args.targets.clone(),
+            quick: args.quick,
+            region: args.size_bytes,
+            amounts: args.sizes(&["16m", "64m", "256m", "1g"], &["16m", "64m"])?,
+            drop_caches: args.drop_caches,
+        };
+        let measured = crate::nbd::sweep(&options, &mut Progress::new(args.quiet))?;
+        let report = SweepReport {
+            tool: "braid bench sweep",
+            began,
+            command: machine::command_line(),
+            machine: Machine::detect(),
+            preset: args.preset,
+            description: args.preset.describe(),
+            quick: args.quick,
+            caches_dropped: args.drop_caches,
+            targets: measured.targets,
+            figures: measured.figures,
+            runs: measured.runs,
+        };
         write_outputs(out, &report)?;
         return Ok(report);
     }
