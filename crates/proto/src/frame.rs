@@ -185,6 +185,13 @@ pub fn encode_frame(kind: FrameKind, request_id: u64, msg: &[u8], payload: &[u8]
     out
 }
 
+/// Capacity of the buffered reader a connection reads frames through. Small frames
+/// (headers, messages, 4 KiB payloads) come several to a read; a payload larger than
+/// the buffer skips it once the buffered part is taken (tokio's `BufReader` reads
+/// straight into the frame's own buffer then), so a 1 MiB read answer is copied
+/// once by the kernel and not again out of the buffer.
+pub const READ_BUFFER_BYTES: usize = 32 << 10;
+
 /// Reads one frame. `Ok(None)` on a clean end of stream before a header.
 pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R, limits: &FrameLimits) -> Result<Option<Frame>, FrameError> {
     let mut hb = [0u8; HEADER_LEN];

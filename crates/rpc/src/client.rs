@@ -486,7 +486,7 @@ fn handle_callback(shared: &Arc<Shared>, frame: Frame) -> Result<(), String> {
 }
 
 async fn reader(rd: tokio::net::tcp::OwnedReadHalf, shared: Arc<Shared>, limits: FrameLimits) {
-    let mut r = BufReader::with_capacity(256 * 1024, rd);
+    let mut r = BufReader::with_capacity(proto::frame::READ_BUFFER_BYTES, rd);
     loop {
         match read_frame(&mut r, &limits).await {
             Ok(Some(f)) if f.kind == FrameKind::Callback => {

@@ -249,7 +249,7 @@ async fn serve_conn<S: Service>(
         conn
     });
     let slots = Arc::new(Semaphore::new(cfg.max_in_flight_per_conn));
-    let mut r = BufReader::with_capacity(256 * 1024, rd);
+    let mut r = BufReader::with_capacity(proto::frame::READ_BUFFER_BYTES, rd);
     loop {
         let frame = match read_frame(&mut r, &cfg.limits).await {
             Ok(Some(f)) => f,
