@@ -167,9 +167,19 @@ pub fn serve(
     let p = crate::url::require(url)?;
     let file = secret_file.or_else(|| std::env::var_os("BRAID_SECRET_FILE").map(std::path::PathBuf::from));
     let secret = crate::client_secret(&file)?;
-    let rt = crate::runtime()?;
+    let settings = crate::mount::native_settings()?;
+    // One thread serves every connection and the client's RPCs: a request then wakes
+    // no other thread of this process on its way (measured against the default pool:
+    // 4 KiB random reads +15-20 % at 8 and 32 in flight, writes and copies the same or
+    // better; docs/benchmarks.md). An SSD cache is read on the thread that asks, so
+    // with one the pool keeps the other connections going while a read waits for it.
+    let rt = if settings.as_ref().is_some_and(|s| s.cache.is_some()) {
+        crate::runtime()?
+    } else {
+        tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the async runtime")?
+    };
     rt.block_on(async {
-        let cfg = match crate::mount::native_settings()? {
+        let cfg = match &settings {
             Some(s) => s.client_config(&p.mgs, secret),
             None => client::ClientConfig::new(&p.mgs, secret),
         };
