@@ -186,6 +186,9 @@ pub fn sweep(args: &NbdOptions, progress: &mut Progress) -> Result<NbdSweep> {
     let region_default = args.region.unwrap_or(if args.quick { 64 << 20 } else { 1 << 30 });
     let latency_count: u64 = if args.quick { 300 } else { 3000 };
     let amounts = args.amounts.clone();
+    if let Some(&small) = amounts.iter().find(|&&f| f < BLOCK) {
+        usage!("--values {}: figure 3 writes at least one 64 KiB block", format_size(small));
+    }
     let size_axis = XAxis::Log2Bytes;
     let mut figures = Figures {
         figures: vec![
@@ -423,6 +426,15 @@ mod tests {
             parse_targets(&options)
         };
         let ok = parse(&["braid=nbd://127.0.0.1:10809/disk", "local=nbd://h:1"]).unwrap();
+        let tiny = NbdOptions {
+            targets: vec!["a=nbd://127.0.0.1:9/x".into()],
+            quick: true,
+            region: None,
+            amounts: vec![16 << 20, 4096],
+            drop_caches: false,
+        };
+        let e = sweep(&tiny, &mut Progress::silent()).err().expect("a 4 KiB amount is refused").to_string();
+        assert!(e.contains("64 KiB block"), "{e}");
         assert_eq!(ok[1], ("local".to_string(), "nbd://h:1".to_string()));
         for (bad, why) in [
             (&["a=/some/dir"][..], "expected nbd://"),
