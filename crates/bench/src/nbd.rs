@@ -100,6 +100,18 @@ struct Load {
     order: Order,
 }
 
+impl Load {
+    /// All of `[0, region)` once, in order, `len` bytes a request.
+    fn sequential(kind: u16, flags: u16, len: u64, region: u64, depth: usize) -> Load {
+        Load { kind, flags, len, region, count: region / len, depth, order: Order::Sequential }
+    }
+
+    /// `count` requests of `len` bytes at random offsets in `[0, region)`, one in flight.
+    fn random(kind: u16, flags: u16, len: u64, region: u64, count: u64) -> Load {
+        Load { kind, flags, len, region, count, depth: 1, order: Order::Random }
+    }
+}
+
 /// Runs `load` on the export; any error reply fails the run.
 fn measure(c: &mut Client, load: Load) -> Result<Measured> {
     let Load { kind, flags, len, region, count, depth, order } = load;
@@ -254,80 +266,26 @@ pub fn sweep(args: &NbdOptions, progress: &mut Progress) -> Result<NbdSweep> {
                 });
             };
         // Figure 1 first: its sequential write fills the region the reads then read.
-        let (seq_len, seq_depth) = SEQUENTIAL;
-        let seq_count = region / seq_len;
-        progress.status(&format!("sweep nbd: {label}: sequential write"));
-        let m = measure(
-            &mut c,
-            Load {
-                kind: CMD_WRITE,
-                flags: 0,
-                len: seq_len,
-                region,
-                count: seq_count,
-                depth: seq_depth,
-                order: Order::Sequential,
-            },
-        )?;
-        let what = format!("sequential write of {} in 256 KiB requests, 8 in flight", format_size(region));
-        record(
-            &mut figures,
-            Some(("nbd-sequential", label.clone(), (0.0, SEQUENTIAL_CASES[0].into()), m.mib_per_s())),
-            what,
-            m,
-        );
         // FUA writes reach the disk one by one: a smaller region keeps them short.
+        let (seq_len, seq_depth) = SEQUENTIAL;
         let fua_region = region.min(64 << 20);
-        progress.status(&format!("sweep nbd: {label}: sequential write, FUA"));
-        let m = measure(
-            &mut c,
-            Load {
-                kind: CMD_WRITE,
-                flags: CMD_FLAG_FUA,
-                len: seq_len,
-                region: fua_region,
-                count: fua_region / seq_len,
-                depth: seq_depth,
-                order: Order::Sequential,
-            },
-        )?;
-        let what = format!("sequential FUA write of {} in 256 KiB requests, 8 in flight", format_size(fua_region));
-        record(
-            &mut figures,
-            Some(("nbd-sequential", label.clone(), (1.0, SEQUENTIAL_CASES[1].into()), m.mib_per_s())),
-            what,
-            m,
-        );
-        drop()?;
-        progress.status(&format!("sweep nbd: {label}: sequential read"));
-        let m = measure(
-            &mut c,
-            Load {
-                kind: CMD_READ,
-                flags: 0,
-                len: seq_len,
-                region,
-                count: seq_count,
-                depth: seq_depth,
-                order: Order::Sequential,
-            },
-        )?;
-        let what = format!("sequential read of {} in 256 KiB requests, 8 in flight", format_size(region));
-        record(
-            &mut figures,
-            Some(("nbd-sequential", label.clone(), (2.0, SEQUENTIAL_CASES[2].into()), m.mib_per_s())),
-            what,
-            m,
-        );
+        let cases = [(CMD_WRITE, 0, region), (CMD_WRITE, CMD_FLAG_FUA, fua_region), (CMD_READ, 0, region)];
+        for (index, (name, (kind, flags, bytes))) in SEQUENTIAL_CASES.iter().zip(cases).enumerate() {
+            if kind == CMD_READ {
+                drop()?;
+            }
+            progress.status(&format!("sweep nbd: {label}: sequential {name}"));
+            let m = measure(&mut c, Load::sequential(kind, flags, seq_len, bytes, seq_depth))?;
+            let what = format!("sequential {name} of {} in 256 KiB requests, 8 in flight", format_size(bytes));
+            let x = (index as f64, name.to_string());
+            record(&mut figures, Some(("nbd-sequential", label.clone(), x, m.mib_per_s())), what, m);
+        }
         // Table 1.
         let mut t_b = None;
         for &len in &LATENCY_SIZES {
             for (name, kind) in [("read", CMD_READ), ("write", CMD_WRITE)] {
                 progress.status(&format!("sweep nbd: {label}: {name} latency, {}", format_size(len)));
-                let m = measure(
-                    &mut c,
-                    Load { kind, flags: 0, len, region, count: latency_count, depth: 1, order: Order::Random },
-                )?;
+                let m = measure(&mut c, Load::random(kind, 0, len, region, latency_count))?;
                 if kind == CMD_WRITE && len == BLOCK {
                     t_b = Some(m.mean_latency_us / 1e6);
                 }
@@ -338,18 +296,7 @@ pub fn sweep(args: &NbdOptions, progress: &mut Progress) -> Result<NbdSweep> {
         }
         // Figure 3: t_d is what a FUA write of a block costs beyond a plain one.
         progress.status(&format!("sweep nbd: {label}: FUA write latency"));
-        let fua = measure(
-            &mut c,
-            Load {
-                kind: CMD_WRITE,
-                flags: CMD_FLAG_FUA,
-                len: BLOCK,
-                region,
-                count: latency_count,
-                depth: 1,
-                order: Order::Random,
-            },
-        )?;
+        let fua = measure(&mut c, Load::random(CMD_WRITE, CMD_FLAG_FUA, BLOCK, region, latency_count))?;
         let t_b = t_b.expect("Table 1 measures BLOCK-sized writes");
         let t_d = (fua.mean_latency_us / 1e6 - t_b).max(0.0);
         let what = format!("{latency_count} random FUA writes of 64k, one in flight (t_d of the model)");
@@ -359,18 +306,7 @@ pub fn sweep(args: &NbdOptions, progress: &mut Progress) -> Result<NbdSweep> {
                 continue;
             }
             progress.status(&format!("sweep nbd: {label}: writing {}", format_size(f)));
-            let m = measure(
-                &mut c,
-                Load {
-                    kind: CMD_WRITE,
-                    flags: 0,
-                    len: BLOCK,
-                    region: f,
-                    count: f / BLOCK,
-                    depth: 1,
-                    order: Order::Sequential,
-                },
-            )?;
+            let m = measure(&mut c, Load::sequential(CMD_WRITE, 0, BLOCK, f, 1))?;
             let x = (f as f64, format_size(f));
             let what = format!("sequential write of {} in 64 KiB requests, one in flight", format_size(f));
             record(&mut figures, Some(("nbd-write-model", label.clone(), x.clone(), m.mib_per_s())), what, m);
@@ -385,18 +321,7 @@ pub fn sweep(args: &NbdOptions, progress: &mut Progress) -> Result<NbdSweep> {
                     drop()?;
                 }
                 progress.status(&format!("sweep nbd: {label}: {name}, {depth} in flight"));
-                let m = measure(
-                    &mut c,
-                    Load {
-                        kind,
-                        flags: 0,
-                        len: BLOCK,
-                        region: depth_region,
-                        count: depth_region / BLOCK,
-                        depth,
-                        order: Order::Sequential,
-                    },
-                )?;
+                let m = measure(&mut c, Load::sequential(kind, 0, BLOCK, depth_region, depth))?;
                 let what =
                     format!("sequential {name} of {} in 64 KiB requests, {depth} in flight", format_size(depth_region));
                 let x = (depth as f64, depth.to_string());

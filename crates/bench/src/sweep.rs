@@ -216,6 +216,29 @@ impl SweepArgs {
         texts.iter().map(|t| parse_size(t).map_err(|e| BenchError::Usage(format!("--values: {e}")))).collect()
     }
 
+    /// The report of a sweep of these options that began at `began`.
+    fn report(
+        &self,
+        began: String,
+        targets: Vec<SweepTarget>,
+        figures: Vec<Figure>,
+        runs: Vec<SweepRun>,
+    ) -> SweepReport {
+        SweepReport {
+            tool: "braid bench sweep",
+            began,
+            command: machine::command_line(),
+            machine: Machine::detect(),
+            preset: self.preset,
+            description: self.preset.describe(),
+            quick: self.quick,
+            caches_dropped: self.drop_caches,
+            targets,
+            figures,
+            runs,
+        }
+    }
+
     fn bytes_per_task(&self, quick_default: u64) -> u64 {
         self.size_bytes.unwrap_or(if self.quick { quick_default } else { 1 << 30 })
     }
@@ -242,19 +265,7 @@ pub fn execute(args: &SweepArgs, native: Option<NativeConnect>) -> Result<SweepR
             drop_caches: args.drop_caches,
         };
         let measured = crate::nbd::sweep(&options, &mut Progress::new(args.quiet))?;
-        let report = SweepReport {
-            tool: "braid bench sweep",
-            began,
-            command: machine::command_line(),
-            machine: Machine::detect(),
-            preset: args.preset,
-            description: args.preset.describe(),
-            quick: args.quick,
-            caches_dropped: args.drop_caches,
-            targets: measured.targets,
-            figures: measured.figures,
-            runs: measured.runs,
-        };
+        let report = args.report(began, measured.targets, measured.figures, measured.runs);
         write_outputs(out, &report)?;
         return Ok(report);
     }
@@ -820,19 +831,7 @@ pub fn execute(args: &SweepArgs, native: Option<NativeConnect>) -> Result<SweepR
         let _ = driver.rmdir(&work.path);
     }
     progress.clear();
-    let report = SweepReport {
-        tool: "braid bench sweep",
-        began,
-        command: machine::command_line(),
-        machine: Machine::detect(),
-        preset: args.preset,
-        description: args.preset.describe(),
-        quick: args.quick,
-        caches_dropped: args.drop_caches,
-        targets: sweep_targets,
-        figures: figures.figures,
-        runs,
-    };
+    let report = args.report(began, sweep_targets, figures.figures, runs);
     write_outputs(out, &report)?;
     Ok(report)
 }
