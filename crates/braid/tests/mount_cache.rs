@@ -369,19 +369,48 @@ fn a_writer_killed_before_its_close_still_makes_readers_drop_their_cached_bytes(
     let at = 700_000;
     let mut v2 = v1.clone();
     v2[at..at + fresh.len()].copy_from_slice(&fresh);
-    let g = OpenOptions::new().write(true).open(w.path("f")).unwrap();
-    g.write_all_at(&fresh, at as u64).unwrap();
+    // The writer is a process of its own holding the only descriptor: a descriptor of
+    // this test process would be inherited by every child that another test thread
+    // forks, and the close of that copy at its exec flushes the handle (publishing the
+    // write, which is not the case under test).
+    let fresh_file = c.dir.path().join("fresh");
+    fs::write(&fresh_file, &fresh).unwrap();
+    let script = "import os, sys, time\n\
+                  fd = os.open(sys.argv[1], os.O_WRONLY)\n\
+                  data = open(sys.argv[2], 'rb').read()\n\
+                  assert os.pwrite(fd, data, int(sys.argv[3])) == len(data)\n\
+                  print('written', flush=True)\n\
+                  time.sleep(600)\n";
+    let mut writer = std::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(w.path("f"))
+        .arg(&fresh_file)
+        .arg(at.to_string())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    struct Reap(std::process::Child);
+    impl Drop for Reap {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(writer.stdout.take().unwrap()), &mut line).unwrap();
+    let writer = Reap(writer);
+    assert_eq!(line.trim(), "written");
     // The bytes are on the OSTs: the writer's own read (no page cache on a direct_io
     // mount) waits for its writes to land and reads the objects.
     assert!(fs::read(w.path("f")).unwrap() == v2);
     // Readers keep the old bytes while the writer has not closed (close-to-open).
     assert!(fs::read(cached.path("f")).unwrap() == v1);
     assert!(fs::read(paged.path("f")).unwrap() == v1);
-    // ... and the writer is killed with the file open.
+    // ... and the writer's client is killed with the file open.
     let mut w = w;
     w.kill();
-    drop(g);
     drop(w);
+    drop(writer);
 
     let start = std::time::Instant::now();
     loop {
