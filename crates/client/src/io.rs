@@ -51,14 +51,11 @@ pub(crate) fn write_seq() -> u64 {
 
 #[derive(Default)]
 struct InflightState {
-    /// The in-flight writes' ranges, start → (end, id). They never overlap (a write
-    /// overlapping one waits), so a lookup is a search, not a scan: with write-behind
-    /// thousands of small writes can be in flight.
-    ranges: std::collections::BTreeMap<u64, (u64, u64)>,
-    /// Where each in-flight write's range starts, by id.
-    starts: std::collections::HashMap<u64, u64>,
+    /// The in-flight writes' ranges, start → end. They never overlap (a write
+    /// overlapping one waits), so a lookup is a search, not a scan (with write-behind
+    /// thousands of small writes can be in flight), and its start names a write.
+    ranges: std::collections::BTreeMap<u64, u64>,
     bytes: u64,
-    next_id: u64,
     /// First failure since the last drain, reported once.
     error: Option<(Errno, String)>,
 }
@@ -67,13 +64,14 @@ impl InflightState {
     /// Whether `[start, end)` overlaps an in-flight range. The ranges are disjoint, so
     /// if any does, the last one starting before `end` does.
     fn overlaps(&self, start: u64, end: u64) -> bool {
-        self.ranges.range(..end).next_back().is_some_and(|(_, &(e, _))| e > start)
+        self.ranges.range(..end).next_back().is_some_and(|(_, &e)| e > start)
     }
 }
 
 impl Inflight {
     /// Waits until `[start, end)` overlaps no in-flight write (and, for a write of
-    /// `reserve` bytes, until it fits under `limit`), then registers it if `reserve > 0`.
+    /// `reserve` bytes, until it fits under `limit`), then registers it if `reserve > 0`;
+    /// returns `start`, which names the write to [`Inflight::finish`].
     async fn admit(&self, start: u64, end: u64, reserve: u64, limit: u64) -> u64 {
         loop {
             let changed = self.changed.notified();
@@ -85,12 +83,9 @@ impl Inflight {
                     if reserve == 0 {
                         return 0;
                     }
-                    st.next_id += 1;
-                    let id = st.next_id;
-                    st.ranges.insert(start, (end, id));
-                    st.starts.insert(id, start);
+                    st.ranges.insert(start, end);
                     st.bytes += reserve;
-                    return id;
+                    return start;
                 }
             }
             changed.await;
@@ -109,12 +104,10 @@ impl Inflight {
             || !self.state.lock().expect("inflight").ranges.is_empty()
     }
 
-    fn finish(&self, id: u64, bytes: u64, result: &Result<()>) {
+    fn finish(&self, start: u64, bytes: u64, result: &Result<()>) {
         self.touch();
         let mut st = self.state.lock().expect("inflight");
-        if let Some(start) = st.starts.remove(&id) {
-            st.ranges.remove(&start);
-        }
+        st.ranges.remove(&start);
         st.bytes -= bytes;
         if let (Err(e), None) = (result, &st.error) {
             st.error = Some((e.errno(), e.to_string()));
@@ -583,13 +576,13 @@ mod tests {
             x ^= x << 17;
             x
         };
-        for id in 0..500u64 {
+        for _ in 0..500 {
             let start = next() % 100_000;
             let end = start + 1 + next() % 300;
             if all.iter().any(|&(s, e)| s < end && start < e) {
                 continue;
             }
-            st.ranges.insert(start, (end, id));
+            st.ranges.insert(start, end);
             all.push((start, end));
         }
         assert!(all.len() > 100);
@@ -628,6 +621,6 @@ mod tests {
         let c = tokio::time::timeout(std::time::Duration::from_secs(5), waiter).await.unwrap().unwrap();
         f.finish(c, 100, &Ok(()));
         f.drain().await.unwrap();
-        assert!(f.state.lock().unwrap().ranges.is_empty() && f.state.lock().unwrap().starts.is_empty());
+        assert!(f.state.lock().unwrap().ranges.is_empty());
     }
 }
