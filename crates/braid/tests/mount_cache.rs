@@ -63,10 +63,14 @@ fn a_reopened_file_keeps_its_pages_until_another_client_changes_it() {
     fs::write(b.path("f"), &v1).unwrap();
     let mtime = mtime_of(&b.path("f"));
 
-    // A reads it whole: its pages are cached, and a reopen keeps them.
+    // A reads it whole: its pages are cached, and a reopen keeps them. The kernel may
+    // reclaim clean pages at any time, even with memory to spare (DAMON's proactive
+    // reclaim does, on the machines these tests run on): a few may be gone, while an
+    // open that dropped the cache leaves none.
     assert!(fs::read(a.path("f")).unwrap() == v1);
     let f = File::open(a.path("f")).unwrap();
-    assert_eq!(resident_pages(&f, LEN), LEN / PAGE, "a reopen of an unchanged file keeps every page");
+    let kept = resident_pages(&f, LEN);
+    assert!(kept > LEN / PAGE / 2, "a reopen of an unchanged file keeps its pages ({kept} of {} resident)", LEN / PAGE);
     drop(f);
     assert!(fs::read(a.path("f")).unwrap() == v1);
 
@@ -345,6 +349,17 @@ fn a_native_client_uses_the_ssd_cache_from_its_client_options() {
     assert!(testkit::stderr(&bad).contains("not an option of a native client"), "{}", testkit::stderr(&bad));
 }
 
+/// Checks that every page of `read` is that page of one of `versions` (all of one
+/// length): what a reader may see of a file changed meanwhile by a writer that has
+/// not closed it.
+fn assert_pages_of(read: &[u8], versions: &[&Vec<u8>], who: &str) {
+    assert_eq!(read.len(), versions[0].len(), "{who}: the length");
+    for (i, page) in read.chunks(PAGE).enumerate() {
+        let at = i * PAGE..i * PAGE + page.len();
+        assert!(versions.iter().any(|v| &v[at.clone()] == page), "{who}: page {i} is of no version");
+    }
+}
+
 /// A writer that dies with the file open never reports its writes (its close would
 /// have moved the file's data version): the MDS moves the version of every file a
 /// departed client held open for writing, so readers that kept the old bytes (the
@@ -403,9 +418,14 @@ fn a_writer_killed_before_its_close_still_makes_readers_drop_their_cached_bytes(
     // The bytes are on the OSTs: the writer's own read (no page cache on a direct_io
     // mount) waits for its writes to land and reads the objects.
     assert!(fs::read(w.path("f")).unwrap() == v2);
-    // Readers keep the old bytes while the writer has not closed (close-to-open).
+    // The SSD-cached reader keeps the old bytes while the writer has not closed
+    // (close-to-open): nothing told the MDS of the write, so the data version checked
+    // at open has not moved. This is what makes the test able to fail. The paged
+    // reader's kernel may have reclaimed some of its clean pages meanwhile (DAMON's
+    // proactive reclaim does, even with memory to spare) and read those again from the
+    // OSTs: before the writer's close, any page may be of either version.
     assert!(fs::read(cached.path("f")).unwrap() == v1);
-    assert!(fs::read(paged.path("f")).unwrap() == v1);
+    assert_pages_of(&fs::read(paged.path("f")).unwrap(), &[&v1, &v2], "the page-cached reader, before the kill");
     // ... and the writer's client is killed with the file open.
     let mut w = w;
     w.kill();
@@ -418,8 +438,8 @@ fn a_writer_killed_before_its_close_still_makes_readers_drop_their_cached_bytes(
         if p == v2 && s == v2 {
             break;
         }
-        assert!(p == v1 || p == v2, "the page-cached reader read bytes of neither version");
-        assert!(s == v1 || s == v2, "the SSD-cached reader read bytes of neither version");
+        assert_pages_of(&p, &[&v1, &v2], "the page-cached reader");
+        assert_pages_of(&s, &[&v1, &v2], "the SSD-cached reader");
         assert!(
             start.elapsed() < std::time::Duration::from_secs(30),
             "readers still serve the bytes from before the dead writer's write (page cache: {}, SSD cache: {})",
