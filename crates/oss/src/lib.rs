@@ -46,6 +46,66 @@ impl Ost {
 
 pub struct Oss {
     osts: Arc<HashMap<u32, Ost>>,
+    handles: Arc<ReadHandles>,
+}
+
+/// Most object descriptors kept open for reads (well below the 1,024 descriptors a
+/// process may have by default).
+const READ_HANDLES_MAX: usize = 256;
+
+/// Read-only descriptors of objects read recently, kept open for the next read.
+///
+/// A small read opened and closed its object every time: three system calls and a
+/// walk of the object's path for one `pread`, the most of the OSS's work in a 4 KiB
+/// random read from the page cache. Writes, punches and trims reach the same inode
+/// through descriptors of their own, so a kept one sees them. Only a destroy replaces
+/// the file under an object's name (it unlinks it; a later write creates a new one):
+/// it drops the object's descriptor and moves the epoch, and a descriptor opened while
+/// a destroy went on is used once and not kept, since it may be of the unlinked file.
+#[derive(Default)]
+struct ReadHandles {
+    inner: std::sync::Mutex<KeptHandles>,
+}
+
+#[derive(Default)]
+struct KeptHandles {
+    open: HashMap<(u32, ObjectId), Arc<File>>,
+    /// Moved by every destroy.
+    epoch: u64,
+}
+
+impl ReadHandles {
+    /// A descriptor of object `o` of `ost`, kept or newly opened.
+    fn get(&self, ost: &Ost, o: &ObjectId) -> std::io::Result<Arc<File>> {
+        let key = (ost.index, *o);
+        let epoch = {
+            let kept = self.inner.lock().expect("read handles");
+            if let Some(f) = kept.open.get(&key) {
+                return Ok(f.clone());
+            }
+            kept.epoch
+        };
+        let f = Arc::new(File::open(ost.object_path(o))?);
+        let mut kept = self.inner.lock().expect("read handles");
+        if kept.epoch == epoch {
+            if kept.open.len() >= READ_HANDLES_MAX {
+                // Any one goes: a hash map's first key is as good as a random pick.
+                if let Some(k) = kept.open.keys().next().copied() {
+                    kept.open.remove(&k);
+                }
+            }
+            kept.open.insert(key, f.clone());
+        }
+        Ok(f)
+    }
+
+    /// Object `o` of OST `ost` was unlinked: its descriptor goes, and none opened
+    /// before this call is kept.
+    fn destroyed(&self, ost: u32, o: &ObjectId) {
+        let mut kept = self.inner.lock().expect("read handles");
+        kept.epoch += 1;
+        kept.open.remove(&(ost, *o));
+    }
 }
 
 fn io_err(op: &str, o: &ObjectId, e: std::io::Error) -> Response {
@@ -58,7 +118,7 @@ fn io_err(op: &str, o: &ObjectId, e: std::io::Error) -> Response {
 
 impl Oss {
     pub fn new(osts: Vec<Ost>) -> Oss {
-        Oss { osts: Arc::new(osts.into_iter().map(|o| (o.index, o)).collect()) }
+        Oss { osts: Arc::new(osts.into_iter().map(|o| (o.index, o)).collect()), handles: Arc::default() }
     }
 
     pub fn targets(dirs: &[TargetDir]) -> Vec<Ost> {
@@ -102,7 +162,7 @@ impl Oss {
         Response::Written { bytes: data.len() as u64 }
     }
 
-    fn read(ost: &Ost, o: &ObjectId, offset: u64, len: u32) -> Answer {
+    fn read(&self, ost: &Ost, o: &ObjectId, offset: u64, len: u32) -> Answer {
         if direct::eligible(offset, len as usize) {
             match direct::read(&ost.object_path(o), offset, len as usize) {
                 Ok(Some(buf)) => return (Response::Data, vec![Bytes::from_owner(buf)]),
@@ -111,7 +171,7 @@ impl Oss {
                 Err(e) => return (io_err("read", o, e), vec![]),
             }
         }
-        let f = match File::open(ost.object_path(o)) {
+        let f = match self.handles.get(ost, o) {
             Ok(f) => f,
             Err(e) if e.kind() == ErrorKind::NotFound => return (Response::Data, vec![]),
             Err(e) => return (io_err("open", o, e), vec![]),
@@ -187,8 +247,11 @@ impl Oss {
         Response::Ok
     }
 
-    fn destroy(ost: &Ost, o: &ObjectId) -> Response {
-        match std::fs::remove_file(ost.object_path(o)) {
+    fn destroy(&self, ost: &Ost, o: &ObjectId) -> Response {
+        let r = std::fs::remove_file(ost.object_path(o));
+        // After the unlink (see `ReadHandles`), whatever came of it.
+        self.handles.destroyed(ost.index, o);
+        match r {
             Ok(()) => Response::Ok,
             Err(e) if e.kind() == ErrorKind::NotFound => Response::Ok,
             Err(e) => io_err("destroy", o, e),
@@ -228,7 +291,7 @@ impl Oss {
                 Err(r) => simple(*r),
             },
             Request::OstRead { ost, object, offset, len } => match ost_of(ost) {
-                Ok(t) if len <= 16 << 20 => Self::read(&t, &object, offset, len),
+                Ok(t) if len <= 16 << 20 => self.read(&t, &object, offset, len),
                 Ok(_) => simple(Response::error(Errno::Inval, format!("read of {len} bytes exceeds 16 MiB"))),
                 Err(r) => simple(*r),
             },
@@ -236,7 +299,7 @@ impl Oss {
                 simple(ost_of(ost).map_or_else(|r| *r, |t| Self::punch(&t, &object, size)))
             }
             Request::OstDestroy { ost, object } => {
-                simple(ost_of(ost).map_or_else(|r| *r, |t| Self::destroy(&t, &object)))
+                simple(ost_of(ost).map_or_else(|r| *r, |t| self.destroy(&t, &object)))
             }
             Request::OstGetattr { ost, object } => {
                 simple(ost_of(ost).map_or_else(|r| *r, |t| Self::getattr(&t, &object)))
@@ -271,7 +334,7 @@ impl Service for Oss {
             return self.handle_blocking(req, payload);
         }
         // Other file I/O blocks: run it on the blocking pool with a cheap handle to the OSTs.
-        let oss = Oss { osts: self.osts.clone() };
+        let oss = Oss { osts: self.osts.clone(), handles: self.handles.clone() };
         match tokio::task::spawn_blocking(move || oss.handle_blocking(req, payload)).await {
             Ok(a) => a,
             Err(e) => (Response::error(Errno::Io, format!("OSS worker failed: {e}")), vec![]),
@@ -282,4 +345,55 @@ impl Service for Oss {
 /// Serves on `listener`.
 pub async fn serve(oss: Arc<Oss>, listener: tokio::net::TcpListener, server: rpc::server::ServerConfig) {
     rpc::server::serve(listener, Arc::new(server), oss).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proto::Fid;
+
+    fn data(a: &Answer) -> Vec<u8> {
+        assert!(matches!(a.0, Response::Data), "{:?}", a.0);
+        a.1.iter().flat_map(|b| b.iter().copied()).collect()
+    }
+
+    /// A kept read descriptor never outlives its object: after a destroy, a read finds
+    /// the object gone, and the object written again under the same name is read,
+    /// not the unlinked file; writes and truncates in between are seen.
+    #[test]
+    fn reads_through_kept_descriptors_see_every_change_and_no_destroyed_object() {
+        let dir = std::env::temp_dir().join(format!("braid-oss-handles-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        Ost::format(&dir).unwrap();
+        let oss = Oss::new(vec![Ost { index: 0, dir: dir.clone() }]);
+        let o = ObjectId { fid: Fid { seq: 0x200000400, oid: 7, ver: 0 }, component: 0, stripe: 1 };
+        let read = |len: u32| oss.handle_blocking(Request::OstRead { ost: 0, object: o, offset: 0, len }, Bytes::new());
+        let write = |b: &'static [u8]| {
+            let a =
+                oss.handle_blocking(Request::OstWrite { ost: 0, object: o, offset: 0, sync: false }, Bytes::from(b));
+            assert!(matches!(a.0, Response::Written { .. }), "{:?}", a.0);
+        };
+        assert!(data(&read(16)).is_empty(), "an absent object reads as nothing");
+        write(b"first bytes");
+        assert_eq!(data(&read(16)), b"first bytes");
+        write(b"FIRST");
+        assert_eq!(data(&read(16)), b"FIRST bytes", "a write through another descriptor is seen");
+        let a = oss.handle_blocking(Request::OstPunch { ost: 0, object: o, size: 3 }, Bytes::new());
+        assert!(matches!(a.0, Response::Ok), "{:?}", a.0);
+        assert_eq!(data(&read(16)), b"FIR", "a truncate is seen");
+        let a = oss.handle_blocking(Request::OstDestroy { ost: 0, object: o }, Bytes::new());
+        assert!(matches!(a.0, Response::Ok), "{:?}", a.0);
+        assert!(data(&read(16)).is_empty(), "a destroyed object reads as nothing");
+        write(b"second");
+        assert_eq!(data(&read(16)), b"second", "the object made again, not the unlinked one");
+        // Many objects: the kept descriptors stay bounded.
+        for stripe in 0..(READ_HANDLES_MAX as u32 + 50) {
+            let o = ObjectId { stripe: stripe + 100, ..o };
+            oss.handle_blocking(Request::OstWrite { ost: 0, object: o, offset: 0, sync: false }, Bytes::from("x"));
+            let a = oss.handle_blocking(Request::OstRead { ost: 0, object: o, offset: 0, len: 1 }, Bytes::new());
+            assert_eq!(data(&a), b"x");
+        }
+        assert!(oss.handles.inner.lock().unwrap().open.len() <= READ_HANDLES_MAX);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
