@@ -383,6 +383,52 @@ mod tests {
         (addr, svc)
     }
 
+    /// Answers with the request's own payload, some at once and some after others.
+    struct Echo;
+
+    impl Service for Echo {
+        async fn handle(&self, _ctx: RequestCtx, _req: Request, payload: Bytes) -> Answer {
+            for _ in 0..payload.len() % 3 {
+                tokio::task::yield_now().await;
+            }
+            (Response::Ok, vec![payload])
+        }
+    }
+
+    /// Many requests in flight on one connection, answered out of order: every answer
+    /// arrives, whole and to its own request.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn answers_ready_together_all_arrive_whole_and_to_their_own_requests() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(serve(listener, Arc::new(ServerConfig::new("test", Secret::Insecure)), Arc::new(Echo)));
+        let client = Arc::new(RpcClient::new(addr, Identity::new("test", Secret::Insecure), RpcOptions::default()));
+        for round in 0..3usize {
+            let calls: Vec<_> = (0..300usize)
+                .map(|i| {
+                    let client = client.clone();
+                    tokio::spawn(async move {
+                        let body: Vec<u8> = (0..(i * 331 + round) % 90_000).map(|k| (k + i) as u8).collect();
+                        let reply = client.call(&Request::Ping, vec![Bytes::from(body.clone())]).await.unwrap();
+                        assert!(reply.payload[..] == body[..], "call {i}: the answer is its own");
+                    })
+                })
+                .collect();
+            let all = async {
+                for c in calls {
+                    c.await.unwrap();
+                }
+            };
+            tokio::time::timeout(Duration::from_secs(30), all).await.expect("every answer arrives");
+        }
+        // One call alone afterwards is answered too (nothing was left unsent).
+        let reply = tokio::time::timeout(Duration::from_secs(10), client.call(&Request::Ping, vec![Bytes::from("x")]))
+            .await
+            .expect("a lone call is answered")
+            .unwrap();
+        assert_eq!(&reply.payload[..], b"x");
+    }
+
     /// Waits up to 10 s for `ready`.
     async fn eventually(what: &str, ready: impl Fn() -> bool) {
         let since = Instant::now();
