@@ -10,7 +10,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::proto::*;
 
@@ -314,7 +314,9 @@ async fn transmission<B: Backend>(sock: TcpStream, s: Session<B>) -> io::Result<
         if req.kind == CMD_WRITE {
             if req.length > MAX_PAYLOAD {
                 // Its payload cannot be skipped safely: answer and hang up.
-                let _ = out.send(failure(s.structured, req.cookie, EOVERFLOW, "write larger than 32 MiB"), false).await;
+                let _ = out
+                    .send(failure(s.structured, req.cookie, EOVERFLOW, "write larger than 32 MiB"), None, false)
+                    .await;
                 break Err(protocol(format!("write of {} bytes", req.length)));
             }
             let mut buf = vec![0u8; req.length as usize];
@@ -329,14 +331,13 @@ async fn transmission<B: Backend>(sock: TcpStream, s: Session<B>) -> io::Result<
             let reply = execute(&s, req, payload).await;
             // Others in flight may finish together with this one (see `Outbox::send`).
             let others = MAX_IN_FLIGHT - in_flight.available_permits() > 1;
-            // A client gone away: its reply has nowhere to go.
-            let _ = out.send(reply, others).await;
-            drop(permit);
+            // A client gone away: its reply has nowhere to go. The slot goes back once
+            // the reply is written, by whichever task writes it.
+            let _ = out.send(reply, Some(permit), others).await;
         });
     };
     // Answer what is in flight before closing (a client that disconnects cleanly
-    // waits for its replies first). A request's task returns once its reply is queued,
-    // and the task writing the queue holds its own slot until the queue is empty.
+    // waits for its replies first). A slot comes back once its reply is written.
     let _ = slots.acquire_many(MAX_IN_FLIGHT as u32).await;
     let _ = out.wr.lock().await.shutdown().await;
     result
@@ -355,7 +356,8 @@ const REPLIES_PER_WRITE: usize = 256;
 /// writing becomes the writer, first lets the other tasks that are ready run (they
 /// only queue their replies), then writes everything queued with one `writev` until
 /// the queue is empty. With many requests in flight this is one system call, and one
-/// wake-up of the client, for many replies instead of one each.
+/// wake-up of the client, for many replies instead of one each. A queued reply keeps
+/// its request's slot until it is written, so the queue is bounded by the slots.
 struct Outbox {
     queue: std::sync::Mutex<Queued>,
     wr: tokio::sync::Mutex<tokio::net::tcp::OwnedWriteHalf>,
@@ -363,7 +365,9 @@ struct Outbox {
 
 #[derive(Default)]
 struct Queued {
-    replies: Vec<Out>,
+    /// Each with the request's slot: a reply queued but not written still counts as
+    /// in flight, so a client that stops reading its replies stops being read.
+    replies: Vec<(Out, Option<OwnedSemaphorePermit>)>,
     /// A task is writing the queue out (and will write what is added meanwhile).
     writing: bool,
 }
@@ -378,10 +382,10 @@ impl Outbox {
     /// whose replies may be ready to join this write (alone, nobody can, and the
     /// reply goes out at once). An error means the connection is broken; replies then
     /// queued are dropped with it.
-    async fn send(&self, reply: Out, others: bool) -> io::Result<()> {
+    async fn send(&self, reply: Out, slot: Option<OwnedSemaphorePermit>, others: bool) -> io::Result<()> {
         {
             let mut q = self.queue.lock().expect("outbox");
-            q.replies.push(reply);
+            q.replies.push((reply, slot));
             if q.writing {
                 return Ok(());
             }
@@ -399,7 +403,7 @@ impl Outbox {
                     return Ok(());
                 }
                 let n = q.replies.len().min(REPLIES_PER_WRITE);
-                q.replies.drain(..n).collect::<Vec<Out>>()
+                q.replies.drain(..n).collect::<Vec<_>>()
             };
             if let Err(e) = write_replies(&mut w, &batch).await {
                 let mut q = self.queue.lock().expect("outbox");
@@ -412,9 +416,9 @@ impl Outbox {
 }
 
 /// Writes `replies` whole and in order.
-async fn write_replies(w: &mut tokio::net::tcp::OwnedWriteHalf, replies: &[Out]) -> io::Result<()> {
+async fn write_replies<T>(w: &mut tokio::net::tcp::OwnedWriteHalf, replies: &[(Out, T)]) -> io::Result<()> {
     let mut slices = Vec::with_capacity(replies.len() * 2);
-    for Out(head, data) in replies {
+    for (Out(head, data), _) in replies {
         slices.push(io::IoSlice::new(head));
         if let Some(d) = data.as_ref().filter(|d| !d.is_empty()) {
             slices.push(io::IoSlice::new(d));
@@ -529,14 +533,16 @@ mod tests {
         // Reply `i`: an 8-byte head (`i` and the data's length), then `i % 251` repeated
         // over a length that crosses the socket buffer at times.
         let len = |i: u32| (i as usize * 997) % 70_000;
+        let slots = Arc::new(Semaphore::new(N as usize));
         let mut tasks = Vec::new();
         for i in 0..N {
             let out = out.clone();
+            let slot = slots.clone().acquire_owned().await.unwrap();
             tasks.push(tokio::spawn(async move {
                 let mut head = i.to_be_bytes().to_vec();
                 head.extend_from_slice(&(len(i) as u32).to_be_bytes());
                 let data = (len(i) > 0).then(|| Bytes::from(vec![(i % 251) as u8; len(i)]));
-                out.send(Out(head, data), i % 2 == 0).await.unwrap();
+                out.send(Out(head, data), Some(slot), i % 2 == 0).await.unwrap();
             }));
         }
         let reader = tokio::spawn(async move {
@@ -560,6 +566,7 @@ mod tests {
         }
         let seen = tokio::time::timeout(std::time::Duration::from_secs(30), reader).await.unwrap().unwrap();
         assert!(seen.iter().all(|&s| s));
+        assert_eq!(slots.available_permits(), N as usize, "every written reply gave its slot back");
         assert!(!out.queue.lock().unwrap().writing, "nobody is left writing");
     }
 }
