@@ -465,17 +465,19 @@ impl RpcClient {
 }
 
 /// Carries out a callback from the server, then acks it (from a task of its own, so
-/// the reader goes on reading while the ack waits for the socket).
+/// the reader goes on reading while the ack waits for what the handler left to
+/// finish, and for the socket).
 fn handle_callback(shared: &Arc<Shared>, frame: Frame) -> Result<(), String> {
     let cb: Callback = proto::msg::decode(&frame.msg).map_err(|e| format!("malformed callback: {e}"))?;
     if shared.acks_pending.fetch_add(1, Ordering::AcqRel) >= ACKS_PENDING_MAX {
         return Err(format!("more than {ACKS_PENDING_MAX} callbacks waiting for their acks"));
     }
-    if let Some(h) = &shared.handler {
-        h.callback(&cb);
-    }
+    let after = shared.handler.as_ref().and_then(|h| h.callback(&cb));
     let shared = shared.clone();
     tokio::spawn(async move {
+        if let Some(after) = after {
+            after.await;
+        }
         let sent = shared.writer.lock().await.send(FrameKind::CallbackAck, frame.request_id, &[], &[]).await;
         shared.acks_pending.fetch_sub(1, Ordering::AcqRel);
         if let Err(e) = sent {

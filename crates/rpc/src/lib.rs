@@ -19,4 +19,4 @@ pub mod service;
 pub mod target;
 
 pub use client::{Identity, Reply, RpcClient, RpcOptions, Session};
-pub use service::CallbackHandler;
+pub use service::{AckAfter, CallbackHandler};

@@ -118,7 +118,9 @@ impl Callbacks {
     pub async fn call(&self, client_id: u64, conn_id: u64, cb: &Callback) -> Result<(), CallbackError> {
         if conn_id == IN_PROCESS_CONN {
             let h = crate::local::client_handler(client_id).ok_or(CallbackError::NoConnection(client_id))?;
-            h.callback(cb);
+            if let Some(after) = h.callback(cb) {
+                after.await;
+            }
             return Ok(());
         }
         let conn = {
@@ -484,8 +486,9 @@ mod tests {
     struct Heard(Mutex<Vec<Callback>>);
 
     impl CallbackHandler for Heard {
-        fn callback(&self, cb: &Callback) {
+        fn callback(&self, cb: &Callback) -> Option<crate::AckAfter> {
             self.0.lock().unwrap().push(cb.clone());
+            None
         }
     }
 
@@ -524,5 +527,43 @@ mod tests {
         svc.callbacks.evict(client_id, conn_id);
         eventually("the client to notice its connection end", || !reply.session.alive()).await;
         assert!(!reply.session.trusted());
+    }
+
+    /// Acks only once `release` is notified; meanwhile the test makes calls.
+    struct Later(Arc<tokio::sync::Notify>);
+
+    impl CallbackHandler for Later {
+        fn callback(&self, _cb: &Callback) -> Option<crate::AckAfter> {
+            let release = self.0.clone();
+            Some(Box::pin(async move { release.notified().await }))
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_ack_waits_for_what_the_handler_left_while_the_connection_answers_calls() {
+        let (addr, svc) = start(Caller::default()).await;
+        let client = Arc::new(RpcClient::new(addr, Identity::new("test", Secret::Insecure), RpcOptions::default()));
+        let release = Arc::new(tokio::sync::Notify::new());
+        assert!(client.set_callback_handler(Arc::new(Later(release.clone()))));
+        client.call(&Request::Ping, vec![]).await.unwrap();
+        let (client_id, conn_id) = svc.last.lock().unwrap().expect("the server saw the ping");
+
+        let cb = Callback::RevokeLease { dir: Fid::new(0, 0x400, 9), lease: 3 };
+        let acked = {
+            let svc = svc.clone();
+            tokio::spawn(async move { svc.callbacks.call(client_id, conn_id, &cb).await })
+        };
+        // What the handler waits on (in braid, flushes) may need answers on the same
+        // connection: they keep coming while the ack waits.
+        for _ in 0..20 {
+            client.call(&Request::Ping, vec![]).await.expect("answered while an ack waits");
+        }
+        assert!(!acked.is_finished(), "acked before the handler's work was done");
+        release.notify_one();
+        tokio::time::timeout(Duration::from_secs(5), acked)
+            .await
+            .expect("acked once the handler's work was done")
+            .unwrap()
+            .expect("the callback succeeded");
     }
 }

@@ -36,11 +36,17 @@ pub type Answer = (Response, Vec<Bytes>);
 /// order), and one sent after it cannot have been given up on yet.
 pub const CALLBACK_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// What must finish before a callback is acked (see [`CallbackHandler::callback`]).
+pub type AckAfter = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
+
 /// Carries out what a server asks of this client ([`Callback`]). Called by the
 /// connection's reader before it reads the next frame, so it must be quick and must
-/// not wait on anything the connection delivers.
+/// not wait on anything the connection delivers. What cannot be done at once (a
+/// revoked lease's writes still on their way to the server) is returned: the ack
+/// waits for it, while the reader reads on, so it may wait on answers of the same
+/// connection.
 pub trait CallbackHandler: Send + Sync {
-    fn callback(&self, cb: &Callback);
+    fn callback(&self, cb: &Callback) -> Option<AckAfter>;
 }
 
 /// Runs a handler; one that panics is answered with an error instead of taking the
