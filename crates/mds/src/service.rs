@@ -190,6 +190,9 @@ impl Mds {
             Ok(m) => m,
             Err(r) => return (*r, vec![]),
         };
+        if let Opened::Name(parent, _) = &what {
+            self.reading_entries(&ctx, mdt, *parent).await;
+        }
         let (answer, fid) = mdt
             .read_answer_with(move |v| {
                 let fid = match what {
@@ -298,6 +301,7 @@ impl Mds {
         };
         match req {
             Request::MdsLookup { creds, parent, name } => {
+                self.reading_entries(&ctx, mdt, parent).await;
                 let found = mdt.view().and_then(|v| v.lookup_entry(&creds, parent, &name));
                 match found {
                     Ok(Found::Here(attr)) => Response::Attr(attr),
@@ -324,6 +328,7 @@ impl Mds {
                 Response::Lock(mdt.locks.lock().expect("locks").conflict(fid, ctx.client_id, &lock))
             }
             Request::MdsReaddir { creds, fid, after, max, shard } => {
+                self.reading_entries(&ctx, mdt, fid).await;
                 mdt.read(move |v| {
                     let (entries, eof) = v.readdir(&creds, fid, after.as_deref(), max, shard)?;
                     Ok(Response::Dirents { entries, eof })
@@ -491,6 +496,22 @@ impl Mds {
         .await
     }
 
+    /// Before a client reads the entries of `dir` (a lookup, a listing, an open or a
+    /// create by name), a lease another client holds on it is revoked: the holder
+    /// may be flushing files it made there whose closes already returned (the
+    /// client's `deferred`), and acks only once they are done. After a restart, such
+    /// reads wait out the recovery window as changes do, since a holder may still
+    /// rely on a lease of the previous run.
+    async fn reading_entries(&self, ctx: &RequestCtx, mdt: &Arc<Mdt>, dir: Fid) {
+        if let Some(until) = mdt.recovery_until.filter(|u| tokio::time::Instant::now() < *u) {
+            tokio::time::sleep_until(until).await;
+        }
+        let leased_by_other = mdt.leases().get(dir).is_some_and(|l| l.holder != ctx.client_id || l.conn != ctx.conn_id);
+        if leased_by_other {
+            mdt.revoke(dir, &self.callbacks).await;
+        }
+    }
+
     /// A mutation of one MDT, through its group commit; leases of other clients it
     /// meets are revoked and it is applied again.
     async fn mutate(&self, ctx: &RequestCtx, mdt: &Arc<Mdt>, mutation: Request) -> Response {
@@ -503,6 +524,10 @@ impl Mds {
     /// inode, with nothing applied (see [`crate::mdt::OpError::Elsewhere`]).
     async fn mutate_here(&self, ctx: &RequestCtx, mdt: &Arc<Mdt>, mutation: Request) -> Result<Response, Fid> {
         let create = matches!(mutation, Request::MdsCreate { .. });
+        if let Request::MdsCreate { parent, .. } = &mutation {
+            // A create may open an existing entry: a read of the directory too.
+            self.reading_entries(ctx, mdt, *parent).await;
+        }
         if let Some(until) = mdt.recovery_until.filter(|_| changes_entries(&mutation)) {
             tokio::time::sleep_until(until).await;
         }
