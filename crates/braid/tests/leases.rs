@@ -257,3 +257,78 @@ fn two_mounts_take_turns_in_one_directory() {
         la.len() == 40 && la == lb
     });
 }
+
+/// What file `i` of [`files_closed_in_a_leased_directory_are_whole_for_another_client_at_once`]
+/// holds: small ones and ones past a DoM component, each different.
+fn content(i: usize) -> Vec<u8> {
+    let len = if i.is_multiple_of(3) { 300 << 10 } else { 3000 + i };
+    (0..len).map(|b| (b * 7 + i * 13) as u8).collect()
+}
+
+/// The holder's close of a file it made in its leased directory returns before the
+/// flush is done (the client's `deferred`). Another client that looks into the
+/// directory must still find every file whole at once, however it looks: its lookup,
+/// listing or create takes the lease back, and the holder acks only once its
+/// flushes are done. The files most likely still flushing are read first.
+#[test]
+fn files_closed_in_a_leased_directory_are_whole_for_another_client_at_once() {
+    const FILES: usize = 60;
+    let c = cluster();
+    // The holder's OST transfers take a while: its flushes are still under way when
+    // the other mount looks.
+    let a = Mount::new(&c, "ost_latency=200");
+    let b = Mount::new(&c, "");
+    for (round, (how, dom)) in
+        [("lookup", false), ("listing", false), ("create", false), ("lookup", true), ("listing", true)]
+            .into_iter()
+            .enumerate()
+    {
+        let dir = format!("job{round}");
+        fs::create_dir(a.path(&dir)).unwrap();
+        if dom {
+            let out =
+                c.braid(&["setstripe", "-E", "64K", "-L", "mdt", "-E", "-1", "-c", "2", &c.url(&format!("/{dir}"))]);
+            assert!(out.status.success(), "setstripe: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        for i in 0..FILES {
+            fs::write(a.path(&format!("{dir}/f{i}")), content(i)).unwrap();
+        }
+        let what = format!("{how} in {dir} (DoM: {dom})");
+        match how {
+            "lookup" => {}
+            "listing" => {
+                let mut sizes: Vec<(String, u64)> = fs::read_dir(b.path(&dir))
+                    .unwrap()
+                    .map(|e| {
+                        let e = e.unwrap();
+                        (e.file_name().into_string().unwrap(), e.metadata().unwrap().len())
+                    })
+                    .collect();
+                sizes.sort();
+                let mut want: Vec<(String, u64)> =
+                    (0..FILES).map(|i| (format!("f{i}"), content(i).len() as u64)).collect();
+                want.sort();
+                assert_eq!(sizes, want, "{what}: the sizes another client lists");
+            }
+            "create" => {
+                for i in (0..FILES).rev() {
+                    let mut f = fs::OpenOptions::new()
+                        .read(true)
+                        .write(true)
+                        .create(true)
+                        .truncate(false)
+                        .open(b.path(&format!("{dir}/f{i}")))
+                        .unwrap();
+                    let mut got = Vec::new();
+                    std::io::Read::read_to_end(&mut f, &mut got).unwrap();
+                    assert!(got == content(i), "{what}: f{i} opened with O_CREAT has {} bytes", got.len());
+                }
+            }
+            _ => unreachable!(),
+        }
+        for i in (0..FILES).rev() {
+            let got = fs::read(b.path(&format!("{dir}/f{i}"))).unwrap();
+            assert!(got == content(i), "{what}: f{i} read by the other mount has {} bytes", got.len());
+        }
+    }
+}

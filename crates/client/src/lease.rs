@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use proto::msg::Callback;
 use proto::Fid;
-use rpc::{CallbackHandler, Session};
+use rpc::Session;
 
 /// Most directories leased at once; a new lease pushes out the least recently used.
 const DIRS_MAX: usize = 4096;
@@ -219,10 +219,16 @@ impl DirLeases {
     pub fn holds(&self, dir: Fid) -> bool {
         self.lock().by_dir.contains_key(&dir)
     }
+
+    /// Whether a lease on `dir` is held now and may be relied on.
+    pub fn trusted(&self, dir: Fid) -> bool {
+        self.lock().by_dir.get(&dir).is_some_and(|h| h.session.trusted())
+    }
 }
 
-impl CallbackHandler for DirLeases {
-    fn callback(&self, cb: &Callback) {
+impl DirLeases {
+    /// Carries out a revocation: the lease is not relied on from now.
+    pub fn revoked(&self, cb: &Callback) {
         match *cb {
             Callback::RevokeLease { dir, lease } => {
                 let mut s = self.lock();
@@ -256,7 +262,7 @@ mod tests {
         for odd in ["", ".", "..", "a/b", &"n".repeat(256)] {
             assert!(!t.absent(D, odd), "{odd:?} is the MDS's to answer");
         }
-        t.callback(&Callback::RevokeLease { dir: D, lease: 1 });
+        t.revoked(&Callback::RevokeLease { dir: D, lease: 1 });
         assert!(!t.absent(D, "y"), "a revoked lease answers nothing");
         assert_eq!(t.len(), 0);
         assert!(t.take_cancels(true).is_empty(), "a revoked lease is not given back");
@@ -265,29 +271,29 @@ mod tests {
     #[test]
     fn a_revocation_that_overtakes_its_grant_cancels_it() {
         let t = DirLeases::new(KEEP);
-        t.callback(&Callback::RevokeLease { dir: D, lease: 5 });
+        t.revoked(&Callback::RevokeLease { dir: D, lease: 5 });
         t.install(D, 5, Session::InProcess);
         assert!(!t.absent(D, "x"));
         // A later lease on the same directory (a new id) is not cancelled by it.
         t.install(D, 6, Session::InProcess);
         assert!(t.absent(D, "x"));
         // A revocation of an older lease leaves the current one.
-        t.callback(&Callback::RevokeLease { dir: D, lease: 5 });
+        t.revoked(&Callback::RevokeLease { dir: D, lease: 5 });
         assert!(t.absent(D, "x"));
     }
 
     #[test]
     fn early_revocations_expire_after_the_request_deadline_and_too_many_refuse_installs() {
         let t = DirLeases::new(Duration::from_millis(20));
-        t.callback(&Callback::RevokeLease { dir: D, lease: 5 });
+        t.revoked(&Callback::RevokeLease { dir: D, lease: 5 });
         std::thread::sleep(Duration::from_millis(40));
-        t.callback(&Callback::RevokeLease { dir: E, lease: 9 });
+        t.revoked(&Callback::RevokeLease { dir: E, lease: 9 });
         // No grant can arrive after its request's deadline: the stale entry is gone.
         assert_eq!(t.lock().early.len(), 1);
 
         let t = DirLeases::new(KEEP);
         for i in 0..=EARLY_MAX as u64 {
-            t.callback(&Callback::RevokeLease { dir: E, lease: 100 + i });
+            t.revoked(&Callback::RevokeLease { dir: E, lease: 100 + i });
         }
         // Revocations were forgotten: a grant now might be one of theirs.
         t.install(D, 5, Session::InProcess);

@@ -16,6 +16,7 @@
 //! - `striped`: striped directories (which shard holds a name, merged listings).
 //! - [`OpenFile`]: an open file's layout (replaceable) and the size it knows.
 
+pub mod deferred;
 pub mod io;
 mod lease;
 pub mod objio;
@@ -245,6 +246,13 @@ struct Inner {
     leases: Arc<lease::DirLeases>,
     /// Whether every server's callbacks can reach `leases` (false: ask for none).
     leases_reachable: AtomicBool,
+    /// Flushes finished after their close returned (see [`deferred`]).
+    deferred: Arc<deferred::Deferred>,
+    /// What carries out the MDS's callbacks: the leases, then the deferred flushes.
+    revocations: Arc<Revocations>,
+    /// Renames and links sent: a file created before one may have a name others can
+    /// read, so its close is not deferred.
+    moves: AtomicU64,
     /// Requests sent, by kind of target.
     rpcs: Arc<RpcCounters>,
     /// The shard tables of striped directories met so far.
@@ -295,6 +303,24 @@ const CLOSE_DELAY: Duration = Duration::from_millis(5);
 /// Most closes one RPC carries; a full queue is sent at once.
 const CLOSE_BATCH_MAX: usize = 512;
 
+/// What carries out the MDS's callbacks for a client: a revoked lease is dropped at
+/// once, and acked once every deferred flush is done (see [`deferred`]).
+struct Revocations {
+    leases: Arc<lease::DirLeases>,
+    deferred: Arc<deferred::Deferred>,
+}
+
+impl rpc::CallbackHandler for Revocations {
+    fn callback(&self, cb: &proto::msg::Callback) -> Option<rpc::AckAfter> {
+        self.leases.revoked(cb);
+        if self.deferred.running() == 0 {
+            return None;
+        }
+        let deferred = self.deferred.clone();
+        Some(Box::pin(async move { deferred.idle().await }))
+    }
+}
+
 /// A connected client. Cheap to clone.
 #[derive(Clone)]
 pub struct Client {
@@ -333,6 +359,9 @@ pub struct OpenFile {
     /// The file's data version at open: the SSD cache serves this handle only bytes
     /// cached under it.
     pub(crate) data_version: u64,
+    /// The leased directory this handle created the file in, and [`Inner::moves`]
+    /// then: its close may be deferred (see [`deferred`]).
+    created_in: Option<(Fid, u64)>,
 }
 
 impl OpenFile {
@@ -357,6 +386,7 @@ impl OpenFile {
             creds: creds.clone(),
             data_at_open: Mutex::new(None),
             data_version: attr.data_version,
+            created_in: None,
         })
     }
 
@@ -469,6 +499,7 @@ impl Client {
         let mgs = RpcClient::new(cfg.mgs.clone(), identity.clone(), cfg.rpc.clone());
         let config = fetch_config(&mgs).await?;
         let leases = Arc::new(lease::DirLeases::new(cfg.rpc.request_timeout));
+        let deferred: Arc<deferred::Deferred> = Arc::default();
         let throttle = (cfg.ost_limit.is_some() || !cfg.ost_latency.is_zero())
             .then(|| Arc::new(throttle::Throttle::new(cfg.ost_limit, cfg.ost_latency)));
         let cluster = proto::auth::cluster_identity(&cfg.secret, &config.fsname, &cfg.mgs);
@@ -498,8 +529,11 @@ impl Client {
                 open_files: Mutex::new(HashMap::new()),
                 closes: Mutex::new(Vec::new()),
                 recent_dirs: Mutex::new(HashMap::new()),
+                revocations: Arc::new(Revocations { leases: leases.clone(), deferred: deferred.clone() }),
                 leases,
                 leases_reachable: AtomicBool::new(true),
+                deferred,
+                moves: AtomicU64::new(0),
                 rpcs: Arc::default(),
                 stripes: Default::default(),
                 cache,
@@ -642,7 +676,7 @@ impl Client {
         s.entry(address.to_string())
             .or_insert_with(|| {
                 let c = RpcClient::new(address.to_string(), self.inner.identity.clone(), self.inner.cfg.rpc.clone());
-                if !c.set_callback_handler(self.inner.leases.clone()) {
+                if !c.set_callback_handler(self.inner.revocations.clone()) {
                     self.inner.leases_reachable.store(false, Ordering::Release);
                 }
                 Arc::new(c)
@@ -678,6 +712,12 @@ impl Client {
 
     /// As [`Client::md`], with the answer's payload.
     async fn md_reply(&self, fid: Fid, req: Request) -> Result<rpc::Reply> {
+        let sees_files =
+            !matches!(req, Request::MdsSizeUpdate { .. } | Request::MdsClose { .. } | Request::MdsCloseMany { .. });
+        if sees_files && self.inner.deferred.running() > 0 && !deferred::is_exempt() {
+            // It may observe a file whose flush is still on its way (see `deferred`).
+            self.inner.deferred.idle().await;
+        }
         let c = self.mdt(fid).await?;
         self.inner.rpcs.count_mds();
         Ok(c.call(&req, vec![]).await?)
@@ -786,7 +826,13 @@ impl Client {
             };
             let dir = self.shard(parent, name);
             let unknown = self.inner.leases.add(dir, name);
-            let r = self.md_change(parent, name, req).await;
+            let created_in = unknown.then_some((dir, self.inner.moves.load(Ordering::Acquire)));
+            let r = if unknown {
+                // A name the lease says is new cannot be a file whose flush is deferred.
+                deferred::exempt(self.md_change(parent, name, req)).await
+            } else {
+                self.md_change(parent, name, req).await
+            };
             if !exclusive && r.as_ref().is_err_and(|e| e.errno() == Errno::XDev) {
                 // An existing link to a file on another MDT: opened there.
                 let (f, attr) = self.open_link_elsewhere(creds, parent, name, flags).await?;
@@ -803,7 +849,10 @@ impl Client {
                         None => self.forget_dir(self.shard(parent, name)),
                     }
                     let mut attr = attr;
-                    let f = OpenFile::new(&attr, flags, creds)?;
+                    let mut f = OpenFile::new(&attr, flags, creds)?;
+                    if !existed {
+                        f.created_in = created_in;
+                    }
                     self.register_open(&f);
                     if existed && flags.truncate {
                         self.truncate_open(creds, &f, 0).await?;
@@ -993,6 +1042,7 @@ impl Client {
 
     pub async fn link(&self, creds: &Creds, fid: Fid, parent: Fid, name: &str) -> Result<Attr> {
         self.observe("link", Some(fid), 0, 0, async {
+            self.inner.moves.fetch_add(1, Ordering::AcqRel);
             self.forget_dir(self.shard(parent, name));
             self.inner.leases.add(self.shard(parent, name), name);
             let req = |dir| Request::MdsLink { creds: creds.clone(), fid, parent: dir, name: name.to_string() };
@@ -1034,6 +1084,7 @@ impl Client {
         flags: RenameFlags,
     ) -> Result<()> {
         self.observe("rename", Some(parent), 0, 0, async {
+            self.inner.moves.fetch_add(1, Ordering::AcqRel);
             self.forget_dir(self.shard(parent, name));
             self.forget_dir(self.shard(new_parent, new_name));
             self.settle_closes().await;
@@ -1324,9 +1375,39 @@ impl Client {
         .await
     }
 
+    /// Defers the flush of a handle's close, if it may be (see [`deferred`]): a file
+    /// this client created, in a directory whose lease it still trusts, with no rename
+    /// or link since. The flush is then [`Client::finish_deferred`]'s, given the
+    /// ticket; without one, flush now.
+    pub fn defer_flush(&self, f: &OpenFile) -> Option<deferred::Ticket> {
+        let (dir, moves) = f.created_in?;
+        if self.inner.moves.load(Ordering::Acquire) != moves {
+            return None;
+        }
+        // Counted before the lease is checked: a revocation after the check waits for it.
+        let ticket = self.inner.deferred.begin()?;
+        self.inner.leases.trusted(dir).then_some(ticket)
+    }
+
+    /// Carries out a flush deferred by [`Client::defer_flush`] (from a task of its own).
+    pub async fn finish_deferred(&self, f: &OpenFile, ticket: deferred::Ticket) {
+        if let Err(e) = deferred::exempt(self.flush(f)).await {
+            self.inner.deferred.failed(f.fid, e.to_string());
+        }
+        drop(ticket);
+    }
+
+    /// Waits until no flush is deferred (an unmount).
+    pub async fn deferred_idle(&self) {
+        self.inner.deferred.idle().await
+    }
+
     /// Makes the handle's writes durable on the OSTs and its size on the MDT.
     pub async fn fsync(&self, f: &OpenFile) -> Result<()> {
         self.observe("fsync", Some(f.fid), 0, 0, async {
+            if let Some(why) = self.inner.deferred.take_failure(f.fid) {
+                return Err(ClientError::Errno(Errno::Io, format!("an earlier close's flush failed: {why}")));
+            }
             f.inflight.drain().await?;
             let dirty: Vec<objio::Target> = f.dirty.lock().expect("dirty").drain().collect();
             if let Err(e) = objio::sync(self, &dirty).await {

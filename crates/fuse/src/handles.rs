@@ -17,6 +17,9 @@ pub struct FileState {
     /// The process that opened it, its uid and gid: the kernel's RELEASE names no
     /// process, and the trace charges the close to the opener.
     pub opener: (u32, u32, u32),
+    /// The flush its last FLUSH left to finish after close(2) returned (see the
+    /// client's `deferred`): RELEASE waits for it before closing.
+    pub deferred: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 /// An open directory: entries fetched so far, in name order. Listing resumes after the
@@ -79,7 +82,7 @@ impl Handles {
 
     pub fn insert_file(&self, file: OpenFile, opener: (u32, u32, u32)) -> u64 {
         let fh = self.next_fh();
-        self.files.lock().expect("files").insert(fh, Arc::new(FileState { file, opener }));
+        self.files.lock().expect("files").insert(fh, Arc::new(FileState { file, opener, deferred: Mutex::new(None) }));
         fh
     }
 

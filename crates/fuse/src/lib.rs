@@ -400,6 +400,12 @@ impl fuser::Filesystem for BraidFs {
         Ok(())
     }
 
+    fn destroy(&mut self) {
+        // Closes already returned whose flushes are still on their way (see the
+        // client's `deferred`) finish before the mount goes.
+        self.rt.block_on(self.client.deferred_idle());
+    }
+
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let Ok(name) = name_str(name) else { return reply.error(Errno::ENOENT) };
         let c = self.creds(req);
@@ -691,10 +697,22 @@ impl fuser::Filesystem for BraidFs {
         // on the MDS before close(2) returns, or an open right after it (in this mount
         // or another) sees the old size and reads short. This also reports a failed
         // write-behind to close(2) instead of losing it in RELEASE. Nothing is forced to
-        // disk here: that is fsync's job.
+        // disk here: that is fsync's job. A file nobody else can find yet (this mount
+        // made it in a directory it holds the lease on) is flushed after close(2)
+        // returns instead: see the client's `deferred`.
         if let Some(f) = self.handles.file(fh.0) {
             if f.file.was_written() {
-                if let Err(e) = self.run(req, self.client.flush(&f.file)) {
+                if let Some(ticket) = self.client.defer_flush(&f.file) {
+                    let (client, state) = (self.client.clone(), f.clone());
+                    let mut slot = f.deferred.lock().expect("deferred flush");
+                    let earlier = slot.take();
+                    *slot = Some(self.rt.spawn(async move {
+                        if let Some(earlier) = earlier {
+                            let _ = earlier.await;
+                        }
+                        client.finish_deferred(&state.file, ticket).await
+                    }));
+                } else if let Err(e) = self.run(req, self.client.flush(&f.file)) {
                     return reply.error(errno(&e));
                 }
             }
@@ -723,6 +741,11 @@ impl fuser::Filesystem for BraidFs {
         let Some(state) = self.handles.remove_file(fh.0) else { return reply.error(Errno::EBADF) };
         // The kernel sends RELEASE as no process (pid 0): the close is the opener's.
         let caller = if req.pid() == 0 { state.opener } else { (req.pid(), req.uid(), req.gid()) };
+        let deferred = state.deferred.lock().expect("deferred flush").take();
+        if let Some(flush) = deferred {
+            // Its failure is the client's to report (the next fsync); the close goes on.
+            let _ = self.run_as(caller, flush);
+        }
         let mut result = Ok(());
         if let Some(owner) = lock_owner {
             if self.handles.take_lock_owner(fid, owner.0) {

@@ -1,0 +1,177 @@
+//! Flushes finished after close(2) returned: a file this client created in a
+//! directory it holds the lease on.
+//!
+//! For close-to-open consistency a close waits until the handle's bytes and size are
+//! where other clients look for them. That wait is for *other* clients: nobody else
+//! can open a file without finding its name first. A file this client created in a
+//! directory it holds the lease on (see [`crate::lease`]) has a name nobody else can
+//! find yet, because the MDS takes the lease back before it lets another client look
+//! in that directory (lookup, listing, open by name, create). So such a close
+//! returns at once, the flush goes on in the background, and:
+//!
+//! - a revocation of any lease is acked only once every deferred flush is done
+//!   ([`Deferred::idle`]): by the time another client may look, the bytes are there;
+//! - this client's own requests to an MDS wait for them too, except those that cannot
+//!   observe a file still being flushed (the flushes' own size reports and closes, and
+//!   the create of a name the lease says is new): a reopen, a stat, a rename or an
+//!   fsync here sees the flushed file, as it would have without the deferral;
+//! - a rename or link made after the create takes the file out of that rule (its new
+//!   name may be in a directory others can read): its close waits again.
+//!
+//! It is Lustre's and CephFS's write-back under a lock or capability, for the one
+//! case where it needs no new state on the MDS. A small-file job writing into a
+//! directory it made saves one round trip per file. At most [`DEFERRED_MAX`] flushes
+//! are deferred at once; past that a close waits as before. A deferred flush that
+//! fails is logged and reported by the next fsync of the file in this client, as a
+//! local file system reports a failed write-back.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use proto::Fid;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+
+/// Most flushes deferred at once.
+pub const DEFERRED_MAX: usize = 256;
+/// Most failed deferred flushes remembered for the next fsync.
+const FAILED_MAX: usize = 4096;
+
+tokio::task_local! {
+    /// Set on the tasks that carry out deferred flushes, and around requests that
+    /// cannot observe a deferred file: their MDS requests do not wait for them.
+    static EXEMPT: ();
+}
+
+/// Runs `fut` with its MDS requests not waiting for deferred flushes.
+pub(crate) async fn exempt<F: std::future::Future>(fut: F) -> F::Output {
+    EXEMPT.scope((), fut).await
+}
+
+/// Whether the current task's MDS requests skip the wait.
+pub(crate) fn is_exempt() -> bool {
+    EXEMPT.try_with(|_| ()).is_ok()
+}
+
+/// The deferred flushes of one client.
+pub struct Deferred {
+    running: AtomicUsize,
+    done: Notify,
+    slots: Arc<Semaphore>,
+    failed: Mutex<VecDeque<(Fid, String)>>,
+}
+
+impl Default for Deferred {
+    fn default() -> Self {
+        Deferred {
+            running: AtomicUsize::new(0),
+            done: Notify::new(),
+            slots: Arc::new(Semaphore::new(DEFERRED_MAX)),
+            failed: Mutex::new(VecDeque::new()),
+        }
+    }
+}
+
+/// One deferred flush under way; dropping it marks it done.
+pub struct Ticket {
+    owner: Arc<Deferred>,
+    _slot: OwnedSemaphorePermit,
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if self.owner.running.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.owner.done.notify_waiters();
+        }
+    }
+}
+
+impl Deferred {
+    /// Counts a flush about to be deferred, if a slot is free. Taken before the lease
+    /// is checked: a revocation that comes after the check then waits for it.
+    pub(crate) fn begin(self: &Arc<Self>) -> Option<Ticket> {
+        let slot = self.slots.clone().try_acquire_owned().ok()?;
+        self.running.fetch_add(1, Ordering::AcqRel);
+        Some(Ticket { owner: self.clone(), _slot: slot })
+    }
+
+    /// Flushes deferred now.
+    pub fn running(&self) -> usize {
+        self.running.load(Ordering::Acquire)
+    }
+
+    /// Returns once no flush is deferred (those deferred meanwhile included).
+    pub async fn idle(&self) {
+        loop {
+            let done = self.done.notified();
+            tokio::pin!(done);
+            done.as_mut().enable();
+            if self.running() == 0 {
+                return;
+            }
+            done.await;
+        }
+    }
+
+    /// Remembers that the deferred flush of `fid` failed.
+    pub(crate) fn failed(&self, fid: Fid, why: String) {
+        tracing::warn!(%fid, "a flush finished after close failed: {why}");
+        let mut f = self.failed.lock().expect("failed flushes");
+        if f.len() >= FAILED_MAX {
+            f.pop_front();
+        }
+        f.push_back((fid, why));
+    }
+
+    /// The failure of a deferred flush of `fid`, once.
+    pub(crate) fn take_failure(&self, fid: Fid) -> Option<String> {
+        let mut f = self.failed.lock().expect("failed flushes");
+        let i = f.iter().position(|(x, _)| *x == fid)?;
+        f.remove(i).map(|(_, why)| why)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn idle_waits_for_every_ticket_and_slots_are_bounded() {
+        let d = Arc::new(Deferred::default());
+        d.idle().await;
+        let a = d.begin().unwrap();
+        let b = d.begin().unwrap();
+        let waiter = {
+            let d = d.clone();
+            tokio::spawn(async move { d.idle().await })
+        };
+        drop(a);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiter.is_finished(), "one flush is still deferred");
+        drop(b);
+        tokio::time::timeout(Duration::from_secs(5), waiter).await.expect("idle once all are done").unwrap();
+
+        let held: Vec<Ticket> = (0..DEFERRED_MAX).map(|_| d.begin().unwrap()).collect();
+        assert!(d.begin().is_none(), "no more than DEFERRED_MAX at once");
+        drop(held);
+        assert_eq!(d.running(), 0);
+        assert!(d.begin().is_some());
+    }
+
+    #[test]
+    fn a_failure_is_reported_once() {
+        let d = Deferred::default();
+        let f = Fid::new(0, 0x400, 1);
+        d.failed(f, "boom".into());
+        assert_eq!(d.take_failure(f).as_deref(), Some("boom"));
+        assert_eq!(d.take_failure(f), None);
+    }
+
+    #[tokio::test]
+    async fn exempt_is_scoped() {
+        assert!(!is_exempt());
+        assert!(exempt(async { is_exempt() }).await);
+        assert!(!is_exempt());
+    }
+}
