@@ -13,7 +13,8 @@
 # (a braid binary of an earlier commit, for an A/B run: systems braid-base and
 # braid-tcp-base run it as braid and braid-tcp run $BRAID), SYSTEMS (default "local
 # braid braid-tcp moosefs gluster"; also braid-tcp-dom and braid-tcp-pfl: braid-tcp
-# with seed 002's Table 5 (Data-on-MDT) or Table 4 (PFL) as the file system default), WORKLOADS (default "seq rand md small"), RUN (the
+# with seed 002's Table 5 (Data-on-MDT) or Table 4 (PFL) as the file system default; braid-tcp-dom-base: Table 5
+# with BRAID_BASE), WORKLOADS (default "seq rand md small"), RUN (the
 # results' folder under $WORK/results; default final). Even rounds run the systems in
 # the reverse order, so neither side of a pair always goes first.
 set -uo pipefail
@@ -64,6 +65,7 @@ cleanup() {
     if wants braid-base; then braid_down braid-base; fi
     if wants braid-tcp-base; then braid_down braid-tcp-base; fi
     if wants braid-tcp-dom; then braid_down braid-tcp-dom; fi
+    if wants braid-tcp-dom-base; then braid_down braid-tcp-dom-base; fi
     if wants braid-tcp-pfl; then braid_down braid-tcp-pfl; fi
     if wants moosefs; then bash "$PEERS/moosefs.sh" stop; fi
     if wants gluster; then bash "$PEERS/gluster.sh" stop; fi
@@ -75,6 +77,9 @@ if wants braid-tcp; then braid_up braid-tcp 19600 tcp || exit 1; fi
 if wants braid-base; then braid_up braid-base 19700 in-process "$BRAID_BASE" || exit 1; fi
 if wants braid-tcp-base; then braid_up braid-tcp-base 19800 tcp "$BRAID_BASE" || exit 1; fi
 if wants braid-tcp-dom; then braid_up braid-tcp-dom 19650 tcp "$BRAID" --default-layout seed-table5 || exit 1; fi
+if wants braid-tcp-dom-base; then
+    braid_up braid-tcp-dom-base 19850 tcp "$BRAID_BASE" --default-layout seed-table5 || exit 1
+fi
 if wants braid-tcp-pfl; then braid_up braid-tcp-pfl 19670 tcp "$BRAID" --default-layout seed-table4 || exit 1; fi
 if wants moosefs; then bash "$PEERS/moosefs.sh" start || exit 1; fi
 if wants gluster; then bash "$PEERS/gluster.sh" start || exit 1; fi
@@ -86,6 +91,7 @@ declare -A DIRS=(
     [braid-base]=$WORK/braid-base/mnt/bench
     [braid-tcp-base]=$WORK/braid-tcp-base/mnt/bench
     [braid-tcp-dom]=$WORK/braid-tcp-dom/mnt/bench
+    [braid-tcp-dom-base]=$WORK/braid-tcp-dom-base/mnt/bench
     [braid-tcp-pfl]=$WORK/braid-tcp-pfl/mnt/bench
     [moosefs]=$WORK/mfs/mnt/bench
     [gluster]=$WORK/gluster/mnt/bench
