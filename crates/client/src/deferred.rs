@@ -20,13 +20,15 @@
 //!
 //! It is Lustre's and CephFS's write-back under a lock or capability, for the one
 //! case where it needs no new state on the MDS. A small-file job writing into a
-//! directory it made saves one round trip per file. At most [`DEFERRED_MAX`] flushes
-//! are deferred at once; past that a close waits as before. A deferred flush that
+//! directory it made saves one round trip per file. Only files of at most
+//! [`FILE_BYTES_MAX`] are deferred, at most [`DEFERRED_MAX`] and [`BYTES_MAX`] at once
+//! (past that a close waits as before): a revocation waits for them all, and must be
+//! acked well within the MDS's callback timeout (2 s). A deferred flush that
 //! fails is logged and reported by the next fsync of the file in this client, as a
 //! local file system reports a failed write-back.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use proto::Fid;
@@ -34,6 +36,11 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 /// Most flushes deferred at once.
 pub const DEFERRED_MAX: usize = 256;
+/// Largest file whose flush is deferred.
+pub const FILE_BYTES_MAX: u64 = 1 << 20;
+/// Most bytes of files whose flushes are deferred at once: drained in a fraction of
+/// the callback timeout even at 100 MB/s.
+pub const BYTES_MAX: u64 = 32 << 20;
 /// Most failed deferred flushes remembered for the next fsync.
 const FAILED_MAX: usize = 4096;
 
@@ -56,6 +63,7 @@ pub(crate) fn is_exempt() -> bool {
 /// The deferred flushes of one client.
 pub struct Deferred {
     running: AtomicUsize,
+    bytes: AtomicU64,
     done: Notify,
     slots: Arc<Semaphore>,
     failed: Mutex<VecDeque<(Fid, String)>>,
@@ -65,6 +73,7 @@ impl Default for Deferred {
     fn default() -> Self {
         Deferred {
             running: AtomicUsize::new(0),
+            bytes: AtomicU64::new(0),
             done: Notify::new(),
             slots: Arc::new(Semaphore::new(DEFERRED_MAX)),
             failed: Mutex::new(VecDeque::new()),
@@ -75,11 +84,13 @@ impl Default for Deferred {
 /// One deferred flush under way; dropping it marks it done.
 pub struct Ticket {
     owner: Arc<Deferred>,
+    bytes: u64,
     _slot: OwnedSemaphorePermit,
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
+        self.owner.bytes.fetch_sub(self.bytes, Ordering::AcqRel);
         if self.owner.running.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.owner.done.notify_waiters();
         }
@@ -87,12 +98,20 @@ impl Drop for Ticket {
 }
 
 impl Deferred {
-    /// Counts a flush about to be deferred, if a slot is free. Taken before the lease
-    /// is checked: a revocation that comes after the check then waits for it.
-    pub(crate) fn begin(self: &Arc<Self>) -> Option<Ticket> {
+    /// Counts the flush of a file of `bytes` about to be deferred, if it is small
+    /// enough and there is room. Taken before the lease is checked: a revocation that
+    /// comes after the check then waits for it.
+    pub(crate) fn begin(self: &Arc<Self>, bytes: u64) -> Option<Ticket> {
+        if bytes > FILE_BYTES_MAX {
+            return None;
+        }
         let slot = self.slots.clone().try_acquire_owned().ok()?;
+        if self.bytes.fetch_add(bytes, Ordering::AcqRel) + bytes > BYTES_MAX {
+            self.bytes.fetch_sub(bytes, Ordering::AcqRel);
+            return None;
+        }
         self.running.fetch_add(1, Ordering::AcqRel);
-        Some(Ticket { owner: self.clone(), _slot: slot })
+        Some(Ticket { owner: self.clone(), bytes, _slot: slot })
     }
 
     /// Flushes deferred now.
@@ -140,8 +159,8 @@ mod tests {
     async fn idle_waits_for_every_ticket_and_slots_are_bounded() {
         let d = Arc::new(Deferred::default());
         d.idle().await;
-        let a = d.begin().unwrap();
-        let b = d.begin().unwrap();
+        let a = d.begin(10).unwrap();
+        let b = d.begin(10).unwrap();
         let waiter = {
             let d = d.clone();
             tokio::spawn(async move { d.idle().await })
@@ -152,11 +171,23 @@ mod tests {
         drop(b);
         tokio::time::timeout(Duration::from_secs(5), waiter).await.expect("idle once all are done").unwrap();
 
-        let held: Vec<Ticket> = (0..DEFERRED_MAX).map(|_| d.begin().unwrap()).collect();
-        assert!(d.begin().is_none(), "no more than DEFERRED_MAX at once");
+        let held: Vec<Ticket> = (0..DEFERRED_MAX).map(|_| d.begin(1).unwrap()).collect();
+        assert!(d.begin(1).is_none(), "no more than DEFERRED_MAX at once");
         drop(held);
         assert_eq!(d.running(), 0);
-        assert!(d.begin().is_some());
+        assert!(d.begin(1).is_some());
+    }
+
+    #[test]
+    fn bytes_are_bounded_per_file_and_in_all() {
+        let d = Arc::new(Deferred::default());
+        assert!(d.begin(FILE_BYTES_MAX + 1).is_none(), "a large file's close waits");
+        let per = FILE_BYTES_MAX;
+        let held: Vec<Ticket> = (0..BYTES_MAX / per).map(|_| d.begin(per).unwrap()).collect();
+        assert!(d.begin(1).is_none(), "no more than BYTES_MAX at once");
+        assert_eq!(d.running(), held.len(), "a refused file is not counted");
+        drop(held);
+        assert!(d.begin(per).is_some(), "room again once they are done");
     }
 
     #[test]

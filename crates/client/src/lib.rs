@@ -1375,9 +1375,9 @@ impl Client {
         .await
     }
 
-    /// Defers the flush of a handle's close, if it may be (see [`deferred`]): a file
-    /// this client created, in a directory whose lease it still trusts, with no rename
-    /// or link since. The flush is then [`Client::finish_deferred`]'s, given the
+    /// Defers the flush of a handle's close, if it may be (see [`deferred`]): a small
+    /// file this client created, in a directory whose lease it still trusts, with no
+    /// rename or link since. The flush is then [`Client::finish_deferred`]'s, given the
     /// ticket; without one, flush now.
     pub fn defer_flush(&self, f: &OpenFile) -> Option<deferred::Ticket> {
         let (dir, moves) = f.created_in?;
@@ -1385,7 +1385,7 @@ impl Client {
             return None;
         }
         // Counted before the lease is checked: a revocation after the check waits for it.
-        let ticket = self.inner.deferred.begin()?;
+        let ticket = self.inner.deferred.begin(f.size())?;
         self.inner.leases.trusted(dir).then_some(ticket)
     }
 
