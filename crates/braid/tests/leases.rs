@@ -332,3 +332,33 @@ fn files_closed_in_a_leased_directory_are_whole_for_another_client_at_once() {
         }
     }
 }
+
+/// The MDS killed right after a mount closed files whose flushes it deferred: the
+/// mount sends them again once the MDS is back (within its 2 s recovery window,
+/// during which another client's lookups wait), so another mount still reads every
+/// file whole.
+#[test]
+fn closes_that_did_not_wait_survive_an_mds_killed_under_them() {
+    const FILES: usize = 40;
+    let mut c = cluster();
+    // Slow OST transfers keep the plain files' flushes under way at the kill.
+    let a = Mount::new(&c, "ost_latency=100");
+    fs::create_dir(a.path("plain")).unwrap();
+    fs::create_dir(a.path("dom")).unwrap();
+    let out = c.braid(&["setstripe", "-E", "64K", "-L", "mdt", "-E", "-1", &c.url("/dom")]);
+    assert!(out.status.success(), "setstripe: {}", String::from_utf8_lossy(&out.stderr));
+    for i in 0..FILES {
+        for dir in ["dom", "plain"] {
+            fs::write(a.path(&format!("{dir}/f{i}")), content(i)).unwrap();
+        }
+    }
+    c.kill("mds");
+    c.restart("mds");
+    let b = Mount::new(&c, "");
+    for dir in ["plain", "dom"] {
+        for i in (0..FILES).rev() {
+            let got = fs::read(b.path(&format!("{dir}/f{i}"))).unwrap();
+            assert!(got == content(i), "{dir}/f{i} read by the other mount after the restart has {} bytes", got.len());
+        }
+    }
+}
