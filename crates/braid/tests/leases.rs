@@ -362,3 +362,33 @@ fn closes_that_did_not_wait_survive_an_mds_killed_under_them() {
         }
     }
 }
+
+/// A flush that finished after its close returned, and failed (its OSTs are gone),
+/// is reported by the next fsync of the file in that client, once, as a local file
+/// system reports a failed write-back.
+#[test]
+fn a_deferred_flush_that_fails_is_reported_by_the_next_fsync() {
+    let mut c = cluster();
+    let rt = runtime();
+    let creds = client::process_creds();
+    let mut cfg = c.client_config();
+    cfg.dir_leases = true;
+    cfg.rpc.recovery_timeout = Duration::from_secs(1);
+    let holder = testkit::connect(&rt, cfg);
+    let job = within(&rt, "mkdir", holder.mkdir(&creds, Fid::ROOT, "job", 0o755)).unwrap();
+    let (f, attr, _) = within(&rt, "create", holder.create(&creds, job.fid, "f", 0o644, true, RW, None)).unwrap();
+    c.kill("oss0");
+    let _ = within(&rt, "write", holder.write(&f, 0, bytes::Bytes::from_static(b"never stored")));
+    let ticket = holder.defer_flush(&f).expect("a new small file in a leased directory has its flush deferred");
+    within(&rt, "the deferred flush", async {
+        holder.finish_deferred(&f, ticket).await;
+        client::Result::Ok(())
+    })
+    .unwrap();
+
+    let (g, _) = within(&rt, "open", holder.open(&creds, attr.fid, RW)).unwrap();
+    let e = within(&rt, "fsync", holder.fsync(&g)).expect_err("the failed flush is reported");
+    assert_eq!(e.errno(), Errno::Io, "{e}");
+    assert!(e.to_string().contains("earlier close"), "{e}");
+    within(&rt, "fsync again", holder.fsync(&g)).expect("reported once");
+}
