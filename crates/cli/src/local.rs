@@ -130,10 +130,41 @@ pub async fn start(data: &Path, l: &Local) -> Result<Started> {
         mds::MdsConfig { default_layout: l.default_layout.clone(), root_stripes: l.root_stripes, ..Default::default() };
     // OSTs first: the MDS's first look at the configuration then finds every one
     // of them, so the mount's first files are striped over all the OSTs asked for.
-    serve::start_oss("127.0.0.1:0", None, &mgs, &ost_dirs, &common).await?;
-    serve::start_mds("127.0.0.1:0", None, &mgs, &mdt_dirs, &common, cfg).await?;
+    let oss = serve::start_oss(&listen_again(data, "oss"), None, &mgs, &ost_dirs, &common).await?;
+    remember_address(data, "oss", &oss);
+    let mds = serve::start_mds(&listen_again(data, "mds"), None, &mgs, &mdt_dirs, &common, cfg).await?;
+    remember_address(data, "mds", &mds);
     let secret_file = std::fs::canonicalize(&secret_path).unwrap_or(secret_path);
     Ok(Started { mgs, secret, secret_file })
+}
+
+/// Where the server `name` (`oss` or `mds`) of the cluster in `data` listens: where it
+/// listened before (`DATA/NAME.addr`), if that port is free, so that a mount that
+/// outlives a restart of `braid local` finds its servers again (clients learn the
+/// servers' addresses from the MGS once, when they connect); otherwise, and on the
+/// first start, a port the system picks.
+fn listen_again(data: &Path, name: &str) -> String {
+    let file = data.join(format!("{name}.addr"));
+    let before = std::fs::read_to_string(&file).ok().and_then(|s| s.trim().parse::<std::net::SocketAddr>().ok());
+    match before {
+        Some(a) if std::net::TcpListener::bind(a).is_ok() => a.to_string(),
+        Some(a) => {
+            tracing::warn!(
+                "the {name}'s address of the previous run, {a}, is taken: clients of that run will not find it"
+            );
+            "127.0.0.1:0".into()
+        }
+        None => "127.0.0.1:0".into(),
+    }
+}
+
+/// Records where server `name` listens, for [`listen_again`]; a failure only costs
+/// the next restart its old address.
+fn remember_address(data: &Path, name: &str, addr: &str) {
+    let file = data.join(format!("{name}.addr"));
+    if let Err(e) = std::fs::write(&file, addr) {
+        tracing::warn!("cannot record the {name}'s address in {}: {e}", file.display());
+    }
 }
 
 /// Runs the cluster `l` with its data under `data`, mounted on the given mount point
