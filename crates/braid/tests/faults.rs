@@ -391,3 +391,46 @@ fn torn_or_garbled_redo_log_tail_is_cut_and_the_mds_serves_what_came_before() {
     assert_eq!(c.get("/garbled/f49"), b"garbled 49");
     assert_eq!(c.braid_ok(&["ls", &c.url("/torn")]).lines().count(), names.lines().count());
 }
+
+/// A `braid local` killed with SIGKILL and started again on its data: its servers
+/// listen where they did before, so a separate `braid mount` that outlived it (it
+/// learned the servers' addresses once, from the MGS) carries on, and every byte it
+/// had fsynced or closed before the kill is there.
+#[test]
+fn a_mount_outlives_a_restart_of_braid_local() {
+    let dir = testkit::TempDir::new("local-restart");
+    let data = dir.path().join("data");
+    let listen = format!("127.0.0.1:{}", testkit::free_port("127.0.0.1"));
+    let data_arg = data.to_str().expect("utf-8 path").to_string();
+    let args = ["local", "--data", &data_arg, "--listen", &listen, "--osts", "2"];
+    let start = || {
+        testkit::Daemon::start(bin(), &args, &[], &dir.path().join("local.log"), "MGS at")
+            .unwrap_or_else(|log| panic!("braid local did not come up:\n{log}"))
+    };
+    let mut local = start();
+    let url = format!("braid://{listen}/");
+    let m = testkit::Mount::of(bin(), &url, &data.join("cluster.secret"), dir.path(), "");
+    std::fs::create_dir(m.path("job")).unwrap();
+    let before: Vec<Vec<u8>> = (0..20).map(|i| pattern(if i % 2 == 0 { 4096 } else { 200 << 10 }, i)).collect();
+    for (i, bytes) in before.iter().enumerate() {
+        let mut f = std::fs::File::create(m.path(&format!("job/f{i}"))).unwrap();
+        std::io::Write::write_all(&mut f, bytes).unwrap();
+        if i % 3 == 0 {
+            f.sync_all().unwrap();
+        }
+    }
+
+    local.kill(libc::SIGKILL);
+    let _local = start();
+
+    // The mount's next operations reach the restarted servers.
+    std::fs::write(m.path("job/after"), b"written after the restart").unwrap();
+    assert_eq!(std::fs::read(m.path("job/after")).unwrap(), b"written after the restart");
+    let other = testkit::Mount::of(bin(), &url, &data.join("cluster.secret"), dir.path(), "");
+    for (i, bytes) in before.iter().enumerate() {
+        let got = std::fs::read(other.path(&format!("job/f{i}"))).unwrap();
+        assert!(&got == bytes, "f{i} has {} bytes after the restart", got.len());
+    }
+    drop(other);
+    drop(m);
+}
