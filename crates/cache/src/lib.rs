@@ -24,6 +24,7 @@
 
 pub mod buddy;
 pub mod index;
+pub mod mem;
 mod readbuf;
 
 use std::fs::{File, OpenOptions};
