@@ -245,10 +245,17 @@ pub(crate) async fn read(c: &Client, f: &OpenFile, offset: u64, len: u64) -> Res
     if let Some(data) = f.data_from_open(offset, len) {
         return Ok(data);
     }
-    // The SSD cache's ticket comes first: a write issued from here on refuses the fill
-    // of what this read gets, and one issued before has landed once the wait below
+    // Bytes in the memory cache are current: every write of this client dropped what
+    // it touches when it was issued, and a read that raced one was refused the fill.
+    if let Some(data) =
+        c.inner.pages.as_ref().and_then(|p| p.read(crate::cache_key(f.fid), f.data_version, offset, len))
+    {
+        return Ok(data);
+    }
+    // The caches' tickets come first: a write issued from here on refuses the fill of
+    // what this read gets, and one issued before has landed once the wait below
     // returns.
-    let ticket = c.inner.cache.as_ref().map(|cache| cache.ticket(crate::cache_key(f.fid), f.data_version));
+    let ticket = c.fill_tickets(f.fid, f.data_version);
     // Read the writes of this client (POSIX: a read sees every write that returned
     // before it, through any descriptor): wait for the in-flight writes of this range,
     // of this handle and of the file's other handles here.
@@ -286,7 +293,7 @@ async fn read_through(
     layout: &Layout,
     offset: u64,
     len: u64,
-    ticket: Option<cache::Ticket>,
+    ticket: crate::FillTickets,
 ) -> Result<Bytes> {
     if let Some(data) = c.inner.cache.as_ref().and_then(|cache| cache.read(crate::cache_key(fid), version, offset, len))
     {
@@ -302,12 +309,10 @@ async fn read_and_fill(
     layout: &Layout,
     offset: u64,
     len: u64,
-    ticket: Option<cache::Ticket>,
+    ticket: crate::FillTickets,
 ) -> Result<Bytes> {
     let data = read_extents(c, fid, layout, offset, len).await?;
-    if let (Some(cache), Some(ticket)) = (c.inner.cache.as_ref(), ticket) {
-        cache.fill(ticket, offset, data.clone());
-    }
+    c.fill_caches(ticket, offset, &data);
     Ok(data)
 }
 
@@ -361,7 +366,7 @@ impl Readahead {
         offset: u64,
         len: u64,
         size: u64,
-        ticket: Option<cache::Ticket>,
+        ticket: crate::FillTickets,
     ) -> Result<Bytes> {
         let gen = f.inflight.data_gen.load(std::sync::atomic::Ordering::Acquire);
         if gen != self.gen {
@@ -448,7 +453,7 @@ impl Readahead {
             let (tx, rx) = tokio::sync::oneshot::channel();
             let (client, fid, version, layout) = (c.clone(), f.fid, f.data_version, layout.clone());
             // Before the wait below, as a read's (see `read`).
-            let ticket = c.inner.cache.as_ref().map(|cache| cache.ticket(crate::cache_key(fid), version));
+            let ticket = c.fill_tickets(fid, version);
             tokio::spawn(async move {
                 // Not before the writes of this range still on their way to the
                 // OSTs (write-behind), from any handle of the file here: the chunk

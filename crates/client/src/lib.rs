@@ -124,6 +124,10 @@ pub struct ClientConfig {
     /// A local directory caching file data this client read (see the `cache` crate);
     /// a cache that cannot be opened is logged and the client runs without it.
     pub cache: Option<cache::CacheConfig>,
+    /// Bytes of file data this client read that it keeps in its own memory for
+    /// rereads (see `cache::mem`); 0 keeps none. For native clients that live on (the
+    /// NBD export); a mount has the kernel's page cache.
+    pub page_cache: u64,
     /// Most bytes per second this client moves to and from OSTs, and the least time an
     /// OST transfer takes (see the `throttle` module); `None` and zero: as fast as they go.
     pub ost_limit: Option<u64>,
@@ -143,6 +147,7 @@ impl ClientConfig {
             max_dirty_bytes: 32 << 20,
             dir_leases: false,
             cache: None,
+            page_cache: 0,
             ost_limit: None,
             ost_latency: Duration::ZERO,
             trace: None,
@@ -259,6 +264,7 @@ struct Inner {
     stripes: striped::StripeTables,
     /// The SSD read cache, if configured and usable.
     pub(crate) cache: Option<cache::Cache>,
+    pub(crate) pages: Option<cache::mem::MemCache>,
     ost_throttle: Option<Arc<throttle::Throttle>>,
     tracer: Option<Arc<tracer::Tracer>>,
 }
@@ -510,6 +516,7 @@ impl Client {
                 None
             }
         });
+        let pages = (cfg.page_cache > 0).then(|| cache::mem::MemCache::new(cfg.page_cache));
         let tracer = cfg.trace.as_ref().and_then(|t| match tracer::Tracer::create(t) {
             Ok(tr) => Some(Arc::new(tr)),
             Err(e) => {
@@ -537,6 +544,7 @@ impl Client {
                 rpcs: Arc::default(),
                 stripes: Default::default(),
                 cache,
+                pages,
                 ost_throttle: throttle,
                 tracer,
             }),
@@ -560,10 +568,38 @@ impl Client {
         Ok(true)
     }
 
-    /// This client changed `[off, off + len)` of `fid`: the SSD cache drops those bytes.
+    /// The memory cache's counters; `None` if this client keeps none.
+    pub fn page_cache_stats(&self) -> Option<cache::mem::MemStats> {
+        self.inner.pages.as_ref().map(|p| p.stats())
+    }
+
+    /// This client changed `[off, off + len)` of `fid`: the SSD and memory caches drop
+    /// those bytes.
     pub(crate) fn cache_invalidate(&self, fid: Fid, off: u64, len: u64) {
         if let Some(c) = self.inner.cache.as_ref() {
             c.invalidate(cache_key(fid), off, len);
+        }
+        if let Some(p) = self.inner.pages.as_ref() {
+            p.invalidate(cache_key(fid), off, len);
+        }
+    }
+
+    /// Claims of a read of `fid` at `version` beginning now to fill the caches with
+    /// what it brings back (taken before the read waits for this client's writes).
+    pub(crate) fn fill_tickets(&self, fid: Fid, version: u64) -> FillTickets {
+        FillTickets {
+            ssd: self.inner.cache.as_ref().map(|c| c.ticket(cache_key(fid), version)),
+            mem: self.inner.pages.as_ref().map(|p| p.ticket(cache_key(fid), version)),
+        }
+    }
+
+    /// Hands what a read brought back from `offset` to the caches.
+    pub(crate) fn fill_caches(&self, tickets: FillTickets, offset: u64, data: &Bytes) {
+        if let (Some(cache), Some(t)) = (self.inner.cache.as_ref(), tickets.ssd) {
+            cache.fill(t, offset, data.clone());
+        }
+        if let (Some(pages), Some(t)) = (self.inner.pages.as_ref(), tickets.mem) {
+            pages.fill(t, offset, data.clone());
         }
     }
 
@@ -645,6 +681,9 @@ impl Client {
     fn register_open(&self, f: &OpenFile) {
         if let Some(c) = self.inner.cache.as_ref() {
             c.opened(cache_key(f.fid), f.data_version);
+        }
+        if let Some(p) = self.inner.pages.as_ref() {
+            p.opened(cache_key(f.fid), f.data_version);
         }
         let mut m = self.inner.open_files.lock().expect("open files");
         let list = m.entry(f.fid).or_default();
@@ -1741,6 +1780,13 @@ impl BlockingClient {
 }
 
 /// A file's name in the SSD cache: its FID, packed.
+/// A read's claims on the SSD and memory caches (see `Client::fill_tickets`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FillTickets {
+    ssd: Option<cache::Ticket>,
+    mem: Option<cache::mem::Ticket>,
+}
+
 pub(crate) fn cache_key(fid: Fid) -> cache::Key {
     ((fid.seq as u128) << 64) | ((fid.oid as u128) << 32) | fid.ver as u128
 }
