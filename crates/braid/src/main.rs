@@ -58,6 +58,16 @@ enum NbdCommand {
         /// Make every write durable before its reply (as FUA on each).
         #[arg(long)]
         sync: bool,
+        /// Bytes of what the exports read that the server keeps in memory for rereads,
+        /// as the kernel's page cache does for a local file (K, M, G suffixes; 0: none).
+        /// Default: an eighth of the machine's memory.
+        #[arg(long, value_name = "SIZE")]
+        page_cache: Option<String>,
+        /// Microseconds a connection with nothing in flight stays awake after a reply
+        /// for the client's next request, instead of sleeping until it comes (a
+        /// sleeping thread is slow to wake on a virtual machine); 0: never.
+        #[arg(long, value_name = "US", default_value_t = 100, value_parser = clap::value_parser!(u64).range(0..=10_000))]
+        poll_us: u64,
         /// The cluster secret (also BRAID_SECRET_FILE).
         #[arg(long)]
         secret_file: Option<PathBuf>,
@@ -399,8 +409,9 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Cache(CacheCommand::Status { json, mountpoint }) => cli::mountctl::cache_status(&mountpoint, json),
         Command::Cache(CacheCommand::Drop { mountpoint }) => cli::mountctl::cache_drop(&mountpoint),
         Command::Trace(t) => trace_command(t),
-        Command::Nbd(NbdCommand::Serve { url, exports, listen, sync, secret_file }) => {
-            cli::nbd::serve(&url, &exports, &listen, sync, secret_file)
+        Command::Nbd(NbdCommand::Serve { url, exports, listen, sync, page_cache, poll_us, secret_file }) => {
+            let poll = std::time::Duration::from_micros(poll_us);
+            cli::nbd::serve(&url, &exports, &listen, sync, page_cache.as_deref(), poll, secret_file)
         }
     }
 }

@@ -86,6 +86,7 @@ pub struct Started {
 /// Runs `braid local` until a signal.
 pub fn run(a: LocalArgs) -> Result<()> {
     let settings = crate::mount::parse_options(&a.options)?;
+    crate::mount::no_page_cache(&settings)?;
     let l = Local {
         osts: a.osts,
         mdts: a.mdts,

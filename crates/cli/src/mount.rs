@@ -42,6 +42,7 @@ pub struct MountArgs {
 /// Runs `braid mount`: in this process with `-f`, else in a background process.
 pub fn run(a: MountArgs) -> Result<()> {
     let settings = parse_options(&a.options)?;
+    no_page_cache(&settings)?;
     if a.foreground {
         mount_foreground(&a.url, &a.mountpoint, settings, a.secret_file)
     } else {
@@ -58,6 +59,9 @@ pub struct MountSettings {
     pub dir_leases: bool,
     /// The SSD read cache (`cache_dir=PATH,cache_size=SIZE`; see the `cache` crate).
     pub cache: Option<cache::CacheConfig>,
+    /// `page_cache=SIZE`: bytes of read data a native client keeps in memory (a mount
+    /// has the kernel's page cache instead).
+    pub page_cache: u64,
     /// `ost_limit=RATE`: most bytes per second to and from OSTs; `ost_latency=MS`: the
     /// least time of each OST transfer (benchmarks; see the client's `throttle`).
     pub ost_limit: Option<u64>,
@@ -77,6 +81,7 @@ impl MountSettings {
         cfg.rpc.recovery_timeout = Duration::from_secs(self.timeout_s);
         cfg.dir_leases = self.dir_leases;
         cfg.cache = self.cache.clone();
+        cfg.page_cache = self.page_cache;
         cfg.ost_limit = self.ost_limit;
         cfg.ost_latency = self.ost_latency;
         cfg
@@ -89,6 +94,7 @@ pub fn parse_options(list: &[String]) -> Result<MountSettings> {
         timeout_s: 60,
         dir_leases: true,
         cache: None,
+        page_cache: 0,
         ost_limit: None,
         ost_latency: Duration::ZERO,
         trace: crate::trace::TraceSettings::default(),
@@ -133,6 +139,11 @@ pub fn parse_options(list: &[String]) -> Result<MountSettings> {
                 }
                 cache_size = Some(size);
             }
+            "page_cache" => {
+                s.page_cache = v.and_then(cache::parse_size).with_context(|| {
+                    format!("option {opt}: a size in bytes with an optional K, M, G or T (e.g. page_cache=2G; 0: none)")
+                })?;
+            }
             "ost_limit" => {
                 let rate = v.and_then(cache::parse_size).filter(|&r| r > 0).with_context(|| {
                     format!("option {opt}: bytes per second with an optional K, M or G (e.g. ost_limit=200M)")
@@ -173,7 +184,7 @@ pub fn parse_options(list: &[String]) -> Result<MountSettings> {
                 }
                 s.trace.capacity = n;
             }
-            _ => bail!("unknown mount option '{opt}' (known: attr_timeout=S, entry_timeout=S, allow_other, direct_io, ro, rw, threads=N, timeout=S, max_write=BYTES, readahead_kb=KIB, dir_leases=0|1, cache_dir=PATH, cache_size=SIZE, ost_limit=RATE, ost_latency=MS, trace[=on|off], trace_dir=DIR, trace_server=HOST:PORT, jobid_var=NAME, trace_ring=RECORDS, trace_sync=FILE)"),
+            _ => bail!("unknown mount option '{opt}' (known: attr_timeout=S, entry_timeout=S, allow_other, direct_io, ro, rw, threads=N, timeout=S, max_write=BYTES, readahead_kb=KIB, dir_leases=0|1, cache_dir=PATH, cache_size=SIZE, page_cache=SIZE (native clients), ost_limit=RATE, ost_latency=MS, trace[=on|off], trace_dir=DIR, trace_server=HOST:PORT, jobid_var=NAME, trace_ring=RECORDS, trace_sync=FILE)"),
         }
     }
     match (&mut s.cache, cache_size) {
@@ -184,11 +195,21 @@ pub fn parse_options(list: &[String]) -> Result<MountSettings> {
     Ok(s)
 }
 
+/// `page_cache` is a native client's: a mount reads through the kernel's page cache,
+/// and a second copy in the mount's memory would only cost memory.
+pub fn no_page_cache(s: &MountSettings) -> Result<()> {
+    if s.page_cache > 0 {
+        bail!("option page_cache is for native clients (BRAID_CLIENT_OPTIONS, braid nbd serve --page-cache): a mount caches in the kernel's page cache");
+    }
+    Ok(())
+}
+
 /// Options of a mount that a native client (`braid cp`, `braid bench` on a
 /// `braid://` target, ...) takes too, from `BRAID_CLIENT_OPTIONS`.
-const NATIVE_OPTIONS: [&str; 12] = [
+const NATIVE_OPTIONS: [&str; 13] = [
     "cache_dir",
     "cache_size",
+    "page_cache",
     "ost_limit",
     "ost_latency",
     "timeout",
@@ -454,6 +475,12 @@ mod tests {
         assert!(parse_options(&[]).unwrap().dir_leases);
         assert!(!parse_options(&["dir_leases=0".into()]).unwrap().dir_leases);
         assert!(parse_options(&["dir_leases=maybe".into()]).is_err());
+        // A native client's memory cache: parsed, and refused by a mount.
+        let s = parse_options(&["page_cache=2G".into()]).unwrap();
+        assert_eq!(s.page_cache, 2 << 30);
+        assert!(no_page_cache(&s).unwrap_err().to_string().contains("native clients"));
+        assert!(no_page_cache(&parse_options(&[]).unwrap()).is_ok());
+        assert!(parse_options(&["page_cache=lots".into()]).is_err());
         assert!(parse_options(&["threads=x".into()]).is_err());
     }
 }

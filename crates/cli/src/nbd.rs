@@ -152,8 +152,16 @@ pub fn serve(
     exports: &[String],
     listen: &str,
     sync: bool,
+    page_cache: Option<&str>,
+    poll: std::time::Duration,
     secret_file: Option<std::path::PathBuf>,
 ) -> Result<()> {
+    let page_cache = page_cache
+        .map(|v| {
+            cache::parse_size(v)
+                .with_context(|| format!("--page-cache {v}: a size in bytes with an optional K, M, G or T (0: none)"))
+        })
+        .transpose()?;
     let specs = exports.iter().map(|e| ExportSpec::parse(e)).collect::<Result<Vec<_>>>()?;
     if specs.is_empty() {
         bail!("give at least one --export NAME=PATH[,ro][,size=SIZE]");
@@ -179,9 +187,15 @@ pub fn serve(
         tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the async runtime")?
     };
     rt.block_on(async {
-        let cfg = match &settings {
+        let mut cfg = match &settings {
             Some(s) => s.client_config(&p.mgs, secret),
             None => client::ClientConfig::new(&p.mgs, secret),
+        };
+        // The flag, else BRAID_CLIENT_OPTIONS's page_cache, else the default.
+        cfg.page_cache = match (page_cache, &settings) {
+            (Some(n), _) => n,
+            (None, Some(s)) if s.page_cache > 0 => s.page_cache,
+            (None, _) => default_page_cache(),
         };
         let client =
             Client::connect(cfg).await.with_context(|| format!("cannot connect to the cluster at {}", p.mgs))?;
@@ -195,7 +209,7 @@ pub fn serve(
                 Arc::new(nbd::Export { backend: Arc::new(dev), read_only: s.read_only, description, sync }),
             );
         }
-        let exports = Arc::new(nbd::Exports { list, default: Some(specs[0].name.clone()) });
+        let exports = Arc::new(nbd::Exports { list, default: Some(specs[0].name.clone()), poll_after_reply: poll });
         let listener =
             tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
         let addr = listener.local_addr()?;
@@ -217,6 +231,17 @@ pub fn serve(
         }
         Ok(())
     })
+}
+
+/// An eighth of the machine's memory (1 GiB if it cannot be read).
+fn default_page_cache() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let (pages, page) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+    if pages > 0 && page > 0 {
+        (pages as u64).saturating_mul(page as u64) / 8
+    } else {
+        1 << 30
+    }
 }
 
 #[cfg(test)]
