@@ -444,6 +444,58 @@ fn an_oss_killed_under_writes_gives_eio_and_what_was_flushed_survives() {
     assert!(c.get("/f.img")[1 << 20..8 << 20].iter().all(|&b| b == 0x61));
 }
 
+#[test]
+fn rereads_come_from_the_exports_memory_and_what_clients_write_is_what_they_read() {
+    let mut c = Cluster::start(bin(), ClusterSpec::default());
+    c.braid_ok(&["setstripe", "-c", "4", "-S", "1M", &c.url("/m.img")]);
+    // The export gives up on an unreachable OST after 3 s; its page cache is on (the
+    // default).
+    let log = c.dir.path().join("nbd-pages.log");
+    let url = c.url("/");
+    let secret = c.secret.to_string_lossy().to_string();
+    let args =
+        ["nbd", "serve", &url, "--export", "m=/m.img,size=8M", "--listen", "127.0.0.1:0", "--secret-file", &secret];
+    let env = [("BRAID_CLIENT_OPTIONS", Path::new("timeout=3"))];
+    let server = Daemon::start(bin(), &args, &env, &log, "NBD server at").expect("braid nbd serve starts");
+    let addr = server.banner.last().unwrap().split_whitespace().nth(3).unwrap().trim_end_matches(',').to_string();
+    let uri = format!("nbd://{addr}/m");
+    let io = |cmds: &[&str]| {
+        let mut cmd = Command::new("qemu-io");
+        cmd.args(["-f", "raw"]);
+        for c in cmds {
+            cmd.args(["-c", c]);
+        }
+        let out = run(cmd.arg(&uri));
+        (out.status.success(), format!("{}{}", testkit::stdout(&out), testkit::stderr(&out)))
+    };
+    let must = |cmds: &[&str]| {
+        let (ok, said) = io(cmds);
+        assert!(ok && !said.contains("error") && !said.contains("Pattern verification failed"), "{cmds:?}: {said}");
+    };
+    must(&["write -P 0x41 0 8M", "flush"]);
+    // Read (into the cache), then changed inside what was read, by a write, a zeroing
+    // and a trim: each read after shows the change, never the cached bytes before it.
+    must(&["read -P 0x41 0 4M"]);
+    must(&["write -P 0x42 1M 4k", "read -P 0x42 1M 4k", "read -P 0x41 0 1M", "read -P 0x41 1052672 3141632"]);
+    must(&["read -P 0x41 2M 1M", "write -z 2M 64k", "read -P 0 2M 64k", "read -P 0x41 2162688 983040"]);
+    must(&["read -P 0x41 3M 64k", "discard 3M 64k", "read -P 0 3M 64k"]);
+    // With every OSS gone, what the export read last is still served, from its memory;
+    // a range it never read fails.
+    must(&["read -P 0x41 0 1M"]);
+    c.kill("oss0"); // all four OSTs
+    must(&["read -P 0x41 0 1M", "read -P 0x42 1M 4k"]);
+    let (ok, said) = io(&["read 6M 4k"]);
+    assert!(!ok || said.contains("Input/output error"), "a read of bytes only the OSTs have, with them gone: {said}");
+    c.restart("oss0");
+    c.wait_osts_up(4, Duration::from_secs(30));
+    must(&["read -P 0x41 4M 4M"]);
+    drop(server);
+    let f = c.get("/m.img");
+    assert!(f[1 << 20..(1 << 20) + 4096].iter().all(|&b| b == 0x42));
+    assert!(f[2 << 20..(2 << 20) + 65536].iter().all(|&b| b == 0));
+    assert!(f[4 << 20..].iter().all(|&b| b == 0x41));
+}
+
 /// The numbers of a Markdown table row (its x label is text, or a number that
 /// `values` leaves out by position).
 fn cells(line: &str) -> Vec<f64> {
