@@ -299,7 +299,6 @@ async fn transmission<B: Backend>(sock: TcpStream, s: Session<B>, poll: std::tim
     let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     let s = Arc::new(s);
     let result = loop {
-        // Nothing in flight or buffered: the client is turning the last reply around.
         let mut head = [0u8; REQUEST_BYTES];
         match rd.read_exact(&mut head).await {
             Ok(_) => {}
