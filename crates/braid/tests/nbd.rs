@@ -17,6 +17,11 @@ fn bin() -> &'static Path {
 
 /// `braid nbd serve` with `exports` on a free port; its address.
 fn serve(c: &Cluster, exports: &[&str], extra: &[&str]) -> (Daemon, String) {
+    serve_with(c, exports, extra, &[])
+}
+
+/// [`serve`] with environment variables (`BRAID_CLIENT_OPTIONS`).
+fn serve_with(c: &Cluster, exports: &[&str], extra: &[&str], env: &[(&str, &Path)]) -> (Daemon, String) {
     let mut args = vec!["nbd".to_string(), "serve".into(), c.url("/"), "--listen".into(), "127.0.0.1:0".into()];
     for e in exports {
         args.push("--export".into());
@@ -27,13 +32,23 @@ fn serve(c: &Cluster, exports: &[&str], extra: &[&str]) -> (Daemon, String) {
     args.push(c.secret.to_string_lossy().into_owned());
     let argv: Vec<&str> = args.iter().map(String::as_str).collect();
     let log = c.dir.path().join(format!("nbd-{}.log", exports[0].split('=').next().unwrap()));
-    let d = Daemon::start(bin(), &argv, &[], &log, "NBD server at").expect("braid nbd serve starts");
+    let d = Daemon::start(bin(), &argv, env, &log, "NBD server at").expect("braid nbd serve starts");
     let addr = d.banner.last().unwrap().split_whitespace().nth(3).unwrap().trim_end_matches(',').to_string();
     (d, addr)
 }
 
 fn run(cmd: &mut Command) -> std::process::Output {
     testkit::output_within(cmd, Duration::from_secs(120)).expect("a client that ends")
+}
+
+/// `qemu-io` on `uri` running `cmds` in order.
+fn qemu_io(uri: &str, cmds: &[&str]) -> std::process::Output {
+    let mut cmd = Command::new("qemu-io");
+    cmd.args(["-f", "raw"]);
+    for c in cmds {
+        cmd.args(["-c", c]);
+    }
+    run(cmd.arg(uri))
 }
 
 fn ok(cmd: &mut Command) -> String {
@@ -409,23 +424,10 @@ fn an_oss_killed_under_writes_gives_eio_and_what_was_flushed_survives() {
     let mut c = Cluster::start(bin(), ClusterSpec::default());
     c.braid_ok(&["setstripe", "-c", "4", "-S", "1M", &c.url("/f.img")]);
     // The export gives up on an unreachable OST after 3 s instead of a minute.
-    let log = c.dir.path().join("nbd-fault.log");
-    let url = c.url("/");
-    let secret = c.secret.to_string_lossy().to_string();
-    let args =
-        ["nbd", "serve", &url, "--export", "f=/f.img,size=16M", "--listen", "127.0.0.1:0", "--secret-file", &secret];
     let env = [("BRAID_CLIENT_OPTIONS", Path::new("timeout=3"))];
-    let server = Daemon::start(bin(), &args, &env, &log, "NBD server at").expect("braid nbd serve starts");
-    let addr = server.banner.last().unwrap().split_whitespace().nth(3).unwrap().trim_end_matches(',').to_string();
+    let (_server, addr) = serve_with(&c, &["f=/f.img,size=16M"], &[], &env);
     let uri = format!("nbd://{addr}/f");
-    let io = |cmds: &[&str]| {
-        let mut cmd = Command::new("qemu-io");
-        cmd.args(["-f", "raw"]);
-        for c in cmds {
-            cmd.args(["-c", c]);
-        }
-        run(cmd.arg(&uri))
-    };
+    let io = |cmds: &[&str]| qemu_io(&uri, cmds);
     let out = io(&["write -P 0x61 0 8M", "flush"]);
     assert!(out.status.success(), "{}", testkit::stderr(&out));
     c.kill("oss0");
@@ -450,22 +452,11 @@ fn rereads_come_from_the_exports_memory_and_what_clients_write_is_what_they_read
     c.braid_ok(&["setstripe", "-c", "4", "-S", "1M", &c.url("/m.img")]);
     // The export gives up on an unreachable OST after 3 s; its page cache is on (the
     // default).
-    let log = c.dir.path().join("nbd-pages.log");
-    let url = c.url("/");
-    let secret = c.secret.to_string_lossy().to_string();
-    let args =
-        ["nbd", "serve", &url, "--export", "m=/m.img,size=8M", "--listen", "127.0.0.1:0", "--secret-file", &secret];
     let env = [("BRAID_CLIENT_OPTIONS", Path::new("timeout=3"))];
-    let server = Daemon::start(bin(), &args, &env, &log, "NBD server at").expect("braid nbd serve starts");
-    let addr = server.banner.last().unwrap().split_whitespace().nth(3).unwrap().trim_end_matches(',').to_string();
+    let (server, addr) = serve_with(&c, &["m=/m.img,size=8M"], &[], &env);
     let uri = format!("nbd://{addr}/m");
     let io = |cmds: &[&str]| {
-        let mut cmd = Command::new("qemu-io");
-        cmd.args(["-f", "raw"]);
-        for c in cmds {
-            cmd.args(["-c", c]);
-        }
-        let out = run(cmd.arg(&uri));
+        let out = qemu_io(&uri, cmds);
         (out.status.success(), format!("{}{}", testkit::stdout(&out), testkit::stderr(&out)))
     };
     let must = |cmds: &[&str]| {
