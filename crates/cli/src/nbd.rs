@@ -229,6 +229,16 @@ pub fn serve(
                 tracing::warn!("flushing at exit: {err}");
             }
         }
+        if let Some(st) = client.page_cache_stats() {
+            tracing::info!(
+                hits = st.hits,
+                misses = st.misses,
+                used = st.used,
+                capacity = st.capacity,
+                evicted = st.evicted,
+                "page cache at exit"
+            );
+        }
         Ok(())
     })
 }
