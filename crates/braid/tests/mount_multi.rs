@@ -149,6 +149,57 @@ fn posix_and_bsd_locks_in_one_mount() {
     drop(f);
 }
 
+/// A process waiting in F_SETLKW is a FUSE request the mount has not answered. With
+/// more of them than the mount has FUSE threads (8 by default), a mount whose
+/// threads each waited for their request's answer had none left: the holder's unlock
+/// was never read, and the waiters, the holder and every other process using the
+/// mount hung for good. Waiting requests hold no thread now (the fuse crate's
+/// `serve`): the mount goes on answering, and the unlock lets every waiter in.
+#[test]
+fn more_lock_waiters_than_mount_threads_leave_the_mount_answering() {
+    let c = cluster();
+    let m = Mount::new(&c, "");
+    let p = m.path("contended");
+    fs::write(&p, b"x").unwrap();
+    let f = OpenOptions::new().read(true).write(true).open(&p).unwrap();
+    assert_eq!(fcntl_lock(f.as_raw_fd(), libc::F_SETLK, &mut flock_t(libc::F_WRLCK, 0, 0)), 0);
+    let waiters: Vec<libc::pid_t> = (0..12)
+        .map(|_| fork_child(&p, |fd| fcntl_lock(fd, libc::F_SETLKW, &mut flock_t(libc::F_WRLCK, 0, 0))))
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    for &w in &waiters {
+        assert_eq!(wait_child(w, Duration::ZERO), None, "F_SETLKW waits while the lock is held");
+    }
+    // Other work through the mount, on a thread: a hung mount would hang the test.
+    let other = m.path("other");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let r = fs::write(&other, b"still answering").and_then(|_| fs::read(&other));
+        let _ = tx.send(r.map(|b| b == b"still answering"));
+    });
+    let answered = rx.recv_timeout(Duration::from_secs(30));
+    if !matches!(answered, Ok(Ok(true))) {
+        // A stuck mount: the waiters, and a close of the holder's descriptor, would
+        // hang until the mount process goes (the Mount's drop kills it).
+        for &w in &waiters {
+            // SAFETY: killing our own child.
+            unsafe { libc::kill(w, libc::SIGKILL) };
+        }
+        std::thread::spawn(move || drop(f));
+        panic!("the mount stopped answering while processes waited for a lock: {answered:?}");
+    }
+    // The holder's close drops its lock; the waiters take it one after the other.
+    drop(f);
+    let exits: Vec<Option<i32>> = waiters.iter().map(|&w| wait_child(w, Duration::from_secs(30))).collect();
+    for (&w, e) in waiters.iter().zip(&exits) {
+        if e.is_none() {
+            // SAFETY: killing our own child.
+            unsafe { libc::kill(w, libc::SIGKILL) };
+        }
+    }
+    assert!(exits.iter().all(|e| *e == Some(0)), "every waiter got the lock once it was free: {exits:?}");
+}
+
 #[test]
 fn locks_exclude_across_clients_and_die_with_them() {
     let c = cluster();

@@ -41,20 +41,25 @@ impl DirHandle {
         DirHandle { fid, creds, state: Mutex::new(DirState { entries: Vec::new(), eof: false }) }
     }
 
-    /// Entry `i` of the listing, fetching batches with `fetch(after_name)` as needed.
-    pub fn entry<E>(
-        &self,
-        i: usize,
-        fetch: impl Fn(Option<&str>) -> Result<(Vec<DirEntry>, bool), E>,
-    ) -> Result<Option<DirEntry>, E> {
-        let mut st = self.state.lock().expect("dir state");
-        while i >= st.entries.len() && !st.eof {
-            let after = st.entries.last().map(|e| e.name.clone());
-            let (batch, eof) = fetch(after.as_deref())?;
-            st.eof = eof || batch.is_empty();
-            st.entries.extend(batch);
+    /// Entry `i` of the listing if it is known (`None` past the end), or else the
+    /// name to fetch the next batch after (see [`DirHandle::extend`]).
+    pub fn entry(&self, i: usize) -> Result<Option<DirEntry>, Option<String>> {
+        let st = self.state.lock().expect("dir state");
+        if i < st.entries.len() || st.eof {
+            return Ok(st.entries.get(i).cloned());
         }
-        Ok(st.entries.get(i).cloned())
+        Err(st.entries.last().map(|e| e.name.clone()))
+    }
+
+    /// Appends a batch fetched after `after`, unless another fetch of the same
+    /// handle appended one first.
+    pub fn extend(&self, after: Option<String>, batch: Vec<DirEntry>, eof: bool) {
+        let mut st = self.state.lock().expect("dir state");
+        if st.eof || st.entries.last().map(|e| &e.name) != after.as_ref() {
+            return;
+        }
+        st.eof = eof || batch.is_empty();
+        st.entries.extend(batch);
     }
 }
 

@@ -20,6 +20,7 @@
 mod handles;
 pub mod mount;
 mod nocaps;
+mod serve;
 
 pub use mount::{mount, unmount, Mounted, Unmounted, Unmounter};
 
@@ -104,8 +105,20 @@ impl Default for MountOptions {
     }
 }
 
-/// The file system the kernel talks to.
+/// The file system the kernel talks to: the state its requests share, which a
+/// request that waits takes along (see [`serve`]).
 pub struct BraidFs {
+    s: Arc<State>,
+}
+
+impl std::ops::Deref for BraidFs {
+    type Target = State;
+    fn deref(&self) -> &State {
+        &self.s
+    }
+}
+
+pub struct State {
     client: Client,
     rt: tokio::runtime::Handle,
     opts: MountOptions,
@@ -211,7 +224,7 @@ fn name_str(name: &OsStr) -> Result<&str, Errno> {
 
 impl BraidFs {
     pub fn new(client: Client, rt: tokio::runtime::Handle, opts: MountOptions) -> BraidFs {
-        BraidFs {
+        let s = State {
             client,
             rt,
             handles: Handles::default(),
@@ -221,20 +234,29 @@ impl BraidFs {
             nocaps: nocaps::NoCaps::new(opts.attr_ttl),
             cached_versions: Mutex::new(HashMap::new()),
             opts,
-        }
+        };
+        BraidFs { s: Arc::new(s) }
     }
 
-    /// Runs a client operation for the caller of `req` (its pid, uid and gid go to
-    /// the trace of the operation).
-    fn run<T>(&self, req: &Request, f: impl std::future::Future<Output = T>) -> T {
-        self.run_as((req.pid(), req.uid(), req.gid()), f)
+    /// Serves a request of the caller of `req`: `op` gets the shared state, runs on
+    /// this thread until it first waits, and answers the kernel itself (see [`serve`]).
+    fn serve<F>(&self, req: &Request, op: impl FnOnce(Arc<State>) -> F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        self.serve_as((req.pid(), req.uid(), req.gid()), op)
     }
 
-    /// Runs a client operation for process `pid` of `uid` and `gid`.
-    fn run_as<T>(&self, (pid, uid, gid): (u32, u32, u32), f: impl std::future::Future<Output = T>) -> T {
-        client::tracer::with_caller(pid, uid, gid, || self.rt.block_on(f))
+    /// [`BraidFs::serve`] for process `pid` of `uid` and `gid`.
+    fn serve_as<F>(&self, caller: (u32, u32, u32), op: impl FnOnce(Arc<State>) -> F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        serve::serve(&self.rt, caller, op(self.s.clone()));
     }
+}
 
+impl State {
     /// The caller's credentials, with supplementary groups for non-root callers.
     fn creds(&self, req: &Request) -> Creds {
         let (uid, gid, pid) = (req.uid(), req.gid(), req.pid());
@@ -351,10 +373,10 @@ impl BraidFs {
     }
 
     /// Registers an opened file and returns its handle number.
-    fn add_file(&self, req: &Request, mut file: OpenFile) -> u64 {
+    fn add_file(&self, opener: (u32, u32, u32), mut file: OpenFile) -> u64 {
         let cell = self.handles.inode_opened(file.fid, file.size_cell());
         file.share_size(cell);
-        self.handles.insert_file(file, (req.pid(), req.uid(), req.gid()))
+        self.handles.insert_file(file, opener)
     }
 }
 
@@ -408,8 +430,11 @@ impl fuser::Filesystem for BraidFs {
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let Ok(name) = name_str(name) else { return reply.error(Errno::ENOENT) };
-        let c = self.creds(req);
-        self.entry(reply, self.run(req, self.client.lookup(&c, fid_of(parent), name)));
+        let (c, name) = (self.creds(req), name.to_owned());
+        self.serve(req, move |s| async move {
+            let r = s.client.lookup(&c, fid_of(parent), &name).await;
+            s.entry(reply, r)
+        });
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -419,10 +444,12 @@ impl fuser::Filesystem for BraidFs {
         if let Some((a, ttl)) = self.client.recent_dir_attr(fid_of(ino), self.opts.attr_ttl) {
             return reply.attr(&ttl, &self.file_attr(&a));
         }
-        match self.run(req, self.client.getattr(fid_of(ino))) {
-            Ok(a) => reply.attr(&self.opts.attr_ttl, &self.file_attr(&a)),
-            Err(e) => reply.error(inode_errno(&e)),
-        }
+        self.serve(req, move |s| async move {
+            match s.client.getattr(fid_of(ino)).await {
+                Ok(a) => reply.attr(&s.opts.attr_ttl, &s.file_attr(&a)),
+                Err(e) => reply.error(inode_errno(&e)),
+            }
+        });
     }
 
     fn setattr(
@@ -467,30 +494,34 @@ impl fuser::Filesystem for BraidFs {
         // to write was checked at open, whatever the mode says now). A truncate(2),
         // and the truncate the kernel sends after an O_TRUNC open, come without one.
         let writer = fh.and_then(|fh| self.handles.file(fh.0)).filter(|f| f.file.flags.write);
-        let r = self.run(req, async {
-            let a = match &writer {
-                Some(f) if size.is_some() => self.client.fsetattr(&c, &f.file, set).await?,
-                _ => self.client.setattr(&c, fid, set).await?,
+        self.serve(req, move |s| async move {
+            let r = async {
+                let a = match &writer {
+                    Some(f) if size.is_some() => s.client.fsetattr(&c, &f.file, set).await?,
+                    _ => s.client.setattr(&c, fid, set).await?,
+                };
+                if let Some(size) = size {
+                    // Every handle of the file here shares the new size, and so can take
+                    // the new truncate epoch (their closes then need no glimpse).
+                    s.handles.truncated(fid, size);
+                    s.client.adopt_truncate(fid, a.trunc_epoch);
+                }
+                Ok::<_, ClientError>(a)
             };
-            if let Some(size) = size {
-                // Every handle of the file here shares the new size, and so can take
-                // the new truncate epoch (their closes then need no glimpse).
-                self.handles.truncated(fid, size);
-                self.client.adopt_truncate(fid, a.trunc_epoch);
+            match r.await {
+                Ok(a) => reply.attr(&s.opts.attr_ttl, &s.file_attr(&a)),
+                Err(e) => reply.error(errno(&e)),
             }
-            Ok::<_, ClientError>(a)
         });
-        match r {
-            Ok(a) => reply.attr(&self.opts.attr_ttl, &self.file_attr(&a)),
-            Err(e) => reply.error(errno(&e)),
-        }
     }
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
-        match self.run(req, self.client.readlink(fid_of(ino))) {
-            Ok(t) => reply.data(t.as_bytes()),
-            Err(e) => reply.error(inode_errno(&e)),
-        }
+        self.serve(req, move |s| async move {
+            match s.client.readlink(fid_of(ino)).await {
+                Ok(t) => reply.data(t.as_bytes()),
+                Err(e) => reply.error(inode_errno(&e)),
+            }
+        });
     }
 
     fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
@@ -500,20 +531,25 @@ impl fuser::Filesystem for BraidFs {
         let Ok(name) = name_str(name) else { return reply.error(Errno::EINVAL) };
         let c = self.creds(req);
         let perm = mode & !umask & 0o7777;
+        let name = name.to_owned();
         if let Some(kind) = FileKind::special_from_mode(mode) {
-            let r = self.run(req, self.client.mknod(&c, fid_of(parent), name, kind, perm, u64::from(rdev)));
-            return self.entry(reply, r);
+            return self.serve(req, move |s| async move {
+                let r = s.client.mknod(&c, fid_of(parent), &name, kind, perm, u64::from(rdev)).await;
+                s.entry(reply, r)
+            });
         }
         if mode & libc::S_IFMT != libc::S_IFREG {
             return reply.error(Errno::EINVAL);
         }
         let flags = OpenFlags { read: false, write: false, truncate: false };
-        let r = self.run(req, async {
-            let (f, attr, _) = self.client.create(&c, fid_of(parent), name, perm, true, flags, None).await?;
-            self.client.close(f).await?;
-            Ok(attr)
+        self.serve(req, move |s| async move {
+            let r = async {
+                let (f, attr, _) = s.client.create(&c, fid_of(parent), &name, perm, true, flags, None).await?;
+                s.client.close(f).await?;
+                Ok(attr)
+            };
+            s.entry(reply, r.await)
         });
-        self.entry(reply, r);
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
@@ -522,7 +558,11 @@ impl fuser::Filesystem for BraidFs {
         }
         let Ok(name) = name_str(name) else { return reply.error(Errno::EINVAL) };
         let c = self.creds(req);
-        self.entry(reply, self.run(req, self.client.mkdir(&c, fid_of(parent), name, mode & !umask & 0o7777)));
+        let name = name.to_owned();
+        self.serve(req, move |s| async move {
+            let r = s.client.mkdir(&c, fid_of(parent), &name, mode & !umask & 0o7777).await;
+            s.entry(reply, r)
+        });
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -531,7 +571,8 @@ impl fuser::Filesystem for BraidFs {
         }
         let Ok(name) = name_str(name) else { return reply.error(Errno::ENOENT) };
         let c = self.creds(req);
-        reply_empty(reply, self.run(req, self.client.unlink(&c, fid_of(parent), name)));
+        let name = name.to_owned();
+        self.serve(req, move |s| async move { reply_empty(reply, s.client.unlink(&c, fid_of(parent), &name).await) });
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -540,7 +581,8 @@ impl fuser::Filesystem for BraidFs {
         }
         let Ok(name) = name_str(name) else { return reply.error(Errno::ENOENT) };
         let c = self.creds(req);
-        reply_empty(reply, self.run(req, self.client.rmdir(&c, fid_of(parent), name)));
+        let name = name.to_owned();
+        self.serve(req, move |s| async move { reply_empty(reply, s.client.rmdir(&c, fid_of(parent), &name).await) });
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
@@ -551,7 +593,11 @@ impl fuser::Filesystem for BraidFs {
             return reply.error(Errno::EINVAL);
         };
         let c = self.creds(req);
-        self.entry(reply, self.run(req, self.client.symlink(&c, fid_of(parent), name, target)));
+        let (name, target) = (name.to_owned(), target.to_owned());
+        self.serve(req, move |s| async move {
+            let r = s.client.symlink(&c, fid_of(parent), &name, &target).await;
+            s.entry(reply, r)
+        });
     }
 
     fn rename(
@@ -576,7 +622,10 @@ impl fuser::Filesystem for BraidFs {
             noreplace: flags.contains(FuseRenameFlags::RENAME_NOREPLACE),
             exchange: flags.contains(FuseRenameFlags::RENAME_EXCHANGE),
         };
-        reply_empty(reply, self.run(req, self.client.rename(&c, fid_of(parent), name, fid_of(newparent), newname, rf)));
+        let (name, newname) = (name.to_owned(), newname.to_owned());
+        self.serve(req, move |s| async move {
+            reply_empty(reply, s.client.rename(&c, fid_of(parent), &name, fid_of(newparent), &newname, rf).await)
+        });
     }
 
     fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
@@ -585,36 +634,43 @@ impl fuser::Filesystem for BraidFs {
         }
         let Ok(name) = name_str(newname) else { return reply.error(Errno::EINVAL) };
         let c = self.creds(req);
-        self.entry(reply, self.run(req, self.client.link(&c, fid_of(ino), fid_of(newparent), name)));
+        let name = name.to_owned();
+        self.serve(req, move |s| async move {
+            let r = s.client.link(&c, fid_of(ino), fid_of(newparent), &name).await;
+            s.entry(reply, r)
+        });
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: FuseOpenFlags, reply: ReplyOpen) {
-        let of = Self::open_flags(flags.0);
+        let of = State::open_flags(flags.0);
         if (of.write || of.truncate) && self.opts.read_only {
             return reply.error(Errno::from_i32(libc::EROFS));
         }
-        let c = self.creds(req);
-        match self.run(req, self.client.open(&c, fid_of(ino), of)) {
-            Ok((f, a)) => {
-                // Close-to-open: the kernel may still hold the size and mtime it cached
-                // before another client rewrote the file, and would read only up to that
-                // old size. Dropping its cached attributes (offset -1: the page cache is
-                // already dropped on open) makes the next read fetch them afresh, unless
-                // what the MDS says now is what the kernel was last told (the common
-                // case, which then saves a GETATTR round trip per open).
-                let current =
-                    self.reported.lock().expect("reported attributes").get(&a.fid) == Some(&(a.size, a.mtime));
-                if !current {
-                    if let Some(n) = self.notifier.get() {
-                        let _ = n.inval_inode(ino, -1, 0);
+        let (c, opener) = (self.creds(req), (req.pid(), req.uid(), req.gid()));
+        self.serve(req, move |s| async move {
+            match s.client.open(&c, fid_of(ino), of).await {
+                Ok((f, a)) => {
+                    // Close-to-open: the kernel may still hold the size and mtime it
+                    // cached before another client rewrote the file, and would read only
+                    // up to that old size. Dropping its cached attributes (offset -1: the
+                    // page cache is already dropped on open) makes the next read fetch
+                    // them afresh, unless what the MDS says now is what the kernel was
+                    // last told (the common case, which then saves a GETATTR round trip
+                    // per open).
+                    let current =
+                        s.reported.lock().expect("reported attributes").get(&a.fid) == Some(&(a.size, a.mtime));
+                    if !current {
+                        if let Some(n) = s.notifier.get() {
+                            let _ = n.inval_inode(ino, -1, 0);
+                        }
                     }
+                    let keep = s.keep_cache(a.fid, a.data_version);
+                    let fh = s.add_file(opener, f);
+                    reply.opened(FileHandle(fh), s.fopen_flags(flags.0, keep));
                 }
-                let keep = self.keep_cache(a.fid, a.data_version);
-                let fh = self.add_file(req, f);
-                reply.opened(FileHandle(fh), self.fopen_flags(flags.0, keep));
+                Err(e) => reply.error(inode_errno(&e)),
             }
-            Err(e) => reply.error(inode_errno(&e)),
-        }
+        });
     }
 
     fn create(
@@ -632,23 +688,24 @@ impl fuser::Filesystem for BraidFs {
         }
         let Ok(name) = name_str(name) else { return reply.error(Errno::EINVAL) };
         let c = self.creds(req);
-        let of = Self::open_flags(flags);
+        let of = State::open_flags(flags);
         let exclusive = flags & libc::O_EXCL != 0;
-        let r =
-            self.run(req, self.client.create(&c, fid_of(parent), name, mode & !umask & 0o7777, exclusive, of, None));
-        match r {
-            Ok((f, attr, existed)) => {
-                if !existed {
-                    self.nocaps.note_none(attr.fid);
+        let (name, opener) = (name.to_owned(), (req.pid(), req.uid(), req.gid()));
+        self.serve(req, move |s| async move {
+            match s.client.create(&c, fid_of(parent), &name, mode & !umask & 0o7777, exclusive, of, None).await {
+                Ok((f, attr, existed)) => {
+                    if !existed {
+                        s.nocaps.note_none(attr.fid);
+                    }
+                    // A file this call made has nothing cached: its version is remembered.
+                    let keep = s.keep_cache(attr.fid, attr.data_version);
+                    let fh = s.add_file(opener, f);
+                    let fa = s.file_attr(&attr);
+                    reply.created(&s.opts.entry_ttl, &fa, Generation(0), FileHandle(fh), s.fopen_flags(flags, keep));
                 }
-                // A file this call made has nothing cached: its version is remembered.
-                let keep = self.keep_cache(attr.fid, attr.data_version);
-                let fh = self.add_file(req, f);
-                let fa = self.file_attr(&attr);
-                reply.created(&self.opts.entry_ttl, &fa, Generation(0), FileHandle(fh), self.fopen_flags(flags, keep));
+                Err(e) => reply.error(errno(&e)),
             }
-            Err(e) => reply.error(errno(&e)),
-        }
+        });
     }
 
     fn read(
@@ -663,10 +720,12 @@ impl fuser::Filesystem for BraidFs {
         reply: ReplyData,
     ) {
         let Some(f) = self.handles.file(fh.0) else { return reply.error(Errno::EBADF) };
-        match self.run(req, self.client.read(&f.file, offset, size as u64)) {
-            Ok(data) => reply.data(&data),
-            Err(e) => reply.error(errno(&e)),
-        }
+        self.serve(req, move |s| async move {
+            match s.client.read(&f.file, offset, size as u64).await {
+                Ok(data) => reply.data(&data),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
     }
 
     fn write(
@@ -682,13 +741,16 @@ impl fuser::Filesystem for BraidFs {
         reply: ReplyWrite,
     ) {
         let Some(f) = self.handles.file(fh.0) else { return reply.error(Errno::EBADF) };
-        match self.run(req, self.client.write(&f.file, offset, Bytes::copy_from_slice(data))) {
-            Ok(n) => {
-                self.handles.mark_dirty(f.file.fid);
-                reply.written(n as u32)
+        let data = Bytes::copy_from_slice(data);
+        self.serve(req, move |s| async move {
+            match s.client.write(&f.file, offset, data).await {
+                Ok(n) => {
+                    s.handles.mark_dirty(f.file.fid);
+                    reply.written(n as u32)
+                }
+                Err(e) => reply.error(errno(&e)),
             }
-            Err(e) => reply.error(errno(&e)),
-        }
+        });
     }
 
     fn flush(&self, req: &Request, ino: INodeNo, fh: FileHandle, lock_owner: LockOwner, reply: ReplyEmpty) {
@@ -700,6 +762,7 @@ impl fuser::Filesystem for BraidFs {
         // disk here: that is fsync's job. A file nobody else can find yet (this mount
         // made it in a directory it holds the lease on) is flushed after close(2)
         // returns instead: see the client's `deferred`.
+        let mut flush = None;
         if let Some(f) = self.handles.file(fh.0) {
             if f.file.was_written() {
                 if let Some(ticket) = self.client.defer_flush(&f.file) {
@@ -712,19 +775,30 @@ impl fuser::Filesystem for BraidFs {
                         }
                         client.finish_deferred(&state.file, ticket).await
                     }));
-                } else if let Err(e) = self.run(req, self.client.flush(&f.file)) {
-                    return reply.error(errno(&e));
+                } else {
+                    flush = Some(f);
                 }
             }
         }
         // close(2) of any descriptor drops the process's POSIX locks on the file.
         let fid = fid_of(ino);
-        if self.handles.take_lock_owner(fid, lock_owner.0) {
-            if let Err(e) = self.run(req, self.client.set_lock(fid, unlock_all(lock_owner.0), false)) {
-                return reply.error(errno(&e));
-            }
+        let unlock = self.handles.take_lock_owner(fid, lock_owner.0);
+        if flush.is_none() && !unlock {
+            return reply.ok();
         }
-        reply.ok();
+        self.serve(req, move |s| async move {
+            if let Some(f) = flush {
+                if let Err(e) = s.client.flush(&f.file).await {
+                    return reply.error(errno(&e));
+                }
+            }
+            if unlock {
+                if let Err(e) = s.client.set_lock(fid, unlock_all(lock_owner.0), false).await {
+                    return reply.error(errno(&e));
+                }
+            }
+            reply.ok()
+        });
     }
 
     fn release(
@@ -742,70 +816,79 @@ impl fuser::Filesystem for BraidFs {
         // The kernel sends RELEASE as no process (pid 0): the close is the opener's.
         let caller = if req.pid() == 0 { state.opener } else { (req.pid(), req.uid(), req.gid()) };
         let deferred = state.deferred.lock().expect("deferred flush").take();
-        if let Some(flush) = deferred {
-            // Its failure is the client's to report (the next fsync); the close goes on.
-            let _ = self.run_as(caller, flush);
-        }
-        let mut result = Ok(());
-        if let Some(owner) = lock_owner {
-            if self.handles.take_lock_owner(fid, owner.0) {
-                result = self.run_as(caller, self.client.set_lock(fid, unlock_all(owner.0), false)).map(|_| ());
+        let unlock = lock_owner.filter(|o| self.handles.take_lock_owner(fid, o.0));
+        self.serve_as(caller, move |s| async move {
+            if let Some(flush) = deferred {
+                // Its failure is the client's to report (the next fsync); the close goes on.
+                let _ = flush.await;
             }
-        }
-        // A reader may still hold the handle for an instant after answering the kernel
-        // (which sends RELEASE once every request on the file is answered): close it
-        // through the shared state, or the MDS would count it open until unmount and
-        // an unlinked file would never be destroyed.
-        let closed = self.run_as(caller, self.client.close_shared(&state.file));
-        self.handles.inode_closed(fid);
-        match result.and(closed) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+            let mut result = Ok(());
+            if let Some(owner) = unlock {
+                result = s.client.set_lock(fid, unlock_all(owner.0), false).await.map(|_| ());
+            }
+            // A reader may still hold the handle for an instant after answering the
+            // kernel (which sends RELEASE once every request on the file is answered):
+            // close it through the shared state, or the MDS would count it open until
+            // unmount and an unlinked file would never be destroyed.
+            let closed = s.client.close_shared(&state.file).await;
+            s.handles.inode_closed(fid);
+            match result.and(closed) {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
     }
 
     fn fsync(&self, req: &Request, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
         let Some(f) = self.handles.file(fh.0) else { return reply.error(Errno::EBADF) };
-        reply_empty(reply, self.run(req, self.client.fsync(&f.file)));
+        self.serve(req, move |s| async move { reply_empty(reply, s.client.fsync(&f.file).await) });
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: FuseOpenFlags, reply: ReplyOpen) {
         let c = self.creds(req);
         let fid = fid_of(ino);
         // Check read permission and that it is a directory now, as opendir(2) does.
-        match self.run(req, self.client.readdir(&c, fid, None, 1)) {
-            Ok(_) => {
-                let fh = self.handles.insert_dir(DirHandle::new(fid, c));
-                reply.opened(FileHandle(fh), FopenFlags::empty());
+        self.serve(req, move |s| async move {
+            match s.client.readdir(&c, fid, None, 1).await {
+                Ok(_) => {
+                    let fh = s.handles.insert_dir(DirHandle::new(fid, c));
+                    reply.opened(FileHandle(fh), FopenFlags::empty());
+                }
+                Err(e) => reply.error(inode_errno(&e)),
             }
-            Err(e) => reply.error(inode_errno(&e)),
-        }
+        });
     }
 
     fn readdir(&self, req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
         let Some(d) = self.handles.dir(fh.0) else { return reply.error(Errno::EBADF) };
         let fid = d.fid;
-        let mut next = offset;
-        loop {
-            // Offsets: 1 = ".", 2 = "..", 3.. = entries in name order.
-            let item = match next {
-                0 => Some((ino.0, FileType::Directory, ".".to_string())),
-                1 => Some((ino.0, FileType::Directory, "..".to_string())),
-                n => match d
-                    .entry((n - 2) as usize, |after| self.run(req, self.client.readdir(&d.creds, fid, after, 1024)))
-                {
-                    Ok(Some(e)) => Some((ino_of(e.fid), file_type(e.kind), e.name)),
-                    Ok(None) => None,
-                    Err(e) => return reply.error(errno(&e)),
-                },
-            };
-            let Some((entry_ino, kind, name)) = item else { break };
-            next += 1;
-            if reply.add(INodeNo(entry_ino), next, kind, name) {
-                break;
+        self.serve(req, move |s| async move {
+            let mut next = offset;
+            loop {
+                // Offsets: 1 = ".", 2 = "..", 3.. = entries in name order.
+                let item = match next {
+                    0 => Some((ino.0, FileType::Directory, ".".to_string())),
+                    1 => Some((ino.0, FileType::Directory, "..".to_string())),
+                    n => match d.entry((n - 2) as usize) {
+                        Ok(Some(e)) => Some((ino_of(e.fid), file_type(e.kind), e.name)),
+                        Ok(None) => None,
+                        Err(after) => match s.client.readdir(&d.creds, fid, after.as_deref(), 1024).await {
+                            Ok((batch, eof)) => {
+                                d.extend(after, batch, eof);
+                                continue;
+                            }
+                            Err(e) => return reply.error(errno(&e)),
+                        },
+                    },
+                };
+                let Some((entry_ino, kind, name)) = item else { break };
+                next += 1;
+                if reply.add(INodeNo(entry_ino), next, kind, name) {
+                    break;
+                }
             }
-        }
-        reply.ok();
+            reply.ok();
+        });
     }
 
     fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: FuseOpenFlags, reply: ReplyEmpty) {
@@ -815,26 +898,28 @@ impl fuser::Filesystem for BraidFs {
 
     fn fsyncdir(&self, req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
         // The entries of the directory live on its MDT: force that MDT's log to disk.
-        reply_empty(reply, self.run(req, self.client.sync_metadata(fid_of(ino))));
+        self.serve(req, move |s| async move { reply_empty(reply, s.client.sync_metadata(fid_of(ino)).await) });
     }
 
     fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        match self.run(req, self.client.statfs()) {
-            Ok(u) => {
-                const BSIZE: u64 = 4096;
-                reply.statfs(
-                    u.total_bytes / BSIZE,
-                    u.free_bytes / BSIZE,
-                    u.avail_bytes / BSIZE,
-                    u.total_inodes,
-                    u.free_inodes,
-                    BSIZE as u32,
-                    255,
-                    BSIZE as u32,
-                )
+        self.serve(req, move |s| async move {
+            match s.client.statfs().await {
+                Ok(u) => {
+                    const BSIZE: u64 = 4096;
+                    reply.statfs(
+                        u.total_bytes / BSIZE,
+                        u.free_bytes / BSIZE,
+                        u.avail_bytes / BSIZE,
+                        u.total_inodes,
+                        u.free_inodes,
+                        BSIZE as u32,
+                        255,
+                        BSIZE as u32,
+                    )
+                }
+                Err(e) => reply.error(errno(&e)),
             }
-            Err(e) => reply.error(errno(&e)),
-        }
+        });
     }
 
     fn setxattr(
@@ -890,9 +975,12 @@ impl fuser::Filesystem for BraidFs {
         let c = self.creds(req);
         // Before and after: a getxattr answered meanwhile may predate the change.
         self.nocaps.forget(fid_of(ino));
-        let r = self.run(req, self.client.setxattr(&c, fid_of(ino), name, value, mode));
-        self.nocaps.forget(fid_of(ino));
-        reply_empty(reply, r);
+        let (name, value) = (name.to_owned(), value.to_vec());
+        self.serve(req, move |s| async move {
+            let r = s.client.setxattr(&c, fid_of(ino), &name, &value, mode).await;
+            s.nocaps.forget(fid_of(ino));
+            reply_empty(reply, r)
+        });
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
@@ -923,40 +1011,45 @@ impl fuser::Filesystem for BraidFs {
         }
         let c = self.creds(req);
         let asked = self.nocaps.asked();
-        match self.run(req, self.client.getxattr(&c, fid, name)) {
-            Ok(v) if size == 0 => reply.size(v.len() as u32),
-            Ok(v) if v.len() > size as usize => reply.error(Errno::from_i32(libc::ERANGE)),
-            Ok(v) => reply.data(&v),
-            Err(e) => {
-                // Only root's answer says there is none: the MDS shows security.*
-                // attributes to root alone.
-                if caps && c.uid == 0 && e.errno() == client::Errno::NoData {
-                    self.nocaps.note_none_asked_at(fid, asked);
+        let name = name.to_owned();
+        self.serve(req, move |s| async move {
+            match s.client.getxattr(&c, fid, &name).await {
+                Ok(v) if size == 0 => reply.size(v.len() as u32),
+                Ok(v) if v.len() > size as usize => reply.error(Errno::from_i32(libc::ERANGE)),
+                Ok(v) => reply.data(&v),
+                Err(e) => {
+                    // Only root's answer says there is none: the MDS shows security.*
+                    // attributes to root alone.
+                    if caps && c.uid == 0 && e.errno() == client::Errno::NoData {
+                        s.nocaps.note_none_asked_at(fid, asked);
+                    }
+                    reply.error(errno(&e))
                 }
-                reply.error(errno(&e))
             }
-        }
+        });
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         let c = self.creds(req);
-        match self.run(req, self.client.listxattr(&c, fid_of(ino))) {
-            Ok(names) => {
-                let mut buf = Vec::new();
-                for n in names {
-                    buf.extend_from_slice(n.as_bytes());
-                    buf.push(0);
+        self.serve(req, move |s| async move {
+            match s.client.listxattr(&c, fid_of(ino)).await {
+                Ok(names) => {
+                    let mut buf = Vec::new();
+                    for n in names {
+                        buf.extend_from_slice(n.as_bytes());
+                        buf.push(0);
+                    }
+                    if size == 0 {
+                        reply.size(buf.len() as u32)
+                    } else if buf.len() > size as usize {
+                        reply.error(Errno::from_i32(libc::ERANGE))
+                    } else {
+                        reply.data(&buf)
+                    }
                 }
-                if size == 0 {
-                    reply.size(buf.len() as u32)
-                } else if buf.len() > size as usize {
-                    reply.error(Errno::from_i32(libc::ERANGE))
-                } else {
-                    reply.data(&buf)
-                }
+                Err(e) => reply.error(errno(&e)),
             }
-            Err(e) => reply.error(errno(&e)),
-        }
+        });
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -966,26 +1059,32 @@ impl fuser::Filesystem for BraidFs {
         let Ok(name) = name_str(name) else { return reply.error(Errno::NO_XATTR) };
         let c = self.creds(req);
         self.nocaps.forget(fid_of(ino));
-        let r = self.run(req, self.client.removexattr(&c, fid_of(ino), name));
-        self.nocaps.forget(fid_of(ino));
-        reply_empty(reply, r);
+        let name = name.to_owned();
+        self.serve(req, move |s| async move {
+            let r = s.client.removexattr(&c, fid_of(ino), &name).await;
+            s.nocaps.forget(fid_of(ino));
+            reply_empty(reply, r)
+        });
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
         let c = self.creds(req);
-        let a = match self.run(req, self.client.getattr(fid_of(ino))) {
-            Ok(a) => a,
-            Err(e) => return reply.error(errno(&e)),
-        };
         let want = mask.bits() as u32 & 7;
-        if want & 2 != 0 && self.opts.read_only {
-            return reply.error(Errno::from_i32(libc::EROFS));
-        }
-        if a.may(&c, want) {
-            reply.ok()
-        } else {
-            reply.error(Errno::EACCES)
-        }
+        let read_only = self.opts.read_only;
+        self.serve(req, move |s| async move {
+            let a = match s.client.getattr(fid_of(ino)).await {
+                Ok(a) => a,
+                Err(e) => return reply.error(errno(&e)),
+            };
+            if want & 2 != 0 && read_only {
+                return reply.error(Errno::from_i32(libc::EROFS));
+            }
+            if a.may(&c, want) {
+                reply.ok()
+            } else {
+                reply.error(Errno::EACCES)
+            }
+        });
     }
 
     fn getlk(
@@ -1004,16 +1103,17 @@ impl fuser::Filesystem for BraidFs {
             Ok(l) => l,
             Err(e) => return reply.error(e),
         };
-        match self
-            .run(req, self.client.get_lock(fid_of(ino), LockRequest { owner: lock_owner.0, pid: 0, lock, start, end }))
-        {
-            Ok(None) => reply.locked(start, end, libc::F_UNLCK, 0),
-            Ok(Some(c)) => {
-                let t = if c.lock == LockType::Write { libc::F_WRLCK } else { libc::F_RDLCK };
-                reply.locked(c.start, c.end, t, c.pid)
+        let asked = LockRequest { owner: lock_owner.0, pid: 0, lock, start, end };
+        self.serve(req, move |s| async move {
+            match s.client.get_lock(fid_of(ino), asked).await {
+                Ok(None) => reply.locked(start, end, libc::F_UNLCK, 0),
+                Ok(Some(c)) => {
+                    let t = if c.lock == LockType::Write { libc::F_WRLCK } else { libc::F_RDLCK };
+                    reply.locked(c.start, c.end, t, c.pid)
+                }
+                Err(e) => reply.error(errno(&e)),
             }
-            Err(e) => reply.error(errno(&e)),
-        }
+        });
     }
 
     fn setlk(
@@ -1034,18 +1134,19 @@ impl fuser::Filesystem for BraidFs {
             Err(e) => return reply.error(e),
         };
         let fid = fid_of(ino);
-        match self
-            .run(req, self.client.set_lock(fid, LockRequest { owner: lock_owner.0, pid, lock, start, end }, sleep))
-        {
-            Ok(None) => {
-                if lock != LockType::Unlock {
-                    self.handles.add_lock_owner(fid, lock_owner.0);
+        let asked = LockRequest { owner: lock_owner.0, pid, lock, start, end };
+        self.serve(req, move |s| async move {
+            match s.client.set_lock(fid, asked, sleep).await {
+                Ok(None) => {
+                    if lock != LockType::Unlock {
+                        s.handles.add_lock_owner(fid, lock_owner.0);
+                    }
+                    reply.ok()
                 }
-                reply.ok()
+                Ok(Some(_)) => reply.error(Errno::EAGAIN),
+                Err(e) => reply.error(errno(&e)),
             }
-            Ok(Some(_)) => reply.error(Errno::EAGAIN),
-            Err(e) => reply.error(errno(&e)),
-        }
+        });
     }
 
     fn fallocate(
@@ -1072,25 +1173,24 @@ impl fuser::Filesystem for BraidFs {
         }
         let Some(end) = offset.checked_add(length) else { return reply.error(Errno::from_i32(libc::EFBIG)) };
         let c = self.creds(req);
-        let r = self.run(req, async {
-            if punch || zero {
-                // Objects are sparse: a punched range reads back as zeros.
-                let size = f.file.size();
-                if offset < size {
-                    self.client.punch_hole(&f.file, offset, end.min(size) - offset).await?;
+        self.serve(req, move |s| async move {
+            let r = async {
+                if punch || zero {
+                    // Objects are sparse: a punched range reads back as zeros.
+                    let size = f.file.size();
+                    if offset < size {
+                        s.client.punch_hole(&f.file, offset, end.min(size) - offset).await?;
+                    }
                 }
-            }
-            if !keep_size && end > f.file.size() {
-                // Allocation extends the size; the space is not reserved on the OSTs.
-                self.client.ftruncate(&c, &f.file, end).await?;
-                self.handles.truncated(f.file.fid, end);
-            }
-            Ok::<_, ClientError>(())
+                if !keep_size && end > f.file.size() {
+                    // Allocation extends the size; the space is not reserved on the OSTs.
+                    s.client.ftruncate(&c, &f.file, end).await?;
+                    s.handles.truncated(f.file.fid, end);
+                }
+                Ok::<_, ClientError>(())
+            };
+            reply_empty(reply, r.await)
         });
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
     }
 }
 
