@@ -244,6 +244,8 @@ struct Inner {
     open_files: Mutex<HashMap<Fid, Vec<std::sync::Weak<io::Inflight>>>>,
     /// Closes with nothing to report, not yet sent (see [`Client::close`]).
     closes: Mutex<Vec<Fid>>,
+    /// Turns to wait on an MDS for a lock (see [`LOCK_WAITS_MAX`]).
+    lock_waits: tokio::sync::Semaphore,
     /// Directories' attributes as this client's own create or unlink in them left
     /// them, and when (see [`Client::recent_dir_attr`]).
     recent_dirs: Mutex<HashMap<Fid, (Attr, Instant)>>,
@@ -306,6 +308,12 @@ const EPOCH_RETRIES_MAX: usize = 8;
 
 /// How long a close with nothing to report may wait to share an RPC with others.
 const CLOSE_DELAY: Duration = Duration::from_millis(5);
+/// Most `F_SETLKW` requests of this client waiting on MDSs at once; more waiters take
+/// turns here. An MDS holds a waiting request for up to a few seconds, and it holds
+/// one of the connection's request slots all that time (32 on the client's side). With
+/// 40 processes of one mount waiting, the holder's unlock found no slot until the waits
+/// timed out: 19 s for the lock to pass through them all, 0.03 s with 30.
+const LOCK_WAITS_MAX: usize = 16;
 /// Most closes one RPC carries; a full queue is sent at once.
 const CLOSE_BATCH_MAX: usize = 512;
 
@@ -535,6 +543,7 @@ impl Client {
                 last_refresh: Mutex::new(Instant::now()),
                 open_files: Mutex::new(HashMap::new()),
                 closes: Mutex::new(Vec::new()),
+                lock_waits: tokio::sync::Semaphore::new(LOCK_WAITS_MAX),
                 recent_dirs: Mutex::new(HashMap::new()),
                 revocations: Arc::new(Revocations { leases: leases.clone(), deferred: deferred.clone() }),
                 leases,
@@ -1654,6 +1663,10 @@ impl Client {
         let len = lock.end.saturating_sub(lock.start).saturating_add(1);
         self.observe("setlk", Some(fid), lock.start, len, async {
             loop {
+                // A turn each time: waiters queued here get theirs as the MDS's wait
+                // slices end, whatever lock they wait for.
+                let _turn =
+                    if wait { Some(self.inner.lock_waits.acquire().await.expect("never closed")) } else { None };
                 let req = Request::MdsSetLock { fid, lock, wait };
                 match self.md(fid, req).await? {
                     Response::Ok => return Ok(None),

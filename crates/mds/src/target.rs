@@ -299,5 +299,8 @@ impl Mdt {
     }
 }
 
-/// How long an `F_SETLKW` request waits on the MDS before the client asks again.
-const LOCK_WAIT_SLICE: Duration = Duration::from_secs(10);
+/// How long an `F_SETLKW` request waits on the MDS before the client asks again. Short,
+/// because the request holds a request slot of the connection meanwhile, and a client
+/// lets only so many wait at once (the client's `LOCK_WAITS_MAX`): the others take
+/// turns as these slices end.
+const LOCK_WAIT_SLICE: Duration = Duration::from_secs(1);
