@@ -167,7 +167,18 @@ fn more_lock_waiters_than_mount_threads_leave_the_mount_answering() {
     let f = OpenOptions::new().read(true).write(true).open(&p).unwrap();
     assert_eq!(fcntl_lock(f.as_raw_fd(), libc::F_SETLK, &mut flock_t(libc::F_WRLCK, 0, 0)), 0);
     let waiters: Vec<libc::pid_t> = (0..40)
-        .map(|_| fork_child(&p, |fd| fcntl_lock(fd, libc::F_SETLKW, &mut flock_t(libc::F_WRLCK, 0, 0))))
+        .map(|_| {
+            fork_child(&p, |fd| {
+                let got = fcntl_lock(fd, libc::F_SETLKW, &mut flock_t(libc::F_WRLCK, 0, 0));
+                // Unlocked as Python's lockf does, with F_SETLKW; half the waiters
+                // leave it to their exit instead.
+                // SAFETY: getpid cannot fail.
+                if got == 0 && unsafe { libc::getpid() } % 2 == 0 {
+                    return fcntl_lock(fd, libc::F_SETLKW, &mut flock_t(libc::F_UNLCK, 0, 0));
+                }
+                got
+            })
+        })
         .collect();
     std::thread::sleep(Duration::from_millis(500));
     for &w in &waiters {

@@ -1664,9 +1664,12 @@ impl Client {
         self.observe("setlk", Some(fid), lock.start, len, async {
             loop {
                 // A turn each time: waiters queued here get theirs as the MDS's wait
-                // slices end, whatever lock they wait for.
+                // slices end, whatever lock they wait for. An unlock never waits, even
+                // sent as F_SETLKW (as Python's lockf does): it takes no turn, or it
+                // would queue behind the very waiters it is to let in.
+                let waits = wait && lock.lock != LockType::Unlock;
                 let _turn =
-                    if wait { Some(self.inner.lock_waits.acquire().await.expect("never closed")) } else { None };
+                    if waits { Some(self.inner.lock_waits.acquire().await.expect("never closed")) } else { None };
                 let req = Request::MdsSetLock { fid, lock, wait };
                 match self.md(fid, req).await? {
                     Response::Ok => return Ok(None),
