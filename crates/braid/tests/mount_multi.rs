@@ -71,7 +71,12 @@ fn wait_child(pid: libc::pid_t, timeout: Duration) -> Option<i32> {
         // SAFETY: waitpid on our own child.
         let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
         if r == pid {
-            return Some(libc::WEXITSTATUS(status));
+            // A child killed by a signal did not get to its exit code.
+            return Some(if libc::WIFEXITED(status) {
+                libc::WEXITSTATUS(status)
+            } else {
+                128 + libc::WTERMSIG(status)
+            });
         }
         if start.elapsed() > timeout {
             return None;
@@ -166,7 +171,7 @@ fn more_lock_waiters_than_mount_threads_leave_the_mount_answering() {
     fs::write(&p, b"x").unwrap();
     let f = OpenOptions::new().read(true).write(true).open(&p).unwrap();
     assert_eq!(fcntl_lock(f.as_raw_fd(), libc::F_SETLK, &mut flock_t(libc::F_WRLCK, 0, 0)), 0);
-    let waiters: Vec<libc::pid_t> = (0..40)
+    let mut waiters: Vec<libc::pid_t> = (0..40)
         .map(|_| {
             fork_child(&p, |fd| {
                 let got = fcntl_lock(fd, libc::F_SETLKW, &mut flock_t(libc::F_WRLCK, 0, 0));
@@ -181,8 +186,17 @@ fn more_lock_waiters_than_mount_threads_leave_the_mount_answering() {
         })
         .collect();
     std::thread::sleep(Duration::from_millis(500));
-    for &w in &waiters {
-        assert_eq!(wait_child(w, Duration::ZERO), None, "F_SETLKW waits while the lock is held");
+    // Only children not reaped yet: a reaped child's pid may be another process's now.
+    let kill_all = |waiters: &[libc::pid_t]| {
+        for &w in waiters {
+            // SAFETY: killing our own child, not reaped yet.
+            unsafe { libc::kill(w, libc::SIGKILL) };
+        }
+    };
+    if let Some(i) = waiters.iter().position(|&w| wait_child(w, Duration::ZERO).is_some()) {
+        let w = waiters.remove(i);
+        kill_all(&waiters);
+        panic!("waiter {w} ended while the lock was held");
     }
     // Other work through the mount, on a thread: a hung mount would hang the test.
     let other = m.path("other");
@@ -195,24 +209,26 @@ fn more_lock_waiters_than_mount_threads_leave_the_mount_answering() {
     if !matches!(answered, Ok(Ok(true))) {
         // A stuck mount: the waiters, and a close of the holder's descriptor, would
         // hang until the mount process goes (the Mount's drop kills it).
-        for &w in &waiters {
-            // SAFETY: killing our own child.
-            unsafe { libc::kill(w, libc::SIGKILL) };
-        }
+        kill_all(&waiters);
         std::thread::spawn(move || drop(f));
         panic!("the mount stopped answering while processes waited for a lock: {answered:?}");
     }
-    // The holder's close drops its lock; the waiters take it one after the other.
+    // The holder's close drops its lock; the waiters take it one after the other. The
+    // close itself is on a thread: a stuck unlock must fail the test, not hang it.
     let unlocked = std::time::Instant::now();
-    drop(f);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        drop(f);
+        let _ = tx.send(());
+    });
+    if rx.recv_timeout(Duration::from_secs(30)).is_err() {
+        kill_all(&waiters);
+        panic!("the holder's close did not return");
+    }
     let exits: Vec<Option<i32>> = waiters.iter().map(|&w| wait_child(w, Duration::from_secs(30))).collect();
     let passed = unlocked.elapsed();
-    for (&w, e) in waiters.iter().zip(&exits) {
-        if e.is_none() {
-            // SAFETY: killing our own child.
-            unsafe { libc::kill(w, libc::SIGKILL) };
-        }
-    }
+    let left: Vec<libc::pid_t> = waiters.iter().zip(&exits).filter(|(_, e)| e.is_none()).map(|(&w, _)| w).collect();
+    kill_all(&left);
     assert!(exits.iter().all(|e| *e == Some(0)), "every waiter got the lock once it was free: {exits:?}");
     // Not a measure of speed: the lock passes through 40 waiters in well under a second
     // here; a stall behind a wait slice (10 s before) is what this catches.

@@ -1662,15 +1662,19 @@ impl Client {
     pub async fn set_lock(&self, fid: Fid, lock: LockRequest, wait: bool) -> Result<Option<LockInfo>> {
         let len = lock.end.saturating_sub(lock.start).saturating_add(1);
         self.observe("setlk", Some(fid), lock.start, len, async {
+            let mut first = true;
             loop {
-                // A turn each time: waiters queued here get theirs as the MDS's wait
-                // slices end, whatever lock they wait for. An unlock never waits, even
-                // sent as F_SETLKW (as Python's lockf does): it takes no turn, or it
-                // would queue behind the very waiters it is to let in.
-                let waits = wait && lock.lock != LockType::Unlock;
+                // A turn each time it has to wait: waiters queued here get theirs as the
+                // MDS's wait slices end, whatever lock they wait for. So a lock is first
+                // asked for without waiting, with no turn: one that is free (another
+                // file's, a holder's own change of its lock) never queues behind the
+                // waiters. An unlock never waits, even sent as F_SETLKW (as Python's
+                // lockf does).
+                let waits = wait && lock.lock != LockType::Unlock && !first;
+                first = false;
                 let _turn =
                     if waits { Some(self.inner.lock_waits.acquire().await.expect("never closed")) } else { None };
-                let req = Request::MdsSetLock { fid, lock, wait };
+                let req = Request::MdsSetLock { fid, lock, wait: waits };
                 match self.md(fid, req).await? {
                     Response::Ok => return Ok(None),
                     Response::Lock(Some(c)) if !wait => return Ok(Some(c)),

@@ -49,10 +49,16 @@ thread_local! {
 /// of user `uid` and group `gid`: their trace records name that caller. Without it,
 /// a record names this process.
 pub fn with_caller<T>(pid: u32, uid: u32, gid: u32, f: impl FnOnce() -> T) -> T {
-    let before = CALLER.replace(Some((pid, uid, gid)));
-    let r = f();
-    CALLER.set(before);
-    r
+    /// Puts the caller before back, also when `f` panics: the thread (a runtime's
+    /// worker) goes on to run other work.
+    struct Restore(Option<(u32, u32, u32)>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            CALLER.set(self.0);
+        }
+    }
+    let _restore = Restore(CALLER.replace(Some((pid, uid, gid))));
+    f()
 }
 
 fn caller() -> (u32, u32, u32) {

@@ -787,17 +787,16 @@ impl fuser::Filesystem for BraidFs {
             return reply.ok();
         }
         self.serve(req, move |s| async move {
-            if let Some(f) = flush {
-                if let Err(e) = s.client.flush(&f.file).await {
-                    return reply.error(errno(&e));
-                }
-            }
-            if unlock {
-                if let Err(e) = s.client.set_lock(fid, unlock_all(lock_owner.0), false).await {
-                    return reply.error(errno(&e));
-                }
-            }
-            reply.ok()
+            let flushed = match flush {
+                Some(f) => s.client.flush(&f.file).await,
+                None => Ok(()),
+            };
+            // The owner is no longer listed: its locks go now, even if the flush failed.
+            let unlocked = match unlock {
+                true => s.client.set_lock(fid, unlock_all(lock_owner.0), false).await.map(|_| ()),
+                false => Ok(()),
+            };
+            reply_empty(reply, flushed.and(unlocked))
         });
     }
 

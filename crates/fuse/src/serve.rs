@@ -115,6 +115,19 @@ mod tests {
     }
 
     #[test]
+    fn a_request_woken_during_its_first_poll_is_not_lost() {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        // yield_now wakes its own waker before returning Pending: the wake-up comes
+        // while the serving thread is still polling.
+        serve(rt.handle(), (1, 0, 0), async move {
+            tokio::task::yield_now().await;
+            tx.send(()).unwrap();
+        });
+        rx.recv_timeout(Duration::from_secs(5)).expect("the request woken during its first poll finishes");
+    }
+
+    #[test]
     fn many_requests_woken_in_any_order_each_finish_once() {
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
         let done = Arc::new(AtomicUsize::new(0));
@@ -132,7 +145,7 @@ mod tests {
                 done.fetch_add(1, Ordering::SeqCst);
             });
         }
-        // Woken from other threads, while the serving thread goes on.
+        // Woken from another thread, in reverse order.
         let wakers = std::thread::spawn(move || {
             for go in senders.into_iter().rev() {
                 go.send(()).unwrap();
