@@ -12,7 +12,7 @@ use layout::LayoutSpec;
 use proto::msg::OpenFlags;
 use proto::Fid;
 use testkit::{
-    getstripe_objects, output_within, pattern, runtime, stderr, stdout, wait_for, Cluster, ClusterSpec, WAIT,
+    getstripe_objects, output_within, pattern, runtime, stderr, stdout, wait_for, within, Cluster, ClusterSpec, WAIT,
 };
 
 fn bin() -> &'static Path {
@@ -170,6 +170,47 @@ fn sigkill_of_the_mds_mid_workload_then_restart() {
 #[test]
 fn sigkill_of_an_oss_mid_workload_then_restart() {
     sigkill_mid_workload("oss1");
+}
+
+/// Descriptors process `pid` has open.
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count()).unwrap_or(0)
+}
+
+#[test]
+fn statfs_in_a_loop_leaves_no_connections_behind_and_fails_when_no_ost_answers() {
+    // Each statfs used to connect to every target afresh and never close those
+    // connections: a client running `df` (or stress-ng, which calls statfs all the
+    // time) piled up sockets until it and the servers ran out of descriptors.
+    let mut c = Cluster::start(bin(), two_oss());
+    let rt = runtime();
+    let client = c.connect(&rt);
+    let servers = ["mds", "oss0", "oss1"];
+    let pid = |c: &Cluster, name: &str| c.servers[name].pid().expect("server running");
+    let first = rt.block_on(client.statfs()).expect("statfs");
+    assert!(first.total_bytes > 0 && first.total_inodes > 0, "{first:?}");
+    let before: Vec<usize> = servers.iter().map(|s| open_fds(pid(&c, s))).collect();
+    for _ in 0..200 {
+        rt.block_on(client.statfs()).expect("statfs");
+    }
+    let after: Vec<usize> = servers.iter().map(|s| open_fds(pid(&c, s))).collect();
+    for ((name, b), a) in servers.iter().zip(&before).zip(&after) {
+        assert!(*a <= b + 4, "{name} holds {a} descriptors after 200 statfs calls, {b} before");
+    }
+
+    // Every OST down: the totals would be made up, so statfs says it cannot tell.
+    c.kill("oss0");
+    c.kill("oss1");
+    let err = within(&rt, "statfs with every OST down", async {
+        loop {
+            match client.statfs().await {
+                Ok(u) if u.total_bytes > 0 => tokio::time::sleep(Duration::from_millis(200)).await,
+                other => break other,
+            }
+        }
+    });
+    let e = err.expect_err("statfs with every OST down");
+    assert!(e.to_string().contains("no OST answered"), "{e}");
 }
 
 #[test]

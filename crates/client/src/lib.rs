@@ -314,6 +314,9 @@ const CLOSE_DELAY: Duration = Duration::from_millis(5);
 /// 40 processes of one mount waiting, the holder's unlock found no slot until the waits
 /// timed out: 19 s for the lock to pass through them all, 0.03 s with 30.
 const LOCK_WAITS_MAX: usize = 16;
+/// How long `statfs` and `df` wait for a target's usage before showing it as not
+/// answering (a down target must not hold `df` for the whole recovery timeout).
+const USAGE_WAIT: Duration = Duration::from_secs(2);
 /// Most closes one RPC carries; a full queue is sent at once.
 const CLOSE_BATCH_MAX: usize = 512;
 
@@ -1715,9 +1718,7 @@ impl Client {
         self.observe("target_usage", None, 0, 0, async {
             let config = self.load_config().await?;
             let mut out = Vec::new();
-            let quick = RpcOptions { recovery_timeout: Duration::from_secs(2), ..self.inner.cfg.rpc.clone() };
             for t in config.mdts.iter().chain(config.osts.iter()) {
-                let c = RpcClient::new(t.address.clone(), self.inner.identity.clone(), quick.clone());
                 let req = match t.kind {
                     TargetKind::Mdt => Request::MdsStatfs { mdt: t.index },
                     TargetKind::Ost => Request::OstStatfs { ost: t.index },
@@ -1725,12 +1726,17 @@ impl Client {
                 let u = if !t.up {
                     Err("inactive device".to_string())
                 } else {
-                    match c.call(&req, vec![]).await {
-                        Ok(r) => match r.response {
+                    // The connection every other request uses (a connection per call
+                    // cost a handshake each, and `df` in a loop piled them up); a target
+                    // that does not answer soon is shown as such, not waited for.
+                    let server = self.server(&t.address);
+                    match tokio::time::timeout(USAGE_WAIT, server.call(&req, vec![])).await {
+                        Ok(Ok(r)) => match r.response {
                             Response::Usage(u) => Ok(u),
                             other => Err(format!("unexpected answer {other:?}")),
                         },
-                        Err(e) => Err(e.to_string()),
+                        Ok(Err(e)) => Err(e.to_string()),
+                        Err(_) => Err(format!("no answer within {} s", USAGE_WAIT.as_secs())),
                     }
                 };
                 out.push((t.clone(), u));
@@ -1740,11 +1746,26 @@ impl Client {
         .await
     }
 
-    /// File system totals (statfs): space from the OSTs, inodes from the MDTs.
+    /// File system totals (statfs): space from the OSTs, inodes from the MDTs. Targets
+    /// that do not answer are left out, as Lustre's client leaves out inactive OSTs;
+    /// when no OST (or no MDT) answers, the totals would be made up, so it is an error.
     pub async fn statfs(&self) -> Result<Usage> {
         self.observe("statfs", None, 0, 0, async {
             let mut total = Usage::default();
-            for (t, u) in self.target_usage().await? {
+            let usage = self.target_usage().await?;
+            for kind in [TargetKind::Mdt, TargetKind::Ost] {
+                let of_kind: Vec<_> = usage.iter().filter(|(t, _)| t.kind == kind).collect();
+                if !of_kind.is_empty() && of_kind.iter().all(|(_, u)| u.is_err()) {
+                    let why = of_kind.iter().filter_map(|(t, u)| {
+                        u.as_ref().err().map(|e| format!("{}{:04x}: {e}", t.kind.name(), t.index))
+                    });
+                    return Err(ClientError::Errno(
+                        Errno::Io,
+                        format!("statfs: no {} answered ({})", kind.name(), why.collect::<Vec<_>>().join("; ")),
+                    ));
+                }
+            }
+            for (t, u) in usage {
                 let Ok(u) = u else { continue };
                 match t.kind {
                     TargetKind::Ost => {

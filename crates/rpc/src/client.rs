@@ -239,6 +239,16 @@ struct Conn {
     slots: Semaphore,
 }
 
+impl Drop for Conn {
+    /// The last user of a connection is gone (its client dropped, or replaced after a
+    /// failure): close the socket. The reader holds the shared half and would
+    /// otherwise keep it open, and the server's descriptor with it, for as long as the
+    /// server does.
+    fn drop(&mut self) {
+        self.shared.fail_all("the client closed the connection");
+    }
+}
+
 /// A connection to one server, re-established as needed.
 pub struct RpcClient {
     addr: String,
