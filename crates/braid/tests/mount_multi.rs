@@ -154,6 +154,85 @@ fn posix_and_bsd_locks_in_one_mount() {
     drop(f);
 }
 
+/// Runs `f` on a thread; its result, or None if it is not done within `timeout`.
+fn within_thread<T: Send + 'static>(timeout: Duration, f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(timeout).ok()
+}
+
+/// Two owners each hold a lock the other then waits for: one of them must get EDEADLK
+/// (as from the kernel for local POSIX locks; Lustre detects it across clients), and
+/// the other the lock once the loser lets go. Before, both waited forever (stress-ng's
+/// lockf stressor hung that way). Which one is told depends on which wait closes the
+/// cycle: the second to wait, or the first when it asks again after its wait slice.
+#[test]
+fn a_lock_wait_that_would_deadlock_gets_edeadlk_in_one_mount_and_across_two() {
+    let c = cluster();
+    let m1 = Mount::new(&c, "");
+    let m2 = Mount::new(&c, "");
+    let p = m1.path("cycle");
+    fs::write(&p, vec![0u8; 100]).unwrap();
+
+    // Two processes of one mount.
+    let f = OpenOptions::new().read(true).write(true).open(&p).unwrap();
+    let fd = f.as_raw_fd();
+    assert_eq!(fcntl_lock(fd, libc::F_SETLK, &mut flock_t(libc::F_WRLCK, 0, 10)), 0);
+    let child = fork_child(&p, |fd| {
+        if fcntl_lock(fd, libc::F_SETLK, &mut flock_t(libc::F_WRLCK, 10, 10)) != 0 {
+            return 1;
+        }
+        fcntl_lock(fd, libc::F_SETLKW, &mut flock_t(libc::F_WRLCK, 0, 10))
+    });
+    wait_for("the child to hold [10, 20)", Duration::from_secs(30), || {
+        let mut q = flock_t(libc::F_WRLCK, 10, 10);
+        fcntl_lock(fd, libc::F_GETLK, &mut q) == 0 && q.l_type == libc::F_WRLCK as i16
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let mine = within_thread(Duration::from_secs(30), move || {
+        fcntl_lock(fd, libc::F_SETLKW, &mut flock_t(libc::F_WRLCK, 10, 10))
+    });
+    if mine == Some(libc::EDEADLK) {
+        assert_eq!(fcntl_lock(fd, libc::F_SETLK, &mut flock_t(libc::F_UNLCK, 0, 10)), 0);
+    }
+    let theirs = wait_child(child, Duration::from_secs(30));
+    assert!(
+        matches!((mine, theirs), (Some(libc::EDEADLK), Some(0)) | (Some(0), Some(libc::EDEADLK))),
+        "one waiter told EDEADLK, the other granted: parent {mine:?}, child {theirs:?}"
+    );
+    assert_eq!(fcntl_lock(fd, libc::F_SETLK, &mut flock_t(libc::F_UNLCK, 0, 0)), 0);
+
+    // Two clients.
+    let f2 = OpenOptions::new().read(true).write(true).open(m2.path("cycle")).unwrap();
+    let fd2 = f2.as_raw_fd();
+    assert_eq!(fcntl_lock(fd, libc::F_SETLK, &mut flock_t(libc::F_WRLCK, 0, 10)), 0);
+    assert_eq!(fcntl_lock(fd2, libc::F_SETLK, &mut flock_t(libc::F_WRLCK, 10, 10)), 0);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let r = fcntl_lock(fd2, libc::F_SETLKW, &mut flock_t(libc::F_WRLCK, 0, 10));
+        if r == libc::EDEADLK {
+            fcntl_lock(fd2, libc::F_SETLK, &mut flock_t(libc::F_UNLCK, 10, 10));
+        }
+        let _ = tx.send(r);
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let first = within_thread(Duration::from_secs(30), move || {
+        fcntl_lock(fd, libc::F_SETLKW, &mut flock_t(libc::F_WRLCK, 10, 10))
+    });
+    if first == Some(libc::EDEADLK) {
+        assert_eq!(fcntl_lock(fd, libc::F_SETLK, &mut flock_t(libc::F_UNLCK, 0, 10)), 0);
+    }
+    let second = rx.recv_timeout(Duration::from_secs(30)).ok();
+    assert!(
+        matches!((first, second), (Some(libc::EDEADLK), Some(0)) | (Some(0), Some(libc::EDEADLK))),
+        "one client told EDEADLK, the other granted: client 1 {first:?}, client 2 {second:?}"
+    );
+    drop(f2);
+    drop(f);
+}
+
 /// A process waiting in F_SETLKW is a FUSE request the mount has not answered, and an
 /// RPC waiting on the MDS. With more of them than the mount has FUSE threads (8 by
 /// default), a mount whose threads each waited for their request's answer had none

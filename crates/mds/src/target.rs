@@ -275,6 +275,7 @@ impl Mdt {
             return Response::error(Errno::Inval, "lock range ends before it starts");
         }
         let deadline = tokio::time::Instant::now() + LOCK_WAIT_SLICE;
+        let mut waiting = WaitEntry { locks: &self.locks, client, owner: lock.owner, id: None };
         loop {
             let notified = self.lock_released.notified();
             {
@@ -291,10 +292,43 @@ impl Mdt {
                         return Response::Ok;
                     }
                     Some(c) if !wait || tokio::time::Instant::now() >= deadline => return Response::Lock(Some(c)),
-                    Some(_) => {}
+                    Some(c) => {
+                        // Asked again at every wake: the owner in the way may have begun
+                        // to wait on this one since.
+                        if t.would_deadlock(fid, client, &lock) {
+                            return Response::error(
+                                Errno::Deadlk,
+                                format!(
+                                    "waiting for {fid} [{}, {}] would deadlock: the owner of its lock at [{}, {}] \
+                                     (pid {}) waits, directly or through others, on this owner",
+                                    lock.start, lock.end, c.start, c.end, c.pid
+                                ),
+                            );
+                        }
+                        if waiting.id.is_none() {
+                            waiting.id = Some(t.wait_begins(fid, client, &lock));
+                        }
+                    }
                 }
             }
             let _ = tokio::time::timeout_at(deadline, notified).await;
+        }
+    }
+}
+
+/// A request's entry among the waiting ones, removed however the request ends (granted,
+/// refused, or dropped with its connection).
+struct WaitEntry<'a> {
+    locks: &'a Mutex<locks::LockTable>,
+    client: u64,
+    owner: u64,
+    id: Option<u64>,
+}
+
+impl Drop for WaitEntry<'_> {
+    fn drop(&mut self) {
+        if let Some(id) = self.id {
+            self.locks.lock().expect("locks").wait_ends(self.client, self.owner, id);
         }
     }
 }

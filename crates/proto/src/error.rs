@@ -32,6 +32,8 @@ pub enum Errno {
     NotSup,
     /// The server is not ready (e.g. not registered yet): retry later.
     Again,
+    /// Waiting for a lock would deadlock (`F_SETLKW`'s `EDEADLK`).
+    Deadlk,
 }
 
 impl Errno {
@@ -41,6 +43,7 @@ impl Errno {
             Errno::NoEnt => 2,
             Errno::Io => 5,
             Errno::Again => 11,
+            Errno::Deadlk => 35,
             Errno::Access => 13,
             Errno::Busy => 16,
             Errno::Exist => 17,
