@@ -163,6 +163,57 @@ fn within_thread<T: Send + 'static>(timeout: Duration, f: impl FnOnce() -> T + S
     rx.recv_timeout(timeout).ok()
 }
 
+extern "C" fn on_usr1(_: libc::c_int) {}
+
+/// A signal with a handler ends a lock wait with EINTR, as on a local file system.
+/// fuser answers the kernel's FUSE_INTERRUPT with "not supported", so before, a process
+/// catching SIGINT or SIGALRM waited in F_SETLKW until it got the lock (stress-ng's
+/// lockf stressor never ended).
+#[test]
+fn a_signal_ends_a_lock_wait_with_eintr() {
+    let c = cluster();
+    let m = Mount::new(&c, "");
+    let p = m.path("held");
+    fs::write(&p, b"x").unwrap();
+    let f = OpenOptions::new().read(true).write(true).open(&p).unwrap();
+    let fd = f.as_raw_fd();
+    assert_eq!(fcntl_lock(fd, libc::F_SETLK, &mut flock_t(libc::F_WRLCK, 0, 0)), 0);
+    let child = fork_child(&p, |fd| {
+        // SAFETY: a handler that does nothing, installed without SA_RESTART.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_usr1 as extern "C" fn(libc::c_int) as usize;
+            libc::sigaction(libc::SIGUSR1, &sa, std::ptr::null_mut());
+        }
+        fcntl_lock(fd, libc::F_SETLKW, &mut flock_t(libc::F_WRLCK, 0, 0))
+    });
+    std::thread::sleep(Duration::from_millis(700));
+    assert_eq!(wait_child(child, Duration::ZERO), None, "the child waits for the lock");
+    // SAFETY: kill(2) of our own unreaped child.
+    unsafe { libc::kill(child, libc::SIGUSR1) };
+    let code = wait_child(child, Duration::from_secs(15));
+    if code.is_none() {
+        // SAFETY: as above; the test fails below either way.
+        unsafe { libc::kill(child, libc::SIGKILL) };
+        wait_child(child, Duration::from_secs(15));
+    }
+    assert_eq!(code, Some(libc::EINTR), "F_SETLKW ends with EINTR when a handled signal comes");
+    // The lock stayed the holder's.
+    let mut q = flock_t(libc::F_WRLCK, 0, 0);
+    let other = fork_child(&p, move |fd| {
+        if fcntl_lock(fd, libc::F_GETLK, &mut q) != 0 {
+            return 1;
+        }
+        if q.l_type == libc::F_WRLCK as i16 {
+            0
+        } else {
+            2
+        }
+    });
+    assert_eq!(wait_child(other, Duration::from_secs(30)), Some(0), "the holder still holds the lock");
+    drop(f);
+}
+
 /// Two owners each hold a lock the other then waits for: one of them must get EDEADLK
 /// (as from the kernel for local POSIX locks; Lustre detects it across clients), and
 /// the other the lock once the loser lets go. Before, both waited forever (stress-ng's

@@ -314,6 +314,8 @@ const CLOSE_DELAY: Duration = Duration::from_millis(5);
 /// 40 processes of one mount waiting, the holder's unlock found no slot until the waits
 /// timed out: 19 s for the lock to pass through them all, 0.03 s with 30.
 const LOCK_WAITS_MAX: usize = 16;
+/// How often a lock waiting for its turn checks whether its caller was interrupted.
+const INTERRUPT_POLL: Duration = Duration::from_millis(100);
 /// How long `statfs` and `df` wait for a target's usage before showing it as not
 /// answering (a down target must not hold `df` for the whole recovery timeout).
 const USAGE_WAIT: Duration = Duration::from_secs(2);
@@ -1661,9 +1663,23 @@ impl Client {
 
     /// Takes, changes or releases a byte-range lock (`end` inclusive). Returns the
     /// conflicting lock when it cannot be granted; with `wait`, keeps asking until it is.
-    #[allow(clippy::too_many_arguments)]
     pub async fn set_lock(&self, fid: Fid, lock: LockRequest, wait: bool) -> Result<Option<LockInfo>> {
+        self.set_lock_until(fid, lock, wait, || false).await
+    }
+
+    /// As [`Client::set_lock`], and a wait ends with `EINTR` once `interrupted` says so
+    /// (a signal came for the waiting process). It is asked between the MDS's wait
+    /// slices and every [`INTERRUPT_POLL`] while waiting for a turn. A lock granted
+    /// before it is noticed is kept, as a local lock granted just before a signal is.
+    pub async fn set_lock_until(
+        &self,
+        fid: Fid,
+        lock: LockRequest,
+        wait: bool,
+        interrupted: impl Fn() -> bool,
+    ) -> Result<Option<LockInfo>> {
         let len = lock.end.saturating_sub(lock.start).saturating_add(1);
+        let intr = || ClientError::Errno(Errno::Intr, format!("{fid}: lock wait interrupted by a signal"));
         self.observe("setlk", Some(fid), lock.start, len, async {
             let mut first = true;
             loop {
@@ -1675,12 +1691,19 @@ impl Client {
                 // lockf does).
                 let waits = wait && lock.lock != LockType::Unlock && !first;
                 first = false;
-                let _turn =
-                    if waits { Some(self.inner.lock_waits.acquire().await.expect("never closed")) } else { None };
+                let mut turn = None;
+                while waits && turn.is_none() {
+                    if interrupted() {
+                        return Err(intr());
+                    }
+                    let ask = self.inner.lock_waits.acquire();
+                    turn = tokio::time::timeout(INTERRUPT_POLL, ask).await.ok().map(|t| t.expect("never closed"));
+                }
                 let req = Request::MdsSetLock { fid, lock, wait: waits };
                 match self.md(fid, req).await? {
                     Response::Ok => return Ok(None),
                     Response::Lock(Some(c)) if !wait => return Ok(Some(c)),
+                    Response::Lock(_) if interrupted() => return Err(intr()),
                     Response::Lock(_) => continue,
                     r => return Err(unexpected("setlk", &r)),
                 }

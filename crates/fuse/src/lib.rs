@@ -191,6 +191,33 @@ fn inode_errno(e: &ClientError) -> Errno {
     }
 }
 
+/// Whether thread `tid` (a FUSE request's caller) has a signal pending that it
+/// neither blocks nor ignores, or is gone. A lock wait then ends with `EINTR`, as
+/// `F_SETLKW` and `flock(2)` do on a local file system when a handler is to run.
+///
+/// Why from `/proc`: the kernel tells a FUSE server with `FUSE_INTERRUPT`, but fuser
+/// answers that itself with "not supported", after which the kernel stops sending it
+/// and the caller, in a killable wait, sees only fatal signals. A process catching
+/// SIGINT or SIGALRM in `F_SETLKW` (stress-ng's lock stressors, Python's Ctrl-C)
+/// otherwise waited for the lock however long it took.
+fn signal_pending(tid: u32) -> bool {
+    let status = match std::fs::read_to_string(format!("/proc/{tid}/status")) {
+        Ok(s) => s,
+        // Gone (killed while it waited): nobody is left to take the lock. Without a
+        // /proc to look in, the wait goes on as before.
+        Err(e) => return e.kind() == std::io::ErrorKind::NotFound && Path::new("/proc/self/status").exists(),
+    };
+    let mask = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            .unwrap_or(0)
+    };
+    let pending = mask("SigPnd:") | mask("ShdPnd:");
+    pending & !mask("SigBlk:") & !mask("SigIgn:") != 0
+}
+
 fn file_type(kind: FileKind) -> FileType {
     match kind {
         FileKind::File => FileType::RegularFile,
@@ -1134,8 +1161,9 @@ impl fuser::Filesystem for BraidFs {
         };
         let fid = fid_of(ino);
         let asked = LockRequest { owner: lock_owner.0, pid, lock, start, end };
+        let caller = req.pid();
         self.serve(req, move |s| async move {
-            match s.client.set_lock(fid, asked, sleep).await {
+            match s.client.set_lock_until(fid, asked, sleep, || signal_pending(caller)).await {
                 Ok(None) => {
                     if lock != LockType::Unlock {
                         s.handles.add_lock_owner(fid, lock_owner.0);
@@ -1199,5 +1227,19 @@ pub(crate) type SizeCell = Arc<AtomicU64>;
 impl InodeState {
     pub(crate) fn size(&self) -> u64 {
         self.size.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::signal_pending;
+
+    #[test]
+    fn a_running_thread_has_no_signal_pending_and_a_gone_one_counts_as_interrupted() {
+        // SAFETY: gettid has no preconditions.
+        let me = unsafe { libc::gettid() } as u32;
+        assert!(!signal_pending(me));
+        // Beyond the kernel's largest pid (4194304): no such thread.
+        assert!(signal_pending(u32::MAX - 1));
     }
 }

@@ -34,6 +34,8 @@ pub enum Errno {
     Again,
     /// Waiting for a lock would deadlock (`F_SETLKW`'s `EDEADLK`).
     Deadlk,
+    /// The caller was interrupted by a signal while it waited (a client's own answer).
+    Intr,
 }
 
 impl Errno {
@@ -44,6 +46,7 @@ impl Errno {
             Errno::Io => 5,
             Errno::Again => 11,
             Errno::Deadlk => 35,
+            Errno::Intr => 4,
             Errno::Access => 13,
             Errno::Busy => 16,
             Errno::Exist => 17,
