@@ -382,3 +382,59 @@ fn a_trace_store_whose_disk_is_full_costs_the_mount_nothing_and_drops_are_counte
     assert!(s["collector_pid"].as_u64().is_some(), "the collector keeps trying: {s}");
     assert_eq!(std::fs::read_dir(m.dir.clone()).unwrap().count(), n);
 }
+
+/// A process holding a close-on-exec file open on a traced mount forks, and the child
+/// execs. The exec closes that file, a FLUSH, and the FLUSH's record asked for the
+/// child's job by reading its `/proc/PID/environ`, which waits until the exec is over:
+/// the two waited on each other for good (this suite's own tests hung that way while
+/// another test thread held a file open). The job is now read on a thread of its own.
+#[test]
+fn a_fork_and_exec_with_a_file_open_on_a_traced_mount_goes_through() {
+    let c = cluster();
+    let m = Mount::new(&c, "trace");
+    assert_eq!(status(&m)["enabled"], true);
+    let path = std::ffi::CString::new(m.path("held-open").to_string_lossy().as_bytes()).unwrap();
+    // SAFETY: open(2) of a path we own.
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC, 0o644) };
+    assert!(fd >= 0, "open on the mount");
+    // SAFETY: one byte from a live buffer to our descriptor.
+    assert_eq!(unsafe { libc::write(fd, b"x".as_ptr().cast(), 1) }, 1);
+    let prog = c"/bin/true";
+    let argv = [prog.as_ptr(), std::ptr::null()];
+    for round in 0..3 {
+        // SAFETY: the child calls only execv and _exit, which are async-signal-safe.
+        let child = unsafe {
+            let pid = libc::fork();
+            if pid == 0 {
+                libc::execv(prog.as_ptr(), argv.as_ptr());
+                libc::_exit(127);
+            }
+            pid
+        };
+        assert!(child > 0, "fork");
+        let start = Instant::now();
+        let mut status = 0;
+        let done = loop {
+            // SAFETY: waitpid on our own child.
+            if unsafe { libc::waitpid(child, &mut status, libc::WNOHANG) } == child {
+                break true;
+            }
+            if start.elapsed() > Duration::from_secs(20) {
+                break false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        if !done {
+            // SAFETY: as above. Not waited for: a child stuck in its exec may not die
+            // until the mount is gone, which the test's end brings about.
+            unsafe {
+                libc::kill(child, libc::SIGKILL);
+                libc::close(fd);
+            }
+            panic!("round {round}: the child's exec did not finish in 20 s");
+        }
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "round {round}: /bin/true ran");
+    }
+    // SAFETY: our descriptor.
+    unsafe { libc::close(fd) };
+}

@@ -4,11 +4,13 @@
 //! with the caller's pid, uid and gid, and the client knows where each went (the MDT of
 //! a FID, the OST of a stripe). While tracing is off an operation costs the client's
 //! look at its observer and one atomic load of the ring's switch; while on, clock
-//! reads, a lookup of the caller's job (remembered per thread) and 64 bytes written
+//! reads, a lookup of the caller's job (remembered per thread, read by a thread of its
+//! own so that no operation waits on a process in `execve`) and 64 bytes written
 //! into the shared-memory ring (see the `trace` crate's `ring`).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::mpsc::{channel, sync_channel, Sender, SyncSender};
 use std::sync::Mutex;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
@@ -140,15 +142,58 @@ impl OpObserver for Tracer {
 
 pub struct Tracer {
     ring: RingWriter,
-    jobid_var: String,
+    jobs_reader: JobReader,
     /// pid -> (looked up at, job index).
     jobs: Mutex<HashMap<u32, (Instant, u32)>>,
+}
+
+/// Reads processes' jobs from `/proc/PID/environ` on a thread of its own, and an
+/// operation waits for the answer at most [`JOB_WAIT`].
+///
+/// Why: reading a process's environment waits while that process is in `execve` (the
+/// kernel's `exec_update_lock`), and `execve` closes the close-on-exec files first. A
+/// file on this mount sends a FLUSH, whose record asked for the job before the answer
+/// went back: the exec waited for the mount and the mount for the exec, for good (a
+/// traced mount hung any fork and exec of a process holding a file open on it). Now
+/// the FLUSH is recorded without a job after the wait, the exec goes on, and the
+/// reader with it.
+struct JobReader {
+    asks: Option<SyncSender<(u32, Sender<Option<String>>)>>,
+}
+
+/// How long an operation waits for its process's job.
+const JOB_WAIT: Duration = Duration::from_millis(20);
+/// Most lookups queued for the reader; past it, an operation is recorded without a job.
+const JOB_ASKS_MAX: usize = 256;
+
+impl JobReader {
+    fn start(var: String) -> JobReader {
+        let (tx, rx) = sync_channel::<(u32, Sender<Option<String>>)>(JOB_ASKS_MAX);
+        let started = std::thread::Builder::new().name("braid-trace-jobs".into()).spawn(move || {
+            for (pid, answer) in rx {
+                let _ = answer.send(read_job(pid, &var));
+            }
+        });
+        if let Err(e) = &started {
+            tracing::warn!("trace records will name no jobs: cannot start the job reader: {e}");
+        }
+        JobReader { asks: started.ok().map(|_| tx) }
+    }
+
+    /// The job variable of `pid`: `Ok(None)` when it has none, `Err` when the reader
+    /// did not answer in time (or cannot run).
+    fn read(&self, pid: u32) -> Result<Option<String>, ()> {
+        let asks = self.asks.as_ref().ok_or(())?;
+        let (tx, rx) = channel();
+        asks.try_send((pid, tx)).map_err(|_| ())?;
+        rx.recv_timeout(JOB_WAIT).map_err(|_| ())
+    }
 }
 
 impl Tracer {
     pub fn create(cfg: &TraceConfig) -> Result<Tracer, RingError> {
         let ring = RingWriter::create(&cfg.ring, cfg.capacity, &cfg.client_name, cfg.enabled)?;
-        Ok(Tracer { ring, jobid_var: cfg.jobid_var.clone(), jobs: Mutex::new(HashMap::new()) })
+        Ok(Tracer { ring, jobs_reader: JobReader::start(cfg.jobid_var.clone()), jobs: Mutex::new(HashMap::new()) })
     }
 
     pub fn ring_path(&self) -> &std::path::Path {
@@ -179,27 +224,28 @@ impl Tracer {
                 return job;
             }
         }
-        let job = self.job_lookup(pid);
+        // Not found in time: recorded without a job, and asked again next time.
+        let Some(job) = self.job_lookup(pid) else { return NO_JOB };
         LAST_JOB.set(Some((me, pid, Instant::now(), job)));
         job
     }
 
-    fn job_lookup(&self, pid: u32) -> u32 {
+    fn job_lookup(&self, pid: u32) -> Option<u32> {
         {
             let jobs = self.jobs.lock().expect("trace jobs");
             if let Some((at, job)) = jobs.get(&pid) {
                 if at.elapsed() < JOB_TTL {
-                    return *job;
+                    return Some(*job);
                 }
             }
         }
-        let job = read_job(pid, &self.jobid_var).map_or(NO_JOB, |name| self.ring.job(&name));
+        let job = self.jobs_reader.read(pid).ok()?.map_or(NO_JOB, |name| self.ring.job(&name));
         let mut jobs = self.jobs.lock().expect("trace jobs");
         if jobs.len() >= JOBS_CACHED {
             jobs.clear();
         }
         jobs.insert(pid, (Instant::now(), job));
-        job
+        Some(job)
     }
 }
 
