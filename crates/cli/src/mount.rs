@@ -29,7 +29,7 @@ pub struct MountArgs {
     /// Stay in the foreground (otherwise return once the mount is ready).
     #[arg(short = 'f')]
     pub foreground: bool,
-    /// Options: attr_timeout=S, entry_timeout=S, allow_other, direct_io, ro, threads=N, timeout=S, max_write=BYTES, readahead_kb=KIB, dir_leases=0|1, cache_dir=PATH, cache_size=SIZE (an SSD read cache).
+    /// Options: attr_timeout=S, entry_timeout=S, allow_other, direct_io, ro, threads=N, timeout=S, max_write=BYTES, readahead_kb=KIB, dir_leases=0|1, statahead=0|1, cache_dir=PATH, cache_size=SIZE (an SSD read cache).
     #[arg(short = 'o')]
     pub options: Vec<String>,
     #[arg(long)]
@@ -57,6 +57,8 @@ pub struct MountSettings {
     pub timeout_s: u64,
     /// Directory leases (see the client's `lease` module): on unless `dir_leases=0`.
     pub dir_leases: bool,
+    /// Statahead (see the client's `statahead` module): on unless `statahead=0`.
+    pub statahead: bool,
     /// The SSD read cache (`cache_dir=PATH,cache_size=SIZE`; see the `cache` crate).
     pub cache: Option<cache::CacheConfig>,
     /// `page_cache=SIZE`: bytes of read data a native client keeps in memory (a mount
@@ -80,6 +82,7 @@ impl MountSettings {
         let mut cfg = ClientConfig::new(mgs, secret);
         cfg.rpc.recovery_timeout = Duration::from_secs(self.timeout_s);
         cfg.dir_leases = self.dir_leases;
+        cfg.statahead = self.statahead;
         cfg.cache = self.cache.clone();
         cfg.page_cache = self.page_cache;
         cfg.ost_limit = self.ost_limit;
@@ -93,6 +96,7 @@ pub fn parse_options(list: &[String]) -> Result<MountSettings> {
         fuse: fuse::MountOptions::default(),
         timeout_s: 60,
         dir_leases: true,
+        statahead: true,
         cache: None,
         page_cache: 0,
         ost_limit: None,
@@ -123,6 +127,13 @@ pub fn parse_options(list: &[String]) -> Result<MountSettings> {
                     None | Some("1") | Some("on") => true,
                     Some("0") | Some("off") => false,
                     Some(_) => bail!("option {opt}: dir_leases=1 or dir_leases=0"),
+                }
+            }
+            "statahead" => {
+                s.statahead = match v {
+                    None | Some("1") | Some("on") => true,
+                    Some("0") | Some("off") => false,
+                    Some(_) => bail!("option {opt}: statahead=1 or statahead=0"),
                 }
             }
             "cache_dir" => {
@@ -184,7 +195,7 @@ pub fn parse_options(list: &[String]) -> Result<MountSettings> {
                 }
                 s.trace.capacity = n;
             }
-            _ => bail!("unknown mount option '{opt}' (known: attr_timeout=S, entry_timeout=S, allow_other, direct_io, ro, rw, threads=N, timeout=S, max_write=BYTES, readahead_kb=KIB, dir_leases=0|1, cache_dir=PATH, cache_size=SIZE, page_cache=SIZE (native clients), ost_limit=RATE, ost_latency=MS, trace[=on|off], trace_dir=DIR, trace_server=HOST:PORT, jobid_var=NAME, trace_ring=RECORDS, trace_sync=FILE)"),
+            _ => bail!("unknown mount option '{opt}' (known: attr_timeout=S, entry_timeout=S, allow_other, direct_io, ro, rw, threads=N, timeout=S, max_write=BYTES, readahead_kb=KIB, dir_leases=0|1, statahead=0|1, cache_dir=PATH, cache_size=SIZE, page_cache=SIZE (native clients), ost_limit=RATE, ost_latency=MS, trace[=on|off], trace_dir=DIR, trace_server=HOST:PORT, jobid_var=NAME, trace_ring=RECORDS, trace_sync=FILE)"),
         }
     }
     match (&mut s.cache, cache_size) {
@@ -206,7 +217,7 @@ pub fn no_page_cache(s: &MountSettings) -> Result<()> {
 
 /// Options of a mount that a native client (`braid cp`, `braid bench` on a
 /// `braid://` target, ...) takes too, from `BRAID_CLIENT_OPTIONS`.
-const NATIVE_OPTIONS: [&str; 13] = [
+const NATIVE_OPTIONS: [&str; 14] = [
     "cache_dir",
     "cache_size",
     "page_cache",
@@ -214,6 +225,7 @@ const NATIVE_OPTIONS: [&str; 13] = [
     "ost_latency",
     "timeout",
     "dir_leases",
+    "statahead",
     "trace",
     "trace_dir",
     "trace_server",
@@ -475,6 +487,9 @@ mod tests {
         assert!(parse_options(&[]).unwrap().dir_leases);
         assert!(!parse_options(&["dir_leases=0".into()]).unwrap().dir_leases);
         assert!(parse_options(&["dir_leases=maybe".into()]).is_err());
+        assert!(parse_options(&[]).unwrap().statahead);
+        assert!(!parse_options(&["statahead=0".into()]).unwrap().statahead);
+        assert!(parse_options(&["statahead=2".into()]).is_err());
         // A native client's memory cache: parsed, and refused by a mount.
         let s = parse_options(&["page_cache=2G".into()]).unwrap();
         assert_eq!(s.page_cache, 2 << 30);

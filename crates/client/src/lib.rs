@@ -21,6 +21,7 @@ pub mod io;
 mod lease;
 pub mod objio;
 pub mod path;
+pub mod statahead;
 mod striped;
 mod throttle;
 pub mod tracer;
@@ -121,6 +122,10 @@ pub struct ClientConfig {
     /// skips the MDS's check of search permission on the directory: the mount has the
     /// kernel check it (`default_permissions`).
     pub dir_leases: bool,
+    /// Fetch the attributes of a directory's entries in bulk once lookups are seen
+    /// walking it (see the `statahead` module). Like leases, worth it for a client
+    /// that lives on; lookups of the same credentials only.
+    pub statahead: bool,
     /// A local directory caching file data this client read (see the `cache` crate);
     /// a cache that cannot be opened is logged and the client runs without it.
     pub cache: Option<cache::CacheConfig>,
@@ -146,6 +151,7 @@ impl ClientConfig {
             max_rpc_bytes: 4 << 20,
             max_dirty_bytes: 32 << 20,
             dir_leases: false,
+            statahead: false,
             cache: None,
             page_cache: 0,
             ost_limit: None,
@@ -262,6 +268,9 @@ struct Inner {
     moves: AtomicU64,
     /// Requests sent, by kind of target.
     rpcs: Arc<RpcCounters>,
+    /// Entries' attributes fetched ahead of lookups (see [`statahead`]); every request
+    /// that may change metadata moves its epoch, whether statahead is on or not.
+    statahead: Arc<statahead::Statahead>,
     /// The shard tables of striped directories met so far.
     stripes: striped::StripeTables,
     /// The SSD read cache, if configured and usable.
@@ -556,6 +565,7 @@ impl Client {
                 deferred,
                 moves: AtomicU64::new(0),
                 rpcs: Arc::default(),
+                statahead: Arc::default(),
                 stripes: Default::default(),
                 cache,
                 pages,
@@ -773,6 +783,9 @@ impl Client {
         }
         let c = self.mdt(fid).await?;
         self.inner.rpcs.count_mds();
+        if !statahead::changes_nothing(&req) {
+            self.inner.statahead.changed();
+        }
         Ok(c.call(&req, vec![]).await?)
     }
 
@@ -823,6 +836,11 @@ impl Client {
         self.inner.leases.len()
     }
 
+    /// Entries' attributes statahead holds now (see [`statahead`]).
+    pub fn statahead_entries(&self) -> usize {
+        self.inner.statahead.entries()
+    }
+
     /// Whether this client holds a lease on directory `dir` now.
     pub fn holds_dir_lease(&self, dir: Fid) -> bool {
         self.inner.leases.holds(dir)
@@ -832,14 +850,48 @@ impl Client {
 
     pub async fn lookup(&self, creds: &Creds, parent: Fid, name: &str) -> Result<Attr> {
         self.observe("lookup", Some(parent), 0, 0, async {
-            if self.inner.leases.absent(self.shard(parent, name), name) {
+            let dir = self.shard(parent, name);
+            if self.inner.leases.absent(dir, name) {
                 return Err(ClientError::Errno(Errno::NoEnt, format!("{name} not found")));
+            }
+            if self.inner.cfg.statahead && dir == parent {
+                if let Some(attr) = self.inner.statahead.take(dir, name, creds) {
+                    return Ok(attr);
+                }
+                if let Some(fetch) = self.inner.statahead.missed(dir, name) {
+                    self.spawn_statahead(creds.clone(), fetch);
+                }
             }
             let req = |dir| Request::MdsLookup { creds: creds.clone(), parent: dir, name: name.to_string() };
             let attr = answer!("lookup", self.md_entry(parent, name, req).await?.response, Response::Attr(a) => a)?;
             self.dir_attr_merged(attr).await
         })
         .await
+    }
+
+    /// Fetches the attributes of the entries after `fetch.after` for the lookups
+    /// that follow, in the background (see [`statahead`]).
+    fn spawn_statahead(&self, creds: Creds, fetch: statahead::Fetch) {
+        let c = self.clone();
+        tokio::spawn(async move {
+            let req = Request::MdsStatahead {
+                creds: creds.clone(),
+                fid: fetch.dir,
+                after: Some(fetch.after.clone()),
+                max: statahead::CHUNK,
+            };
+            match c.md(fetch.dir, req).await {
+                Ok(Response::EntryAttrs { entries, .. }) => c.inner.statahead.fill(&fetch, &creds, entries),
+                Ok(r) => {
+                    tracing::debug!(dir = %fetch.dir, "statahead: {}", unexpected("statahead", &r));
+                    c.inner.statahead.failed(&fetch);
+                }
+                Err(e) => {
+                    tracing::debug!(dir = %fetch.dir, "statahead: {e}");
+                    c.inner.statahead.failed(&fetch);
+                }
+            }
+        });
     }
 
     /// Attributes of `fid` (of a striped directory, summed over its shards).

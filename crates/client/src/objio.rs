@@ -121,6 +121,8 @@ pub struct ObjectIo {
     target: Target,
     rpc: Arc<RpcClient>,
     counts: Arc<RpcCounters>,
+    /// Moved by every write (see [`crate::statahead`]).
+    statahead: Arc<crate::statahead::Statahead>,
     /// The client's limit on OST bytes per second, if any (`-o ost_limit`).
     throttle: Option<Arc<crate::throttle::Throttle>>,
 }
@@ -137,7 +139,8 @@ impl Client {
             Target::Ost { .. } => self.inner.ost_throttle.clone(),
             Target::Mdt { .. } => None,
         };
-        Ok(ObjectIo { target, rpc, counts: self.inner.rpcs.clone(), throttle })
+        let statahead = self.inner.statahead.clone();
+        Ok(ObjectIo { target, rpc, counts: self.inner.rpcs.clone(), statahead, throttle })
     }
 }
 
@@ -145,6 +148,9 @@ impl ObjectIo {
     /// Sends one request to the target, counted.
     async fn call(&self, req: &Request, payload: Vec<Bytes>) -> Result<rpc::Reply> {
         self.counts.count(&self.target);
+        if !crate::statahead::changes_nothing(req) {
+            self.statahead.changed();
+        }
         Ok(self.rpc.call(req, payload).await?)
     }
 

@@ -275,6 +275,7 @@ impl Mds {
             Request::MdsGetattr { fid }
             | Request::MdsOpen { fid, .. }
             | Request::MdsReaddir { fid, .. }
+            | Request::MdsStatahead { fid, .. }
             | Request::MdsSetattr { fid, .. }
             | Request::MdsReadlink { fid }
             | Request::MdsSetxattr { fid, .. }
@@ -332,6 +333,14 @@ impl Mds {
                 mdt.read(move |v| {
                     let (entries, eof) = v.readdir(&creds, fid, after.as_deref(), max, shard)?;
                     Ok(Response::Dirents { entries, eof })
+                })
+                .await
+            }
+            Request::MdsStatahead { creds, fid, after, max } => {
+                self.reading_entries(&ctx, mdt, fid).await;
+                mdt.read(move |v| {
+                    let (entries, last, eof) = v.statahead(&creds, fid, after.as_deref(), max)?;
+                    Ok(Response::EntryAttrs { entries, last, eof })
                 })
                 .await
             }

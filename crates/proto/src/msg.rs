@@ -651,6 +651,19 @@ pub enum Request {
     // ---- trace collection server (payload: one encoded batch of trace records) ----
     /// A collector ships the records it took from one client's trace ring.
     TraceBatch,
+
+    // ---- MDS, continued (appended: earlier variants keep their wire numbers) ----
+    /// Statahead (Lustre's `statahead`): the attributes of up to `max` entries of
+    /// directory `fid` after `after`, in name order, for a client that sees lookups
+    /// walking the directory. Needs read and search permission on the directory.
+    /// Answered with [`Response::EntryAttrs`]; subdirectories and entries whose inode
+    /// is on another MDT are left out (their lookups go to the MDS as usual).
+    MdsStatahead {
+        creds: Creds,
+        fid: Fid,
+        after: Option<String>,
+        max: u32,
+    },
 }
 
 impl Request {
@@ -711,6 +724,7 @@ impl Request {
             Request::OstStatfs { .. } => "ost_statfs",
             Request::OstTrim { .. } => "ost_trim",
             Request::TraceBatch => "trace_batch",
+            Request::MdsStatahead { .. } => "statahead",
         }
     }
 }
@@ -791,6 +805,15 @@ pub enum Response {
     Reserved(Fid),
     /// Answer to [`Request::MdsAncestors`].
     Ancestors(Vec<Fid>),
+    /// Answer to [`Request::MdsStatahead`]: entries after the one asked for, with the
+    /// attributes a lookup of each would have returned; `eof` when the directory has
+    /// no entry after the last one listed (left-out entries count as listed).
+    EntryAttrs {
+        entries: Vec<(String, Attr)>,
+        /// The last name the MDT listed (the next request's `after`).
+        last: Option<String>,
+        eof: bool,
+    },
 }
 
 /// `braid mkdir -i -1`: the MDS chooses the MDT (Lustre's `-1` as an unsigned index).

@@ -200,6 +200,37 @@ impl<M: Deref<Target = MemTable>> View<M> {
         Ok((out, eof))
     }
 
+    /// Statahead: the attributes of up to `max` entries of directory `fid` after
+    /// `after`, as lookups of them would answer, for a caller who may list and search
+    /// it. Subdirectories and entries whose inode is on another MDT are left out.
+    /// Returns them, the last name listed and whether that was the directory's end.
+    #[allow(clippy::type_complexity)]
+    pub fn statahead(
+        &self,
+        creds: &Creds,
+        fid: Fid,
+        after: Option<&str>,
+        max: u32,
+    ) -> OpResult<(Vec<(String, Attr)>, Option<String>, bool)> {
+        let dir = self.must_inode(fid)?;
+        if !dir.may(creds, MAY_READ | MAY_EXEC) {
+            return fail(Errno::Access, format!("permission denied listing directory {fid}"));
+        }
+        // A striped directory answers with its table (`WrongShard`): no statahead.
+        let (entries, eof) = self.readdir(creds, fid, after, max, false)?;
+        let last = entries.last().map(|e| e.name.clone());
+        let mut out = Vec::with_capacity(entries.len());
+        for e in entries {
+            if e.kind == FileKind::Dir || e.fid.mdt() != fid.mdt() {
+                continue;
+            }
+            if let Some(ino) = self.inode(e.fid)? {
+                out.push((e.name, ino.attr));
+            }
+        }
+        Ok((out, last, eof))
+    }
+
     pub fn getxattr(&self, creds: &Creds, fid: Fid, name: &str) -> OpResult<Vec<u8>> {
         let ino = self.must_inode(fid)?;
         xattr_access(&ino, creds, name, false)?;
