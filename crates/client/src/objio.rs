@@ -187,12 +187,19 @@ impl ObjectIo {
                 }
             }
             Target::Mdt { fid } => {
-                let all: Vec<u8> = payload.iter().flat_map(|b| b.iter().copied()).collect();
+                let mut all = Vec::with_capacity(payload.iter().map(|b| b.len()).sum());
+                payload.iter().for_each(|b| all.extend_from_slice(b));
                 let mut at = 0u64;
                 let mut published = true;
-                for piece in all.chunks(DOM_WRITE_MAX as usize) {
-                    let n = piece.len() as u64;
-                    let req = Request::MdsDomWrite { fid, offset: offset + at, data: piece.to_vec(), publish };
+                // One request takes the bytes as they are (a small file's write).
+                let pieces: Vec<Vec<u8>> = if all.len() <= DOM_WRITE_MAX as usize {
+                    vec![all]
+                } else {
+                    all.chunks(DOM_WRITE_MAX as usize).map(<[u8]>::to_vec).collect()
+                };
+                for data in pieces {
+                    let n = data.len() as u64;
+                    let req = Request::MdsDomWrite { fid, offset: offset + at, data, publish };
                     match self.call(&req, vec![]).await?.response {
                         Response::DomWritten { bytes, size_published } if bytes == n => {
                             published &= size_published;

@@ -10,6 +10,7 @@
 //! - [`error`]: errno codes and the errors of a call.
 
 pub mod auth;
+pub mod bytes_field;
 pub mod error;
 pub mod fid;
 pub mod frame;

@@ -577,6 +577,7 @@ pub enum Request {
     MdsDomWrite {
         fid: Fid,
         offset: u64,
+        #[serde(with = "crate::bytes_field")]
         data: Vec<u8>,
         publish: Option<u64>,
     },

@@ -279,8 +279,8 @@ pub(crate) fn decode_dentry(v: &[u8]) -> OpResult<(Fid, FileKind)> {
 /// tables' own encodings).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Redo {
-    Put(Tbl, Vec<u8>, Vec<u8>),
-    Del(Tbl, Vec<u8>),
+    Put(Tbl, #[serde(with = "proto::bytes_field")] Vec<u8>, #[serde(with = "proto::bytes_field")] Vec<u8>),
+    Del(Tbl, #[serde(with = "proto::bytes_field")] Vec<u8>),
 }
 
 /// The changes of one batch: one record of the journal.
