@@ -182,7 +182,12 @@ pub(crate) async fn write(c: &Client, f: &OpenFile, offset: u64, data: Bytes) ->
             objio::Target::Mdt { .. } => Some(f.inflight.trunc_epoch.load(std::sync::atomic::Ordering::Acquire)),
         };
         let needs_publish = f.needs_publish.clone();
+        let created = f.create_gate();
         set.spawn(async move {
+            // A file whose create went out in the background exists once it is answered.
+            if let Some(gate) = created {
+                gate.wait().await?;
+            }
             let published = target.write(extent.object_offset, payload, extent.len, publish).await?;
             if !published {
                 needs_publish.store(true, std::sync::atomic::Ordering::Release);

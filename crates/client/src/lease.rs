@@ -194,6 +194,29 @@ impl DirLeases {
         true
     }
 
+    /// Adds `name` to the lease on `dir` if the lease is trusted now and says the name
+    /// is new: true when this client may answer a create of it itself.
+    pub fn claim(&self, dir: Fid, name: &str) -> bool {
+        if !plain_name(name) {
+            return false;
+        }
+        let mut s = self.lock();
+        if s.names >= NAMES_MAX {
+            return false;
+        }
+        let Some(h) = s.by_dir.get_mut(&dir) else { return false };
+        if !h.session.trusted() || h.names.contains(name) {
+            return false;
+        }
+        h.names.insert(name.to_string());
+        s.clock += 1;
+        let now = s.clock;
+        let h = s.by_dir.get_mut(&dir).expect("checked above");
+        h.used = now;
+        s.names += 1;
+        true
+    }
+
     /// Stops relying on the lease on `dir`, if any, and gives it back to the MDS.
     pub fn forget(&self, dir: Fid) {
         self.lock().forget(dir, true);

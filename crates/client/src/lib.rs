@@ -12,10 +12,14 @@
 //! - [`objio`]: where each piece of a file lives and the I/O on one piece: the one
 //!   place DoM, mirrors and a read cache plug in.
 //! - `lease`: directory leases, which answer lookups of absent names locally.
+//! - [`deferred`]: closes whose flush finishes after close(2) returned.
+//! - [`async_create`]: creates answered here under a lease, sent in the background.
+//! - [`statahead`]: entries' attributes fetched in bulk ahead of lookups.
 //! - [`path`]: path resolution over lookups, symlinks included.
 //! - `striped`: striped directories (which shard holds a name, merged listings).
 //! - [`OpenFile`]: an open file's layout (replaceable) and the size it knows.
 
+pub mod async_create;
 pub mod deferred;
 pub mod io;
 mod lease;
@@ -268,6 +272,8 @@ struct Inner {
     moves: AtomicU64,
     /// Requests sent, by kind of target.
     rpcs: Arc<RpcCounters>,
+    /// Creates answered here (see [`async_create`]): templates and FID grants.
+    creates: async_create::AsyncCreates,
     /// Entries' attributes fetched ahead of lookups (see [`statahead`]); every request
     /// that may change metadata moves its epoch, whether statahead is on or not.
     statahead: Arc<statahead::Statahead>,
@@ -390,6 +396,10 @@ pub struct OpenFile {
     /// The leased directory this handle created the file in, and [`Inner::moves`]
     /// then: its close may be deferred (see [`deferred`]).
     created_in: Option<(Fid, u64)>,
+    /// The answer to this file's create, when this client answered it itself and
+    /// sent it in the background (see [`async_create`]): the handle's I/O, flush and
+    /// close wait for it.
+    created: Option<Arc<async_create::Gate>>,
 }
 
 impl OpenFile {
@@ -415,7 +425,22 @@ impl OpenFile {
             data_at_open: Mutex::new(None),
             data_version: attr.data_version,
             created_in: None,
+            created: None,
         })
+    }
+
+    /// Waits until the file exists on its MDT (see [`async_create`]); the create's
+    /// error if it failed.
+    pub(crate) async fn created(&self) -> Result<()> {
+        match &self.created {
+            Some(gate) => gate.wait().await,
+            None => Ok(()),
+        }
+    }
+
+    /// The gate of this file's create, if it was sent in the background.
+    pub(crate) fn create_gate(&self) -> Option<Arc<async_create::Gate>> {
+        self.created.clone()
     }
 
     fn keep_data(&self, data: Bytes) {
@@ -566,6 +591,7 @@ impl Client {
                 moves: AtomicU64::new(0),
                 rpcs: Arc::default(),
                 statahead: Arc::default(),
+                creates: Default::default(),
                 stripes: Default::default(),
                 cache,
                 pages,
@@ -836,6 +862,11 @@ impl Client {
         self.inner.leases.len()
     }
 
+    /// Creates this client answered itself so far (see [`async_create`]).
+    pub fn creates_answered_here(&self) -> u64 {
+        self.inner.creates.answered.load(Ordering::Relaxed)
+    }
+
     /// Entries' attributes statahead holds now (see [`statahead`]).
     pub fn statahead_entries(&self) -> usize {
         self.inner.statahead.entries()
@@ -930,6 +961,12 @@ impl Client {
                 layout: layout.clone(),
             };
             let dir = self.shard(parent, name);
+            if layout.is_none() && dir == parent {
+                if let Some(made) = self.create_here(creds, dir, name, mode, flags) {
+                    let (f, attr) = made?;
+                    return Ok((f, attr, false));
+                }
+            }
             let unknown = self.inner.leases.add(dir, name);
             let created_in = unknown.then_some((dir, self.inner.moves.load(Ordering::Acquire)));
             let r = if unknown {
@@ -950,7 +987,12 @@ impl Client {
             match r? {
                 Response::Created { attr, existed, dir } => {
                     match dir {
-                        Some(d) => self.note_dir(d),
+                        Some(d) => {
+                            if !existed && unknown && self.inner.cfg.dir_leases {
+                                self.inner.creates.learn(self.shard(parent, name), &attr, &d);
+                            }
+                            self.note_dir(d)
+                        }
                         None => self.forget_dir(self.shard(parent, name)),
                     }
                     let mut attr = attr;
@@ -969,6 +1011,100 @@ impl Client {
             }
         })
         .await
+    }
+
+    /// The create of `name` in `dir`, answered here and sent in the background, if it
+    /// may be (see [`async_create`]): `None` when it must go to the MDS as usual.
+    fn create_here(
+        &self,
+        creds: &Creds,
+        dir: Fid,
+        name: &str,
+        mode: u32,
+        flags: OpenFlags,
+    ) -> Option<Result<(OpenFile, Attr)>> {
+        if !self.inner.cfg.dir_leases || name.len() > async_create::NAME_MAX || name.contains('/') {
+            return None;
+        }
+        let tpl = self.inner.creates.template(dir, creds)?;
+        let (fid, ask) = self.inner.creates.take_fid(dir.mdt());
+        if ask {
+            self.spawn_fid_grant(dir.mdt());
+        }
+        let fid = fid?;
+        // Counted before the lease is checked: a revocation after the check waits for
+        // the create.
+        let Some(ticket) = self.inner.deferred.begin(0) else {
+            self.inner.creates.put_back(fid);
+            return None;
+        };
+        if !self.inner.leases.claim(dir, name) {
+            self.inner.creates.put_back(fid);
+            return None;
+        }
+        let attr = async_create::new_file_attr(fid, creds, mode, &tpl);
+        self.inner.creates.answered.fetch_add(1, Ordering::Relaxed);
+        let mut f = match OpenFile::new(&attr, flags, creds) {
+            Ok(f) => f,
+            Err(e) => return Some(Err(e)),
+        };
+        // The directory's times as the MDS will set them, for the kernel's re-read of
+        // its attributes after the create (see `recent_dir_attr`).
+        self.touch_recent_dir(dir, attr.ctime);
+        let gate = async_create::gate();
+        f.created = Some(gate.clone());
+        f.created_in = Some((dir, self.inner.moves.load(Ordering::Acquire)));
+        self.register_open(&f);
+        let req = Request::MdsCreateGranted {
+            creds: creds.clone(),
+            parent: dir,
+            name: name.to_string(),
+            mode,
+            flags,
+            fid,
+            layout: tpl.layout,
+        };
+        let c = self.clone();
+        tokio::spawn(async move {
+            let r = deferred::exempt(c.md(dir, req)).await;
+            let outcome = match r {
+                Ok(Response::Created { attr, dir: Some(d), .. }) if attr.fid == fid => {
+                    c.note_dir(d);
+                    Ok(())
+                }
+                Ok(r) => Err(unexpected("create", &r)),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = &outcome {
+                // The lease's idea of the directory is in doubt (see `track_entries`).
+                c.inner.leases.forget(dir);
+                c.inner.creates.forget(dir);
+                c.inner.deferred.failed(fid, e.to_string());
+            }
+            gate.open(outcome.map_err(|e| (e.errno(), e.to_string())));
+            drop(ticket);
+        });
+        Some(Ok((f, attr)))
+    }
+
+    /// Asks MDT `mdt` for FIDs to give files created here, in the background.
+    fn spawn_fid_grant(&self, mdt: u32) {
+        let c = self.clone();
+        tokio::spawn(async move {
+            let req = Request::MdsFidGrant { mdt, count: async_create::GRANT_COUNT };
+            let grant = match deferred::exempt(c.md(Fid::new(mdt, 0, 0), req)).await {
+                Ok(Response::FidGrant { first, count }) if first.mdt() == mdt => Some((first, count)),
+                Ok(r) => {
+                    tracing::info!(mdt, "no FID grant ({}): creates go to the MDS", unexpected("fid grant", &r));
+                    None
+                }
+                Err(e) => {
+                    tracing::info!(mdt, "no FID grant ({e}): creates go to the MDS");
+                    None
+                }
+            };
+            c.inner.creates.granted(mdt, grant);
+        });
     }
 
     /// Opens an existing file (permissions checked by the MDS). With `truncate`, the
@@ -1335,6 +1471,7 @@ impl Client {
     /// handle's layout (no layout lookup), and the handle adopts the new size and
     /// truncate epoch, so its later size reports need no glimpse.
     async fn setattr_through(&self, creds: &Creds, f: &OpenFile, set: SetAttr) -> Result<Attr> {
+        f.created().await?;
         let size = set.size;
         if let Some(size) = size {
             self.refresh_unsettled_layout(f).await?;
@@ -1351,6 +1488,7 @@ impl Client {
     }
 
     async fn truncate_open(&self, creds: &Creds, f: &OpenFile, size: u64) -> Result<()> {
+        f.created().await?;
         // Opened for writing (or with O_TRUNC): permission was checked at open.
         let by_writer = f.flags.write || f.flags.truncate;
         let set = SetAttr { size: Some(size), by_writer, ..Default::default() };
@@ -1430,7 +1568,11 @@ impl Client {
     /// Reads up to `len` bytes at `offset`, clamped to the size the handle knows.
     pub async fn read(&self, f: &OpenFile, offset: u64, len: u64) -> Result<Bytes> {
         let target = || Some(tracer::data_target(f, offset));
-        self.observe_at("read", Some(f.fid), offset, len, target, io::read(self, f, offset, len)).await
+        let read = async {
+            f.created().await?;
+            io::read(self, f, offset, len).await
+        };
+        self.observe_at("read", Some(f.fid), offset, len, target, read).await
     }
 
     /// Writes `data` at `offset`, all stripes in parallel. The call returns once the
@@ -1450,6 +1592,7 @@ impl Client {
     /// size does not change (`fallocate(PUNCH_HOLE|KEEP_SIZE)`).
     pub async fn punch_hole(&self, f: &OpenFile, offset: u64, len: u64) -> Result<()> {
         self.observe("punch", Some(f.fid), offset, len, async {
+            f.created().await?;
             self.drain_file(f.fid).await?;
             self.refresh_unsettled_layout(f).await?;
             let r = io::punch_hole(self, f, offset, len).await;
@@ -1466,6 +1609,7 @@ impl Client {
     /// a write that failed since the last flush. Unlike `fsync`, nothing is forced to disk.
     pub async fn flush(&self, f: &OpenFile) -> Result<()> {
         self.observe("flush", Some(f.fid), 0, 0, async {
+            f.created().await?;
             // Both at once: the size covers every write already issued, and close(2)
             // returns only when the data and the size are both where they belong. If
             // a write failed, flush reports it (the size may then cover bytes that
@@ -1510,6 +1654,7 @@ impl Client {
     /// Makes the handle's writes durable on the OSTs and its size on the MDT.
     pub async fn fsync(&self, f: &OpenFile) -> Result<()> {
         self.observe("fsync", Some(f.fid), 0, 0, async {
+            f.created().await?;
             if let Some(why) = self.inner.deferred.take_failure(f.fid) {
                 return Err(ClientError::Errno(Errno::Io, format!("an earlier close's flush failed: {why}")));
             }
@@ -1602,6 +1747,8 @@ impl Client {
     /// may write through it afterwards.
     pub async fn close_shared(&self, f: &OpenFile) -> Result<()> {
         self.observe("close", Some(f.fid), 0, 0, async {
+            // A file whose create failed was never open on the MDS.
+            f.created().await?;
             let flushed = f.inflight.drain().await;
             let unpublished = f.published_gen.load(Ordering::Acquire) != f.inflight.data_gen.load(Ordering::Acquire)
                 && f.needs_publish.load(Ordering::Acquire);
@@ -1664,8 +1811,18 @@ impl Client {
         dirs.insert(attr.fid, (attr, Instant::now()));
     }
 
+    /// A create answered here changed directory `fid` at `now`: what
+    /// [`Client::recent_dir_attr`] knows of it takes that time, and keeps its age.
+    fn touch_recent_dir(&self, fid: Fid, now: Timespec) {
+        if let Some((a, _)) = self.inner.recent_dirs.lock().expect("recent dirs").get_mut(&fid) {
+            a.mtime = a.mtime.max(now);
+            a.ctime = a.ctime.max(now);
+        }
+    }
+
     /// Drops what [`Client::recent_dir_attr`] knows of `fid` (this client changed it).
     fn forget_dir(&self, fid: Fid) {
+        self.inner.creates.forget(fid);
         self.inner.recent_dirs.lock().expect("recent dirs").remove(&fid);
     }
 

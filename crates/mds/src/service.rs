@@ -258,6 +258,7 @@ impl Mds {
             }
             Request::MdsLookup { parent, .. }
             | Request::MdsCreate { parent, .. }
+            | Request::MdsCreateGranted { parent, .. }
             | Request::MdsMkdir { parent, .. }
             | Request::MdsSymlink { parent, .. }
             | Request::MdsMknod { parent, .. }
@@ -266,6 +267,7 @@ impl Mds {
             // The new entry's MDT coordinates a rename from a directory on another.
             Request::MdsRename { new_parent, .. } => *new_parent,
             Request::MdsUpdate { mdt, .. } => Fid::new(*mdt, 0, 0),
+            Request::MdsFidGrant { mdt, .. } => Fid::new(*mdt, 0, 0),
             Request::MdsUpdateDone { mdt, .. } => Fid::new(*mdt, 0, 0),
             Request::MdsShardSync(s) => s.fid,
             Request::MdsAncestors { fid } => *fid,
@@ -532,8 +534,8 @@ impl Mds {
     /// As [`Mds::mutate`]; an entry naming an inode on another MDT comes back as that
     /// inode, with nothing applied (see [`crate::mdt::OpError::Elsewhere`]).
     async fn mutate_here(&self, ctx: &RequestCtx, mdt: &Arc<Mdt>, mutation: Request) -> Result<Response, Fid> {
-        let create = matches!(mutation, Request::MdsCreate { .. });
-        if let Request::MdsCreate { parent, .. } = &mutation {
+        let create = matches!(mutation, Request::MdsCreate { .. } | Request::MdsCreateGranted { .. });
+        if let Request::MdsCreate { parent, .. } | Request::MdsCreateGranted { parent, .. } = &mutation {
             // A create may open an existing entry: a read of the directory too.
             self.reading_entries(ctx, mdt, *parent).await;
         }
@@ -579,6 +581,7 @@ fn changes_entries(req: &Request) -> bool {
     matches!(
         req,
         Request::MdsCreate { .. }
+            | Request::MdsCreateGranted { .. }
             | Request::MdsMkdir { .. }
             | Request::MdsSymlink { .. }
             | Request::MdsMknod { .. }

@@ -665,6 +665,28 @@ pub enum Request {
         after: Option<String>,
         max: u32,
     },
+    /// FIDs for creates the client answers itself (see [`Request::MdsCreateGranted`]):
+    /// `count` FIDs of MDT `mdt` no one else will be given, answered with
+    /// [`Response::FidGrant`]. The grant is durable before the answer.
+    MdsFidGrant {
+        mdt: u32,
+        count: u32,
+    },
+    /// A create the client already answered (CephFS's asynchronous create): `name`
+    /// in `parent`, which the client holds the lease on and knows to have no such
+    /// name, made as file `fid` (from a grant) with exactly `layout`, whose
+    /// instantiated components must all be Data-on-MDT (nothing is placed on OSTs).
+    /// Answered as [`Request::MdsCreate`]; a retry of one that was applied answers
+    /// it again.
+    MdsCreateGranted {
+        creds: Creds,
+        parent: Fid,
+        name: String,
+        mode: u32,
+        flags: OpenFlags,
+        fid: Fid,
+        layout: Layout,
+    },
 }
 
 impl Request {
@@ -726,6 +748,8 @@ impl Request {
             Request::OstTrim { .. } => "ost_trim",
             Request::TraceBatch => "trace_batch",
             Request::MdsStatahead { .. } => "statahead",
+            Request::MdsFidGrant { .. } => "fid_grant",
+            Request::MdsCreateGranted { .. } => "create_granted",
         }
     }
 }
@@ -814,6 +838,12 @@ pub enum Response {
         /// The last name the MDT listed (the next request's `after`).
         last: Option<String>,
         eof: bool,
+    },
+    /// Answer to [`Request::MdsFidGrant`]: FIDs `first` up to (not including) object
+    /// id `first.oid + count`, in `first`'s sequence.
+    FidGrant {
+        first: Fid,
+        count: u32,
     },
 }
 

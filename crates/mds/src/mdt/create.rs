@@ -98,6 +98,63 @@ impl Writer<'_> {
         Ok(Response::Created { attr: ino.attr.clone(), existed: false, dir: Some(dir.attr.clone()) })
     }
 
+    /// A create a client answered itself (`MdsCreateGranted`): `fid` must come from a
+    /// grant of this MDT and be unused, and `layout` must place nothing on OSTs (its
+    /// instantiated components are all DoM, within this MDS's cap). A retry of one
+    /// already applied answers as the first time.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn create_granted(
+        &mut self,
+        creds: &Creds,
+        parent: Fid,
+        name: &str,
+        mode: u32,
+        fid: Fid,
+        layout: &Layout,
+        dom_max: u64,
+        now: Timespec,
+    ) -> OpResult<Response> {
+        check_name(name)?;
+        let mut dir = self.view.dir_for(creds, parent, name, false)?;
+        if let Some((existing, _)) = self.view.entry(parent, name)? {
+            if existing == fid {
+                let ino = self.view.must_inode(fid)?;
+                return Ok(Response::Created { attr: ino.attr, existed: false, dir: Some(dir.attr.clone()) });
+            }
+            return fail(Errno::Exist, format!("{name} exists (the client's directory lease said it did not)"));
+        }
+        if !dir.may(creds, MAY_WRITE | MAY_EXEC) {
+            return fail(Errno::Access, "permission denied creating in this directory");
+        }
+        if !self.fid_granted(fid)? {
+            return fail(
+                Errno::Inval,
+                format!("{fid} was not granted by MDT {} for a client's create", self.mdt_index),
+            );
+        }
+        if self.view.inode(fid)?.is_some() {
+            return fail(Errno::Exist, format!("{fid} is in use"));
+        }
+        layout.validate().map_err(|e| OpError::Errno(Errno::Inval, format!("layout of {name}: {e}")))?;
+        let first_dom = layout.components.first().is_some_and(|c| c.is_dom() && c.extent_end <= dom_max);
+        let placed = layout.components.iter().any(|c| !c.is_dom() && !c.osts.is_empty());
+        if !first_dom || placed || layout.generation != 1 {
+            return fail(
+                Errno::Inval,
+                format!("a client's create must have a new layout with a DoM component of at most {dom_max} bytes first and no OST objects"),
+            );
+        }
+        self.view.takes_entries(parent)?;
+        let gid = if dir.attr.mode & S_ISGID != 0 { dir.attr.gid } else { creds.gid };
+        let mut ino = Inode::new(fid, FileKind::File, mode, creds, gid, now);
+        ino.attr.layout = Some(layout.clone());
+        self.inodes_delta += 1;
+        self.put_inode(fid, &ino)?;
+        self.put(Tbl::Dentries, &dentry_key(parent, name), &dentry_value(fid, FileKind::File))?;
+        self.touch_dir(parent, &mut dir, now, 0)?;
+        Ok(Response::Created { attr: ino.attr.clone(), existed: false, dir: Some(dir.attr.clone()) })
+    }
+
     /// The layout of a new file: the request, filled from the parent directory's
     /// default, then from the file system default.
     pub(super) fn choose_layout(

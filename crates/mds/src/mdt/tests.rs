@@ -564,3 +564,99 @@ fn every_change_of_a_files_bytes_moves_its_data_version_and_nothing_else_does() 
     w.data_moved(Fid { oid: fid.oid + 1000, ..fid }).unwrap();
     assert_eq!(w.view.must_inode(Fid::ROOT).unwrap().attr.data_version, root_version);
 }
+
+/// A DoM-only layout as a client's create carries it (seed 002's Table 5).
+fn dom_layout() -> layout::Layout {
+    let spec = LayoutSpec::template("seed-table5").unwrap();
+    let osts = [OstState { index: 0, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30 }];
+    spec.instantiate(&osts, 0).unwrap()
+}
+
+fn create_granted(name: &str, fid: Fid, layout: layout::Layout) -> Request {
+    Request::MdsCreateGranted {
+        creds: Creds::root(),
+        parent: Fid::ROOT,
+        name: name.into(),
+        mode: 0o640,
+        flags: OpenFlags { read: false, write: true, truncate: false },
+        fid,
+        layout,
+    }
+}
+
+#[test]
+fn a_clients_create_takes_granted_unused_fids_and_dom_only_layouts_alone() {
+    let (_d, store) = fresh("granted");
+    format(&store, 0, &LayoutSpec::raid0(Some(1), Some(1 << 20))).unwrap();
+    let (_, default_layout) = no_placement();
+    let osts = [OstState { index: 0, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30 }];
+    let is_open = |_: Fid, _: Option<u64>| false;
+    let mut place =
+        Placement { osts: &osts, cursor: 0, default_layout: &default_layout, dom_max: 1 << 20, is_open: &is_open };
+    let mut mem = new_memtable();
+    let mut w = Writer::new(store.snapshot().unwrap(), &mut mem, 0);
+
+    // The MDS's own next FID is past any grant, and a grant past the MDS's block.
+    let own = match w.apply(&create(Fid::ROOT, "own"), &mut place) {
+        Ok(Response::Created { attr, .. }) => attr.fid,
+        r => panic!("{r:?}"),
+    };
+    let Ok(Response::FidGrant { first, count }) = w.apply(&Request::MdsFidGrant { mdt: 0, count: 100 }, &mut place)
+    else {
+        panic!("no grant")
+    };
+    assert_eq!(count, 100);
+    assert!(first.oid > own.oid, "a grant starts past the MDS's own FIDs");
+    let Ok(Response::FidGrant { first: second, .. }) =
+        w.apply(&Request::MdsFidGrant { mdt: 0, count: 100 }, &mut place)
+    else {
+        panic!("no grant")
+    };
+    assert!(second.oid >= first.oid + 100, "grants do not overlap");
+
+    let fid = Fid { oid: first.oid + 7, ..first };
+    match w.apply(&create_granted("a", fid, dom_layout()), &mut place) {
+        Ok(Response::Created { attr, existed: false, .. }) => {
+            assert_eq!((attr.fid, attr.mode, attr.size), (fid, 0o640, 0));
+            assert_eq!(attr.layout, Some(dom_layout()));
+        }
+        r => panic!("{r:?}"),
+    }
+    // A retry answers the same; another name with that FID, or the name with another
+    // FID, is refused.
+    assert!(matches!(
+        w.apply(&create_granted("a", fid, dom_layout()), &mut place),
+        Ok(Response::Created { existed: false, .. })
+    ));
+    let errno = |r: OpResult<Response>| match r {
+        Err(OpError::Errno(e, _)) => e,
+        r => panic!("expected an error, got {r:?}"),
+    };
+    assert_eq!(errno(w.apply(&create_granted("b", fid, dom_layout()), &mut place)), proto::Errno::Exist);
+    let other = Fid { oid: first.oid + 8, ..first };
+    assert_eq!(errno(w.apply(&create_granted("a", other, dom_layout()), &mut place)), proto::Errno::Exist);
+    // FIDs never granted: the MDS's own, one past the last grant, another MDT's.
+    for bad in
+        [Fid { oid: own.oid + 1, ..own }, Fid { oid: second.oid + 100, ..second }, Fid::new(1, first.seq as u32, 9)]
+    {
+        assert_eq!(errno(w.apply(&create_granted("c", bad, dom_layout()), &mut place)), proto::Errno::Inval, "{bad}");
+    }
+    // A layout that places objects on OSTs, or has no DoM component first.
+    let mut placed = dom_layout();
+    placed.components[1].osts = vec![0];
+    assert_eq!(errno(w.apply(&create_granted("d", other, placed), &mut place)), proto::Errno::Inval);
+    let plain = LayoutSpec::raid0(Some(1), Some(1 << 20))
+        .instantiate(&[OstState { index: 0, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30 }], 0)
+        .unwrap();
+    assert_eq!(errno(w.apply(&create_granted("d", other, plain), &mut place)), proto::Errno::Inval);
+    assert!(w.view.entry(Fid::ROOT, "d").unwrap().is_none(), "nothing refused was made");
+    w.finish();
+
+    // After the batch is written back (a restart), the grant still holds.
+    let mut b = store.batch(true).unwrap();
+    b.write_back(&mem, &schema::TABLES).unwrap();
+    b.commit().unwrap();
+    let mut mem = new_memtable();
+    let mut w = Writer::new(store.snapshot().unwrap(), &mut mem, 0);
+    assert!(matches!(w.apply(&create_granted("d", other, dom_layout()), &mut place), Ok(Response::Created { .. })));
+}

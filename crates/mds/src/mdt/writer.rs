@@ -91,6 +91,19 @@ pub struct FidBlock {
 /// FIDs reserved at a time.
 const FID_BLOCK: u64 = 1024;
 
+/// Most FIDs one grant to a client holds.
+pub const FID_GRANT_MAX: u64 = 4096;
+
+const GRANT_PREFIX: &[u8] = b"fidgrant:";
+
+/// The `meta` key of a grant in FID sequence `seq` ending (exclusively) at `end`.
+fn grant_key(seq: u64, end: u64) -> Vec<u8> {
+    let mut k = GRANT_PREFIX.to_vec();
+    k.extend_from_slice(&seq.to_be_bytes());
+    k.extend_from_slice(&end.to_be_bytes());
+    k
+}
+
 impl<'a> Writer<'a> {
     /// Whether inode `fid` is held by an operation across MDTs other than the one
     /// being coordinated here.
@@ -266,6 +279,48 @@ impl<'a> Writer<'a> {
         Ok(Fid::new(self.mdt_index, self.fids.seq as u32, oid as u32))
     }
 
+    /// Grants `count` FIDs (at most [`FID_GRANT_MAX`]) for creates a client answers
+    /// itself: a range past every FID reserved so far, recorded in `meta` so that a
+    /// create naming one is accepted after a restart too (16 bytes per grant).
+    pub(super) fn grant_fids(&mut self, count: u32) -> OpResult<Response> {
+        let count = (count as u64).clamp(1, FID_GRANT_MAX);
+        let mut seq = self.meta_u64("seq")?.unwrap_or(proto::fid::FIRST_SEQ as u64);
+        let mut oid = self.meta_u64("next_oid")?.unwrap_or(2);
+        if oid + count > u32::MAX as u64 + 1 {
+            seq += 1;
+            oid = 1;
+        }
+        if seq > 0xffff {
+            return fail(Errno::NoSpc, "this MDT has used all of its FID sequences");
+        }
+        let end = oid + count;
+        self.set_meta_u64("seq", seq)?;
+        self.set_meta_u64("next_oid", end)?;
+        let first = Fid::new(self.mdt_index, seq as u32, oid as u32);
+        self.put(Tbl::Meta, &grant_key(first.seq, end), &oid.to_le_bytes())?;
+        Ok(Response::FidGrant { first, count: count as u32 })
+    }
+
+    /// Whether `fid` lies in a range granted by [`Writer::grant_fids`].
+    pub(super) fn fid_granted(&self, fid: Fid) -> OpResult<bool> {
+        if fid.mdt() != self.mdt_index {
+            return Ok(false);
+        }
+        // The first grant of the sequence ending past the FID: the FID is in it if
+        // the grant starts at or below it.
+        let prefix = grant_key(fid.seq, 0);
+        let prefix = &prefix[..GRANT_PREFIX.len() + 8];
+        let from = grant_key(fid.seq, fid.oid as u64 + 1);
+        let mut rows = self.view.scan(Tbl::Meta, std::ops::Bound::Included(from.as_slice()))?;
+        match rows.next().transpose()? {
+            Some((k, v)) if k.starts_with(prefix) => {
+                let start = v.as_slice().try_into().map(u64::from_le_bytes).unwrap_or(u64::MAX);
+                Ok(start <= fid.oid as u64)
+            }
+            _ => Ok(false),
+        }
+    }
+
     pub(super) fn touch_dir(&mut self, fid: Fid, dir: &mut Inode, now: Timespec, nlink_delta: i32) -> OpResult<()> {
         dir.attr.mtime = now;
         dir.attr.ctime = now;
@@ -279,6 +334,15 @@ impl<'a> Writer<'a> {
         match req {
             Request::MdsCreate { creds, parent, name, mode, exclusive, flags, layout } => {
                 self.create(creds, *parent, name, *mode, *exclusive, *flags, layout.clone(), place, now)
+            }
+            Request::MdsCreateGranted { creds, parent, name, mode, fid, layout, .. } => {
+                self.create_granted(creds, *parent, name, *mode, *fid, layout, place.dom_max, now)
+            }
+            &Request::MdsFidGrant { mdt, count } => {
+                if mdt != self.mdt_index {
+                    return fail(Errno::Stale, format!("a FID grant for MDT {mdt} reached MDT {}", self.mdt_index));
+                }
+                self.grant_fids(count)
             }
             Request::MdsMkdir { creds, parent, name, mode, lease, spec } => {
                 if spec.is_some_and(|s| s.mdt != self.mdt_index || s.count != 1) {

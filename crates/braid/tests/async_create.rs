@@ -1,0 +1,159 @@
+//! Creates a client answers itself, through real processes: in a Data-on-MDT
+//! directory it holds the lease on, a client answers creates with FIDs the MDT
+//! granted it and sends them in the background. Another client that looks finds every
+//! file with the attributes the creator was told and the bytes it wrote; a caller who
+//! may not write there is refused at once; the set-group-ID directory's group is
+//! given; an MDS killed under the creates still gets every file.
+
+use std::path::Path;
+
+use bytes::Bytes;
+use client::Client;
+use proto::msg::{Creds, OpenFlags};
+use proto::{Errno, Fid};
+use testkit::{within, Cluster, ClusterSpec};
+
+const RW: OpenFlags = OpenFlags { read: true, write: true, truncate: false };
+
+fn cluster() -> Cluster {
+    Cluster::start(Path::new(env!("CARGO_BIN_EXE_braid")), ClusterSpec::default())
+}
+
+fn connect(rt: &tokio::runtime::Runtime, c: &Cluster, dir_leases: bool) -> Client {
+    let mut cfg = c.client_config();
+    cfg.dir_leases = dir_leases;
+    testkit::connect(rt, cfg)
+}
+
+fn content(i: usize) -> Vec<u8> {
+    testkit::pattern(100 + i % 900, i as u64)
+}
+
+/// A directory made by `holder` (which holds its lease) with seed 002's Table 5 as
+/// its default layout.
+fn dom_dir(c: &Cluster, rt: &tokio::runtime::Runtime, holder: &Client, name: &str, mode: u32) -> Fid {
+    let creds = client::process_creds();
+    let d = within(rt, "mkdir", holder.mkdir(&creds, Fid::ROOT, name, mode)).unwrap();
+    let out = c.braid(&["setstripe", "--template", "seed-table5", &c.url(&format!("/{name}"))]);
+    assert!(out.status.success(), "setstripe: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(holder.holds_dir_lease(d.fid), "the maker holds the directory's lease");
+    d.fid
+}
+
+/// Creates `n` files `f0`.. in `dir`, writes each its content and closes it, the
+/// closes deferred as a mount defers them.
+fn write_files(rt: &tokio::runtime::Runtime, holder: &Client, creds: &Creds, dir: Fid, n: usize) -> Vec<Fid> {
+    within(rt, "creates", async {
+        let mut fids = Vec::new();
+        for i in 0..n {
+            let (f, attr, existed) = holder.create(creds, dir, &format!("f{i}"), 0o640, true, RW, None).await.unwrap();
+            assert!(!existed);
+            holder.write(&f, 0, Bytes::from(content(i))).await.unwrap();
+            match holder.defer_flush(&f) {
+                Some(ticket) => holder.finish_deferred(&f, ticket).await,
+                None => holder.flush(&f).await.unwrap(),
+            }
+            holder.close(f).await.unwrap();
+            fids.push(attr.fid);
+        }
+        fids
+    })
+}
+
+#[test]
+fn creates_in_a_leased_dom_directory_are_answered_here_and_land_whole_on_the_mds() {
+    let c = cluster();
+    let rt = testkit::runtime();
+    let creds = client::process_creds();
+    let holder = connect(&rt, &c, true);
+    let dir = dom_dir(&c, &rt, &holder, "job", 0o755);
+    const N: usize = 300;
+    let fids = write_files(&rt, &holder, &creds, dir, N);
+    let answered = holder.creates_answered_here();
+    assert!(answered >= N as u64 / 2, "{answered} of {N} creates answered by the client");
+    assert!(holder.holds_dir_lease(dir), "the creates kept the lease");
+
+    // Another client's listing takes the lease back, which waits for every create.
+    let other = connect(&rt, &c, false);
+    let names = within(&rt, "readdir", other.readdir_all(&creds, dir)).unwrap();
+    assert_eq!(names.len(), N, "every file is listed");
+    for (i, fid) in fids.iter().enumerate() {
+        let a = within(&rt, "lookup", other.lookup(&creds, dir, &format!("f{i}"))).unwrap();
+        assert_eq!((a.fid, a.size, a.mode, a.uid, a.gid), (*fid, content(i).len() as u64, 0o640, creds.uid, creds.gid));
+        assert_eq!(a.layout.as_ref().and_then(|l| l.dom_end()), Some(64 << 10), "f{i} has the directory's layout");
+        let (f, _) = within(&rt, "open", other.open(&creds, *fid, RW)).unwrap();
+        let got = within(&rt, "read", other.read(&f, 0, 1 << 20)).unwrap();
+        assert!(got == content(i), "f{i}: {} bytes read", got.len());
+        within(&rt, "close", other.close(f)).unwrap();
+    }
+    // The FIDs came from grants: none is the MDS's own, none twice.
+    let mut sorted = fids.clone();
+    sorted.sort_by_key(|f| (f.seq, f.oid));
+    sorted.dedup();
+    assert_eq!(sorted.len(), N);
+}
+
+#[test]
+fn a_caller_who_may_not_write_is_refused_at_once_and_a_set_group_id_directory_gives_its_group() {
+    let c = cluster();
+    let rt = testkit::runtime();
+    let root = Creds::root();
+    let holder = connect(&rt, &c, true);
+    let dir = dom_dir(&c, &rt, &holder, "shared", 0o755);
+    write_files(&rt, &holder, &root, dir, 3);
+    let user = Creds { uid: 4321, gid: 4321, groups: vec![] };
+    let Err(e) = within(&rt, "create", holder.create(&user, dir, "nope", 0o644, true, RW, None)) else {
+        panic!("a user without write permission created a file");
+    };
+    assert_eq!(e.errno(), Errno::Access, "{e}");
+
+    // A set-group-ID directory of group 50 that its members may write in.
+    let sgid = dom_dir(&c, &rt, &holder, "sgid", 0o2775);
+    within(&rt, "chgrp", holder.setattr(&root, sgid, client::SetAttr { gid: Some(50), ..Default::default() })).unwrap();
+    let member = Creds { uid: 4321, gid: 4321, groups: vec![50] };
+    let made: Vec<_> = (0..20)
+        .map(|i| within(&rt, "create", holder.create(&member, sgid, &format!("g{i}"), 0o644, true, RW, None)).unwrap())
+        .collect();
+    assert!(holder.creates_answered_here() > 3, "creates in the set-group-ID directory were answered here");
+    let other = connect(&rt, &c, false);
+    for (i, (f, attr, _)) in made.into_iter().enumerate() {
+        assert_eq!((attr.uid, attr.gid), (4321, 50), "g{i} as the creator was told");
+        let a = within(&rt, "lookup", other.lookup(&root, sgid, &format!("g{i}"))).unwrap();
+        assert_eq!((a.fid, a.uid, a.gid, a.mode), (attr.fid, 4321, 50, 0o644), "g{i} as the MDS made it");
+        within(&rt, "close", holder.close(f)).unwrap();
+    }
+}
+
+#[test]
+fn creates_sent_in_the_background_survive_an_mds_killed_under_them() {
+    let mut c = cluster();
+    let rt = testkit::runtime();
+    let creds = client::process_creds();
+    let holder = connect(&rt, &c, true);
+    let dir = dom_dir(&c, &rt, &holder, "job", 0o755);
+    // A first batch makes sure the client has its template and FIDs.
+    write_files(&rt, &holder, &creds, dir, 5);
+    let before = holder.creates_answered_here();
+    let made: Vec<_> = within(&rt, "creates", async {
+        let mut made = Vec::new();
+        for i in 5..200 {
+            made.push(holder.create(&creds, dir, &format!("f{i}"), 0o640, true, RW, None).await.unwrap());
+        }
+        made
+    });
+    c.kill("mds");
+    c.restart("mds");
+    assert!(holder.creates_answered_here() > before, "creates went out in the background");
+    within(&rt, "writes and closes", async {
+        for (i, (f, _, _)) in made.into_iter().enumerate() {
+            holder.write(&f, 0, Bytes::from(content(i + 5))).await.unwrap();
+            holder.flush(&f).await.unwrap();
+            holder.close(f).await.unwrap();
+        }
+    });
+    let other = connect(&rt, &c, false);
+    for i in 0..200 {
+        let a = within(&rt, "lookup", other.lookup(&creds, dir, &format!("f{i}"))).unwrap();
+        assert_eq!(a.size, content(i).len() as u64, "f{i} after the MDS restart");
+    }
+}
