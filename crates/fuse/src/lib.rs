@@ -191,9 +191,10 @@ fn inode_errno(e: &ClientError) -> Errno {
     }
 }
 
-/// Whether thread `tid` (a FUSE request's caller) has a signal pending that it
-/// neither blocks nor ignores, or is gone. A lock wait then ends with `EINTR`, as
-/// `F_SETLKW` and `flock(2)` do on a local file system when a handler is to run.
+/// Whether thread `tid` (a FUSE request's caller) has a signal pending that will
+/// run a handler or end the process (see [`interrupts`]), or is gone. A lock wait
+/// then ends with `EINTR`, as `F_SETLKW` and `flock(2)` do on a local file system
+/// when a handler is to run.
 ///
 /// Why from `/proc`: the kernel tells a FUSE server with `FUSE_INTERRUPT`, but fuser
 /// answers that itself with "not supported", after which the kernel stops sending it
@@ -214,8 +215,28 @@ fn signal_pending(tid: u32) -> bool {
             .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
             .unwrap_or(0)
     };
-    let pending = mask("SigPnd:") | mask("ShdPnd:");
-    pending & !mask("SigBlk:") & !mask("SigIgn:") != 0
+    interrupts(mask("SigPnd:") | mask("ShdPnd:"), mask("SigBlk:"), mask("SigIgn:"), mask("SigCgt:"))
+}
+
+/// Whether signals `pending` (bit n-1 for signal n), with those `blocked`, `ignored`
+/// and `caught` (a handler installed), interrupt a wait: one that runs a handler, or
+/// whose default action ends the process. A stop signal left to its default (Ctrl-Z)
+/// or one whose default is to do nothing (SIGCHLD, SIGWINCH, ...) does not: Linux
+/// restarts such a wait by itself after SIGCONT, and the caller never sees EINTR.
+fn interrupts(pending: u64, blocked: u64, ignored: u64, caught: u64) -> bool {
+    const fn bit(sig: i32) -> u64 {
+        1 << (sig - 1)
+    }
+    const NO_EFFECT_BY_DEFAULT: u64 = bit(libc::SIGCHLD)
+        | bit(libc::SIGCONT)
+        | bit(libc::SIGSTOP)
+        | bit(libc::SIGTSTP)
+        | bit(libc::SIGTTIN)
+        | bit(libc::SIGTTOU)
+        | bit(libc::SIGURG)
+        | bit(libc::SIGWINCH);
+    let delivered = pending & !blocked & !ignored;
+    delivered & (caught | !NO_EFFECT_BY_DEFAULT) != 0
 }
 
 fn file_type(kind: FileKind) -> FileType {
@@ -1232,7 +1253,21 @@ impl InodeState {
 
 #[cfg(test)]
 mod tests {
-    use super::signal_pending;
+    use super::{interrupts, signal_pending};
+
+    #[test]
+    fn handlers_and_fatal_signals_interrupt_a_wait_and_a_default_stop_does_not() {
+        let bit = |s: i32| 1u64 << (s - 1);
+        let (int, tstp, chld) = (bit(libc::SIGINT), bit(libc::SIGTSTP), bit(libc::SIGCHLD));
+        assert!(interrupts(int, 0, 0, int), "a caught SIGINT runs its handler");
+        assert!(interrupts(int, 0, 0, 0), "a default SIGINT ends the process");
+        assert!(!interrupts(int, int, 0, int), "blocked");
+        assert!(!interrupts(int, 0, int, 0), "ignored");
+        assert!(!interrupts(tstp, 0, 0, 0), "Ctrl-Z stops the process; the wait goes on after SIGCONT");
+        assert!(interrupts(tstp, 0, 0, tstp), "a SIGTSTP handler runs");
+        assert!(!interrupts(chld, 0, 0, 0), "SIGCHLD does nothing by default");
+        assert!(!interrupts(0, 0, 0, int), "nothing pending");
+    }
 
     #[test]
     fn a_running_thread_has_no_signal_pending_and_a_gone_one_counts_as_interrupted() {
