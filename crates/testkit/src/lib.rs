@@ -396,11 +396,34 @@ impl Cluster {
         }
         let log = self.dir.path().join(format!("{name}.log"));
         let mut s = Server { name: name.to_string(), args, log, env: vec![], child: None };
-        self.spawn(&mut s);
+        // The port was free when chosen, but another process may have taken it since
+        // (tests run side by side): a first start gets another port.
+        for attempt in 1.. {
+            match self.try_spawn(&mut s) {
+                Ok(()) => break,
+                Err(log) if attempt < 5 && log.contains("Address already in use") => {
+                    s.kill(libc::SIGKILL);
+                    let i = s.args.iter().position(|a| a == "--listen").expect("servers are started with --listen");
+                    let ip = s.args[i + 1].rsplit_once(':').map(|(ip, _)| ip.to_string()).expect("IP:PORT");
+                    s.args[i + 1] = format!("{ip}:{}", free_port(&ip));
+                    if name == "mgs" {
+                        self.mgs_addr = s.args[i + 1].clone();
+                    }
+                }
+                Err(log) => panic!("{name} did not start; log:\n{log}"),
+            }
+        }
         self.servers.insert(name.to_string(), s);
     }
 
     fn spawn(&self, s: &mut Server) {
+        if let Err(log) = self.try_spawn(s) {
+            panic!("{} did not start; log:\n{log}", s.name);
+        }
+    }
+
+    /// Starts server `s`; the tail of its log if it did not come up.
+    fn try_spawn(&self, s: &mut Server) -> Result<(), String> {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&s.log).expect("open log");
         let mut child = die_with_parent(&mut Command::new(&self.bin))
             .args(&s.args)
@@ -422,8 +445,9 @@ impl Cluster {
             }
         });
         s.child = Some(child);
-        if rx.recv_timeout(Duration::from_secs(30)).is_err() {
-            panic!("{} did not start; log:\n{}", s.name, tail(&s.log));
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(_) => Ok(()),
+            Err(_) => Err(tail(&s.log)),
         }
     }
 
