@@ -36,7 +36,7 @@
 //! and close instead of the open.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -54,6 +54,9 @@ pub const TEMPLATE_AGE: Duration = Duration::from_secs(1);
 pub const GRANT_COUNT: u32 = 4096;
 /// A grant is asked for once fewer FIDs than this remain.
 const GRANT_LOW: u64 = 1024;
+/// After a grant failed (an MDS restarting, or one that grants none), how long
+/// creates go to the MDS before the next grant is asked for.
+pub const GRANT_RETRY: Duration = Duration::from_secs(30);
 /// Longest name of a directory entry (the MDS refuses longer ones).
 pub const NAME_MAX: usize = 255;
 /// Most directories whose create template is kept.
@@ -107,9 +110,9 @@ struct Pool {
 pub struct AsyncCreates {
     templates: Mutex<HashMap<Fid, Template>>,
     pools: Mutex<HashMap<u32, Pool>>,
-    granting: Mutex<HashMap<u32, bool>>,
-    /// Off once an MDS refused a grant (an older MDS, or FIDs used up).
-    refused: AtomicBool,
+    /// Per MDT: whether a grant is being asked for, and until when none is asked for
+    /// after one failed.
+    granting: Mutex<HashMap<u32, (bool, Option<Instant>)>>,
     /// Creates answered here so far.
     pub(crate) answered: AtomicU64,
 }
@@ -147,9 +150,6 @@ impl AsyncCreates {
     /// A FID of MDT `mdt` for a create answered here, if a grant has one left; and
     /// whether a new grant should be asked for (one at a time per MDT).
     pub(crate) fn take_fid(&self, mdt: u32) -> (Option<Fid>, bool) {
-        if self.refused.load(Ordering::Acquire) {
-            return (None, false);
-        }
         let mut pools = self.pools.lock().expect("fid pools");
         let pool = pools.entry(mdt).or_default();
         let fid = pool.ranges.front_mut().map(|(first, n)| {
@@ -168,7 +168,11 @@ impl AsyncCreates {
         drop(pools);
         let ask = low && {
             let mut g = self.granting.lock().expect("granting");
-            !std::mem::replace(g.entry(mdt).or_default(), true)
+            let (asking, not_before) = g.entry(mdt).or_default();
+            let due = not_before.is_none_or(|t| Instant::now() >= t);
+            let ask = !*asking && due;
+            *asking |= ask;
+            ask
         };
         (fid, ask)
     }
@@ -181,17 +185,17 @@ impl AsyncCreates {
         pool.left += 1;
     }
 
-    /// A grant came back (or failed: `None`, and no more are asked for).
+    /// A grant came back, or failed (`None`: the next is asked for [`GRANT_RETRY`]
+    /// later).
     pub(crate) fn granted(&self, mdt: u32, grant: Option<(Fid, u32)>) {
-        self.granting.lock().expect("granting").insert(mdt, false);
-        match grant {
-            Some((first, count)) if count > 0 => {
-                let mut pools = self.pools.lock().expect("fid pools");
-                let pool = pools.entry(mdt).or_default();
-                pool.ranges.push_back((first, count as u64));
-                pool.left += count as u64;
-            }
-            _ => self.refused.store(true, Ordering::Release),
+        let ok = grant.is_some_and(|(_, count)| count > 0);
+        let not_before = (!ok).then(|| Instant::now() + GRANT_RETRY);
+        self.granting.lock().expect("granting").insert(mdt, (false, not_before));
+        if let Some((first, count)) = grant.filter(|_| ok) {
+            let mut pools = self.pools.lock().expect("fid pools");
+            let pool = pools.entry(mdt).or_default();
+            pool.ranges.push_back((first, count as u64));
+            pool.left += count as u64;
         }
     }
 
@@ -315,7 +319,9 @@ mod tests {
         assert_eq!(got, [100, 101, 500]);
         assert_eq!(a.fids_left(0), GRANT_COUNT as u64 - 1);
         a.granted(1, None);
-        assert_eq!(a.take_fid(1), (None, false), "a refused grant turns creates here off");
+        assert_eq!(a.take_fid(1), (None, false), "no grant asked for right after one failed");
+        a.granting.lock().unwrap().get_mut(&1).unwrap().1 = Some(Instant::now());
+        assert_eq!(a.take_fid(1), (None, true), "asked for again once the wait is over");
     }
 
     #[tokio::test]

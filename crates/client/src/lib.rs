@@ -1095,11 +1095,15 @@ impl Client {
             let grant = match deferred::exempt(c.md(Fid::new(mdt, 0, 0), req)).await {
                 Ok(Response::FidGrant { first, count }) if first.mdt() == mdt => Some((first, count)),
                 Ok(r) => {
-                    tracing::info!(mdt, "no FID grant ({}): creates go to the MDS", unexpected("fid grant", &r));
+                    tracing::info!(
+                        mdt,
+                        "no FID grant ({}): creates go to the MDS for now",
+                        unexpected("fid grant", &r)
+                    );
                     None
                 }
                 Err(e) => {
-                    tracing::info!(mdt, "no FID grant ({e}): creates go to the MDS");
+                    tracing::info!(mdt, "no FID grant ({e}): creates go to the MDS for now");
                     None
                 }
             };
