@@ -214,27 +214,12 @@ fn answerable(layout: &Layout) -> bool {
 }
 
 /// The attributes the MDS will give file `fid`, made by `creds` with `mode` in the
-/// directory `tpl` describes (`Inode::new` and the set-group-ID rule of the MDS).
+/// directory `tpl` describes (`Attr::new_inode` and the set-group-ID rule of the MDS).
 pub(crate) fn new_file_attr(fid: Fid, creds: &Creds, mode: u32, tpl: &Template) -> Attr {
-    let now = Timespec::now();
     let gid = if tpl.dir.mode & S_ISGID != 0 { tpl.dir.gid } else { creds.gid };
-    Attr {
-        fid,
-        kind: FileKind::File,
-        mode: mode & 0o7777,
-        nlink: 1,
-        uid: creds.uid,
-        gid,
-        size: 0,
-        atime: now,
-        mtime: now,
-        ctime: now,
-        layout: Some(tpl.layout.clone()),
-        rdev: 0,
-        trunc_epoch: 0,
-        data_version: 0,
-        stripes: None,
-    }
+    let mut attr = Attr::new_inode(fid, FileKind::File, mode, creds, gid, Timespec::now());
+    attr.layout = Some(tpl.layout.clone());
+    attr
 }
 
 /// A new gate, shared by the handle and the task that sends the create.

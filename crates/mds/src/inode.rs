@@ -270,23 +270,7 @@ impl Inode {
 
     pub fn new(fid: Fid, kind: FileKind, mode: u32, creds: &Creds, gid: u32, now: Timespec) -> Inode {
         Inode {
-            attr: Attr {
-                fid,
-                kind,
-                mode: mode & 0o7777,
-                nlink: if kind == FileKind::Dir { 2 } else { 1 },
-                uid: creds.uid,
-                gid,
-                size: 0,
-                atime: now,
-                mtime: now,
-                ctime: now,
-                layout: None,
-                rdev: 0,
-                trunc_epoch: 0,
-                data_version: 0,
-                stripes: None,
-            },
+            attr: Attr::new_inode(fid, kind, mode, creds, gid, now),
             symlink: None,
             dir_default: None,
             parent: None,

@@ -248,6 +248,29 @@ impl DirStripes {
 }
 
 impl Attr {
+    /// The attributes of a new inode of `kind` made by `creds` at `now` with `mode`
+    /// and group `gid`: the MDS stores these, and a client answering a create itself
+    /// (the client's `async_create`) tells them before the MDS has.
+    pub fn new_inode(fid: Fid, kind: FileKind, mode: u32, creds: &Creds, gid: u32, now: Timespec) -> Attr {
+        Attr {
+            fid,
+            kind,
+            mode: mode & 0o7777,
+            nlink: if kind == FileKind::Dir { 2 } else { 1 },
+            uid: creds.uid,
+            gid,
+            size: 0,
+            atime: now,
+            mtime: now,
+            ctime: now,
+            layout: None,
+            rdev: 0,
+            trunc_epoch: 0,
+            data_version: 0,
+            stripes: None,
+        }
+    }
+
     /// [`Creds::may`] on these attributes.
     pub fn may(&self, creds: &Creds, want: u32) -> bool {
         creds.may(self.kind, self.mode, self.uid, self.gid, want)
