@@ -242,23 +242,7 @@ mod tests {
     }
 
     fn dummy() -> Attr {
-        Attr {
-            fid: Fid::new(0, 1, 1),
-            kind: FileKind::Dir,
-            mode: 0o755,
-            nlink: 2,
-            uid: 0,
-            gid: 0,
-            size: 0,
-            atime: Timespec::default(),
-            mtime: Timespec::default(),
-            ctime: Timespec::default(),
-            layout: None,
-            rdev: 0,
-            trunc_epoch: 0,
-            data_version: 0,
-            stripes: None,
-        }
+        Attr::new_inode(Fid::new(0, 1, 1), FileKind::Dir, 0o755, &Creds::root(), 0, Timespec::default())
     }
 
     #[test]

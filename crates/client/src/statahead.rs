@@ -245,23 +245,9 @@ mod tests {
     use proto::msg::{FileKind, OpenFlags, Timespec};
 
     fn attr(oid: u32) -> Attr {
-        Attr {
-            fid: Fid::new(0, 1, oid),
-            kind: FileKind::File,
-            mode: 0o644,
-            nlink: 1,
-            uid: 0,
-            gid: 0,
-            size: 4096,
-            atime: Timespec::default(),
-            mtime: Timespec::default(),
-            ctime: Timespec::default(),
-            layout: None,
-            rdev: 0,
-            trunc_epoch: 0,
-            data_version: 1,
-            stripes: None,
-        }
+        let mut a = Attr::new_inode(Fid::new(0, 1, oid), FileKind::File, 0o644, &Creds::root(), 0, Timespec::default());
+        a.size = 4096;
+        a
     }
 
     fn walk(sa: &Statahead, dir: Fid, n: usize) -> Option<Fetch> {
