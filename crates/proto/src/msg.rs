@@ -700,7 +700,10 @@ pub enum Request {
     /// name, made as file `fid` (from a grant) with exactly `layout`, whose
     /// instantiated components must all be Data-on-MDT (nothing is placed on OSTs).
     /// Answered as [`Request::MdsCreate`]; a retry of one that was applied answers
-    /// it again.
+    /// it again. `data`, when not empty, is the file's first bytes: written at offset
+    /// 0 of its DoM component (at most [`DOM_WRITE_MAX`] and within the component)
+    /// and its size published, in the create's own transaction, so a small file
+    /// written after its create costs one request.
     MdsCreateGranted {
         creds: Creds,
         parent: Fid,
@@ -709,6 +712,8 @@ pub enum Request {
         flags: OpenFlags,
         fid: Fid,
         layout: Layout,
+        #[serde(with = "crate::bytes_field")]
+        data: Vec<u8>,
     },
 }
 

@@ -1,7 +1,7 @@
 //! Namespace operations that add a name: create (with the layout a new file gets),
 //! mkdir, symlink, mknod and link.
 use layout::{Layout, LayoutSpec, Pattern};
-use proto::msg::{Creds, DirSpec, FileKind, OpenFlags, Response, Timespec};
+use proto::msg::{Creds, DirSpec, FileKind, OpenFlags, Response, Timespec, DOM_WRITE_MAX};
 use proto::{Errno, Fid};
 
 use super::error::{fail, OpError, OpResult};
@@ -100,7 +100,8 @@ impl Writer<'_> {
 
     /// A create a client answered itself (`MdsCreateGranted`): `fid` must come from a
     /// grant of this MDT and be unused, and `layout` must place nothing on OSTs (its
-    /// instantiated components are all DoM, within this MDS's cap). A retry of one
+    /// instantiated components are all DoM, within this MDS's cap). `data`, if any,
+    /// is the file's first bytes, written in the same transaction. A retry of one
     /// already applied answers as the first time.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn create_granted(
@@ -111,6 +112,7 @@ impl Writer<'_> {
         mode: u32,
         fid: Fid,
         layout: &Layout,
+        data: &[u8],
         dom_max: u64,
         now: Timespec,
     ) -> OpResult<Response> {
@@ -144,10 +146,26 @@ impl Writer<'_> {
                 format!("a client's create must have a new layout with a DoM component of at most {dom_max} bytes first and no OST objects"),
             );
         }
+        let dom_end = layout.dom_end().unwrap_or(0);
+        if data.len() as u64 > dom_end.min(DOM_WRITE_MAX) {
+            return fail(
+                Errno::Inval,
+                format!(
+                    "a create's first {} bytes pass the end of the DoM component ({dom_end}) or one request's {DOM_WRITE_MAX}",
+                    data.len()
+                ),
+            );
+        }
         self.view.takes_entries(parent)?;
         let gid = if dir.attr.mode & S_ISGID != 0 { dir.attr.gid } else { creds.gid };
         let mut ino = Inode::new(fid, FileKind::File, mode, creds, gid, now);
         ino.attr.layout = Some(layout.clone());
+        if !data.is_empty() {
+            // As a DoM write publishing its size (`dom_write`).
+            ino.attr.size = data.len() as u64;
+            ino.attr.data_version += 1;
+            self.dom_fill_new(fid, data)?;
+        }
         self.inodes_delta += 1;
         self.put_inode(fid, &ino)?;
         self.put(Tbl::Dentries, &dentry_key(parent, name), &dentry_value(fid, FileKind::File))?;

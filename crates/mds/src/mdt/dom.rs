@@ -127,6 +127,15 @@ impl Writer<'_> {
         self.put(Tbl::Dom, &dom_key(fid, block), &encode_block(data))
     }
 
+    /// Writes the first bytes of file `fid`, just made: there is nothing to merge
+    /// them with.
+    pub(super) fn dom_fill_new(&mut self, fid: Fid, data: &[u8]) -> OpResult<()> {
+        for (block, bytes) in data.chunks(DOM_BLOCK as usize).enumerate() {
+            self.put_block(fid, block as u64, bytes)?;
+        }
+        Ok(())
+    }
+
     /// Writes `data` at `offset` of `fid`'s DoM object; with `publish`, also the size
     /// and mtime (see `Request::MdsDomWrite`).
     pub(super) fn dom_write(

@@ -581,6 +581,7 @@ fn create_granted(name: &str, fid: Fid, layout: layout::Layout) -> Request {
         flags: OpenFlags { read: false, write: true, truncate: false },
         fid,
         layout,
+        data: vec![],
     }
 }
 
@@ -659,4 +660,47 @@ fn a_clients_create_takes_granted_unused_fids_and_dom_only_layouts_alone() {
     let mut mem = new_memtable();
     let mut w = Writer::new(store.snapshot().unwrap(), &mut mem, 0);
     assert!(matches!(w.apply(&create_granted("d", other, dom_layout()), &mut place), Ok(Response::Created { .. })));
+}
+
+#[test]
+fn a_clients_create_may_carry_the_files_first_bytes_within_its_dom_component() {
+    let (_d, store) = fresh("granted-data");
+    format(&store, 0, &LayoutSpec::raid0(Some(1), Some(1 << 20))).unwrap();
+    let (_, default_layout) = no_placement();
+    let osts = [OstState { index: 0, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30 }];
+    let is_open = |_: Fid, _: Option<u64>| false;
+    let mut place =
+        Placement { osts: &osts, cursor: 0, default_layout: &default_layout, dom_max: 1 << 20, is_open: &is_open };
+    let mut mem = new_memtable();
+    let mut w = Writer::new(store.snapshot().unwrap(), &mut mem, 0);
+    let Ok(Response::FidGrant { first, .. }) = w.apply(&Request::MdsFidGrant { mdt: 0, count: 10 }, &mut place) else {
+        panic!("no grant")
+    };
+    let with_data = |name: &str, fid: Fid, data: Vec<u8>| match create_granted(name, fid, dom_layout()) {
+        Request::MdsCreateGranted { creds, parent, name, mode, flags, fid, layout, .. } => {
+            Request::MdsCreateGranted { creds, parent, name, mode, flags, fid, layout, data }
+        }
+        _ => unreachable!(),
+    };
+    let dom_end = dom_layout().dom_end().unwrap();
+    let data: Vec<u8> = (0..dom_end).map(|i| (i % 251) as u8).collect();
+    let version = match w.apply(&with_data("a", first, data.clone()), &mut place) {
+        Ok(Response::Created { attr, existed: false, .. }) => {
+            assert_eq!(attr.size, dom_end, "the size is published with the bytes");
+            attr.data_version
+        }
+        r => panic!("{r:?}"),
+    };
+    assert_eq!(w.view.dom_read(first, 0, dom_end).unwrap(), data);
+    assert_eq!(w.view.must_inode(first).unwrap().attr.data_version, version);
+
+    // One byte past the DoM component: refused, and nothing is made.
+    let second = Fid { oid: first.oid + 1, ..first };
+    match w.apply(&with_data("b", second, vec![7; dom_end as usize + 1]), &mut place) {
+        Err(OpError::Errno(e, why)) => assert_eq!(e, proto::Errno::Inval, "{why}"),
+        r => panic!("expected a refusal, got {r:?}"),
+    }
+    assert!(w.view.entry(Fid::ROOT, "b").unwrap().is_none());
+    assert!(w.view.inode(second).unwrap().is_none());
+    assert_eq!(w.view.dom_size(second).unwrap(), 0);
 }

@@ -335,8 +335,8 @@ impl<'a> Writer<'a> {
             Request::MdsCreate { creds, parent, name, mode, exclusive, flags, layout } => {
                 self.create(creds, *parent, name, *mode, *exclusive, *flags, layout.clone(), place, now)
             }
-            Request::MdsCreateGranted { creds, parent, name, mode, fid, layout, .. } => {
-                self.create_granted(creds, *parent, name, *mode, *fid, layout, place.dom_max, now)
+            Request::MdsCreateGranted { creds, parent, name, mode, fid, layout, data, .. } => {
+                self.create_granted(creds, *parent, name, *mode, *fid, layout, data, place.dom_max, now)
             }
             &Request::MdsFidGrant { mdt, count } => {
                 if mdt != self.mdt_index {
