@@ -19,7 +19,12 @@
 //!
 //! Then the client answers with the attributes the MDS will give the file (owner,
 //! group by the set-group-ID rule, mode, times now, that layout), and sends
-//! [`proto::Request::MdsCreateGranted`] in the background. Until it is answered:
+//! [`proto::Request::MdsCreateGranted`] in the background. A small file is written
+//! right after its create, so the create waits a little ([`HOLD`]) for the file's
+//! first bytes and takes them along: one request for the file where two were, and
+//! one transaction on the MDS. Anything else that needs the file on its MDT (its
+//! flush, a read, a write elsewhere than at offset 0, any other MDS request of this
+//! client, a lease revocation) sends the create at once. Until it is answered:
 //!
 //! - the create holds a deferred ticket, so every request of this client that could
 //!   observe the file (all MDS requests but the deferred flushes' own) waits for it,
@@ -43,7 +48,7 @@ use std::time::{Duration, Instant};
 use layout::Layout;
 use proto::msg::{Attr, Creds, FileKind, Timespec};
 use proto::{Errno, Fid};
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 
 use crate::{ClientError, Result};
 
@@ -61,6 +66,9 @@ pub const GRANT_RETRY: Duration = Duration::from_secs(30);
 pub const NAME_MAX: usize = 255;
 /// Most directories whose create template is kept.
 const TEMPLATES_MAX: usize = 1024;
+/// Longest a create answered here waits for its file's first bytes before it is sent
+/// without them.
+pub const HOLD: Duration = Duration::from_millis(20);
 const S_ISGID: u32 = 0o2000;
 /// Bits of `MAY_WRITE | MAY_EXEC`.
 const MAY_WRITE_EXEC: u32 = 2 | 1;
@@ -73,18 +81,36 @@ pub(crate) struct Template {
     at: Instant,
 }
 
-/// The answer to a create sent in the background: `None` until it comes.
+/// A create sent in the background: held back until its first bytes come (or
+/// anything else needs it), then its answer, `None` until it comes.
 pub struct Gate {
     tx: watch::Sender<Option<std::result::Result<(), (Errno, String)>>>,
+    /// Where the file's first bytes go to the create, while it is held back; taken
+    /// (and dropped) to send it without them.
+    held: Mutex<Option<oneshot::Sender<Vec<u8>>>>,
 }
 
 impl Gate {
-    fn new() -> Gate {
-        Gate { tx: watch::channel(None).0 }
+    /// Sends the create now, if it is still held back.
+    pub(crate) fn release(&self) {
+        self.held.lock().expect("held create").take();
     }
 
-    /// Waits for the create's answer: its error if it failed.
+    /// Hands the file's first bytes (at offset 0, within its DoM component and one
+    /// request) to the create, to go with it: `Ok` if they will, and then the
+    /// create's answer (see [`Gate::wait`]) is theirs. The bytes come back if the
+    /// create went without them.
+    pub(crate) fn attach(&self, data: Vec<u8>) -> std::result::Result<(), Vec<u8>> {
+        match self.held.lock().expect("held create").take() {
+            Some(tx) => tx.send(data),
+            None => Err(data),
+        }
+    }
+
+    /// Sends the create if it is still held back, and waits for its answer: its error
+    /// if it failed.
     pub(crate) async fn wait(&self) -> Result<()> {
+        self.release();
         let mut rx = self.tx.subscribe();
         let r = match rx.wait_for(|v| v.is_some()).await {
             Ok(v) => v.clone().expect("waited for an answer"),
@@ -222,9 +248,27 @@ pub(crate) fn new_file_attr(fid: Fid, creds: &Creds, mode: u32, tpl: &Template) 
     attr
 }
 
-/// A new gate, shared by the handle and the task that sends the create.
-pub(crate) fn gate() -> std::sync::Arc<Gate> {
-    std::sync::Arc::new(Gate::new())
+/// A new gate, shared by the handle and the task that sends the create, and what
+/// that task waits on for the file's first bytes (see [`first_bytes`]).
+pub(crate) fn gate() -> (std::sync::Arc<Gate>, oneshot::Receiver<Vec<u8>>) {
+    let (tx, rx) = oneshot::channel();
+    (std::sync::Arc::new(Gate { tx: watch::channel(None).0, held: Mutex::new(Some(tx)) }), rx)
+}
+
+/// Holds a create back until it is to be sent: the file's first bytes came (they are
+/// returned, to go with it), its gate was released, someone waits for this client's
+/// deferred work (`hurry`, see [`crate::deferred::Deferred::idle`]), or [`HOLD`]
+/// passed. Empty when it goes without bytes.
+pub(crate) async fn first_bytes(mut held: oneshot::Receiver<Vec<u8>>, mut hurry: watch::Receiver<u64>) -> Vec<u8> {
+    tokio::select! {
+        r = &mut held => return r.unwrap_or_default(),
+        _ = hurry.changed() => {}
+        _ = tokio::time::sleep(HOLD) => {}
+    }
+    // Bytes handed over as the wait ended still go; later ones come back to their
+    // writer (`Gate::attach`).
+    held.close();
+    held.try_recv().unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -295,7 +339,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_gate_answers_every_waiter_with_the_creates_outcome() {
-        let g = gate();
+        let (g, _held) = gate();
         let w = {
             let g = g.clone();
             tokio::spawn(async move { g.wait().await })
@@ -303,5 +347,38 @@ mod tests {
         g.open(Err((Errno::NoSpc, "full".into())));
         assert_eq!(w.await.unwrap().unwrap_err().errno(), Errno::NoSpc);
         assert_eq!(g.wait().await.unwrap_err().errno(), Errno::NoSpc, "and those that come later");
+    }
+
+    #[tokio::test]
+    async fn a_held_create_takes_the_first_bytes_or_goes_without_them() {
+        let hurry = watch::channel(0u64).0;
+        // The first bytes come: they go with the create.
+        let (g, held) = gate();
+        let task = tokio::spawn(first_bytes(held, hurry.subscribe()));
+        assert_eq!(g.attach(b"abc".to_vec()), Ok(()));
+        assert_eq!(task.await.unwrap(), b"abc");
+        assert_eq!(g.attach(b"late".to_vec()), Err(b"late".to_vec()), "once only");
+
+        // Released (a flush, a read): it goes at once, and bytes after that come back.
+        let (g, held) = gate();
+        let task = tokio::spawn(first_bytes(held, hurry.subscribe()));
+        g.release();
+        assert!(task.await.unwrap().is_empty());
+        assert!(g.attach(b"x".to_vec()).is_err());
+
+        // Hurried (another request of the client waits): the same.
+        let (g, held) = gate();
+        let task = tokio::spawn(first_bytes(held, hurry.subscribe()));
+        tokio::task::yield_now().await;
+        hurry.send_modify(|n| *n += 1);
+        assert!(task.await.unwrap().is_empty());
+        assert!(g.attach(b"x".to_vec()).is_err());
+
+        // Nothing comes: it goes after HOLD.
+        let (g, held) = gate();
+        let at = Instant::now();
+        assert!(first_bytes(held, hurry.subscribe()).await.is_empty());
+        assert!(at.elapsed() >= HOLD);
+        assert!(g.attach(b"x".to_vec()).is_err());
     }
 }

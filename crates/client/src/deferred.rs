@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use proto::Fid;
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 
 /// Most flushes deferred at once.
 pub const DEFERRED_MAX: usize = 256;
@@ -67,6 +67,10 @@ pub struct Deferred {
     done: Notify,
     slots: Arc<Semaphore>,
     failed: Mutex<VecDeque<(Fid, String)>>,
+    /// Moved by everyone who waits for the deferred work: work that holds itself
+    /// back a little (a create waiting for its file's first bytes, see
+    /// [`crate::async_create`]) goes at once.
+    hurry: watch::Sender<u64>,
 }
 
 impl Default for Deferred {
@@ -77,6 +81,7 @@ impl Default for Deferred {
             done: Notify::new(),
             slots: Arc::new(Semaphore::new(DEFERRED_MAX)),
             failed: Mutex::new(VecDeque::new()),
+            hurry: watch::channel(0).0,
         }
     }
 }
@@ -119,7 +124,8 @@ impl Deferred {
         self.running.load(Ordering::Acquire)
     }
 
-    /// Returns once no flush is deferred (those deferred meanwhile included).
+    /// Returns once no flush is deferred (those deferred meanwhile included). Work
+    /// holding itself back is told to go now.
     pub async fn idle(&self) {
         loop {
             let done = self.done.notified();
@@ -128,8 +134,15 @@ impl Deferred {
             if self.running() == 0 {
                 return;
             }
+            self.hurry.send_modify(|n| *n = n.wrapping_add(1));
             done.await;
         }
+    }
+
+    /// What tells deferred work that holds itself back that someone waits for it
+    /// (see [`Deferred::idle`]): `changed()` completes from then on.
+    pub(crate) fn hurried(&self) -> watch::Receiver<u64> {
+        self.hurry.subscribe()
     }
 
     /// Remembers that the deferred flush of `fid` failed.
@@ -176,6 +189,22 @@ mod tests {
         drop(held);
         assert_eq!(d.running(), 0);
         assert!(d.begin(1).is_some());
+    }
+
+    #[tokio::test]
+    async fn waiting_for_idle_hurries_what_holds_itself_back() {
+        let d = Arc::new(Deferred::default());
+        let mut hurried = d.hurried();
+        d.idle().await;
+        assert!(!hurried.has_changed().unwrap(), "nothing deferred: no one to hurry");
+        let ticket = d.begin(0).unwrap();
+        let waiter = {
+            let d = d.clone();
+            tokio::spawn(async move { d.idle().await })
+        };
+        tokio::time::timeout(Duration::from_secs(5), hurried.changed()).await.expect("hurried").unwrap();
+        drop(ticket);
+        tokio::time::timeout(Duration::from_secs(5), waiter).await.expect("idle").unwrap();
     }
 
     #[test]

@@ -1051,21 +1051,17 @@ impl Client {
         // The directory's times as the MDS will set them, for the kernel's re-read of
         // its attributes after the create (see `recent_dir_attr`).
         self.touch_recent_dir(dir, attr.ctime);
-        let gate = async_create::gate();
+        let (gate, held) = async_create::gate();
         f.created = Some(gate.clone());
         f.created_in = Some((dir, self.inner.moves.load(Ordering::Acquire)));
         self.register_open(&f);
-        let req = Request::MdsCreateGranted {
-            creds: creds.clone(),
-            parent: dir,
-            name: name.to_string(),
-            mode,
-            flags,
-            fid,
-            layout: tpl.layout,
-        };
+        let (creds, name, layout) = (creds.clone(), name.to_string(), tpl.layout);
+        let hurry = self.inner.deferred.hurried();
         let c = self.clone();
         tokio::spawn(async move {
+            // Held back for the file's first bytes (see `async_create`).
+            let data = async_create::first_bytes(held, hurry).await;
+            let req = Request::MdsCreateGranted { creds, parent: dir, name, mode, flags, fid, layout, data };
             let r = deferred::exempt(c.md(dir, req)).await;
             let outcome = match r {
                 Ok(Response::Created { attr, dir: Some(d), .. }) if attr.fid == fid => {
