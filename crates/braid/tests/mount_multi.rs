@@ -1,7 +1,8 @@
 //! Locks and several clients: POSIX (fcntl) and BSD (flock) locks through one mount
 //! and across two mounts of one cluster (two `braid mount` processes), a dying client
 //! releasing its locks, close-to-open consistency, disjoint writes at any alignment
-//! (IO500 ior-hard's 47,008-byte records), and attribute changes crossing clients.
+//! (IO500 ior-hard's 47,008-byte records), and attribute changes crossing clients
+//! (times set through a descriptor after its writes, as `tar` sets them, included).
 
 use std::ffi::CString;
 use std::fs::{self, File, OpenOptions};
@@ -519,6 +520,56 @@ fn attributes_cross_clients_within_the_cache_time() {
     wait_for("B to see A's chmod and size", Duration::from_secs(30), || {
         fs::metadata(b.path("h")).is_ok_and(|m| m.mode() & 0o777 == 0o640 && m.len() == 6)
     });
+}
+
+/// Sets the mtime of open file `f` (futimens, the atime left alone).
+fn set_mtime(f: &File, sec: i64) {
+    let times = [libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_OMIT }, libc::timespec { tv_sec: sec, tv_nsec: 0 }];
+    // SAFETY: a valid descriptor and two timespecs.
+    assert_eq!(unsafe { libc::futimens(f.as_raw_fd(), times.as_ptr()) }, 0, "futimens: errno {}", last_errno());
+}
+
+#[test]
+fn times_set_through_the_descriptor_after_its_writes_stay_for_other_clients() {
+    let c = cluster();
+    let a = Mount::new(&c, "");
+    let b = Mount::new(&c, "attr_timeout=0,entry_timeout=0");
+    fs::create_dir(a.path("dom")).unwrap();
+    let out = c.braid(&["setstripe", "--template", "seed-table5", &c.url("/dom")]);
+    assert!(out.status.success(), "setstripe: {}", String::from_utf8_lossy(&out.stderr));
+    const OLD: i64 = 1_685_030_075;
+    for dir in [".", "dom"] {
+        // As `tar x` and `cp -p` do: write, set the times through the descriptor,
+        // close. Small files (DoM: bytes that may go with the create), files past the
+        // DoM component, and writes in several pieces.
+        for (i, pieces) in [vec![10], vec![9216, 3216], vec![100_000], vec![65_536, 70_000]].into_iter().enumerate() {
+            let name = format!("{dir}/tar{i}");
+            let want: Vec<u8> = pieces.iter().enumerate().flat_map(|(j, &n)| pattern(n, (i * 10 + j) as u64)).collect();
+            let mut f = OpenOptions::new().write(true).create_new(true).open(a.path(&name)).unwrap();
+            let mut at = 0;
+            for &n in &pieces {
+                std::io::Write::write_all(&mut f, &want[at..at + n]).unwrap();
+                at += n;
+            }
+            set_mtime(&f, OLD);
+            drop(f);
+            let m = fs::metadata(b.path(&name)).unwrap();
+            assert_eq!((m.mtime(), m.len()), (OLD, want.len() as u64), "{name}: mtime and size seen by another client");
+            assert!(fs::read(b.path(&name)).unwrap() == want, "{name}: bytes seen by another client");
+            assert_eq!(fs::metadata(a.path(&name)).unwrap().mtime(), OLD, "{name}: mtime seen by the writer");
+        }
+        // A write after the times were set moves the mtime again, as on a local file
+        // system.
+        let name = format!("{dir}/later");
+        let mut f = OpenOptions::new().write(true).create_new(true).open(a.path(&name)).unwrap();
+        std::io::Write::write_all(&mut f, b"first").unwrap();
+        set_mtime(&f, OLD);
+        std::io::Write::write_all(&mut f, b" then more").unwrap();
+        drop(f);
+        let m = fs::metadata(b.path(&name)).unwrap();
+        assert!(m.mtime() > OLD + 86_400, "{name}: the last write's mtime, not the one set before it: {}", m.mtime());
+        assert_eq!(m.len(), 15);
+    }
 }
 
 fn local_and_tcp_clients_share_one_namespace(extra: &[&str], in_process: bool) {

@@ -40,6 +40,11 @@ pub struct Inflight {
     /// answered: an open's bytes are kept only if no write of the file was on its way
     /// while the open was.
     last_write: std::sync::atomic::AtomicU64,
+    /// `data_gen + 1` when this client last set the file's mtime explicitly, after
+    /// the handle's writes had landed (0: never). While `data_gen` has not moved
+    /// since, the handle's size reports leave the mtime alone (see
+    /// `Client::times_set`).
+    pub(crate) mtime_set_at: std::sync::atomic::AtomicU64,
 }
 
 /// A process-wide clock of write starts and completions (see `Inflight::last_write`).

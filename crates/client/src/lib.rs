@@ -355,6 +355,15 @@ impl rpc::CallbackHandler for Revocations {
     }
 }
 
+/// After a setattr set a file's mtime: the handles [`Client::before_times_set`]
+/// returned whose data generation has not moved since (no write) leave the mtime
+/// alone in their next size reports.
+fn times_set(handles: Vec<(Arc<io::Inflight>, u64)>) {
+    for (i, gen) in handles {
+        i.mtime_set_at.store(gen.wrapping_add(1), Ordering::Release);
+    }
+}
+
 /// A connected client. Cheap to clone.
 #[derive(Clone)]
 pub struct Client {
@@ -436,6 +445,14 @@ impl OpenFile {
             Some(gate) => gate.wait().await,
             None => Ok(()),
         }
+    }
+
+    /// The mtime a report of this handle's writes gives the file: now, unless this
+    /// client set the file's mtime explicitly after the handle's last write (`tar`
+    /// and `cp -p` set it through the descriptor before closing), which stays.
+    fn report_mtime(&self) -> Option<Timespec> {
+        let set_at = self.inflight.mtime_set_at.load(Ordering::Acquire);
+        (set_at != self.inflight.data_gen.load(Ordering::Acquire).wrapping_add(1)).then(Timespec::now)
     }
 
     /// The gate of this file's create, if it was sent in the background.
@@ -1395,11 +1412,31 @@ impl Client {
                     self.cut_objects(fid, &layout, size).await?;
                 }
             }
+            let times = self.before_times_set(fid, &set).await;
             let req = Request::MdsSetattr { creds: creds.clone(), fid, set };
             let attr = answer!("setattr", self.md(fid, req).await?, Response::Attr(a) => a)?;
+            times_set(times);
             self.dir_attr_merged(attr).await
         })
         .await
+    }
+
+    /// Before a setattr of `fid` that sets its mtime: waits until the writes of
+    /// every handle of the file in this client have landed (a DoM write sets the
+    /// mtime as it lands), and returns each handle with its data generation then, for
+    /// [`times_set`]. Lustre's client flushes its dirty pages before such a setattr
+    /// for the same reason.
+    async fn before_times_set(&self, fid: Fid, set: &SetAttr) -> Vec<(Arc<io::Inflight>, u64)> {
+        if set.mtime.is_none() {
+            return Vec::new();
+        }
+        let mut handles = Vec::new();
+        for i in self.file_inflights(fid) {
+            i.settle().await;
+            let gen = i.data_gen.load(Ordering::Acquire);
+            handles.push((i, gen));
+        }
+        handles
     }
 
     /// Changes the layout of an existing file: instantiates components, or adds or
@@ -1478,8 +1515,10 @@ impl Client {
             let layout = self.instantiate(f, size).await?;
             self.cut_objects(f.fid, &layout, size).await?;
         }
+        let times = self.before_times_set(f.fid, &set).await;
         let req = Request::MdsSetattr { creds: creds.clone(), fid: f.fid, set };
         let a = answer!("setattr", self.md(f.fid, req).await?, Response::Attr(a) => a)?;
+        times_set(times);
         if let Some(size) = size {
             f.set_size(size);
             f.inflight.trunc_epoch.store(a.trunc_epoch, Ordering::Release);
@@ -1695,7 +1734,7 @@ impl Client {
             return Ok(());
         }
         let epoch = f.inflight.trunc_epoch.load(Ordering::Acquire);
-        let req = Request::MdsSizeUpdate { fid: f.fid, size: f.size(), mtime: Timespec::now(), trunc_epoch: epoch };
+        let req = Request::MdsSizeUpdate { fid: f.fid, size: f.size(), mtime: f.report_mtime(), trunc_epoch: epoch };
         let reported = match self.md(f.fid, req).await {
             Ok(Response::Attr(_)) => Ok(()),
             Ok(Response::EpochMoved { trunc_epoch }) => self.report_size_from_objects(f, trunc_epoch).await,
@@ -1720,7 +1759,7 @@ impl Client {
         }
         for _ in 0..EPOCH_RETRIES_MAX {
             let size = io::glimpse(self, f.fid, &f.layout()).await?;
-            let req = Request::MdsSizeUpdate { fid: f.fid, size, mtime: Timespec::now(), trunc_epoch: epoch };
+            let req = Request::MdsSizeUpdate { fid: f.fid, size, mtime: f.report_mtime(), trunc_epoch: epoch };
             match self.md(f.fid, req).await? {
                 Response::Attr(a) => {
                     f.inflight.trunc_epoch.store(epoch, Ordering::Release);
@@ -1759,7 +1798,7 @@ impl Client {
                 self.defer_close(f.fid).await;
                 return flushed;
             }
-            let (size, mtime) = (Some(f.size()), Some(Timespec::now()));
+            let (size, mtime) = (Some(f.size()), f.report_mtime());
             let trunc_epoch = f.inflight.trunc_epoch.load(Ordering::Acquire);
             match self.md(f.fid, Request::MdsClose { fid: f.fid, size, mtime, trunc_epoch }).await? {
                 Response::Ok => flushed,

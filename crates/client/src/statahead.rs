@@ -308,7 +308,12 @@ mod tests {
         assert!(changes_nothing(&Request::MdsOpen { creds: Creds::root(), fid, flags: read }));
         assert!(!changes_nothing(&Request::MdsOpen { creds: Creds::root(), fid, flags: write }));
         assert!(changes_nothing(&Request::MdsClose { fid, size: None, mtime: None, trunc_epoch: 0 }));
-        assert!(!changes_nothing(&Request::MdsSizeUpdate { fid, size: 1, mtime: Timespec::default(), trunc_epoch: 0 }));
+        assert!(!changes_nothing(&Request::MdsSizeUpdate {
+            fid,
+            size: 1,
+            mtime: Some(Timespec::default()),
+            trunc_epoch: 0
+        }));
         assert!(!changes_nothing(&Request::MdsUnlink { creds: Creds::root(), parent: fid, name: "a".into() }));
     }
 }

@@ -482,20 +482,23 @@ pub enum Request {
         fid: Fid,
     },
     /// A writer reports growth and modification at close/fsync: size becomes
-    /// `max(size, new)` and mtime is set. Only if the file's `trunc_epoch` is still
+    /// `max(size, new)` and mtime is set, unless `mtime` is `None`: the writer set the
+    /// file's times explicitly since its last write (`utimensat` after the writes, as
+    /// `tar` and `cp -p` do), and they stay. Only if the file's `trunc_epoch` is still
     /// the one the writer knows: otherwise nothing changes and the answer is
     /// [`Response::EpochMoved`] (a truncate came from elsewhere; the size the writer
     /// holds may predate it, and it must report what the objects say).
     MdsSizeUpdate {
         fid: Fid,
         size: u64,
-        mtime: Timespec,
+        mtime: Option<Timespec>,
         trunc_epoch: u64,
     },
 
     /// A handle is closed: the open count drops, a writer's size and mtime are
-    /// recorded (under the same `trunc_epoch` rule as [`Request::MdsSizeUpdate`]),
-    /// and an unlinked file whose last handle this was is destroyed.
+    /// recorded (under the same `trunc_epoch` and `mtime` rules as
+    /// [`Request::MdsSizeUpdate`]), and an unlinked file whose last handle this was
+    /// is destroyed.
     MdsClose {
         fid: Fid,
         size: Option<u64>,

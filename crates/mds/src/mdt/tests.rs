@@ -516,8 +516,12 @@ fn every_change_of_a_files_bytes_moves_its_data_version_and_nothing_else_does() 
             Request::MdsDomWrite { fid, offset: 0, data: vec![2; 10], publish: Some(5) },
             0,
         ),
-        ("a size report", Request::MdsSizeUpdate { fid, size: 10, mtime: now, trunc_epoch: 0 }, 1),
-        ("a size report of an older epoch", Request::MdsSizeUpdate { fid, size: 10, mtime: now, trunc_epoch: 4 }, 0),
+        ("a size report", Request::MdsSizeUpdate { fid, size: 10, mtime: Some(now), trunc_epoch: 0 }, 1),
+        (
+            "a size report of an older epoch",
+            Request::MdsSizeUpdate { fid, size: 10, mtime: Some(now), trunc_epoch: 4 },
+            0,
+        ),
         ("a close with a size", Request::MdsClose { fid, size: Some(10), mtime: Some(now), trunc_epoch: 0 }, 1),
         ("a close with nothing to report", Request::MdsClose { fid, size: None, mtime: None, trunc_epoch: 0 }, 0),
         (
@@ -703,4 +707,35 @@ fn a_clients_create_may_carry_the_files_first_bytes_within_its_dom_component() {
     assert!(w.view.entry(Fid::ROOT, "b").unwrap().is_none());
     assert!(w.view.inode(second).unwrap().is_none());
     assert_eq!(w.view.dom_size(second).unwrap(), 0);
+}
+
+#[test]
+fn a_writers_report_without_an_mtime_keeps_the_times_set_since_its_writes() {
+    let (_d, store) = fresh("keep-mtime");
+    format(&store, 0, &LayoutSpec::raid0(Some(1), Some(1 << 20))).unwrap();
+    let (_, default_layout) = no_placement();
+    let osts = [OstState { index: 0, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30 }];
+    let is_open = |_: Fid, _: Option<u64>| false;
+    let mut place =
+        Placement { osts: &osts, cursor: 0, default_layout: &default_layout, dom_max: 1 << 20, is_open: &is_open };
+    let mut mem = new_memtable();
+    let mut w = Writer::new(store.snapshot().unwrap(), &mut mem, 0);
+    let fid = create_dom_file(&mut w, &mut place, "f").fid;
+    let attr = |w: &Writer| w.view.must_inode(fid).unwrap().attr;
+    // `tar` and `cp -p`: the writes, then the times set through the descriptor, then
+    // the close reports the size.
+    let old = proto::msg::Timespec { sec: 1_000_000, nsec: 0 };
+    let set = SetAttr { mtime: Some(proto::msg::TimeSet::At(old)), ..Default::default() };
+    w.apply(&Request::MdsSetattr { creds: Creds::root(), fid, set }, &mut place).unwrap();
+    let version = attr(&w).data_version;
+    w.apply(&Request::MdsSizeUpdate { fid, size: 10, mtime: None, trunc_epoch: 0 }, &mut place).unwrap();
+    w.apply(&Request::MdsClose { fid, size: Some(20), mtime: None, trunc_epoch: 0 }, &mut place).unwrap();
+    let a = attr(&w);
+    assert_eq!((a.size, a.mtime), (20, old), "the size grows, the mtime set stays");
+    assert!(a.ctime > old, "the change time moves");
+    assert_eq!(a.data_version, version + 2, "the bytes changed");
+    // A report of writes made after the times were set moves the mtime.
+    let now = proto::msg::Timespec::now();
+    w.apply(&Request::MdsClose { fid, size: Some(20), mtime: Some(now), trunc_epoch: 0 }, &mut place).unwrap();
+    assert_eq!(attr(&w).mtime, now);
 }

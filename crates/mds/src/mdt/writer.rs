@@ -378,10 +378,7 @@ impl<'a> Writer<'a> {
                         return Ok(Response::EpochMoved { trunc_epoch: ino.attr.trunc_epoch });
                     }
                     ino.attr.size = ino.attr.size.max(size);
-                    let m = mtime.unwrap_or(now);
-                    ino.attr.mtime = m;
-                    ino.attr.ctime = now.max(m);
-                    ino.attr.data_version += 1;
+                    written(&mut ino, mtime, now);
                     self.put_inode(fid, &ino)?;
                 }
                 // An orphan is left to the reaper (see `reap_replaced`).
@@ -408,13 +405,25 @@ impl<'a> Writer<'a> {
                     return Ok(Response::EpochMoved { trunc_epoch: ino.attr.trunc_epoch });
                 }
                 ino.attr.size = ino.attr.size.max(size);
-                ino.attr.mtime = mtime;
-                ino.attr.ctime = now.max(mtime);
-                ino.attr.data_version += 1;
+                written(&mut ino, mtime, now);
                 self.put_inode(fid, &ino)?;
                 Ok(Response::Attr(ino.attr.clone()))
             }
             other => fail(Errno::Proto, format!("{} is not a mutation", other.op_name())),
         }
     }
+}
+
+/// A writer's report of its writes (`MdsSizeUpdate`, `MdsClose`): the data changed,
+/// and the mtime is the report's unless the writer set the times explicitly since
+/// its last write (`None`).
+fn written(ino: &mut Inode, mtime: Option<Timespec>, now: Timespec) {
+    match mtime {
+        Some(m) => {
+            ino.attr.mtime = m;
+            ino.attr.ctime = now.max(m);
+        }
+        None => ino.attr.ctime = now,
+    }
+    ino.attr.data_version += 1;
 }
