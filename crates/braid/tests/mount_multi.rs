@@ -2,7 +2,8 @@
 //! and across two mounts of one cluster (two `braid mount` processes), a dying client
 //! releasing its locks, close-to-open consistency, disjoint writes at any alignment
 //! (IO500 ior-hard's 47,008-byte records), and attribute changes crossing clients
-//! (times set through a descriptor after its writes, as `tar` sets them, included).
+//! (times set through a descriptor after its writes, as `tar` sets them, and a file
+//! renamed over a name another client still caches, included).
 
 use std::ffi::CString;
 use std::fs::{self, File, OpenOptions};
@@ -570,6 +571,33 @@ fn times_set_through_the_descriptor_after_its_writes_stay_for_other_clients() {
         assert!(m.mtime() > OLD + 86_400, "{name}: the last write's mtime, not the one set before it: {}", m.mtime());
         assert_eq!(m.len(), 15);
     }
+}
+
+#[test]
+fn an_open_finds_the_file_another_client_renamed_over_the_name_at_once() {
+    let c = cluster();
+    let a = Mount::new(&c, "");
+    // B keeps names and attributes for a minute: only the open can tell.
+    let b = Mount::new(&c, "attr_timeout=60,entry_timeout=60");
+    fs::write(a.path("conf"), b"version 1").unwrap();
+    assert_eq!(fs::read(b.path("conf")).unwrap(), b"version 1");
+    // An editor's save on A: a new file written, then renamed over the name.
+    for i in 2..6 {
+        let v = format!("version {i}, longer than the one before {}", "x".repeat(i));
+        fs::write(a.path(".conf.tmp"), &v).unwrap();
+        fs::rename(a.path(".conf.tmp"), a.path("conf")).unwrap();
+        assert_eq!(fs::read_to_string(b.path("conf")).unwrap(), v, "B opens the name after A's rename");
+    }
+    // Removed on A: B's open finds no file, though its kernel still has the name.
+    fs::remove_file(a.path("conf")).unwrap();
+    assert_eq!(File::open(b.path("conf")).unwrap_err().raw_os_error(), Some(libc::ENOENT));
+
+    // An unlinked file this mount holds open is still reopened through /proc.
+    let f = File::create(b.path("held")).unwrap();
+    std::io::Write::write_all(&mut &f, b"still here").unwrap();
+    fs::remove_file(b.path("held")).unwrap();
+    let again = fs::read(format!("/proc/self/fd/{}", f.as_raw_fd())).unwrap();
+    assert_eq!(again, b"still here");
 }
 
 fn local_and_tcp_clients_share_one_namespace(extra: &[&str], in_process: bool) {

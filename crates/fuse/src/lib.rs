@@ -697,6 +697,16 @@ impl fuser::Filesystem for BraidFs {
         let (c, opener) = (self.creds(req), (req.pid(), req.uid(), req.gid()));
         self.serve(req, move |s| async move {
             match s.client.open(&c, fid_of(ino), of).await {
+                Ok((f, a)) if a.nlink == 0 && a.kind == FileKind::File && !s.handles.inode_open(a.fid) => {
+                    // A name the kernel cached for a file another client has since
+                    // unlinked or renamed another file over (an editor's save): no one
+                    // here holds it open (as `/proc/PID/fd` reopens do), so the
+                    // opener meant the name. ESTALE has the kernel look the path up
+                    // again (LOOKUP_REVAL) and open what it names now, as NFS's
+                    // close-to-open does.
+                    let _ = s.client.close(f).await;
+                    reply.error(Errno::from_i32(libc::ESTALE));
+                }
                 Ok((f, a)) => {
                     // Close-to-open: the kernel may still hold the size and mtime it
                     // cached before another client rewrote the file, and would read only
