@@ -43,7 +43,7 @@ pub struct Inflight {
     /// `data_gen + 1` when this client last set the file's mtime explicitly, after
     /// the handle's writes had landed (0: never). While `data_gen` has not moved
     /// since, the handle's size reports leave the mtime alone (see
-    /// `Client::times_set`).
+    /// `Client::before_times_set`).
     pub(crate) mtime_set_at: std::sync::atomic::AtomicU64,
 }
 
