@@ -40,6 +40,22 @@ fn no_placement() -> (Vec<OstState>, LayoutSpec) {
     (vec![], LayoutSpec::raid0(Some(1), Some(1 << 20)))
 }
 
+/// Runs `f` with a writer on a freshly formatted MDT (`tag` names its directory; the
+/// default layout is one stripe of 1 MiB) and a placement of one OST up, DoM up to
+/// 1 MiB, no file open.
+fn on_fresh_mdt<T>(tag: &str, f: impl FnOnce(&mut Writer, &mut Placement) -> T) -> T {
+    let (_d, store) = fresh(tag);
+    format(&store, 0, &LayoutSpec::raid0(Some(1), Some(1 << 20))).unwrap();
+    let (_, default_layout) = no_placement();
+    let osts = [OstState { index: 0, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30 }];
+    let is_open = |_: Fid, _: Option<u64>| false;
+    let mut place =
+        Placement { osts: &osts, cursor: 0, default_layout: &default_layout, dom_max: 1 << 20, is_open: &is_open };
+    let mut mem = new_memtable();
+    let mut w = Writer::new(store.snapshot().unwrap(), &mut mem, 0);
+    f(&mut w, &mut place)
+}
+
 #[test]
 fn a_writer_dropped_unfinished_takes_its_batch_back_and_a_finished_one_is_written_back() {
     let (_d, store) = fresh("undo");
@@ -211,52 +227,45 @@ fn create_dom_file(w: &mut Writer, place: &mut Placement, name: &str) -> proto::
 
 #[test]
 fn dom_bytes_are_written_read_trimmed_cut_and_dropped_with_the_inode() {
-    let (_d, store) = fresh("dom");
-    format(&store, 0, &LayoutSpec::raid0(Some(1), Some(1 << 20))).unwrap();
-    let (_, default_layout) = no_placement();
-    let osts = [OstState { index: 0, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30 }];
-    let is_open = |_: Fid, _: Option<u64>| false;
-    let mut place =
-        Placement { osts: &osts, cursor: 0, default_layout: &default_layout, dom_max: 1 << 20, is_open: &is_open };
-    let mut mem = new_memtable();
-    let mut w = Writer::new(store.snapshot().unwrap(), &mut mem, 0);
-    let attr = create_dom_file(&mut w, &mut place, "d");
-    let fid = attr.fid;
-    assert_eq!(attr.layout.as_ref().and_then(|l| l.dom_end()), Some(256 << 10));
+    on_fresh_mdt("dom", |w, place| {
+        let attr = create_dom_file(w, place, "d");
+        let fid = attr.fid;
+        assert_eq!(attr.layout.as_ref().and_then(|l| l.dom_end()), Some(256 << 10));
 
-    // A write across two blocks, and one further on: the gap reads as zeros.
-    let data: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
-    let write = |offset: u64, data: &[u8]| Request::MdsDomWrite { fid, offset, data: data.to_vec(), publish: Some(0) };
-    let r = w.apply(&write(10, &data), &mut place).unwrap();
-    assert!(matches!(r, Response::DomWritten { bytes: 100_000, size_published: true }), "{r:?}");
-    assert_eq!(w.view.must_inode(fid).unwrap().attr.size, 100_010, "the size went with the write");
-    let stale = Request::MdsDomWrite { fid, offset: 200_000, data: b"tail".to_vec(), publish: Some(7) };
-    let r = w.apply(&stale, &mut place).unwrap();
-    assert!(matches!(r, Response::DomWritten { bytes: 4, size_published: false }), "{r:?}");
-    assert_eq!(w.view.must_inode(fid).unwrap().attr.size, 100_010, "not under another truncate epoch");
-    assert_eq!(w.view.dom_size(fid).unwrap(), 200_004);
-    let back = w.view.dom_read(fid, 0, 300_000).unwrap();
-    assert_eq!(back.len(), 200_004, "a read stops at the object's end");
-    assert_eq!(&back[10..100_010], &data[..]);
-    assert!(back[100_010..200_000].iter().all(|&b| b == 0));
-    assert_eq!(&back[200_000..], b"tail");
+        // A write across two blocks, and one further on: the gap reads as zeros.
+        let data: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+        let write =
+            |offset: u64, data: &[u8]| Request::MdsDomWrite { fid, offset, data: data.to_vec(), publish: Some(0) };
+        let r = w.apply(&write(10, &data), place).unwrap();
+        assert!(matches!(r, Response::DomWritten { bytes: 100_000, size_published: true }), "{r:?}");
+        assert_eq!(w.view.must_inode(fid).unwrap().attr.size, 100_010, "the size went with the write");
+        let stale = Request::MdsDomWrite { fid, offset: 200_000, data: b"tail".to_vec(), publish: Some(7) };
+        let r = w.apply(&stale, place).unwrap();
+        assert!(matches!(r, Response::DomWritten { bytes: 4, size_published: false }), "{r:?}");
+        assert_eq!(w.view.must_inode(fid).unwrap().attr.size, 100_010, "not under another truncate epoch");
+        assert_eq!(w.view.dom_size(fid).unwrap(), 200_004);
+        let back = w.view.dom_read(fid, 0, 300_000).unwrap();
+        assert_eq!(back.len(), 200_004, "a read stops at the object's end");
+        assert_eq!(&back[10..100_010], &data[..]);
+        assert!(back[100_010..200_000].iter().all(|&b| b == 0));
+        assert_eq!(&back[200_000..], b"tail");
 
-    // Past the DoM component: refused, nothing written.
-    let e = w.apply(&write((256 << 10) - 2, b"abcd"), &mut place).unwrap_err();
-    assert!(e.to_string().contains("passes the end"), "{e}");
+        // Past the DoM component: refused, nothing written.
+        let e = w.apply(&write((256 << 10) - 2, b"abcd"), place).unwrap_err();
+        assert!(e.to_string().contains("passes the end"), "{e}");
 
-    // A trim keeps the size; a cut shortens.
-    w.apply(&Request::MdsDomTrim { fid, offset: 0, len: 150_000 }, &mut place).unwrap();
-    assert!(w.view.dom_read(fid, 0, 150_000).unwrap().iter().all(|&b| b == 0));
-    assert_eq!(w.view.dom_size(fid).unwrap(), 200_004);
-    w.apply(&Request::MdsDomPunch { fid, size: 70_000 }, &mut place).unwrap();
-    assert_eq!(w.view.dom_size(fid).unwrap(), 70_000);
+        // A trim keeps the size; a cut shortens.
+        w.apply(&Request::MdsDomTrim { fid, offset: 0, len: 150_000 }, place).unwrap();
+        assert!(w.view.dom_read(fid, 0, 150_000).unwrap().iter().all(|&b| b == 0));
+        assert_eq!(w.view.dom_size(fid).unwrap(), 200_004);
+        w.apply(&Request::MdsDomPunch { fid, size: 70_000 }, place).unwrap();
+        assert_eq!(w.view.dom_size(fid).unwrap(), 70_000);
 
-    // Unlinking the file drops its blocks with the inode.
-    let unlink = Request::MdsUnlink { creds: Creds::root(), parent: Fid::ROOT, name: "d".into() };
-    w.apply(&unlink, &mut place).unwrap();
-    assert!(w.view.scan_prefix(Tbl::Dom, &fid.to_key()).unwrap().next().is_none(), "no DoM block is left");
-    w.finish();
+        // Unlinking the file drops its blocks with the inode.
+        let unlink = Request::MdsUnlink { creds: Creds::root(), parent: Fid::ROOT, name: "d".into() };
+        w.apply(&unlink, place).unwrap();
+        assert!(w.view.scan_prefix(Tbl::Dom, &fid.to_key()).unwrap().next().is_none(), "no DoM block is left");
+    })
 }
 
 /// The attributes as inode records of versions 1 and 2 held them (before shard
@@ -490,83 +499,80 @@ fn an_entry_held_by_a_rename_across_mdts_is_neither_unlinked_nor_replaced_until_
 
 #[test]
 fn every_change_of_a_files_bytes_moves_its_data_version_and_nothing_else_does() {
-    let (_d, store) = fresh("dataversion");
-    format(&store, 0, &LayoutSpec::raid0(Some(1), Some(1 << 20))).unwrap();
-    let (_, default_layout) = no_placement();
-    let osts = [OstState { index: 0, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30 }];
-    let is_open = |_: Fid, _: Option<u64>| false;
-    let mut place =
-        Placement { osts: &osts, cursor: 0, default_layout: &default_layout, dom_max: 1 << 20, is_open: &is_open };
-    let mut mem = new_memtable();
-    let mut w = Writer::new(store.snapshot().unwrap(), &mut mem, 0);
-    let attr = create_dom_file(&mut w, &mut place, "f");
-    let fid = attr.fid;
-    assert_eq!(attr.data_version, 0);
-    let version = |w: &Writer| w.view.must_inode(fid).unwrap().attr.data_version;
-    let now = proto::msg::Timespec::now();
-    let root = Creds::root();
-    let changes: Vec<(&str, Request, u64)> = vec![
-        (
-            "a DoM write publishing the size",
-            Request::MdsDomWrite { fid, offset: 0, data: vec![1; 10], publish: Some(0) },
-            1,
-        ),
-        (
-            "a DoM write under another truncate epoch",
-            Request::MdsDomWrite { fid, offset: 0, data: vec![2; 10], publish: Some(5) },
-            0,
-        ),
-        ("a size report", Request::MdsSizeUpdate { fid, size: 10, mtime: Some(now), trunc_epoch: 0 }, 1),
-        (
-            "a size report of an older epoch",
-            Request::MdsSizeUpdate { fid, size: 10, mtime: Some(now), trunc_epoch: 4 },
-            0,
-        ),
-        ("a close with a size", Request::MdsClose { fid, size: Some(10), mtime: Some(now), trunc_epoch: 0 }, 1),
-        ("a close with nothing to report", Request::MdsClose { fid, size: None, mtime: None, trunc_epoch: 0 }, 0),
-        (
-            "a chmod",
-            Request::MdsSetattr { creds: root.clone(), fid, set: SetAttr { mode: Some(0o600), ..Default::default() } },
-            0,
-        ),
-        (
-            "a truncate",
-            Request::MdsSetattr { creds: root.clone(), fid, set: SetAttr { size: Some(5), ..Default::default() } },
-            1,
-        ),
-        (
-            "an instantiation",
-            Request::MdsLayoutChange {
-                creds: root.clone(),
-                fid,
-                change: layout::LayoutChange::Instantiate { end: 1 << 20 },
-            },
-            1,
-        ),
-        (
-            "an instantiation with nothing left to instantiate",
-            Request::MdsLayoutChange {
-                creds: root.clone(),
-                fid,
-                change: layout::LayoutChange::Instantiate { end: 1 << 20 },
-            },
-            0,
-        ),
-    ];
-    for (what, req, moves) in changes {
-        let before = version(&w);
-        w.apply(&req, &mut place).unwrap_or_else(|e| panic!("{what}: {e}"));
-        assert_eq!(version(&w), before + moves, "{what}");
-    }
-    // A writer that died with the file open: its unreported bytes move the version;
-    // a directory or a FID that is gone are left alone.
-    let before = version(&w);
-    w.data_moved(fid).unwrap();
-    assert_eq!(version(&w), before + 1, "a departed writer");
-    let root_version = w.view.must_inode(Fid::ROOT).unwrap().attr.data_version;
-    w.data_moved(Fid::ROOT).unwrap();
-    w.data_moved(Fid { oid: fid.oid + 1000, ..fid }).unwrap();
-    assert_eq!(w.view.must_inode(Fid::ROOT).unwrap().attr.data_version, root_version);
+    on_fresh_mdt("dataversion", |w, place| {
+        let attr = create_dom_file(w, place, "f");
+        let fid = attr.fid;
+        assert_eq!(attr.data_version, 0);
+        let version = |w: &Writer| w.view.must_inode(fid).unwrap().attr.data_version;
+        let now = proto::msg::Timespec::now();
+        let root = Creds::root();
+        let changes: Vec<(&str, Request, u64)> = vec![
+            (
+                "a DoM write publishing the size",
+                Request::MdsDomWrite { fid, offset: 0, data: vec![1; 10], publish: Some(0) },
+                1,
+            ),
+            (
+                "a DoM write under another truncate epoch",
+                Request::MdsDomWrite { fid, offset: 0, data: vec![2; 10], publish: Some(5) },
+                0,
+            ),
+            ("a size report", Request::MdsSizeUpdate { fid, size: 10, mtime: Some(now), trunc_epoch: 0 }, 1),
+            (
+                "a size report of an older epoch",
+                Request::MdsSizeUpdate { fid, size: 10, mtime: Some(now), trunc_epoch: 4 },
+                0,
+            ),
+            ("a close with a size", Request::MdsClose { fid, size: Some(10), mtime: Some(now), trunc_epoch: 0 }, 1),
+            ("a close with nothing to report", Request::MdsClose { fid, size: None, mtime: None, trunc_epoch: 0 }, 0),
+            (
+                "a chmod",
+                Request::MdsSetattr {
+                    creds: root.clone(),
+                    fid,
+                    set: SetAttr { mode: Some(0o600), ..Default::default() },
+                },
+                0,
+            ),
+            (
+                "a truncate",
+                Request::MdsSetattr { creds: root.clone(), fid, set: SetAttr { size: Some(5), ..Default::default() } },
+                1,
+            ),
+            (
+                "an instantiation",
+                Request::MdsLayoutChange {
+                    creds: root.clone(),
+                    fid,
+                    change: layout::LayoutChange::Instantiate { end: 1 << 20 },
+                },
+                1,
+            ),
+            (
+                "an instantiation with nothing left to instantiate",
+                Request::MdsLayoutChange {
+                    creds: root.clone(),
+                    fid,
+                    change: layout::LayoutChange::Instantiate { end: 1 << 20 },
+                },
+                0,
+            ),
+        ];
+        for (what, req, moves) in changes {
+            let before = version(w);
+            w.apply(&req, place).unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_eq!(version(w), before + moves, "{what}");
+        }
+        // A writer that died with the file open: its unreported bytes move the version;
+        // a directory or a FID that is gone are left alone.
+        let before = version(w);
+        w.data_moved(fid).unwrap();
+        assert_eq!(version(w), before + 1, "a departed writer");
+        let root_version = w.view.must_inode(Fid::ROOT).unwrap().attr.data_version;
+        w.data_moved(Fid::ROOT).unwrap();
+        w.data_moved(Fid { oid: fid.oid + 1000, ..fid }).unwrap();
+        assert_eq!(w.view.must_inode(Fid::ROOT).unwrap().attr.data_version, root_version);
+    })
 }
 
 /// A DoM-only layout as a client's create carries it (seed 002's Table 5).
@@ -668,74 +674,60 @@ fn a_clients_create_takes_granted_unused_fids_and_dom_only_layouts_alone() {
 
 #[test]
 fn a_clients_create_may_carry_the_files_first_bytes_within_its_dom_component() {
-    let (_d, store) = fresh("granted-data");
-    format(&store, 0, &LayoutSpec::raid0(Some(1), Some(1 << 20))).unwrap();
-    let (_, default_layout) = no_placement();
-    let osts = [OstState { index: 0, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30 }];
-    let is_open = |_: Fid, _: Option<u64>| false;
-    let mut place =
-        Placement { osts: &osts, cursor: 0, default_layout: &default_layout, dom_max: 1 << 20, is_open: &is_open };
-    let mut mem = new_memtable();
-    let mut w = Writer::new(store.snapshot().unwrap(), &mut mem, 0);
-    let Ok(Response::FidGrant { first, .. }) = w.apply(&Request::MdsFidGrant { mdt: 0, count: 10 }, &mut place) else {
-        panic!("no grant")
-    };
-    let with_data = |name: &str, fid: Fid, data: Vec<u8>| match create_granted(name, fid, dom_layout()) {
-        Request::MdsCreateGranted { creds, parent, name, mode, flags, fid, layout, .. } => {
-            Request::MdsCreateGranted { creds, parent, name, mode, flags, fid, layout, data }
-        }
-        _ => unreachable!(),
-    };
-    let dom_end = dom_layout().dom_end().unwrap();
-    let data: Vec<u8> = (0..dom_end).map(|i| (i % 251) as u8).collect();
-    let version = match w.apply(&with_data("a", first, data.clone()), &mut place) {
-        Ok(Response::Created { attr, existed: false, .. }) => {
-            assert_eq!(attr.size, dom_end, "the size is published with the bytes");
-            attr.data_version
-        }
-        r => panic!("{r:?}"),
-    };
-    assert_eq!(w.view.dom_read(first, 0, dom_end).unwrap(), data);
-    assert_eq!(w.view.must_inode(first).unwrap().attr.data_version, version);
+    on_fresh_mdt("granted-data", |w, place| {
+        let Ok(Response::FidGrant { first, .. }) = w.apply(&Request::MdsFidGrant { mdt: 0, count: 10 }, place) else {
+            panic!("no grant")
+        };
+        let with_data = |name: &str, fid: Fid, data: Vec<u8>| match create_granted(name, fid, dom_layout()) {
+            Request::MdsCreateGranted { creds, parent, name, mode, flags, fid, layout, .. } => {
+                Request::MdsCreateGranted { creds, parent, name, mode, flags, fid, layout, data }
+            }
+            _ => unreachable!(),
+        };
+        let dom_end = dom_layout().dom_end().unwrap();
+        let data: Vec<u8> = (0..dom_end).map(|i| (i % 251) as u8).collect();
+        let version = match w.apply(&with_data("a", first, data.clone()), place) {
+            Ok(Response::Created { attr, existed: false, .. }) => {
+                assert_eq!(attr.size, dom_end, "the size is published with the bytes");
+                attr.data_version
+            }
+            r => panic!("{r:?}"),
+        };
+        assert_eq!(w.view.dom_read(first, 0, dom_end).unwrap(), data);
+        assert_eq!(w.view.must_inode(first).unwrap().attr.data_version, version);
 
-    // One byte past the DoM component: refused, and nothing is made.
-    let second = Fid { oid: first.oid + 1, ..first };
-    match w.apply(&with_data("b", second, vec![7; dom_end as usize + 1]), &mut place) {
-        Err(OpError::Errno(e, why)) => assert_eq!(e, proto::Errno::Inval, "{why}"),
-        r => panic!("expected a refusal, got {r:?}"),
-    }
-    assert!(w.view.entry(Fid::ROOT, "b").unwrap().is_none());
-    assert!(w.view.inode(second).unwrap().is_none());
-    assert_eq!(w.view.dom_size(second).unwrap(), 0);
+        // One byte past the DoM component: refused, and nothing is made.
+        let second = Fid { oid: first.oid + 1, ..first };
+        match w.apply(&with_data("b", second, vec![7; dom_end as usize + 1]), place) {
+            Err(OpError::Errno(e, why)) => assert_eq!(e, proto::Errno::Inval, "{why}"),
+            r => panic!("expected a refusal, got {r:?}"),
+        }
+        assert!(w.view.entry(Fid::ROOT, "b").unwrap().is_none());
+        assert!(w.view.inode(second).unwrap().is_none());
+        assert_eq!(w.view.dom_size(second).unwrap(), 0);
+    })
 }
 
 #[test]
 fn a_writers_report_without_an_mtime_keeps_the_times_set_since_its_writes() {
-    let (_d, store) = fresh("keep-mtime");
-    format(&store, 0, &LayoutSpec::raid0(Some(1), Some(1 << 20))).unwrap();
-    let (_, default_layout) = no_placement();
-    let osts = [OstState { index: 0, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30 }];
-    let is_open = |_: Fid, _: Option<u64>| false;
-    let mut place =
-        Placement { osts: &osts, cursor: 0, default_layout: &default_layout, dom_max: 1 << 20, is_open: &is_open };
-    let mut mem = new_memtable();
-    let mut w = Writer::new(store.snapshot().unwrap(), &mut mem, 0);
-    let fid = create_dom_file(&mut w, &mut place, "f").fid;
-    let attr = |w: &Writer| w.view.must_inode(fid).unwrap().attr;
-    // `tar` and `cp -p`: the writes, then the times set through the descriptor, then
-    // the close reports the size.
-    let old = proto::msg::Timespec { sec: 1_000_000, nsec: 0 };
-    let set = SetAttr { mtime: Some(proto::msg::TimeSet::At(old)), ..Default::default() };
-    w.apply(&Request::MdsSetattr { creds: Creds::root(), fid, set }, &mut place).unwrap();
-    let version = attr(&w).data_version;
-    w.apply(&Request::MdsSizeUpdate { fid, size: 10, mtime: None, trunc_epoch: 0 }, &mut place).unwrap();
-    w.apply(&Request::MdsClose { fid, size: Some(20), mtime: None, trunc_epoch: 0 }, &mut place).unwrap();
-    let a = attr(&w);
-    assert_eq!((a.size, a.mtime), (20, old), "the size grows, the mtime set stays");
-    assert!(a.ctime > old, "the change time moves");
-    assert_eq!(a.data_version, version + 2, "the bytes changed");
-    // A report of writes made after the times were set moves the mtime.
-    let now = proto::msg::Timespec::now();
-    w.apply(&Request::MdsClose { fid, size: Some(20), mtime: Some(now), trunc_epoch: 0 }, &mut place).unwrap();
-    assert_eq!(attr(&w).mtime, now);
+    on_fresh_mdt("keep-mtime", |w, place| {
+        let fid = create_dom_file(w, place, "f").fid;
+        let attr = |w: &Writer| w.view.must_inode(fid).unwrap().attr;
+        // `tar` and `cp -p`: the writes, then the times set through the descriptor, then
+        // the close reports the size.
+        let old = proto::msg::Timespec { sec: 1_000_000, nsec: 0 };
+        let set = SetAttr { mtime: Some(proto::msg::TimeSet::At(old)), ..Default::default() };
+        w.apply(&Request::MdsSetattr { creds: Creds::root(), fid, set }, place).unwrap();
+        let version = attr(w).data_version;
+        w.apply(&Request::MdsSizeUpdate { fid, size: 10, mtime: None, trunc_epoch: 0 }, place).unwrap();
+        w.apply(&Request::MdsClose { fid, size: Some(20), mtime: None, trunc_epoch: 0 }, place).unwrap();
+        let a = attr(w);
+        assert_eq!((a.size, a.mtime), (20, old), "the size grows, the mtime set stays");
+        assert!(a.ctime > old, "the change time moves");
+        assert_eq!(a.data_version, version + 2, "the bytes changed");
+        // A report of writes made after the times were set moves the mtime.
+        let now = proto::msg::Timespec::now();
+        w.apply(&Request::MdsClose { fid, size: Some(20), mtime: Some(now), trunc_epoch: 0 }, place).unwrap();
+        assert_eq!(attr(w).mtime, now);
+    })
 }
