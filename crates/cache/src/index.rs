@@ -22,7 +22,12 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::buddy::{Block, Buddy, PAGE};
+use crate::store::{Fds, Store};
+
+/// Bytes of one page: the unit of checksums, of direct I/O and of hole punching.
+pub const PAGE: u64 = 4096;
+/// Extents longer than this are cut into several (the unit of eviction).
+pub const EXTENT_MAX: u64 = 1 << 20;
 
 /// A file, as the cache's user names it (a FID packed into 128 bits).
 pub type Key = u128;
@@ -34,36 +39,52 @@ const COMPACT_SLACK: u64 = 8 << 20;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 enum Rec {
-    /// First frame of a log: the data file's capacity and the cluster it was written
-    /// for (FIDs and data versions mean nothing in another cluster).
+    /// First frame of a log: the cache's capacity and the cluster it was written for
+    /// (FIDs and data versions mean nothing in another cluster).
     Header { magic: u64, capacity: u64, cluster: u64 },
-    /// The file's cached bytes are of this data version (its older extents are gone).
-    Version { key: Key, version: u64 },
-    /// An extent: `len` bytes of the file at `off`, in `block` of the data file, one
-    /// checksum per page.
-    Put { key: Key, off: u64, len: u32, page: u64, order: u32, crcs: Vec<u32> },
+    /// The file's cached bytes are of this data version (its older extents are gone),
+    /// in its cache file of generation `gen`.
+    Version { key: Key, version: u64, gen: u64 },
+    /// An extent: `len` bytes of the file at `off`, at the same offset of its cache
+    /// file, one checksum per file page it touches.
+    Put { key: Key, off: u64, len: u32, crcs: Vec<u32> },
     /// The extent of the file at `off` is gone.
     Drop { key: Key, off: u64 },
     /// Everything of the file is gone.
     DropFile { key: Key },
 }
 
-const MAGIC: u64 = u64::from_le_bytes(*b"braidSC1");
+const MAGIC: u64 = u64::from_le_bytes(*b"braidSC2");
 
 #[derive(Debug, Clone)]
 pub struct Extent {
     pub len: u32,
-    pub block: Block,
+    /// One per file page the extent touches, over the extent's bytes in that page.
     pub crcs: Vec<u32>,
     tick: u64,
+    /// Names this extent for as long as it lives (a damaged read drops only it).
+    id: u64,
+    /// Its bytes were written or checked by this process: a replayed extent is not,
+    /// until a read checks it (see [`Index::backing`]).
+    verified: bool,
 }
 
 struct FileIdx {
     version: u64,
+    /// The cache file's generation: a file dropped while a reader holds it is unlinked
+    /// and the next fills go to a new one.
+    gen: u64,
     /// The invalidation clock when a change through this client last dropped bytes
     /// of the file (see [`Index::ticket`]).
     last_inval: u64,
     extents: BTreeMap<u64, Extent>,
+    /// Fills reserved and not yet filed or abandoned: the file stays while they run.
+    filling: u32,
+    /// The fill thread is changing the cache file (writes or punches) until it stamps it.
+    busy: bool,
+    /// The cache file's inode and change time after this process last changed it;
+    /// another change (behind the cache's back) refuses it as a backing file.
+    stamp: Option<(u64, i64, i64)>,
 }
 
 /// A read that missed, for filling the cache with its bytes afterwards: valid only if
@@ -82,17 +103,28 @@ impl Ticket {
     }
 }
 
-/// Part of a read served from the cache: bytes `[skip, skip + take)` of the pages read
-/// at `data_off` of the data file (`bytes` long, checked against `crcs`).
+/// An extent a read is served from: its bytes `[off, off + len)` (at the same offset
+/// of the cache file), checked against `crcs` (one per file page touched).
 #[derive(Debug, Clone)]
 pub struct Piece {
-    pub file_off: u64,
-    pub block: Block,
-    pub data_off: u64,
-    pub bytes: u64,
+    pub off: u64,
+    pub len: u64,
     pub crcs: Vec<u32>,
-    pub skip: usize,
-    pub take: usize,
+    pub id: u64,
+    pub verified: bool,
+}
+
+/// What a lookup found: the extents covering a range, and the cache file they are in.
+pub struct Found {
+    pub pieces: Vec<Piece>,
+    pub fds: Arc<Fds>,
+}
+
+/// A fill's claim on space: the generation of the file it writes to.
+#[derive(Debug, Clone, Copy)]
+pub struct Reserved {
+    pub gen: u64,
+    bytes: u64,
 }
 
 /// What an insertion or eviction changed, for the statistics.
@@ -100,6 +132,29 @@ pub struct Piece {
 pub struct Changed {
     pub evicted: u64,
     pub invalidated: u64,
+}
+
+/// Why a file cannot be handed out as a backing file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// Not all of it is cached at this version.
+    Incomplete,
+    /// Some of its bytes were not checked since this process opened the cache.
+    Unchecked,
+    /// Its cache file changed behind the cache's back.
+    Changed,
+    /// The fill thread is writing to it.
+    Busy,
+}
+
+/// Pages of a file, dropped from the index, whose bytes are punched out of the cache
+/// file by the fill thread (the one writer of cache files) before its next writes.
+#[derive(Debug, Clone, Copy)]
+pub struct Dead {
+    pub key: Key,
+    pub gen: u64,
+    pub start: u64,
+    pub end: u64,
 }
 
 pub struct Index {
@@ -111,21 +166,50 @@ pub struct Index {
     inval_clock: Arc<AtomicU64>,
     /// Highest `last_inval` of a file forgotten (no extents left).
     forgotten_inval: u64,
-    pub buddy: Buddy,
+    capacity: u64,
+    /// Bytes of extents held and of fills reserved, each rounded up to whole pages.
+    used: u64,
     log: Log,
     /// Extents held.
     pub extents: u64,
     cluster: u64,
+    next_id: u64,
+    next_gen: u64,
+    dead: Vec<Dead>,
+    /// Files handed out as backing files, and how many times.
+    pinned: HashMap<Key, u32>,
+    pub store: Store,
+}
+
+/// Bytes `len` at `off` take on disk, in whole pages (an extent shares a page with
+/// its neighbours at most at its ends; counting those twice keeps the bound).
+fn pages_of(off: u64, len: u64) -> u64 {
+    if len == 0 {
+        return 0;
+    }
+    ((off + len).div_ceil(PAGE) - off / PAGE) * PAGE
+}
+
+/// The checksums of `data` placed at file offset `off`: one per file page it touches.
+pub fn page_crcs(off: u64, data: &[u8]) -> Vec<u32> {
+    let mut crcs = Vec::with_capacity(pages_of(off, data.len() as u64) as usize / PAGE as usize);
+    let mut pos = 0usize;
+    while pos < data.len() {
+        let at = off + pos as u64;
+        let n = ((PAGE - at % PAGE) as usize).min(data.len() - pos);
+        crcs.push(crc32c::crc32c(&data[pos..pos + n]));
+        pos += n;
+    }
+    crcs
 }
 
 impl Index {
-    /// Opens the index in `dir` for a data file of `capacity` bytes holding files of
+    /// Opens the index in `dir` for a cache of `capacity` bytes holding files of
     /// `cluster`, replaying its log; a log written for another capacity or cluster, or
-    /// none, starts an empty cache.
+    /// none, starts an empty cache. Cache files the index does not name are removed.
     pub fn open(dir: &Path, capacity: u64, cluster: u64) -> std::io::Result<(Index, Replayed)> {
         let path = dir.join("index.log");
         let (recs, good_len, torn) = read_log(&path)?;
-        let buddy = Buddy::new(capacity);
         let mut idx = Index {
             files: HashMap::new(),
             lru: BTreeMap::new(),
@@ -134,12 +218,18 @@ impl Index {
             forgotten_inval: 0,
             log: Log { path: path.clone(), file: None, bytes: 0, live: 0, held: Vec::new(), hold: false },
             cluster,
-            buddy,
+            capacity,
+            used: 0,
             extents: 0,
+            next_id: 1,
+            next_gen: 1,
+            dead: Vec::new(),
+            pinned: HashMap::new(),
+            store: Store::open(dir)?,
         };
         let mut replayed = Replayed { torn, ..Default::default() };
         let fits = matches!(recs.first(), Some(Rec::Header { magic: MAGIC, capacity: c, cluster: k })
-            if *c == idx.buddy.capacity() && *k == cluster);
+            if *c == capacity && *k == cluster);
         if fits {
             for rec in recs.into_iter().skip(1) {
                 idx.replay(rec, &mut replayed);
@@ -154,44 +244,43 @@ impl Index {
             replayed.discarded = !recs.is_empty();
             idx.rewrite()?;
         }
+        let keep: Vec<(Key, u64)> = idx.files.iter().map(|(&k, f)| (k, f.gen)).collect();
+        replayed.removed = idx.store.remove_others(&keep);
         Ok((idx, replayed))
     }
 
     fn replay(&mut self, rec: Rec, r: &mut Replayed) {
         match rec {
             Rec::Header { .. } => r.bad += 1,
-            Rec::Version { key, version } => {
+            Rec::Version { key, version, gen } => {
                 self.drop_file_quiet(key);
-                self.files.insert(key, FileIdx { version, last_inval: 0, extents: BTreeMap::new() });
+                self.next_gen = self.next_gen.max(gen + 1);
+                self.files.insert(key, FileIdx::new(version, gen, 0));
             }
-            Rec::Put { key, off, len, page, order, crcs } => {
-                let block = Block { page, order };
+            Rec::Put { key, off, len, crcs } => {
                 let Some(f) = self.files.get(&key) else {
                     r.bad += 1;
                     return;
                 };
-                let pages = (len as u64).div_ceil(PAGE);
                 let overlaps =
                     f.extents.range(..off + len as u64).next_back().is_some_and(|(o, e)| o + e.len as u64 > off);
+                let bytes = pages_of(off, len as u64);
                 if len == 0
-                    || crcs.len() as u64 != pages
-                    || block.bytes() < len as u64
+                    || crcs.len() as u64 != bytes / PAGE
+                    || off.checked_add(len as u64).is_none()
                     || overlaps
-                    || !self.buddy.claim(block)
+                    || self.used + bytes > self.capacity
                 {
                     r.bad += 1;
                     return;
                 }
-                self.clock += 1;
-                let tick = self.clock;
-                self.lru.insert(tick, (key, off));
-                self.extents += 1;
-                self.files.get_mut(&key).expect("checked above").extents.insert(off, Extent { len, block, crcs, tick });
+                self.used += bytes;
+                self.insert_extent(key, off, len, crcs, false);
             }
             Rec::Drop { key, off } => {
                 if let Some(e) = self.files.get_mut(&key).and_then(|f| f.extents.remove(&off)) {
                     self.lru.remove(&e.tick);
-                    self.buddy.free(e.block);
+                    self.used -= pages_of(off, e.len as u64);
                     self.extents -= 1;
                 }
             }
@@ -201,16 +290,36 @@ impl Index {
         }
     }
 
-    /// Forgets a file and frees its extents, logging nothing.
+    fn insert_extent(&mut self, key: Key, off: u64, len: u32, crcs: Vec<u32>, verified: bool) {
+        self.clock += 1;
+        let tick = self.clock;
+        let id = self.next_id;
+        self.next_id += 1;
+        self.lru.insert(tick, (key, off));
+        self.extents += 1;
+        let e = Extent { len, crcs, tick, id, verified };
+        self.files.get_mut(&key).expect("the file is indexed").extents.insert(off, e);
+    }
+
+    /// Forgets a file and unlinks its cache file, logging nothing. A reader holding the
+    /// cache file (a backing file) keeps its bytes.
     fn drop_file_quiet(&mut self, key: Key) -> u64 {
         let Some(f) = self.files.remove(&key) else { return 0 };
         self.forgotten_inval = self.forgotten_inval.max(f.last_inval);
         let n = f.extents.len() as u64;
-        for e in f.extents.into_values() {
+        for (off, e) in f.extents {
             self.lru.remove(&e.tick);
-            self.buddy.free(e.block);
+            self.used -= pages_of(off, e.len as u64);
         }
         self.extents -= n;
+        self.store.unlink(key, f.gen);
+        n
+    }
+
+    /// Drops a file and logs it.
+    fn drop_file(&mut self, key: Key) -> u64 {
+        let n = self.drop_file_quiet(key);
+        self.log.append(&[Rec::DropFile { key }]);
         n
     }
 
@@ -241,22 +350,21 @@ impl Index {
 
     fn opened_now(&mut self, key: Key, version: u64) -> Changed {
         let mut c = Changed::default();
-        if let Some(f) = self.files.get(&key) {
-            if version > f.version {
-                c.invalidated = self.drop_file_quiet(key);
-                self.log.append(&[Rec::DropFile { key }]);
-            }
+        if self.files.get(&key).is_some_and(|f| version > f.version) {
+            c.invalidated = self.drop_file(key);
         }
         c
     }
 
-    /// Bytes `[off, off + len)` of the file at `version`, if all of them are held.
-    pub fn lookup(&mut self, key: Key, version: u64, off: u64, len: u64) -> Option<Vec<Piece>> {
-        let f = self.files.get_mut(&key)?;
+    /// The extents holding bytes `[off, off + len)` of the file at `version`, if all of
+    /// them are held, and the cache file to read them from.
+    pub fn lookup(&mut self, key: Key, version: u64, off: u64, len: u64) -> Option<Found> {
+        let f = self.files.get(&key)?;
         if f.version != version || len == 0 {
             return None;
         }
-        let end = off + len;
+        let end = off.checked_add(len)?;
+        let gen = f.gen;
         let mut pieces = Vec::new();
         let mut pos = off;
         let first = f.extents.range(..=off).next_back().map(|(&o, _)| o)?;
@@ -268,60 +376,70 @@ impl Index {
             if eoff > pos || eend <= pos {
                 return None;
             }
-            let take_end = eend.min(end);
-            let first_page = (pos - eoff) / PAGE;
-            let last_page = (take_end - eoff - 1) / PAGE;
-            let data_off = e.block.offset() + first_page * PAGE;
-            let bytes = ((last_page + 1) * PAGE).min(e.len as u64) - first_page * PAGE;
-            pieces.push(Piece {
-                file_off: eoff,
-                block: e.block,
-                data_off,
-                bytes,
-                crcs: e.crcs[first_page as usize..=last_page as usize].to_vec(),
-                skip: (pos - eoff - first_page * PAGE) as usize,
-                take: (take_end - pos) as usize,
-            });
-            pos = take_end;
+            pieces.push(Piece { off: eoff, len: e.len as u64, crcs: e.crcs.clone(), id: e.id, verified: e.verified });
+            pos = eend;
         }
         if pos < end {
             return None;
         }
+        let fds = self.store.fds(key, gen, false)?;
         for p in &pieces {
             self.clock += 1;
             let f = self.files.get_mut(&key).expect("looked up above");
-            let e = f.extents.get_mut(&p.file_off).expect("looked up above");
+            let e = f.extents.get_mut(&p.off).expect("looked up above");
             self.lru.remove(&e.tick);
             e.tick = self.clock;
-            self.lru.insert(self.clock, (key, p.file_off));
+            self.lru.insert(self.clock, (key, p.off));
         }
-        Some(pieces)
+        Some(Found { pieces, fds })
     }
 
-    /// Drops the extent at `file_off` if it is still in `block` (a read found its bytes
+    /// The extents of `ids` passed their checksums on a read. The cache file's stamp
+    /// is taken now if it has none (a change after this one refuses it as a backing
+    /// file).
+    pub fn checked(&mut self, key: Key, ids: &[u64]) {
+        let Some(f) = self.files.get_mut(&key) else { return };
+        for e in f.extents.values_mut() {
+            if ids.contains(&e.id) {
+                e.verified = true;
+            }
+        }
+        if f.stamp.is_none() && !f.busy {
+            f.stamp = crate::store::stamp_of(&self.store.path(key, f.gen));
+        }
+    }
+
+    /// Drops the extent `id` at `off` if it is still there (a read found its bytes
     /// damaged). True if it was.
-    pub fn drop_damaged(&mut self, key: Key, file_off: u64, block: Block) -> bool {
-        self.at_once(|idx| idx.drop_damaged_now(key, file_off, block))
-    }
-
-    fn drop_damaged_now(&mut self, key: Key, file_off: u64, block: Block) -> bool {
-        let same = self.files.get(&key).and_then(|f| f.extents.get(&file_off)).is_some_and(|e| e.block == block);
-        if same {
-            self.drop_extent(key, file_off);
-        }
-        same
+    pub fn drop_damaged(&mut self, key: Key, off: u64, id: u64) -> bool {
+        self.at_once(|idx| {
+            let same = idx.files.get(&key).and_then(|f| f.extents.get(&off)).is_some_and(|e| e.id == id);
+            if same {
+                idx.drop_extent(key, off);
+            }
+            same
+        })
     }
 
     fn drop_extent(&mut self, key: Key, off: u64) {
+        if self.pinned.contains_key(&key) {
+            // A reader reads the cache file itself (a backing file): its bytes stay
+            // as they are, and the cache lets go of the whole file.
+            self.drop_file(key);
+            return;
+        }
         let Some(f) = self.files.get_mut(&key) else { return };
         let Some(e) = f.extents.remove(&off) else { return };
+        let gen = f.gen;
+        let empty = f.extents.is_empty() && f.filling == 0;
         self.lru.remove(&e.tick);
-        self.buddy.free(e.block);
+        self.used -= pages_of(off, e.len as u64);
         self.extents -= 1;
         self.log.append(&[Rec::Drop { key, off }]);
-        if f.extents.is_empty() {
-            self.drop_file_quiet(key);
-            self.log.append(&[Rec::DropFile { key }]);
+        if empty {
+            self.drop_file(key);
+        } else {
+            self.dead.push(Dead { key, gen, start: off, end: off + e.len as u64 });
         }
     }
 
@@ -359,78 +477,78 @@ impl Index {
         }
     }
 
-    /// Blocks for an extent of `len` bytes, evicting the least recently used extents as
-    /// needed; `None` if the ticket no longer holds or no space can be made.
-    pub fn reserve(&mut self, t: &Ticket, len: u64, c: &mut Changed) -> Option<Vec<Block>> {
-        if !self.valid(t) {
+    /// Space for a fill of `len` bytes at `off`, evicting the least recently used
+    /// extents as needed, and the cache file it goes to; `None` if the ticket no longer
+    /// holds or no space can be made.
+    pub fn reserve(&mut self, t: &Ticket, off: u64, len: u64, c: &mut Changed) -> Option<Reserved> {
+        let bytes = pages_of(off, len);
+        if !self.valid(t) || len == 0 || bytes > self.capacity || off.checked_add(len).is_none() {
             return None;
         }
-        let mut blocks = Vec::new();
-        for piece in split(len) {
-            let order = crate::buddy::order_for(piece);
-            loop {
-                if let Some(b) = self.buddy.alloc(order) {
-                    blocks.push(b);
-                    break;
-                }
-                let Some((_, (key, off))) = self.lru.pop_first() else {
-                    for b in blocks {
-                        self.buddy.free(b);
-                    }
-                    return None;
-                };
-                // Put back for drop_extent to take out (it keeps the LRU in step).
-                if let Some(e) = self.files.get(&key).and_then(|f| f.extents.get(&off)) {
-                    self.lru.insert(e.tick, (key, off));
-                }
-                self.drop_extent(key, off);
-                c.evicted += 1;
-            }
+        if self.files.get(&t.key).is_some_and(|f| t.version > f.version) {
+            c.invalidated += self.drop_file(t.key);
         }
-        Some(blocks)
-    }
-
-    /// Files the extents written into `blocks` (from [`Index::reserve`], in order) for
-    /// `[off, off + len)`, if the ticket still holds; otherwise frees the blocks.
-    pub fn commit(&mut self, t: &Ticket, off: u64, len: u64, blocks: Vec<Block>, crcs: Vec<Vec<u32>>) -> bool {
-        if !self.valid(t) {
-            for b in blocks {
-                self.buddy.free(b);
+        let mut skipped = Vec::new();
+        while self.used + bytes > self.capacity {
+            let Some((tick, (key, eoff))) = self.lru.pop_first() else { break };
+            if self.pinned.contains_key(&key) {
+                skipped.push((tick, (key, eoff)));
+                continue;
             }
-            return false;
+            // Put back for drop_extent to take out (it keeps the LRU in step).
+            self.lru.insert(tick, (key, eoff));
+            self.drop_extent(key, eoff);
+            c.evicted += 1;
         }
-        let newer = self.files.get(&t.key).is_some_and(|f| t.version > f.version);
-        if newer {
-            self.drop_file_quiet(t.key);
-            self.log.append(&[Rec::DropFile { key: t.key }]);
+        self.lru.extend(skipped);
+        if self.used + bytes > self.capacity {
+            return None;
         }
         if !self.files.contains_key(&t.key) {
-            let last_inval = self.forgotten_inval;
-            self.files.insert(t.key, FileIdx { version: t.version, last_inval, extents: BTreeMap::new() });
-            self.log.append(&[Rec::Version { key: t.key, version: t.version }]);
+            let gen = self.next_gen;
+            self.next_gen += 1;
+            self.files.insert(t.key, FileIdx::new(t.version, gen, self.forgotten_inval));
+            self.log.append(&[Rec::Version { key: t.key, version: t.version, gen }]);
         }
-        // Another fill of the same bytes may have landed meanwhile: it gives way.
-        let f = self.files.get(&t.key).expect("inserted above");
+        let f = self.files.get_mut(&t.key).expect("inserted above");
+        f.filling += 1;
+        f.busy = true;
+        self.used += bytes;
+        Some(Reserved { gen: f.gen, bytes })
+    }
+
+    /// Files the fill written under `r` for `[off, off + len)` (its checksums per file
+    /// page), if the ticket and the cache file still hold; otherwise gives the space
+    /// back and marks the bytes for punching.
+    pub fn commit(&mut self, t: &Ticket, r: Reserved, off: u64, len: u64, crcs: Vec<u32>) -> bool {
+        let same_file = self.files.get(&t.key).is_some_and(|f| f.gen == r.gen);
+        if !same_file || !self.valid(t) {
+            self.abandon(t.key, r, off, len);
+            return false;
+        }
+        // Another fill of the same bytes may have landed meanwhile: it gives way (the
+        // file stays: this fill still counts in it).
+        let f = self.files.get(&t.key).expect("checked above");
         for o in overlapping(f, off, len) {
             self.drop_extent(t.key, o);
         }
-        if !self.files.contains_key(&t.key) {
-            let last_inval = self.forgotten_inval;
-            self.files.insert(t.key, FileIdx { version: t.version, last_inval, extents: BTreeMap::new() });
-            self.log.append(&[Rec::Version { key: t.key, version: t.version }]);
+        if !self.files.get(&t.key).is_some_and(|f| f.gen == r.gen) {
+            // The file was pinned and let go (see drop_extent): the bytes went with it.
+            self.used -= r.bytes;
+            return false;
         }
         let mut recs = Vec::new();
         let mut pos = off;
-        for ((piece, block), crcs) in split(len).into_iter().zip(blocks).zip(crcs) {
-            self.clock += 1;
-            let tick = self.clock;
-            self.lru.insert(tick, (t.key, pos));
-            let e = Extent { len: piece as u32, block, crcs: crcs.clone(), tick };
-            self.files.get_mut(&t.key).expect("inserted above").extents.insert(pos, e);
-            self.extents += 1;
-            recs.push(Rec::Put { key: t.key, off: pos, len: piece as u32, page: block.page, order: block.order, crcs });
-            pos += piece;
+        let mut crcs = crcs.into_iter();
+        while pos < off + len {
+            let n = (EXTENT_MAX - pos % EXTENT_MAX).min(off + len - pos);
+            let mine: Vec<u32> = crcs.by_ref().take((pages_of(pos, n) / PAGE) as usize).collect();
+            self.used += pages_of(pos, n);
+            self.insert_extent(t.key, pos, n as u32, mine.clone(), true);
+            recs.push(Rec::Put { key: t.key, off: pos, len: n as u32, crcs: mine });
+            pos += n;
         }
+        self.end_fill(t.key, r);
         self.log.append(&recs);
         if self.log.bytes > 2 * self.log.live + COMPACT_SLACK {
             if let Err(e) = self.rewrite() {
@@ -440,11 +558,140 @@ impl Index {
         true
     }
 
-    /// Frees the blocks of a fill that was not written.
-    pub fn abandon(&mut self, blocks: Vec<Block>) {
-        for b in blocks {
-            self.buddy.free(b);
+    /// Gives back the space of a fill that was not written.
+    pub fn abandon(&mut self, key: Key, r: Reserved, off: u64, len: u64) {
+        self.end_fill(key, r);
+        self.dead.push(Dead { key, gen: r.gen, start: off, end: off + len });
+        self.forget_if_empty(key);
+    }
+
+    /// Ends a reservation: its space is given back (a commit takes it again per extent).
+    /// True if the file is still the one the fill wrote to.
+    fn end_fill(&mut self, key: Key, r: Reserved) -> bool {
+        self.used -= r.bytes;
+        match self.files.get_mut(&key) {
+            Some(f) if f.gen == r.gen => {
+                f.filling -= 1;
+                true
+            }
+            _ => false,
         }
+    }
+
+    fn forget_if_empty(&mut self, key: Key) {
+        if self.files.get(&key).is_some_and(|f| f.extents.is_empty() && f.filling == 0) {
+            self.drop_file(key);
+        }
+    }
+
+    /// The pages to punch out of cache files now: of the ranges dropped since the last
+    /// call, those of files still held where no extent lies.
+    pub fn take_dead(&mut self) -> Vec<(Key, u64, Arc<Fds>, u64, u64)> {
+        let mut out = Vec::new();
+        for d in std::mem::take(&mut self.dead) {
+            let Some(f) = self.files.get(&d.key).filter(|f| f.gen == d.gen) else { continue };
+            let mut page = d.start / PAGE;
+            let last = d.end.div_ceil(PAGE);
+            let mut holes = Vec::new();
+            while page < last {
+                // The first page from `page` that some extent touches, and past it.
+                let touched = f
+                    .extents
+                    .range(..last * PAGE)
+                    .rev()
+                    .take_while(|(&o, e)| o + e.len as u64 > page * PAGE)
+                    .map(|(&o, e)| (o / PAGE, (o + e.len as u64).div_ceil(PAGE)))
+                    .filter(|&(_, to)| to > page)
+                    .min();
+                match touched {
+                    Some((from, to)) if from <= page => page = to,
+                    Some((from, to)) => {
+                        holes.push((page, from.min(last)));
+                        page = to;
+                    }
+                    None => {
+                        holes.push((page, last));
+                        page = last;
+                    }
+                }
+            }
+            if holes.is_empty() {
+                continue;
+            }
+            let Some(fds) = self.store.fds(d.key, d.gen, false) else { continue };
+            // Until the fill thread stamps it after punching (see `Index::backing`).
+            self.files.get_mut(&d.key).expect("looked up above").busy = true;
+            for (from, to) in holes {
+                out.push((d.key, d.gen, fds.clone(), from * PAGE, (to - from) * PAGE));
+            }
+        }
+        out
+    }
+
+    /// The cache file of `key` at `gen`, created if need be (for the fill thread).
+    pub fn fds_for_fill(&mut self, key: Key, gen: u64) -> Option<Arc<Fds>> {
+        self.store.fds(key, gen, true)
+    }
+
+    /// Notes the cache file's inode and change time after this process changed it (the
+    /// fill thread, after each batch; a grant, after sizing the file).
+    pub fn stamp(&mut self, key: Key, gen: u64, stamp: Option<(u64, i64, i64)>) {
+        if let Some(f) = self.files.get_mut(&key).filter(|f| f.gen == gen) {
+            f.stamp = stamp;
+            f.busy = false;
+        }
+    }
+
+    /// The cache file of `key` if it holds all `size` bytes of the file at `version`,
+    /// each checked by this process, unchanged since: it can serve the file's reads
+    /// itself. Pinned until [`Index::unpin`]: the cache keeps it whole meanwhile (a
+    /// change through this client lets go of it instead of changing it).
+    pub fn backing(&mut self, key: Key, version: u64, size: u64) -> Result<(PathBuf, u64), Refused> {
+        let f = self.files.get(&key).filter(|f| f.version == version).ok_or(Refused::Incomplete)?;
+        if f.filling > 0 || f.busy {
+            return Err(Refused::Busy);
+        }
+        let mut pos = 0;
+        for (&o, e) in &f.extents {
+            if o != pos {
+                return Err(Refused::Incomplete);
+            }
+            if !e.verified {
+                return Err(Refused::Unchecked);
+            }
+            pos = o + e.len as u64;
+        }
+        if pos != size || size == 0 {
+            return Err(Refused::Incomplete);
+        }
+        let path = self.store.path(key, f.gen);
+        let now = crate::store::stamp_of(&path);
+        if now.is_none() || now != f.stamp {
+            // Checked again by the next reads before it serves as a backing file.
+            let f = self.files.get_mut(&key).expect("looked up above");
+            for e in f.extents.values_mut() {
+                e.verified = false;
+            }
+            f.stamp = None;
+            return Err(Refused::Changed);
+        }
+        *self.pinned.entry(key).or_default() += 1;
+        Ok((path, f.gen))
+    }
+
+    /// A backing file handed out by [`Index::backing`] was let go.
+    pub fn unpin(&mut self, key: Key) {
+        if let Some(n) = self.pinned.get_mut(&key) {
+            *n -= 1;
+            if *n == 0 {
+                self.pinned.remove(&key);
+            }
+        }
+    }
+
+    /// Space the cache may hold, and holds.
+    pub fn space(&self) -> (u64, u64) {
+        (self.capacity, self.used)
     }
 
     /// Everything goes.
@@ -452,20 +699,31 @@ impl Index {
         let n = self.extents;
         let keys: Vec<Key> = self.files.keys().copied().collect();
         for k in keys {
-            self.drop_file_quiet(k);
+            // A file with fills under way stays as an empty entry for them to land in.
+            if self.files.get(&k).is_some_and(|f| f.filling > 0 && !self.pinned.contains_key(&k)) {
+                let hit: Vec<u64> = self.files[&k].extents.keys().copied().collect();
+                for o in hit {
+                    self.drop_extent(k, o);
+                }
+            } else {
+                self.drop_file_quiet(k);
+            }
         }
         self.forgotten_inval = self.inval_clock.fetch_add(1, Ordering::AcqRel) + 1;
+        for f in self.files.values_mut() {
+            f.last_inval = self.forgotten_inval;
+        }
         self.rewrite()?;
         Ok(n)
     }
 
     fn live_estimate(&self) -> u64 {
-        // A Put frame is about 40 bytes and 4 per page; a Version frame about 30.
+        // A Put frame is about 30 bytes and 4 per page; a Version frame about 40.
         let mut b = 0;
         for f in self.files.values() {
-            b += 30;
+            b += 40;
             for e in f.extents.values() {
-                b += 40 + 4 * e.crcs.len() as u64;
+                b += 30 + 4 * e.crcs.len() as u64;
             }
         }
         b
@@ -477,13 +735,11 @@ impl Index {
         self.log.held.clear();
         let tmp = self.log.path.with_extension("new");
         let mut out = Vec::new();
-        frame(&mut out, &Rec::Header { magic: MAGIC, capacity: self.buddy.capacity(), cluster: self.cluster });
+        frame(&mut out, &Rec::Header { magic: MAGIC, capacity: self.capacity, cluster: self.cluster });
         for (&key, f) in &self.files {
-            frame(&mut out, &Rec::Version { key, version: f.version });
+            frame(&mut out, &Rec::Version { key, version: f.version, gen: f.gen });
             for (&off, e) in &f.extents {
-                let rec =
-                    Rec::Put { key, off, len: e.len, page: e.block.page, order: e.block.order, crcs: e.crcs.clone() };
-                frame(&mut out, &rec);
+                frame(&mut out, &Rec::Put { key, off, len: e.len, crcs: e.crcs.clone() });
             }
         }
         let mut file = File::create(&tmp)?;
@@ -501,6 +757,12 @@ impl Index {
     }
 }
 
+impl FileIdx {
+    fn new(version: u64, gen: u64, last_inval: u64) -> FileIdx {
+        FileIdx { version, gen, last_inval, extents: BTreeMap::new(), filling: 0, busy: false, stamp: None }
+    }
+}
+
 /// Offsets of the file's extents that overlap `[off, off + len)`.
 fn overlapping(f: &FileIdx, off: u64, len: u64) -> Vec<u64> {
     let end = off.saturating_add(len);
@@ -514,27 +776,6 @@ fn overlapping(f: &FileIdx, off: u64, len: u64) -> Vec<u64> {
     hit
 }
 
-/// How an extent of `len` bytes is cut into blocks: whole largest blocks, then the rest
-/// in page-rounded powers of two, so no block wastes more than a page.
-pub fn split(len: u64) -> Vec<u64> {
-    let top = PAGE << crate::buddy::MAX_ORDER;
-    let mut out = Vec::new();
-    let mut left = len;
-    while left > 0 {
-        let piece = if left >= top {
-            top
-        } else {
-            let pages = left.div_ceil(PAGE);
-            // The largest power of two of pages not above what is left, or the last bit.
-            let p = 1u64 << (63 - pages.leading_zeros());
-            (p * PAGE).min(left)
-        };
-        out.push(piece);
-        left -= piece;
-    }
-    out
-}
-
 /// What a replay found.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Replayed {
@@ -545,6 +786,8 @@ pub struct Replayed {
     pub bad: u64,
     /// The log was for another capacity or cluster: the cache started empty.
     pub discarded: bool,
+    /// Cache files no record names (left by a fill a crash cut short), removed.
+    pub removed: u64,
 }
 
 struct Log {
@@ -572,8 +815,8 @@ impl Log {
         self.bytes += out.len() as u64;
         for r in recs {
             match r {
-                Rec::Put { crcs, .. } => self.live += 40 + 4 * crcs.len() as u64,
-                Rec::Version { .. } => self.live += 30,
+                Rec::Put { crcs, .. } => self.live += 30 + 4 * crcs.len() as u64,
+                Rec::Version { .. } => self.live += 40,
                 _ => {}
             }
         }
@@ -638,19 +881,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn extents_split_into_blocks_wasting_under_a_page() {
-        assert_eq!(split(4096), vec![4096]);
-        assert_eq!(split(100), vec![100]);
-        assert_eq!(split((1 << 20) + 5000), vec![1 << 20, 5000]);
-        assert_eq!(split(100 << 10), vec![64 << 10, 32 << 10, 4 << 10]);
-        assert_eq!(split(3 << 20), vec![1 << 20; 3]);
-        assert_eq!(split(0), Vec::<u64>::new());
-        for len in [1u64, 4095, 4097, 12_345, 999_999, 5 << 20] {
-            let s = split(len);
-            assert_eq!(s.iter().sum::<u64>(), len);
-            let alloc: u64 =
-                s.iter().map(|&p| crate::buddy::Block { page: 0, order: crate::buddy::order_for(p) }.bytes()).sum();
-            assert!(alloc - len < PAGE * s.len() as u64, "{len}: {alloc} allocated");
-        }
+    fn checksums_go_by_file_page_and_space_by_whole_pages() {
+        assert_eq!(pages_of(0, 4096), 4096);
+        assert_eq!(pages_of(0, 1), 4096);
+        assert_eq!(pages_of(4095, 2), 8192, "two pages touched");
+        assert_eq!(pages_of(1000, 300_000), 303_104);
+        assert_eq!(pages_of(5, 0), 0);
+        let data = vec![7u8; 10_000];
+        let crcs = page_crcs(1000, &data);
+        assert_eq!(crcs.len(), 3, "pages 0, 1 and 2");
+        assert_eq!(crcs[0], crc32c::crc32c(&data[..3096]));
+        assert_eq!(crcs[1], crc32c::crc32c(&data[3096..7192]));
+        assert_eq!(crcs[2], crc32c::crc32c(&data[7192..]));
+        assert_eq!(page_crcs(8192, &data[..4096]).len(), 1);
     }
 }

@@ -12,9 +12,13 @@
 //!   (`Attr::data_version`): the cache holds one version per file, an open of a newer
 //!   one drops the file's bytes ([`Cache::opened`]), and a read is served only for the
 //!   version its handle opened.
-//! - **Space.** One data file of the configured size, handed out by a buddy allocator
-//!   ([`buddy`]); the least recently used extents are evicted to make room, and the
-//!   cache never passes its size.
+//! - **Space.** One sparse cache file per cached file, each byte at its own offset
+//!   ([`store`]): the local file system places them (ext4 with its own buddy
+//!   allocator). The cache counts what it holds in whole pages against its size; the
+//!   least recently used extents are evicted to make room, and their pages punched out.
+//! - **Passthrough.** A file held whole, every byte checked by this process, can be
+//!   handed out as a backing file ([`Cache::backing`]): the kernel then serves its reads
+//!   from the cache file itself, without the mount.
 //! - **Persistence.** The index is a checksummed log ([`index`]) replayed at start;
 //!   every page of cached data has its checksum, checked on every read: a torn or
 //!   changed page is dropped and read from the OSTs, never served.
@@ -22,10 +26,10 @@
 //! Any failure of the cache directory (missing, read-only, full, held by another
 //! client) leaves the client working without it; what happened goes to the log.
 
-pub mod buddy;
 pub mod index;
 pub mod mem;
 mod readbuf;
+mod store;
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
@@ -35,12 +39,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use serde::Serialize;
 
-use buddy::{Block, PAGE};
-use index::{Changed, Index};
-pub use index::{Key, Ticket};
+use index::{Changed, Found, Index, Reserved, PAGE};
+pub use index::{Key, Refused, Ticket};
+use store::Fds;
 
 /// Bytes of read data waiting to be written to the cache, at most; fills past it are
 /// skipped (the next read of those bytes fills them).
@@ -49,8 +53,8 @@ pub const FILL_QUEUE_BYTES: u64 = 64 << 20;
 const FILL_QUEUE_JOBS: usize = 256;
 /// How long an open waits for another client to let go of the directory.
 const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
-/// The smallest cache worth having: one top-order block.
-pub const MIN_SIZE: u64 = PAGE << buddy::MAX_ORDER;
+/// The smallest cache worth having: one extent of the largest size.
+pub const MIN_SIZE: u64 = index::EXTENT_MAX;
 
 /// Where the cache lives and how big it may grow.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -123,13 +127,12 @@ impl Counters {
 
 struct Inner {
     dir: PathBuf,
-    data: File,
-    /// The data file opened `O_DIRECT`, where the file system allows: a cached extent is
-    /// read from the disk in one request of its size, not through the host's page
-    /// cache and its read-ahead (which would also keep a second copy of bytes the
-    /// mount's own page cache holds), and written the same way (no dirty pages for the
-    /// kernel's writeback to spend the application's CPU on).
-    direct: Option<File>,
+    /// Cache files are read and written `O_DIRECT` where the file system allows (see
+    /// [`store::Fds`]): a cached range is read from the disk in one request of its
+    /// size, not through the host's page cache and its read-ahead (which would also
+    /// keep a second copy of bytes the mount's own page cache holds), and written the
+    /// same way (no dirty pages for the kernel's writeback to spend the application's
+    /// CPU on).
     index: Mutex<Index>,
     /// The index's invalidation clock (see [`Cache::ticket`]).
     clock: Arc<AtomicU64>,
@@ -203,44 +206,23 @@ impl Cache {
             }
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
-        let data = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .read(true)
-            .write(true)
-            .open(cfg.dir.join("data"))
-            .map_err(io("open data"))?;
-        let direct = {
-            use std::os::unix::fs::OpenOptionsExt;
-            OpenOptions::new().read(true).write(true).custom_flags(libc::O_DIRECT).open(cfg.dir.join("data")).ok()
-        };
         let (index, replayed) = Index::open(&cfg.dir, cfg.size, cluster).map_err(io("read index"))?;
-        if data.metadata().map_err(io("stat data"))?.len() != index.buddy.capacity() {
-            // Sparse: space is taken as extents are written.
-            data.set_len(index.buddy.capacity()).map_err(io("size data"))?;
-        }
-        if replayed.torn || replayed.bad > 0 || replayed.discarded {
+        if replayed.torn || replayed.bad > 0 || replayed.discarded || replayed.removed > 0 {
             tracing::warn!(
                 dir = %cfg.dir.display(),
                 torn = replayed.torn,
                 bad = replayed.bad,
                 discarded = replayed.discarded,
+                removed = replayed.removed,
                 "SSD cache: index replayed with damage dropped (or written for another size or cluster)"
             );
         }
-        tracing::info!(
-            dir = %cfg.dir.display(),
-            size = index.buddy.capacity(),
-            extents = index.extents,
-            used = index.buddy.used(),
-            "SSD cache open"
-        );
+        let (size, used) = index.space();
+        tracing::info!(dir = %cfg.dir.display(), size, extents = index.extents, used, "SSD cache open");
         let clock = index.clock();
         let inner = Arc::new(Inner {
             clock,
             dir: cfg.dir.clone(),
-            data,
-            direct,
             index: Mutex::new(index),
             counters: Counters::default(),
             buffers: Arc::default(),
@@ -277,50 +259,63 @@ impl Cache {
 
     fn read_pieces(&self, key: Key, version: u64, off: u64, len: u64, split: bool) -> Option<Bytes> {
         let c = &self.inner.counters;
-        let pieces = self.inner.index.lock().expect("cache index").lookup(key, version, off, len);
-        let Some(pieces) = pieces else {
+        let found = self.inner.index.lock().expect("cache index").lookup(key, version, off, len);
+        let Some(found) = found else {
             c.misses.fetch_add(1, Ordering::Relaxed);
             return None;
         };
-        let answer = match self.inner.read_joined(&pieces, split) {
-            Joined::Read(answer) => Ok(answer),
-            Joined::Damaged(i) => Err(i),
-            Joined::Apart => {
-                // Extents that do not meet at page boundaries: each read on its own
-                // and the answer copied together.
-                let mut out = BytesMut::with_capacity(len as usize);
-                let mut failed = None;
-                for (i, p) in pieces.iter().enumerate() {
-                    match self.inner.read_joined(std::slice::from_ref(p), split) {
-                        Joined::Read(part) => out.extend_from_slice(&part),
-                        _ => {
-                            failed = Some(i);
-                            break;
-                        }
-                    }
-                }
-                failed.map_or(Ok(out.freeze()), Err)
-            }
-        };
-        match answer {
+        match self.inner.read_found(&found, off, len, split) {
             Ok(answer) => {
                 c.hits.fetch_add(1, Ordering::Relaxed);
                 c.hit_bytes.fetch_add(len, Ordering::Relaxed);
+                let unchecked: Vec<u64> = found.pieces.iter().filter(|p| !p.verified).map(|p| p.id).collect();
+                if !unchecked.is_empty() && self.inner.read_checks_whole(&found, off, len) {
+                    self.inner.index.lock().expect("cache index").checked(key, &unchecked);
+                }
                 Some(answer)
             }
             Err(i) => {
-                // Damaged, or evicted and reused since the lookup: only the first is news.
-                let p = &pieces[i];
-                if self.inner.index.lock().expect("cache index").drop_damaged(key, p.file_off, p.block) {
+                // Damaged, or evicted and punched since the lookup: only the first is news.
+                let p = &found.pieces[i];
+                if self.inner.index.lock().expect("cache index").drop_damaged(key, p.off, p.id) {
                     c.damaged.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(
                         dir = %self.inner.dir.display(),
-                        at = p.data_off,
+                        at = p.off,
                         "SSD cache: cached bytes failed their checksum; dropped, read from the OSTs"
                     );
                 }
                 c.misses.fetch_add(1, Ordering::Relaxed);
                 None
+            }
+        }
+    }
+
+    /// File `key` as a backing file for a passthrough open, if the cache holds all
+    /// `size` bytes of it at `version`, each checked since this client opened the cache
+    /// and unchanged since. The cache keeps it whole until the [`Backing`] goes: a change
+    /// of the file through this client makes the cache let go of it (the holder keeps
+    /// its bytes, and applies the change itself; see [`Backing::file`]).
+    pub fn backing(&self, key: Key, version: u64, size: u64) -> Result<Backing, Refused> {
+        let mut idx = self.inner.index.lock().expect("cache index");
+        let (path, gen) = idx.backing(key, version, size)?;
+        let file = OpenOptions::new().read(true).write(true).open(&path).and_then(|f| {
+            if f.metadata()?.len() != size {
+                // Past the end: pages a direct write padded, or extents evicted since.
+                f.set_len(size)?;
+            }
+            Ok(f)
+        });
+        match file {
+            Ok(file) => {
+                idx.stamp(key, gen, store::stamp_of_file(&file));
+                drop(idx);
+                Ok(Backing { cache: self.clone(), key, file })
+            }
+            Err(e) => {
+                idx.unpin(key);
+                tracing::warn!(path = %path.display(), "SSD cache: opening a cache file as a backing file failed: {e}");
+                Err(Refused::Changed)
             }
         }
     }
@@ -381,7 +376,8 @@ impl Cache {
         let c = &self.inner.counters;
         let (size, used, extents) = {
             let idx = self.inner.index.lock().expect("cache index");
-            (idx.buddy.capacity(), idx.buddy.used(), idx.extents)
+            let (size, used) = idx.space();
+            (size, used, idx.extents)
         };
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         Stats {
@@ -403,117 +399,112 @@ impl Cache {
     }
 }
 
-/// Pages a cached read of more than this is split into, read and checked in parallel:
+/// A file the cache holds whole, handed out as the backing file of a passthrough open.
+/// The cache keeps the file's bytes as they are while it lives.
+pub struct Backing {
+    cache: Cache,
+    key: Key,
+    /// The cache file, open for reading and writing: a write of this client to the
+    /// braid file while it is held is applied to it too, so that the reads the kernel
+    /// passes through see it (the cache itself has let go of the file by then).
+    pub file: File,
+}
+
+impl Drop for Backing {
+    fn drop(&mut self) {
+        self.cache.inner.index.lock().expect("cache index").unpin(self.key);
+    }
+}
+
+/// Bytes a cached read of more than this is split into, read and checked in parallel:
 /// the disk serves several requests at once, and the checksums of one part are
 /// computed while others are still being read.
 const READ_PART: u64 = 256 << 10;
 
-/// What [`Inner::read_joined`] made of a list of pieces.
-enum Joined {
-    /// The answer, in one buffer.
-    Read(Bytes),
-    /// Piece `i` could not be read or did not check.
-    Damaged(usize),
-    /// The pieces do not meet at page boundaries: read them one by one.
-    Apart,
-}
-
-/// One disk request of a cached read: `bytes` at `off` of the data file, into the
-/// answer's buffer from `dest`, checked against `crcs` (one per page).
-struct Part<'a> {
-    piece: usize,
-    dest: usize,
-    off: u64,
-    bytes: u64,
-    crcs: &'a [u32],
-}
-
 impl Inner {
-    /// Reads the pieces of a lookup into one page-aligned buffer, each piece's pages
-    /// right after the previous one's, and answers the bytes asked for, with no copy.
-    /// `split` cuts long pieces into parts read in parallel.
-    fn read_joined(&self, pieces: &[index::Piece], split: bool) -> Joined {
-        let last = pieces.len() - 1;
-        let meet = pieces.iter().enumerate().all(|(i, p)| {
-            (i == 0 || p.skip == 0) && (i == last || (p.bytes % PAGE == 0 && p.skip + p.take == p.bytes as usize))
-        });
-        if !meet {
-            return Joined::Apart;
+    /// Reads the pages holding `[off, off + len)` from the cache file into one
+    /// page-aligned buffer, checks every page of the extents they hold, and answers the
+    /// bytes asked for with no copy; or names the piece that did not check. `split` cuts
+    /// a long read into parts read in parallel.
+    fn read_found(&self, found: &Found, off: u64, len: u64, split: bool) -> Result<Bytes, usize> {
+        let from = off / PAGE * PAGE;
+        let to = (off + len).div_ceil(PAGE) * PAGE;
+        let mut buf = self.buffers.take((to - from) as usize);
+        let parts: Vec<(u64, u64)> = if split {
+            (from..to).step_by(READ_PART as usize).map(|a| (a, (a + READ_PART).min(to))).collect()
+        } else {
+            vec![(from, to)]
+        };
+        if !read_parts(&found.fds, buf.as_mut_slice(), from, &parts) {
+            return Err(0);
         }
-        let mut parts = Vec::new();
-        let mut dest = 0usize;
-        for (i, p) in pieces.iter().enumerate() {
-            let whole = p.bytes.div_ceil(PAGE) * PAGE;
-            let step = if split { READ_PART } else { whole };
-            let mut at = 0;
-            while at < whole {
-                let n = step.min(whole - at);
-                let first_page = (at / PAGE) as usize;
-                parts.push(Part {
-                    piece: i,
-                    dest: dest + at as usize,
-                    off: p.data_off + at,
-                    bytes: n.min(p.bytes - at),
-                    crcs: &p.crcs[first_page..],
-                });
-                at += n;
-            }
-            dest += whole as usize;
-        }
-        let mut buf = self.buffers.take(dest);
-        let failed = self.read_parts(buf.as_mut_slice(), &parts);
-        if let Some(i) = failed {
-            return Joined::Damaged(i);
-        }
-        let skip = pieces[0].skip;
-        let len: usize = pieces.iter().map(|p| p.take).sum();
-        Joined::Read(Bytes::from_owner(buf).slice(skip..skip + len))
-    }
-
-    /// Reads and checks `parts` (in order of `dest`, apart) into `buf`, in parallel if
-    /// more than one; returns the piece of a part that failed.
-    fn read_parts(&self, buf: &mut [u8], parts: &[Part]) -> Option<usize> {
-        let mut slices = Vec::with_capacity(parts.len());
-        let mut rest = buf;
-        let mut at = 0;
-        for p in parts {
-            let whole = (p.bytes.div_ceil(PAGE) * PAGE) as usize;
-            let (_, tail) = std::mem::take(&mut rest).split_at_mut(p.dest - at);
-            let (mine, tail) = tail.split_at_mut(whole);
-            slices.push((p, mine));
-            rest = tail;
-            at = p.dest + whole;
-        }
-        if slices.len() == 1 {
-            let (p, dest) = slices.pop().expect("one part");
-            return (!self.read_part(dest, p)).then_some(p.piece);
-        }
-        std::thread::scope(|s| {
-            let mut slices = slices.into_iter();
-            let (first, first_dest) = slices.next().expect("parts");
-            let others: Vec<_> = slices.map(|(p, dest)| s.spawn(move || (p.piece, self.read_part(dest, p)))).collect();
-            // The first part on this thread, while the others are read.
-            let mut failed = (!self.read_part(first_dest, first)).then_some(first.piece);
-            for h in others {
-                match h.join() {
-                    Ok((_, true)) => {}
-                    Ok((piece, false)) => failed = failed.or(Some(piece)),
-                    Err(_) => failed = failed.or(Some(first.piece)),
+        let bytes = buf.as_mut_slice();
+        for (i, p) in found.pieces.iter().enumerate() {
+            let first = (p.off / PAGE).max(from / PAGE);
+            let last = (p.off + p.len).div_ceil(PAGE).min(to / PAGE);
+            for page in first..last {
+                let a = (page * PAGE).max(p.off);
+                let b = ((page + 1) * PAGE).min(p.off + p.len);
+                let crc = p.crcs[(page - p.off / PAGE) as usize];
+                if crc32c::crc32c(&bytes[(a - from) as usize..(b - from) as usize]) != crc {
+                    return Err(i);
                 }
             }
-            failed
-        })
+        }
+        let skip = (off - from) as usize;
+        Ok(Bytes::from_owner(buf).slice(skip..skip + len as usize))
     }
 
-    /// Reads one part into `dest` (its whole pages) and checks it.
-    fn read_part(&self, dest: &mut [u8], p: &Part) -> bool {
-        let len = p.bytes as usize;
-        let read = match &self.direct {
-            Some(d) => d.read_exact_at(dest, p.off).is_ok(),
-            None => self.data.read_exact_at(&mut dest[..len], p.off).is_ok(),
-        };
-        read && dest[..len].chunks(PAGE as usize).zip(p.crcs).all(|(page, &crc)| crc32c::crc32c(page) == crc)
+    /// Whether a read of `[off, off + len)` checked every page of the pieces it used
+    /// (only then are they checked as a whole).
+    fn read_checks_whole(&self, found: &Found, off: u64, len: u64) -> bool {
+        found.pieces.iter().all(|p| p.off >= off / PAGE * PAGE && p.off + p.len <= (off + len).div_ceil(PAGE) * PAGE)
     }
+}
+
+/// Reads `parts` (file ranges, in order, together `[from, ...)`) of a cache file into
+/// `buf`, in parallel if more than one. Past the file's end reads as zeros (a checksum
+/// then tells). False if a read failed.
+fn read_parts(fds: &Fds, buf: &mut [u8], from: u64, parts: &[(u64, u64)]) -> bool {
+    let file = fds.direct.as_ref().unwrap_or(&fds.plain);
+    if parts.len() == 1 {
+        return read_full(file, buf, from).is_ok();
+    }
+    let mut slices = Vec::with_capacity(parts.len());
+    let mut rest = buf;
+    for &(a, b) in parts {
+        let (mine, tail) = std::mem::take(&mut rest).split_at_mut((b - a) as usize);
+        slices.push((a, mine));
+        rest = tail;
+    }
+    std::thread::scope(|s| {
+        let mut slices = slices.into_iter();
+        let (a0, first) = slices.next().expect("parts");
+        let others: Vec<_> = slices.map(|(a, dest)| s.spawn(move || read_full(file, dest, a).is_ok())).collect();
+        // The first part on this thread, while the others are read.
+        let mut ok = read_full(file, first, a0).is_ok();
+        for h in others {
+            ok &= h.join().unwrap_or(false);
+        }
+        ok
+    })
+}
+
+/// Fills `buf` from `file` at `off`; what lies past the end of the file reads as zeros.
+fn read_full(file: &File, buf: &mut [u8], off: u64) -> std::io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        match file.read_at(&mut buf[done..], off + done as u64) {
+            Ok(0) => {
+                buf[done..].fill(0);
+                return Ok(());
+            }
+            Ok(n) => done += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// Fills taken from the queue at once: their blocks are reserved under one lock of
@@ -530,7 +521,8 @@ struct Pending {
     ticket: Ticket,
     off: u64,
     data: Bytes,
-    blocks: Vec<Block>,
+    reserved: Reserved,
+    fds: Arc<Fds>,
 }
 
 fn fill_loop(inner: &Inner, rx: Receiver<Job>) {
@@ -568,79 +560,99 @@ fn fill_loop(inner: &Inner, rx: Receiver<Job>) {
     }
 }
 
-/// Reserves, writes and files a batch of fills.
+/// Punches what was dropped, then reserves, writes and files a batch of fills.
 fn fill_batch(inner: &Inner, fills: Vec<(Ticket, u64, Bytes)>) {
     let c = &inner.counters;
     let mut pending = Vec::with_capacity(fills.len());
+    let dead;
     {
         let mut idx = inner.index.lock().expect("cache index");
         idx.hold_log();
+        // Pages dropped since the last batch go before this batch writes anything: a
+        // fill may be about to write the same pages.
+        dead = idx.take_dead();
         for (ticket, off, data) in fills {
-            let mut changed = Changed::default();
-            let blocks = idx.reserve(&ticket, data.len() as u64, &mut changed);
-            c.changed(changed);
             inner.queued_bytes.fetch_sub(data.len() as u64, Ordering::AcqRel);
-            match blocks {
-                Some(blocks) => pending.push(Pending { ticket, off, data, blocks }),
+            let mut changed = Changed::default();
+            let reserved = idx.reserve(&ticket, off, data.len() as u64, &mut changed);
+            c.changed(changed);
+            let Some(reserved) = reserved else {
+                c.fills_skipped.fetch_add(1, Ordering::Relaxed);
+                continue;
+            };
+            match idx.fds_for_fill(ticket.key, reserved.gen) {
+                Some(fds) => pending.push(Pending { ticket, off, data, reserved, fds }),
                 None => {
-                    c.fills_skipped.fetch_add(1, Ordering::Relaxed);
+                    idx.abandon(ticket.key, reserved, off, data.len() as u64);
+                    c.fill_errors.fetch_add(1, Ordering::Relaxed);
                 }
             }
         }
     }
-    // The bytes, with no lock held.
+    // The disk work, with no lock held: only this thread writes cache files.
+    let mut touched: Vec<(Key, u64, Arc<Fds>)> = Vec::new();
+    for (key, gen, fds, off, len) in dead {
+        if let Err(e) = store::punch(&fds.plain, off, len) {
+            tracing::debug!(dir = %inner.dir.display(), "SSD cache: punching dropped bytes failed: {e}");
+        }
+        touched.push((key, gen, fds));
+    }
     let mut written = Vec::with_capacity(pending.len());
     let mut bounce = Vec::new();
     for p in pending {
-        let mut crcs = Vec::with_capacity(p.blocks.len());
-        let mut pos = 0usize;
-        let mut failed = None;
-        for (piece, block) in index::split(p.data.len() as u64).into_iter().zip(&p.blocks) {
-            let bytes = &p.data[pos..pos + piece as usize];
-            crcs.push(bytes.chunks(PAGE as usize).map(crc32c::crc32c).collect::<Vec<u32>>());
-            if let Err(e) = inner.write_block(&mut bounce, *block, bytes) {
-                failed = Some(e);
-                break;
-            }
-            pos += piece as usize;
-        }
-        written.push((p, crcs, failed));
+        let crcs = index::page_crcs(p.off, &p.data);
+        let r = write_range(&p.fds, p.off, &p.data, &mut bounce);
+        touched.push((p.ticket.key, p.reserved.gen, p.fds.clone()));
+        written.push((p, crcs, r.err()));
     }
+    let stamps: Vec<(Key, u64, Option<(u64, i64, i64)>)> =
+        touched.iter().map(|(k, g, f)| (*k, *g, store::stamp_of_file(&f.plain))).collect();
     let mut idx = inner.index.lock().expect("cache index");
     for (p, crcs, failed) in written {
+        let len = p.data.len() as u64;
         if let Some(e) = failed {
-            idx.abandon(p.blocks);
+            idx.abandon(p.ticket.key, p.reserved, p.off, len);
             // The first failure and every 1000th after it, not one line per read.
             if c.fill_errors.fetch_add(1, Ordering::Relaxed).is_multiple_of(1000) {
                 tracing::warn!(dir = %inner.dir.display(), "SSD cache: writing cached bytes failed (the disk may be full): {e}");
             }
             continue;
         }
-        let len = p.data.len() as u64;
-        if idx.commit(&p.ticket, p.off, len, p.blocks, crcs) {
+        if idx.commit(&p.ticket, p.reserved, p.off, len, crcs) {
             c.fills.fetch_add(1, Ordering::Relaxed);
             c.fill_bytes.fetch_add(len, Ordering::Relaxed);
         } else {
             c.fills_skipped.fetch_add(1, Ordering::Relaxed);
         }
     }
+    for (key, gen, stamp) in stamps {
+        idx.stamp(key, gen, stamp);
+    }
     idx.release_log();
 }
 
-impl Inner {
-    /// Writes `bytes` at the start of `block`: `O_DIRECT` through a page-aligned copy
-    /// padded to whole pages (the block has room), or buffered where the file system
-    /// has no direct I/O.
-    fn write_block(&self, bounce: &mut Vec<u8>, block: Block, bytes: &[u8]) -> std::io::Result<()> {
-        let Some(direct) = &self.direct else { return self.data.write_all_at(bytes, block.offset()) };
-        let whole = (bytes.len() as u64).div_ceil(PAGE) * PAGE;
-        bounce.clear();
-        bounce.resize((whole + PAGE) as usize, 0);
-        let at = bounce.as_ptr().align_offset(PAGE as usize);
-        let buf = &mut bounce[at..at + whole as usize];
-        buf[..bytes.len()].copy_from_slice(bytes);
-        direct.write_all_at(buf, block.offset())
+/// Writes `data` at `off` of a cache file: the whole pages `O_DIRECT` through a
+/// page-aligned copy, a partial page at either end buffered (a direct write would
+/// overwrite the rest of its page), all buffered where the file system has no direct
+/// I/O.
+fn write_range(fds: &Fds, off: u64, data: &[u8], bounce: &mut Vec<u8>) -> std::io::Result<()> {
+    let end = off + data.len() as u64;
+    let (a, b) = (off.div_ceil(PAGE) * PAGE, end / PAGE * PAGE);
+    let Some(direct) = fds.direct.as_ref().filter(|_| a < b) else { return fds.plain.write_all_at(data, off) };
+    if off < a {
+        fds.plain.write_all_at(&data[..(a - off) as usize], off)?;
     }
+    let whole = &data[(a - off) as usize..(b - off) as usize];
+    bounce.clear();
+    bounce.resize(whole.len() + PAGE as usize, 0);
+    let at = bounce.as_ptr().align_offset(PAGE as usize);
+    let buf = &mut bounce[at..at + whole.len()];
+    buf.copy_from_slice(whole);
+    direct.write_all_at(buf, a)?;
+    if b < end {
+        fds.plain.write_all_at(&data[(b - off) as usize..], b)?;
+    }
+    Ok(())
 }
 
 /// Parses a size with an optional K, M, G or T suffix (powers of 1024), as `20G`.

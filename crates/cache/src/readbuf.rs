@@ -9,7 +9,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::buddy::PAGE;
+use crate::index::PAGE;
 
 /// Buffers of at least this many bytes are pooled; smaller ones cost little to make.
 const POOLED_MIN: usize = 64 << 10;

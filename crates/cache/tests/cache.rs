@@ -21,6 +21,17 @@ fn dir(tag: &str) -> Dir {
     Dir(d)
 }
 
+/// The cache file holding file `key`'s bytes (at their own offsets).
+fn cache_file(d: &Path, key: u128) -> PathBuf {
+    let prefix = format!("{key:032x}.");
+    std::fs::read_dir(d.join("files"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with(&prefix))
+        .expect("a cache file of the key")
+}
+
 fn open(d: &Path, size: u64) -> Cache {
     Cache::open(&CacheConfig { dir: d.to_path_buf(), size }, 7).expect("open cache")
 }
@@ -168,9 +179,10 @@ fn the_index_survives_a_reopen_a_torn_tail_and_damaged_data_is_never_served() {
         assert!(c.read(5, 0, 0, 10).is_some(), "appended after the cut and kept");
     }
     // A page of data changed behind the cache's back: dropped, never served.
-    let datafile = d.0.join("data");
+    let datafile = cache_file(&d.0, 3);
     let raw = std::fs::read(&datafile).unwrap();
-    let at = raw.windows(16).position(|w| w == &data[200_000..200_016]).expect("the bytes are in the data file");
+    let at = 4096 + 200_000;
+    assert_eq!(&raw[at..at + 16], &data[200_000..200_016], "the bytes are at their own offset");
     let df = OpenOptions::new().write(true).open(&datafile).unwrap();
     df.write_all_at(&[raw[at] ^ 0xff], at as u64).unwrap();
     let c = open(&d.0, 8 << 20);
@@ -210,10 +222,11 @@ fn a_read_across_extents_is_answered_whole_and_a_damaged_one_spoils_it() {
     assert_eq!(c.read(11, 1, 10, 19_980).unwrap(), small.slice(10..19_990));
     assert_eq!(c.read_ahead(11, 1, 0, 20_000).unwrap(), small);
     // One byte of the middle extent changed: the read across it is a miss.
-    let datafile = d.0.join("data");
+    let datafile = cache_file(&d.0, 10);
     let raw = std::fs::read(&datafile).unwrap();
     let mid = (1 << 20) + 300_000;
-    let at = raw.windows(16).position(|w| w == &data[mid..mid + 16]).expect("the bytes are in the data file");
+    let at = mid;
+    assert_eq!(&raw[at..at + 16], &data[mid..mid + 16]);
     OpenOptions::new().write(true).open(&datafile).unwrap().write_all_at(&[raw[at] ^ 1], at as u64).unwrap();
     assert!(c.read_ahead(10, 1, 0, data.len() as u64).is_none(), "damaged: a miss");
     assert_eq!(c.stats().damaged, 1);
@@ -239,4 +252,63 @@ fn a_busy_missing_or_read_only_directory_is_a_clear_error() {
     assert_eq!(cache::parse_size("4096"), Some(4096));
     assert_eq!(cache::parse_size("x"), None);
     assert_eq!(cache::parse_size("99999999999T"), None);
+}
+
+#[test]
+fn a_file_held_whole_and_checked_is_handed_out_as_its_own_backing_file() {
+    use cache::Refused;
+    use std::io::Read;
+    use std::os::unix::fs::MetadataExt;
+    let d = dir("backing");
+    let data = bytes(3 * (1 << 20) + 5000, 31);
+    let size = data.len() as u64;
+    {
+        let c = open(&d.0, 16 << 20);
+        fill(&c, 40, 2, 0, &data.slice(..1 << 20));
+        assert_eq!(c.backing(40, 2, size).err(), Some(Refused::Incomplete), "a part only");
+        fill(&c, 40, 2, 1 << 20, &data.slice(1 << 20..));
+        assert_eq!(c.backing(40, 2, size + 1).err(), Some(Refused::Incomplete), "shorter than the file");
+        assert_eq!(c.backing(40, 3, size).err(), Some(Refused::Incomplete), "another version");
+        let b = c.backing(40, 2, size).expect("held whole");
+        let mut got = Vec::new();
+        (&b.file).read_to_end(&mut got).unwrap();
+        assert!(got == data, "the backing file is the file, byte for byte, and no longer");
+        // Held: not evicted to make room for others, and a change through this client
+        // makes the cache let go of it while the holder keeps its bytes.
+        for key in 100..120u128 {
+            fill(&c, key, 0, 0, &data.slice(..1 << 20));
+        }
+        assert!(c.read(40, 2, 0, size).is_some(), "a held file is not evicted");
+        assert!(c.stats().used <= 16 << 20);
+        c.invalidate(40, 10, 1);
+        assert!(c.read(40, 2, 0, 100).is_none(), "let go of");
+        let mut again = Vec::new();
+        let mut f = &b.file;
+        std::io::Seek::seek(&mut f, std::io::SeekFrom::Start(0)).unwrap();
+        f.read_to_end(&mut again).unwrap();
+        assert!(again == data, "the holder's bytes stay");
+        drop(b);
+        fill(&c, 41, 1, 0, &data);
+        assert!(c.backing(41, 1, size).is_ok());
+    }
+    // Reopened: the bytes are served again, but not handed out before a read checked them.
+    let c = open(&d.0, 16 << 20);
+    assert_eq!(c.backing(41, 1, size).err(), Some(Refused::Unchecked));
+    assert_eq!(c.read(41, 1, 0, size).unwrap(), data);
+    assert!(c.backing(41, 1, size).is_ok(), "checked by the read");
+    // Changed behind the cache's back (with the same bytes even): refused, checked again.
+    let path = cache_file(&d.0, 41);
+    let raw = std::fs::read(&path).unwrap();
+    OpenOptions::new().write(true).open(&path).unwrap().write_all_at(&raw[..10], 0).unwrap();
+    assert_eq!(c.backing(41, 1, size).err(), Some(Refused::Changed));
+    assert_eq!(c.backing(41, 1, size).err(), Some(Refused::Unchecked));
+    assert_eq!(c.read(41, 1, 0, size).unwrap(), data);
+    assert!(c.backing(41, 1, size).is_ok());
+    // Dropped bytes are punched out of the cache file, not only forgotten.
+    let before = std::fs::metadata(&path).unwrap().blocks();
+    c.invalidate(41, 0, 2 << 20);
+    c.settle();
+    let after = std::fs::metadata(&path).unwrap().blocks();
+    assert!(after * 512 <= before * 512 - (2 << 20), "{before} -> {after} blocks");
+    assert_eq!(c.read(41, 1, 2 << 20, 100).unwrap(), data.slice(2 << 20..(2 << 20) + 100));
 }
