@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::store::{Fds, Store};
+use crate::store::{Fds, Stamp, Store};
 
 /// Bytes of one page: the unit of checksums, of direct I/O and of hole punching.
 pub const PAGE: u64 = 4096;
@@ -84,7 +84,7 @@ struct FileIdx {
     busy: bool,
     /// The cache file's inode and change time after this process last changed it;
     /// another change (behind the cache's back) refuses it as a backing file.
-    stamp: Option<(u64, i64, i64)>,
+    stamp: Option<Stamp>,
 }
 
 /// A read that missed, for filling the cache with its bytes afterwards: valid only if
@@ -443,6 +443,36 @@ impl Index {
         }
     }
 
+    /// Cuts `[from, to)` out of the extent at `off` (a fill of those bytes replaces
+    /// them): what lies before `from` and after `to` stays, in whole pages of the
+    /// extent, so their checksums stay those of the extent.
+    fn trim_extent(&mut self, key: Key, off: u64, from: u64, to: u64, recs: &mut Vec<Rec>) {
+        let Some(f) = self.files.get_mut(&key) else { return };
+        let Some(e) = f.extents.remove(&off) else { return };
+        self.lru.remove(&e.tick);
+        self.used -= pages_of(off, e.len as u64);
+        self.extents -= 1;
+        recs.push(Rec::Drop { key, off });
+        let end = off + e.len as u64;
+        let first_page = off / PAGE;
+        let head_end = from / PAGE * PAGE;
+        if head_end > off {
+            let crcs = e.crcs[..(head_end.div_ceil(PAGE) - first_page) as usize].to_vec();
+            self.keep_part(key, off, head_end - off, crcs, e.verified, recs);
+        }
+        let tail = to.div_ceil(PAGE) * PAGE;
+        if tail < end {
+            let crcs = e.crcs[(tail / PAGE - first_page) as usize..].to_vec();
+            self.keep_part(key, tail, end - tail, crcs, e.verified, recs);
+        }
+    }
+
+    fn keep_part(&mut self, key: Key, off: u64, len: u64, crcs: Vec<u32>, verified: bool, recs: &mut Vec<Rec>) {
+        self.used += pages_of(off, len);
+        self.insert_extent(key, off, len as u32, crcs.clone(), verified);
+        recs.push(Rec::Put { key, off, len: len as u32, crcs });
+    }
+
     /// A change of `[off, off + len)` through this client (a write, truncate or hole
     /// punch): the extents it touches go, and fills of reads taken before it are refused.
     pub fn invalidate(&mut self, key: Key, off: u64, len: u64) -> Changed {
@@ -488,6 +518,10 @@ impl Index {
         if self.files.get(&t.key).is_some_and(|f| t.version > f.version) {
             c.invalidated += self.drop_file(t.key);
         }
+        if self.files.get(&t.key).is_some_and(|f| f.version == t.version && covered(f, off, off + len)) {
+            // Held already (a read-ahead and the read it served both fill).
+            return None;
+        }
         let mut skipped = Vec::new();
         while self.used + bytes > self.capacity {
             let Some((tick, (key, eoff))) = self.lru.pop_first() else { break };
@@ -526,18 +560,13 @@ impl Index {
             self.abandon(t.key, r, off, len);
             return false;
         }
-        // Another fill of the same bytes may have landed meanwhile: it gives way (the
-        // file stays: this fill still counts in it).
+        // Another fill of some of the same bytes (of the same version) may have landed
+        // meanwhile: this one takes over what they overlap, and they keep the rest.
         let f = self.files.get(&t.key).expect("checked above");
-        for o in overlapping(f, off, len) {
-            self.drop_extent(t.key, o);
-        }
-        if !self.files.get(&t.key).is_some_and(|f| f.gen == r.gen) {
-            // The file was pinned and let go (see drop_extent): the bytes went with it.
-            self.used -= r.bytes;
-            return false;
-        }
         let mut recs = Vec::new();
+        for o in overlapping(f, off, len) {
+            self.trim_extent(t.key, o, off, off + len, &mut recs);
+        }
         let mut pos = off;
         let mut crcs = crcs.into_iter();
         while pos < off + len {
@@ -635,7 +664,7 @@ impl Index {
 
     /// Notes the cache file's inode and change time after this process changed it (the
     /// fill thread, after each batch; a grant, after sizing the file).
-    pub fn stamp(&mut self, key: Key, gen: u64, stamp: Option<(u64, i64, i64)>) {
+    pub fn stamp(&mut self, key: Key, gen: u64, stamp: Option<Stamp>) {
         if let Some(f) = self.files.get_mut(&key).filter(|f| f.gen == gen) {
             f.stamp = stamp;
             f.busy = false;
@@ -654,6 +683,10 @@ impl Index {
         let mut pos = 0;
         for (&o, e) in &f.extents {
             if o != pos {
+                tracing::debug!(
+                    extents = ?f.extents.iter().map(|(o, e)| (*o, e.len)).collect::<Vec<_>>(),
+                    "SSD cache: not held whole"
+                );
                 return Err(Refused::Incomplete);
             }
             if !e.verified {
@@ -662,6 +695,11 @@ impl Index {
             pos = o + e.len as u64;
         }
         if pos != size || size == 0 {
+            tracing::debug!(
+                extents = ?f.extents.iter().map(|(o, e)| (*o, e.len)).collect::<Vec<_>>(),
+                size,
+                "SSD cache: not held whole"
+            );
             return Err(Refused::Incomplete);
         }
         let path = self.store.path(key, f.gen);
@@ -761,6 +799,19 @@ impl FileIdx {
     fn new(version: u64, gen: u64, last_inval: u64) -> FileIdx {
         FileIdx { version, gen, last_inval, extents: BTreeMap::new(), filling: 0, busy: false, stamp: None }
     }
+}
+
+/// Whether the file's extents hold every byte of `[from, to)`.
+fn covered(f: &FileIdx, from: u64, to: u64) -> bool {
+    let mut pos = from;
+    let Some(first) = f.extents.range(..=from).next_back().map(|(&o, _)| o) else { return false };
+    for (&o, e) in f.extents.range(first..) {
+        if pos >= to || o > pos {
+            break;
+        }
+        pos = pos.max(o + e.len as u64);
+    }
+    pos >= to
 }
 
 /// Offsets of the file's extents that overlap `[off, off + len)`.

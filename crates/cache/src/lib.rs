@@ -44,7 +44,7 @@ use serde::Serialize;
 
 use index::{Changed, Found, Index, Reserved, PAGE};
 pub use index::{Key, Refused, Ticket};
-use store::Fds;
+use store::{Fds, Stamp};
 
 /// Bytes of read data waiting to be written to the cache, at most; fills past it are
 /// skipped (the next read of those bytes fills them).
@@ -299,18 +299,19 @@ impl Cache {
     pub fn backing(&self, key: Key, version: u64, size: u64) -> Result<Backing, Refused> {
         let mut idx = self.inner.index.lock().expect("cache index");
         let (path, gen) = idx.backing(key, version, size)?;
-        let file = OpenOptions::new().read(true).write(true).open(&path).and_then(|f| {
+        let files = OpenOptions::new().read(true).write(true).open(&path).and_then(|f| {
             if f.metadata()?.len() != size {
-                // Past the end: pages a direct write padded, or extents evicted since.
+                // Past the end: extents evicted since (punches keep the size).
                 f.set_len(size)?;
             }
-            Ok(f)
+            let reader = File::open(&path)?;
+            Ok((f, reader))
         });
-        match file {
-            Ok(file) => {
+        match files {
+            Ok((file, reader)) => {
                 idx.stamp(key, gen, store::stamp_of_file(&file));
                 drop(idx);
-                Ok(Backing { cache: self.clone(), key, file })
+                Ok(Backing { cache: self.clone(), key, file, reader })
             }
             Err(e) => {
                 idx.unpin(key);
@@ -404,10 +405,15 @@ impl Cache {
 pub struct Backing {
     cache: Cache,
     key: Key,
-    /// The cache file, open for reading and writing: a write of this client to the
-    /// braid file while it is held is applied to it too, so that the reads the kernel
-    /// passes through see it (the cache itself has let go of the file by then).
+    /// The cache file, open for reading and writing: a change of the braid file through
+    /// this client while it is held (a truncate) is applied to it too, so that the
+    /// reads the kernel passes through see it (the cache itself has let go of the file
+    /// by then).
     pub file: File,
+    /// The same file opened read-only: what the kernel is given. A shared writable
+    /// mapping through a passthrough handle then fails (`EACCES`) instead of writing to
+    /// the cache file alone.
+    pub reader: File,
 }
 
 impl Drop for Backing {
@@ -605,7 +611,7 @@ fn fill_batch(inner: &Inner, fills: Vec<(Ticket, u64, Bytes)>) {
         touched.push((p.ticket.key, p.reserved.gen, p.fds.clone()));
         written.push((p, crcs, r.err()));
     }
-    let stamps: Vec<(Key, u64, Option<(u64, i64, i64)>)> =
+    let stamps: Vec<(Key, u64, Option<Stamp>)> =
         touched.iter().map(|(k, g, f)| (*k, *g, store::stamp_of_file(&f.plain))).collect();
     let mut idx = inner.index.lock().expect("cache index");
     for (p, crcs, failed) in written {

@@ -92,13 +92,16 @@ impl Store {
     }
 }
 
+/// A cache file's inode and change time (seconds, nanoseconds).
+pub type Stamp = (u64, i64, i64);
+
 /// A file's inode and change time: what a change behind the cache's back moves.
-pub fn stamp_of(path: &Path) -> Option<(u64, i64, i64)> {
+pub fn stamp_of(path: &Path) -> Option<Stamp> {
     std::fs::metadata(path).ok().map(|m| (m.ino(), m.ctime(), m.ctime_nsec()))
 }
 
 /// As [`stamp_of`], for an open file.
-pub fn stamp_of_file(f: &File) -> Option<(u64, i64, i64)> {
+pub fn stamp_of_file(f: &File) -> Option<Stamp> {
     f.metadata().ok().map(|m| (m.ino(), m.ctime(), m.ctime_nsec()))
 }
 
