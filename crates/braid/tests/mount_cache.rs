@@ -3,7 +3,8 @@
 //! and goes at the open after any change, also one made on another client that left
 //! the size and mtime as they were (only the MDS's data version tells); and the SSD
 //! read cache (`-o cache_dir`): hits, coherence with writes, punches and other
-//! clients, a remount or SIGKILL, damaged or full cache disks, `braid cache`.
+//! clients, a remount or SIGKILL, damaged or full cache disks, `braid cache`; and a
+//! file the cache holds whole, read by the kernel from its cache file (passthrough).
 
 use std::ffi::CString;
 use std::fs::{self, File, OpenOptions};
@@ -211,18 +212,13 @@ fn the_ssd_cache_serves_rereads_across_remounts_and_never_stale_or_damaged_bytes
     drop(a);
 
     // Cached bytes changed behind braid's back: found by their checksum, never served.
-    let data = cache_dir.join("data");
-    let raw = fs::read(&data).unwrap();
-    // Every copy: blocks freed earlier (the file's older versions) still hold the same
-    // bytes, and the live one must be among those changed.
-    let copies: Vec<usize> =
-        raw.windows(64).enumerate().filter(|(_, w)| *w == &v3[1_500_000..1_500_064]).map(|(i, _)| i).collect();
-    assert!(!copies.is_empty(), "the file's bytes are in the cache");
-    let df = OpenOptions::new().write(true).open(&data).unwrap();
-    for at in copies {
-        df.write_all_at(&[raw[at] ^ 0x5a], at as u64).unwrap();
-    }
-    drop(df);
+    // Each byte is at its own offset of the file's cache file.
+    let files: Vec<_> = fs::read_dir(cache_dir.join("files")).unwrap().flatten().map(|e| e.path()).collect();
+    assert_eq!(files.len(), 1, "one cache file, of f: {files:?}");
+    let raw = fs::read(&files[0]).unwrap();
+    let at = 1_500_000;
+    assert!(raw[at..at + 64] == v3[at..at + 64], "the file's bytes are in the cache");
+    OpenOptions::new().write(true).open(&files[0]).unwrap().write_all_at(&[raw[at] ^ 0x5a], at as u64).unwrap();
     let a = Mount::new(&c, &opts);
     assert!(fs::read(a.path("f")).unwrap() == v3, "a damaged cache block is read from the OSTs");
     assert!(num(&cache_status(&c, &a), "damaged") >= 1);
@@ -249,6 +245,8 @@ fn a_cache_directory_that_cannot_be_used_leaves_the_mount_working() {
     assert!(testkit::stderr(&out).contains("cache_size needs cache_dir"), "{}", testkit::stderr(&out));
     let out = c.braid(&["mount", "-f", &c.url("/"), "/nonexistent", "-o", "cache_dir=/x,cache_size=lots"]);
     assert!(testkit::stderr(&out).contains("cache_size=20G"), "{}", testkit::stderr(&out));
+    let out = c.braid(&["mount", "-f", &c.url("/"), "/nonexistent", "-o", "passthrough"]);
+    assert!(testkit::stderr(&out).contains("passthrough needs cache_dir"), "{}", testkit::stderr(&out));
 }
 
 #[test]
@@ -448,4 +446,143 @@ fn a_writer_killed_before_its_close_still_makes_readers_drop_their_cached_bytes(
         );
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
+}
+
+/// `path` read whole with `O_DIRECT` (through an aligned buffer): with the kernel's
+/// page cache out of the way, every read reaches the mount unless it passes through.
+fn read_direct(path: &Path) -> Vec<u8> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(path).unwrap();
+    let len = f.metadata().unwrap().len() as usize;
+    let cap = len.div_ceil(PAGE) * PAGE + PAGE;
+    let layout = std::alloc::Layout::from_size_align(cap, PAGE).unwrap();
+    // SAFETY: a fresh allocation of `cap` bytes, freed below; read into as bytes only.
+    let buf = unsafe { std::slice::from_raw_parts_mut(std::alloc::alloc_zeroed(layout), cap) };
+    let mut done = 0;
+    loop {
+        let n = f.read_at(&mut buf[done..done + (1 << 20).min(cap - done)], done as u64).unwrap();
+        done += n;
+        if n == 0 || done >= len {
+            break;
+        }
+    }
+    let out = buf[..done].to_vec();
+    // SAFETY: allocated above with `layout`.
+    unsafe { std::alloc::dealloc(buf.as_mut_ptr(), layout) };
+    out
+}
+
+/// The mount's read counters: reads it served from the cache and from the OSTs.
+fn reads_seen(c: &Cluster, m: &Mount) -> (u64, u64) {
+    let s = cache_status(c, m);
+    (num(&s, "hits"), num(&s, "misses"))
+}
+
+/// Reads `path` with O_DIRECT until an open passes through (the mount sees no read).
+fn wait_passthrough(c: &Cluster, m: &Mount, path: &Path, want: &[u8]) {
+    testkit::wait_for("an open passes through to the cache file", std::time::Duration::from_secs(30), || {
+        let before = reads_seen(c, m);
+        let got = read_direct(path);
+        assert!(got == want, "the bytes of {}", path.display());
+        reads_seen(c, m) == before
+    });
+}
+
+#[test]
+fn with_passthrough_a_file_the_ssd_cache_holds_whole_is_read_by_the_kernel_from_its_cache_file() {
+    let c = cluster();
+    let cache_dir = c.dir.path().join("ssd-cache");
+    let opts = format!("cache_dir={},cache_size=64M,passthrough", cache_dir.display());
+    let a = Mount::new(&c, &opts);
+    assert!(a.log_text().contains("FUSE passthrough to the SSD cache on=true"), "{}", a.log_text());
+    let b = Mount::new(&c, "");
+    const LEN: usize = (3 << 20) + 1234;
+    let v1 = pattern(LEN, 61);
+    fs::write(b.path("f"), &v1).unwrap();
+
+    // Read once through the mount (it fills the cache), then opens pass through: reads
+    // O_DIRECT or buffered reach the mount no more, and read the file's bytes.
+    assert!(read_direct(&a.path("f")) == v1);
+    wait_passthrough(&c, &a, &a.path("f"), &v1);
+    let seen = reads_seen(&c, &a);
+    assert!(fs::read(a.path("f")).unwrap() == v1);
+    assert_eq!(reads_seen(&c, &a), seen);
+
+    // While a handle passes through, this client cannot open the file for writing
+    // (through a handle naming the cache file, a shared writable mapping would write
+    // it alone): ETXTBSY, as for a running executable. Read-only mappings read it; a
+    // truncate(2) is seen at once.
+    let r = File::open(a.path("f")).unwrap();
+    let mut got = vec![0u8; 10];
+    r.read_exact_at(&mut got, 100).unwrap();
+    assert_eq!(got, v1[100..110]);
+    for how in [OpenOptions::new().write(true).clone(), OpenOptions::new().write(true).create(true).clone()] {
+        let e = how.open(a.path("f")).expect_err("refused");
+        assert_eq!(e.raw_os_error(), Some(libc::ETXTBSY), "{e}");
+    }
+    assert!(fs::read(a.path("f")).unwrap() == v1, "another reader shares it");
+    // SAFETY: a read-only mapping of an open descriptor, read and unmapped at once.
+    unsafe {
+        let m = libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ, libc::MAP_SHARED, r.as_raw_fd(), 0);
+        assert_ne!(m, libc::MAP_FAILED, "mmap: {}", std::io::Error::last_os_error());
+        assert_eq!(std::slice::from_raw_parts(m as *const u8, 4096), &v1[..4096]);
+        libc::munmap(m, 4096);
+    }
+    let path = CString::new(a.path("f").as_os_str().as_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::truncate(path.as_ptr(), 2 << 20) }, 0, "{}", std::io::Error::last_os_error());
+    assert_eq!(r.read_at(&mut got, 2 << 20).unwrap(), 0, "the reader sees the truncate");
+    r.read_exact_at(&mut got, (2 << 20) - 10).unwrap();
+    assert_eq!(got, v1[(2 << 20) - 10..2 << 20]);
+    drop(r);
+    // Once it is closed, writes go as always.
+    let w = OpenOptions::new().write(true).open(a.path("f")).unwrap();
+    w.write_all_at(b"from A", 100).unwrap();
+    drop(w);
+    let mut v2 = v1[..2 << 20].to_vec();
+    v2[100..106].copy_from_slice(b"from A");
+    assert!(fs::read(b.path("f")).unwrap() == v2, "the write reached the OSTs");
+    assert!(fs::read(a.path("f")).unwrap() == v2);
+
+    // Another client's change: the next open reads it, not the cache file.
+    assert!(read_direct(&a.path("f")) == v2);
+    wait_passthrough(&c, &a, &a.path("f"), &v2);
+    let g = OpenOptions::new().write(true).open(b.path("f")).unwrap();
+    g.write_all_at(b"from B", 300_000).unwrap();
+    drop(g);
+    let mut v3 = v2.clone();
+    v3[300_000..300_006].copy_from_slice(b"from B");
+    assert!(read_direct(&a.path("f")) == v3, "A reads B's change at its next open");
+    assert!(fs::read(a.path("f")).unwrap() == v3);
+
+    // `braid cache drop` while a handle passes through: it keeps reading right bytes.
+    wait_passthrough(&c, &a, &a.path("f"), &v3);
+    let r = File::open(a.path("f")).unwrap();
+    c.braid_ok(&["cache", "drop", &a.path("").to_string_lossy()]);
+    let mut all = vec![0u8; v3.len()];
+    r.read_exact_at(&mut all, 0).unwrap();
+    assert!(all == v3, "the dropped cache file stays whole for its reader");
+    drop(r);
+
+    // After a remount the cache's bytes are checked by a read through the mount before
+    // any open passes through to them.
+    assert!(read_direct(&a.path("f")) == v3);
+    wait_passthrough(&c, &a, &a.path("f"), &v3);
+    a.umount().unwrap();
+    drop(a);
+    let a = Mount::new(&c, &opts);
+    let before = reads_seen(&c, &a);
+    assert!(read_direct(&a.path("f")) == v3);
+    let after = reads_seen(&c, &a);
+    assert!(after.0 > before.0 && after.1 == before.1, "checked through the mount, from the cache: {after:?}");
+    wait_passthrough(&c, &a, &a.path("f"), &v3);
+
+    // The cache file changed behind braid's back: no open passes through to it, and the
+    // mount's reads find the damage by its checksum.
+    let files: Vec<_> = fs::read_dir(cache_dir.join("files")).unwrap().flatten().map(|e| e.path()).collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let raw = fs::read(&files[0]).unwrap();
+    OpenOptions::new().write(true).open(&files[0]).unwrap().write_all_at(&[raw[5] ^ 0xff], 5).unwrap();
+    assert!(read_direct(&a.path("f")) == v3, "read from the OSTs, not the changed cache file");
+    assert!(num(&cache_status(&c, &a), "damaged") >= 1);
 }

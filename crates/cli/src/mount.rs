@@ -29,7 +29,7 @@ pub struct MountArgs {
     /// Stay in the foreground (otherwise return once the mount is ready).
     #[arg(short = 'f')]
     pub foreground: bool,
-    /// Options: attr_timeout=S, entry_timeout=S, allow_other, direct_io, ro, threads=N, timeout=S, max_write=BYTES, readahead_kb=KIB, dir_leases=0|1, statahead=0|1, cache_dir=PATH, cache_size=SIZE (an SSD read cache).
+    /// Options: attr_timeout=S, entry_timeout=S, allow_other, direct_io, ro, threads=N, timeout=S, max_write=BYTES, readahead_kb=KIB, dir_leases=0|1, statahead=0|1, cache_dir=PATH, cache_size=SIZE (an SSD read cache), passthrough (files the cache holds whole are read by the kernel from it).
     #[arg(short = 'o')]
     pub options: Vec<String>,
     #[arg(long)]
@@ -116,6 +116,7 @@ pub fn parse_options(list: &[String]) -> Result<MountSettings> {
             "entry_timeout" => s.fuse.entry_ttl = Duration::from_secs_f64(num(v)?.max(0.0)),
             "allow_other" => s.fuse.allow_other = true,
             "direct_io" => s.fuse.direct_io = true,
+            "passthrough" => s.fuse.passthrough = true,
             "ro" => s.fuse.read_only = true,
             "rw" => s.fuse.read_only = false,
             "threads" => s.fuse.threads = (num(v)? as usize).clamp(1, 64),
@@ -195,13 +196,16 @@ pub fn parse_options(list: &[String]) -> Result<MountSettings> {
                 }
                 s.trace.capacity = n;
             }
-            _ => bail!("unknown mount option '{opt}' (known: attr_timeout=S, entry_timeout=S, allow_other, direct_io, ro, rw, threads=N, timeout=S, max_write=BYTES, readahead_kb=KIB, dir_leases=0|1, statahead=0|1, cache_dir=PATH, cache_size=SIZE, page_cache=SIZE (native clients), ost_limit=RATE, ost_latency=MS, trace[=on|off], trace_dir=DIR, trace_server=HOST:PORT, jobid_var=NAME, trace_ring=RECORDS, trace_sync=FILE)"),
+            _ => bail!("unknown mount option '{opt}' (known: attr_timeout=S, entry_timeout=S, allow_other, direct_io, ro, rw, threads=N, timeout=S, max_write=BYTES, readahead_kb=KIB, dir_leases=0|1, statahead=0|1, cache_dir=PATH, cache_size=SIZE, passthrough, page_cache=SIZE (native clients), ost_limit=RATE, ost_latency=MS, trace[=on|off], trace_dir=DIR, trace_server=HOST:PORT, jobid_var=NAME, trace_ring=RECORDS, trace_sync=FILE)"),
         }
     }
     match (&mut s.cache, cache_size) {
         (Some(c), Some(size)) => c.size = size,
         (None, Some(_)) => bail!("option cache_size needs cache_dir=PATH too"),
         _ => {}
+    }
+    if s.fuse.passthrough && s.cache.is_none() {
+        bail!("option passthrough needs cache_dir=PATH too (reads pass through to the SSD cache's files)");
     }
     Ok(s)
 }

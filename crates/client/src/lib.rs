@@ -43,6 +43,7 @@ use rpc::{Identity, RpcClient, RpcOptions};
 
 // What front ends (the FUSE mount, the CLI tools, the coming NBD server) need of the
 // wire's types, so that they depend on this crate alone and never on messages.
+pub use cache::Backing as CacheBacking;
 pub use layout::DirHash;
 pub use proto::auth::Secret;
 pub use proto::msg::{
@@ -626,6 +627,18 @@ impl Client {
     /// What the SSD cache holds and did, if this client has one.
     pub fn cache_stats(&self) -> Option<cache::Stats> {
         self.inner.cache.as_ref().map(|c| c.stats())
+    }
+
+    /// File `fid` as a backing file for a passthrough open, if the SSD cache holds all
+    /// `size` bytes of it at data `version`, checked (see [`cache::Cache::backing`]).
+    pub fn cache_backing(&self, fid: Fid, version: u64, size: u64) -> Option<cache::Backing> {
+        match self.inner.cache.as_ref()?.backing(cache_key(fid), version, size) {
+            Ok(b) => Some(b),
+            Err(why) => {
+                tracing::debug!(%fid, version, size, ?why, "SSD cache: not a backing file");
+                None
+            }
+        }
     }
 
     /// Empties the SSD cache; false if this client has none.

@@ -2,7 +2,7 @@
 //! handles, and per open inode the shared size cell and lock owners.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 use client::Fid;
@@ -13,6 +13,8 @@ use crate::SizeCell;
 
 /// An open file.
 pub struct FileState {
+    /// Its kernel I/O mode ([`IoMode`] as a number), for its release.
+    pub mode: AtomicU8,
     pub file: OpenFile,
     /// The process that opened it, its uid and gid: the kernel's RELEASE names no
     /// process, and the trace charges the close to the opener.
@@ -63,10 +65,44 @@ impl DirHandle {
     }
 }
 
+/// How the kernel does a handle's I/O. The kernel holds an inode in one mode at a time:
+/// while any handle of it passes through to a backing file, every other handle must
+/// either pass through to the same one or be direct (its open fails otherwise).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum IoMode {
+    /// Through the kernel's page cache of the inode (or `O_DIRECT` requests to the mount).
+    Cached = 0,
+    /// `FOPEN_DIRECT_IO`: every read and write comes to the mount.
+    Direct = 1,
+    /// `FOPEN_PASSTHROUGH`: reads go to the SSD cache's file of it, by the kernel.
+    Passthrough = 2,
+}
+
+impl From<u8> for IoMode {
+    fn from(v: u8) -> IoMode {
+        match v {
+            1 => IoMode::Direct,
+            2 => IoMode::Passthrough,
+            _ => IoMode::Cached,
+        }
+    }
+}
+
+/// An inode's backing file while handles pass through to it.
+pub struct Passthrough {
+    pub id: fuser::BackingId,
+    pub backing: client::CacheBacking,
+    /// The data version the backing file holds.
+    pub version: u64,
+}
+
 /// Per-inode state while the inode has open handles in this mount.
 pub struct InodeState {
     pub size: SizeCell,
     handles: u32,
+    /// The backing file and how many handles pass through to it.
+    pub passthrough: Option<(Arc<Passthrough>, u32)>,
     /// Written through this mount since it was opened: its size may be ahead of the MDS.
     pub dirty: AtomicBool,
     lock_owners: HashSet<u64>,
@@ -87,7 +123,10 @@ impl Handles {
 
     pub fn insert_file(&self, file: OpenFile, opener: (u32, u32, u32)) -> u64 {
         let fh = self.next_fh();
-        self.files.lock().expect("files").insert(fh, Arc::new(FileState { file, opener, deferred: Mutex::new(None) }));
+        self.files.lock().expect("files").insert(
+            fh,
+            Arc::new(FileState { mode: AtomicU8::new(IoMode::Cached as u8), file, opener, deferred: Mutex::new(None) }),
+        );
         fh
     }
 
@@ -119,6 +158,7 @@ impl Handles {
         let st = m.entry(fid).or_insert_with(|| InodeState {
             size: cell.clone(),
             handles: 0,
+            passthrough: None,
             dirty: AtomicBool::new(false),
             lock_owners: HashSet::new(),
         });
@@ -135,9 +175,34 @@ impl Handles {
         self.inodes.lock().expect("inodes").contains_key(&fid)
     }
 
-    pub fn inode_closed(&self, fid: Fid) {
+    /// Runs `f` on the state of open inode `fid`.
+    pub fn with_inode<T>(&self, fid: Fid, f: impl FnOnce(&mut InodeState) -> T) -> Option<T> {
+        self.inodes.lock().expect("inodes").get_mut(&fid).map(f)
+    }
+
+    /// The number of handles of an open inode (this one included).
+    pub fn handle_count(st: &InodeState) -> u32 {
+        st.handles
+    }
+
+    /// The backing file open handles of `fid` pass through to, if any: a change of the
+    /// file through this mount is applied to it too.
+    pub fn passthrough(&self, fid: Fid) -> Option<Arc<Passthrough>> {
+        self.inodes.lock().expect("inodes").get(&fid).and_then(|st| st.passthrough.as_ref().map(|(p, _)| p.clone()))
+    }
+
+    /// A handle of `fid` in `mode` was released.
+    pub fn inode_closed(&self, fid: Fid, mode: IoMode) {
         let mut m = self.inodes.lock().expect("inodes");
         if let Some(st) = m.get_mut(&fid) {
+            if mode == IoMode::Passthrough {
+                if let Some((_, n)) = st.passthrough.as_mut() {
+                    *n -= 1;
+                    if *n == 0 {
+                        st.passthrough = None;
+                    }
+                }
+            }
             st.handles = st.handles.saturating_sub(1);
             if st.handles == 0 {
                 m.remove(&fid);

@@ -28,7 +28,7 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -45,7 +45,7 @@ use fuser::{
     TimeOrNow, WriteFlags,
 };
 
-use handles::{DirHandle, Handles, InodeState};
+use handles::{DirHandle, Handles, InodeState, IoMode, Passthrough};
 
 /// Settings of one mount.
 #[derive(Debug, Clone)]
@@ -57,6 +57,9 @@ pub struct MountOptions {
     pub allow_other: bool,
     /// Every open bypasses the kernel's page cache, as if opened `O_DIRECT`.
     pub direct_io: bool,
+    /// Read-only opens of a file the SSD cache holds whole pass through to its cache
+    /// file (see [`State::io_mode`]).
+    pub passthrough: bool,
     pub read_only: bool,
     /// FUSE request threads.
     pub threads: usize,
@@ -95,6 +98,7 @@ impl Default for MountOptions {
             entry_ttl: Duration::from_secs(1),
             allow_other: false,
             direct_io: false,
+            passthrough: false,
             read_only: false,
             threads: 8,
             max_write_bytes: 1 << 20,
@@ -133,6 +137,17 @@ pub struct State {
     /// The data version each file had when the kernel was last allowed to fill its
     /// page cache (see [`BraidFs::keep_cache`]).
     cached_versions: Mutex<HashMap<Fid, u64>>,
+    /// The kernel passes reads through to backing files for this mount (it has an SSD
+    /// cache, and the kernel agreed at `FUSE_INIT`); cleared if registering one fails.
+    passthrough: AtomicBool,
+}
+
+/// What [`State::io_mode`] decided for an open that does not pass through.
+enum Opened {
+    /// Its I/O comes to the mount.
+    Here,
+    /// Refused: the file's reads pass through and it was opened for writing.
+    Busy,
 }
 
 /// Most files whose reported size and mtime are remembered.
@@ -281,6 +296,7 @@ impl BraidFs {
             reported: Mutex::new(HashMap::new()),
             nocaps: nocaps::NoCaps::new(opts.attr_ttl),
             cached_versions: Mutex::new(HashMap::new()),
+            passthrough: AtomicBool::new(false),
             opts,
         };
         BraidFs { s: Arc::new(s) }
@@ -420,6 +436,90 @@ impl State {
         false
     }
 
+    /// How the kernel does the I/O of handle `fh` of `fid`, just opened with `flags`:
+    /// the flags to answer with, or the backing file it passes through to.
+    ///
+    /// A read-only open of a file the SSD cache holds whole at its current version,
+    /// with no other handle of it open here, passes through: the kernel reads the
+    /// cache file itself, with no request to the mount (a FUSE round trip per read
+    /// costs a 4 KiB reread from the cache as much as the disk read). Later read-only
+    /// opens of the same version share it; one of a newer version names it too, as the
+    /// kernel requires, but reads here (direct). An open for writing meanwhile is
+    /// refused (`Err(None)`: ETXTBSY, as for a running executable): through a handle
+    /// naming the backing file, a shared writable mapping would write the cache file
+    /// and never the OSTs. Another client's change is seen at the next open after the
+    /// last of them closes (close-to-open). A truncate through this mount is applied to
+    /// the backing file too (see `setattr`).
+    fn io_mode(
+        &self,
+        fh: u64,
+        fid: Fid,
+        flags: FopenFlags,
+        read_only: bool,
+        a: &Attr,
+        reply: &ReplyOpen,
+    ) -> Result<FopenFlags, Option<(Arc<Passthrough>, FopenFlags)>> {
+        let set = |mode: IoMode| {
+            if let Some(f) = self.handles.file(fh) {
+                f.mode.store(mode as u8, Ordering::Release);
+            }
+        };
+        let pt = self.passthrough.load(Ordering::Acquire);
+        let decided = self.handles.with_inode(fid, |st| {
+            if let Some((p, n)) = st.passthrough.as_mut() {
+                if !read_only {
+                    return Ok(Opened::Busy);
+                }
+                *n += 1;
+                if p.version == a.data_version {
+                    return Err((p.clone(), FopenFlags::empty()));
+                }
+                // A newer version: its reads come here (direct I/O overrides the backing
+                // file, which the kernel wants every open of the inode to name).
+                return Err((p.clone(), FopenFlags::FOPEN_DIRECT_IO));
+            }
+            // An O_DIRECT open passes through too (the kernel reads the backing file
+            // O_DIRECT for it); a mount of direct I/O only does not.
+            if !pt || !read_only || self.opts.direct_io || Handles::handle_count(st) != 1 {
+                return Ok(Opened::Here);
+            }
+            let Some(backing) = self.client.cache_backing(fid, a.data_version, a.size) else {
+                return Ok(Opened::Here);
+            };
+            match reply.open_backing(&backing.reader) {
+                Ok(id) => {
+                    let p = Arc::new(Passthrough { id, backing, version: a.data_version });
+                    st.passthrough = Some((p.clone(), 1));
+                    Err((p, FopenFlags::empty()))
+                }
+                Err(e) => {
+                    tracing::warn!("FUSE passthrough refused by the kernel, reads stay through the mount: {e}");
+                    self.passthrough.store(false, Ordering::Release);
+                    Ok(Opened::Here)
+                }
+            }
+        });
+        match decided {
+            Some(Err(p)) => {
+                set(IoMode::Passthrough);
+                Err(Some(p))
+            }
+            Some(Ok(Opened::Busy)) => Err(None),
+            _ => {
+                set(if flags.contains(FopenFlags::FOPEN_DIRECT_IO) { IoMode::Direct } else { IoMode::Cached });
+                Ok(flags)
+            }
+        }
+    }
+
+    /// Undoes the open of handle `fh` that [`State::io_mode`] refused.
+    async fn refuse_open(&self, fh: u64, fid: Fid) {
+        if let Some(state) = self.handles.remove_file(fh) {
+            let _ = self.client.close_shared(&state.file).await;
+            self.handles.inode_closed(fid, IoMode::Cached);
+        }
+    }
+
     /// Registers an opened file and returns its handle number.
     fn add_file(&self, opener: (u32, u32, u32), mut file: OpenFile) -> u64 {
         let cell = self.handles.inode_opened(file.fid, file.size_cell());
@@ -467,6 +567,20 @@ impl fuser::Filesystem for BraidFs {
             // without it such an mmap fails with ENODEV).
             | InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP;
         let _ = config.add_capabilities(wanted & config.capabilities());
+        // With an SSD cache, a file it holds whole is read by the kernel straight from
+        // its cache file (see `State::io_mode`). Backing files are on a local file
+        // system, not stacked: depth 1.
+        if self.opts.passthrough
+            && self.client.cache_stats().is_some()
+            && config.capabilities().contains(InitFlags::FUSE_PASSTHROUGH)
+        {
+            let agreed =
+                config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok() && config.set_max_stack_depth(1).is_ok();
+            self.passthrough.store(agreed, Ordering::Release);
+        }
+        if self.opts.passthrough {
+            tracing::info!(on = self.passthrough.load(Ordering::Acquire), "FUSE passthrough to the SSD cache");
+        }
         Ok(())
     }
 
@@ -542,6 +656,14 @@ impl fuser::Filesystem for BraidFs {
         // to write was checked at open, whatever the mode says now). A truncate(2),
         // and the truncate the kernel sends after an O_TRUNC open, come without one.
         let writer = fh.and_then(|fh| self.handles.file(fh.0)).filter(|f| f.file.flags.write);
+        // A truncate(2) while reads pass through (no handle can write meanwhile): they
+        // read the new size from the backing file.
+        if let (Some(size), Some(p)) = (size, self.handles.passthrough(fid)) {
+            if let Err(e) = p.backing.file.set_len(size) {
+                tracing::error!(%fid, "applying a truncate to the backing file failed: {e}");
+                return reply.error(Errno::EIO);
+            }
+        }
         self.serve(req, move |s| async move {
             let r = async {
                 let a = match &writer {
@@ -724,7 +846,15 @@ impl fuser::Filesystem for BraidFs {
                     }
                     let keep = s.keep_cache(a.fid, a.data_version);
                     let fh = s.add_file(opener, f);
-                    reply.opened(FileHandle(fh), s.fopen_flags(flags.0, keep));
+                    let read_only = of.read && !of.write && !of.truncate;
+                    match s.io_mode(fh, a.fid, s.fopen_flags(flags.0, keep), read_only, &a, &reply) {
+                        Ok(fl) => reply.opened(FileHandle(fh), fl),
+                        Err(Some((p, fl))) => reply.opened_passthrough(FileHandle(fh), fl, &p.id),
+                        Err(None) => {
+                            s.refuse_open(fh, a.fid).await;
+                            reply.error(Errno::from_i32(libc::ETXTBSY));
+                        }
+                    }
                 }
                 Err(e) => reply.error(inode_errno(&e)),
             }
@@ -759,6 +889,11 @@ impl fuser::Filesystem for BraidFs {
                     let keep = s.keep_cache(attr.fid, attr.data_version);
                     let fh = s.add_file(opener, f);
                     let fa = s.file_attr(&attr);
+                    if s.handles.passthrough(attr.fid).is_some() {
+                        // Open for writing while reads pass through: see `State::io_mode`.
+                        s.refuse_open(fh, attr.fid).await;
+                        return reply.error(Errno::from_i32(libc::ETXTBSY));
+                    }
                     reply.created(&s.opts.entry_ttl, &fa, Generation(0), FileHandle(fh), s.fopen_flags(flags, keep));
                 }
                 Err(e) => reply.error(errno(&e)),
@@ -888,7 +1023,7 @@ impl fuser::Filesystem for BraidFs {
             // close it through the shared state, or the MDS would count it open until
             // unmount and an unlinked file would never be destroyed.
             let closed = s.client.close_shared(&state.file).await;
-            s.handles.inode_closed(fid);
+            s.handles.inode_closed(fid, IoMode::from(state.mode.load(Ordering::Acquire)));
             match result.and(closed) {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(errno(&e)),
