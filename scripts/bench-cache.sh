@@ -5,7 +5,8 @@
 # ost_latency=1`: 200 MB/s and at least 1 ms per OST transfer, a 1-2 Gb/s network to
 # disks, as seed 003's testbed; on this one-disk machine the OSTs would otherwise be
 # the cache's own disk a loopback hop away), one of them with the SSD cache
-# (`-o cache_dir=...`). In one run:
+# (`-o cache_dir=...`, and `passthrough` unless PASSTHROUGH=0: files it holds whole are
+# read by the kernel from their cache files). In one run:
 #   1. cached reread, page cache dropped before it, against the cache directory's own
 #      cold read (fio after dropping caches): sequential 1 MiB (O_DIRECT, and buffered)
 #      and 4 KiB random (O_DIRECT);
@@ -13,8 +14,9 @@
 #      two mounts alternated run by run;
 #   3. the first reread after a remount of the cached mount: its hit rate
 #      (`braid cache status`);
-#   4. a reread of a file that fits in memory through the mount without O_DIRECT (the
-#      page cache kept across opens) against the same reread of a local file;
+#   4. a reread of a file that fits in memory through each mount without O_DIRECT (the
+#      plain mount: the page cache kept across opens; the cached one: its reads pass
+#      through to the cache file) against the same reread of a local file;
 #   5. seed 003's figures 3 and 4: `braid bench sweep --preset cache` on both mounts and
 #      on the cache's directory (SVGs and report in $WORK/sweep).
 # Prints Markdown tables of medians and ratios.
@@ -25,7 +27,7 @@
 # /var/tmp/peers/cache), LIMIT (ost_limit, default 200M), LATENCY (ost_latency in ms,
 # default 1), SIZE (fio file, default 1g), RAND_SIZE (4 KiB random reads, default
 # 32m), SWEEP_SIZE (default 64m: its 4 KiB random phases cross the slow path),
-# SETTLE (seconds after each cache drop, default 5).
+# SETTLE (seconds after each cache drop, default 5), PASSTHROUGH (default 1).
 set -uo pipefail
 RUNS=${1:-3}
 HERE=$(cd "$(dirname "$0")/.." && pwd)
@@ -37,6 +39,7 @@ SIZE=${SIZE:-1g}
 RAND_SIZE=${RAND_SIZE:-32m}
 SWEEP_SIZE=${SWEEP_SIZE:-64m}
 SETTLE=${SETTLE:-5}
+PASSTHROUGH=${PASSTHROUGH:-1}
 PORT=19970
 command -v fio > /dev/null || { echo "fio is needed (apt-get install -y fio)" >&2; exit 1; }
 rm -rf "$WORK"; mkdir -p "$WORK/data" "$WORK/plain" "$WORK/cached" "$WORK/ssd" "$WORK/ssd-bench" "$WORK/local"
@@ -59,6 +62,7 @@ mount_one() {  # mount_one NAME OPTIONS
     echo "mount $1 did not come up" >&2; exit 1
 }
 CACHED_OPTS="ost_limit=$LIMIT,ost_latency=$LATENCY,cache_dir=$WORK/ssd,cache_size=8G"
+[ "$PASSTHROUGH" = 1 ] && CACHED_OPTS="$CACHED_OPTS,passthrough"
 mount_one plain "ost_limit=$LIMIT,ost_latency=$LATENCY"
 mount_one cached "$CACHED_OPTS"
 export BRAID_SECRET_FILE=$WORK/data/cluster.secret
@@ -101,11 +105,14 @@ for run in $(seq 1 "$RUNS"); do
     drop; rec "reread, 1 MiB, buffered, cold (MiB/s)" ssd "$(fio_bw rb read 1m "$SIZE" "$f")"
     drop; rec "random 4 KiB reread (MiB/s)" ssd "$(fio_bw rnd randread 4k "$RAND_SIZE" "$f" --direct=1 --randseed=$run)"
     rm -f "$f"
-    # A file that fits in memory, reread through the page cache: the plain mount and a
-    # local file, both read once before.
-    for m in plain local; do
+    # A file that fits in memory, reread from memory: the two mounts and a local file,
+    # each read twice before (the cached mount's first read fills its cache, and once
+    # the fills have landed the second passes through to the cache file, from disk).
+    for m in plain cached local; do
         f=$WORK/$m/mem-$run
         fio_bw w write 1m 512m "$f" > /dev/null
+        fio_bw r read 1m 512m "$f" --invalidate=0 > /dev/null
+        sleep 5
         fio_bw r read 1m 512m "$f" --invalidate=0 > /dev/null
         rec "reread from memory, 512 MiB (MiB/s)" "$m" "$(fio_bw rr read 1m 512m "$f" --invalidate=0)"
         rm -f "$f"
@@ -146,7 +153,9 @@ for row, by in rows.items():
     med = {s: statistics.median(v) for s, v in by.items()}
     cells = ["%.1f" % med[s] if s in med else "" for s in systems]
     ratio = ""
-    if "cached" in med and "ssd" in med:
+    if "cached" in med and "local" in med:
+        ratio = "cached/local %.2f, plain/local %.2f" % (med["cached"] / med["local"], med.get("plain", 0) / med["local"])
+    elif "cached" in med and "ssd" in med:
         ratio = "cached/ssd %.2f" % (med["cached"] / med["ssd"])
     elif "cached" in med and "plain" in med:
         ratio = "cached/plain %.3f" % (med["cached"] / med["plain"])
