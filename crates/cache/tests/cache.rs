@@ -312,3 +312,20 @@ fn a_file_held_whole_and_checked_is_handed_out_as_its_own_backing_file() {
     assert!(after * 512 <= before * 512 - (2 << 20), "{before} -> {after} blocks");
     assert_eq!(c.read(41, 1, 2 << 20, 100).unwrap(), data.slice(2 << 20..(2 << 20) + 100));
 }
+
+#[test]
+fn fills_of_held_bytes_are_skipped_and_overlapping_ones_keep_the_rest_held() {
+    let d = dir("overlap");
+    let c = open(&d.0, 16 << 20);
+    let data = bytes(4 << 20, 51);
+    // A read-ahead's chunk, then the read it served: the second is held already.
+    fill(&c, 60, 1, 0, &data.slice(..2 << 20));
+    fill(&c, 60, 1, 0, &data.slice(..128 << 10));
+    assert_eq!(c.stats().fills, 1, "nothing written twice");
+    // A fill reaching past what is held takes over its overlap; the rest stays held.
+    fill(&c, 60, 1, (1 << 20) + 4096, &data.slice((1 << 20) + 4096..3 << 20));
+    fill(&c, 60, 1, 3 << 20, &data.slice(3 << 20..));
+    assert_eq!(c.read(60, 1, 0, 4 << 20).unwrap(), data, "every byte held, each right");
+    assert!(c.backing(60, 1, 4 << 20).is_ok(), "held whole");
+    assert!(c.stats().used <= (4 << 20) + 2 * 4096, "{:?}", c.stats());
+}
