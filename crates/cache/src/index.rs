@@ -176,8 +176,9 @@ pub struct Index {
     next_id: u64,
     next_gen: u64,
     dead: Vec<Dead>,
-    /// Files handed out as backing files, and how many times.
-    pinned: HashMap<Key, u32>,
+    /// Cache files (a file's key and generation) handed out as backing files, and how
+    /// many times.
+    pinned: HashMap<(Key, u64), u32>,
     pub store: Store,
 }
 
@@ -421,8 +422,12 @@ impl Index {
         })
     }
 
+    fn pinned(&self, key: Key) -> bool {
+        self.files.get(&key).is_some_and(|f| self.pinned.contains_key(&(key, f.gen)))
+    }
+
     fn drop_extent(&mut self, key: Key, off: u64) {
-        if self.pinned.contains_key(&key) {
+        if self.pinned(key) {
             // A reader reads the cache file itself (a backing file): its bytes stay
             // as they are, and the cache lets go of the whole file.
             self.drop_file(key);
@@ -525,7 +530,7 @@ impl Index {
         let mut skipped = Vec::new();
         while self.used + bytes > self.capacity {
             let Some((tick, (key, eoff))) = self.lru.pop_first() else { break };
-            if self.pinned.contains_key(&key) {
+            if self.pinned(key) {
                 skipped.push((tick, (key, eoff)));
                 continue;
             }
@@ -713,17 +718,25 @@ impl Index {
             f.stamp = None;
             return Err(Refused::Changed);
         }
-        *self.pinned.entry(key).or_default() += 1;
+        *self.pinned.entry((key, f.gen)).or_default() += 1;
         Ok((path, f.gen))
     }
 
     /// A backing file handed out by [`Index::backing`] was let go.
-    pub fn unpin(&mut self, key: Key) {
-        if let Some(n) = self.pinned.get_mut(&key) {
+    pub fn unpin(&mut self, key: Key, gen: u64) {
+        if let Some(n) = self.pinned.get_mut(&(key, gen)) {
             *n -= 1;
             if *n == 0 {
-                self.pinned.remove(&key);
+                self.pinned.remove(&(key, gen));
             }
+        }
+    }
+
+    /// The fill thread is done with the cache file of `key` at `gen` without changing
+    /// it (it could not be opened).
+    pub fn unbusy(&mut self, key: Key, gen: u64) {
+        if let Some(f) = self.files.get_mut(&key).filter(|f| f.gen == gen) {
+            f.busy = false;
         }
     }
 
@@ -738,7 +751,7 @@ impl Index {
         let keys: Vec<Key> = self.files.keys().copied().collect();
         for k in keys {
             // A file with fills under way stays as an empty entry for them to land in.
-            if self.files.get(&k).is_some_and(|f| f.filling > 0 && !self.pinned.contains_key(&k)) {
+            if self.files.get(&k).is_some_and(|f| f.filling > 0) && !self.pinned(k) {
                 let hit: Vec<u64> = self.files[&k].extents.keys().copied().collect();
                 for o in hit {
                     self.drop_extent(k, o);

@@ -268,9 +268,8 @@ impl Cache {
             Ok(answer) => {
                 c.hits.fetch_add(1, Ordering::Relaxed);
                 c.hit_bytes.fetch_add(len, Ordering::Relaxed);
-                let unchecked: Vec<u64> = found.pieces.iter().filter(|p| !p.verified).map(|p| p.id).collect();
-                if !unchecked.is_empty() && self.inner.read_checks_whole(&found, off, len) {
-                    self.inner.index.lock().expect("cache index").checked(key, &unchecked);
+                if found.pieces.iter().any(|p| !p.verified) {
+                    self.check_rest(key, &found, off, len);
                 }
                 Some(answer)
             }
@@ -288,6 +287,24 @@ impl Cache {
                 c.misses.fetch_add(1, Ordering::Relaxed);
                 None
             }
+        }
+    }
+
+    /// After a read served from extents not yet checked by this process (replayed at
+    /// start): they count as checked once each of their pages was, so the parts the
+    /// read did not cover are read and checked now (once per extent, at most 1 MiB).
+    fn check_rest(&self, key: Key, found: &Found, off: u64, len: u64) {
+        let (from, to) = (off / PAGE * PAGE, (off + len).div_ceil(PAGE) * PAGE);
+        let mut ok = Vec::new();
+        for p in found.pieces.iter().filter(|p| !p.verified) {
+            let whole = p.off >= from && p.off + p.len <= to;
+            let one = Found { pieces: vec![p.clone()], fds: found.fds.clone() };
+            if whole || self.inner.read_found(&one, p.off, p.len, false).is_ok() {
+                ok.push(p.id);
+            }
+        }
+        if !ok.is_empty() {
+            self.inner.index.lock().expect("cache index").checked(key, &ok);
         }
     }
 
@@ -311,10 +328,10 @@ impl Cache {
             Ok((file, reader)) => {
                 idx.stamp(key, gen, store::stamp_of_file(&file));
                 drop(idx);
-                Ok(Backing { cache: self.clone(), key, file, reader })
+                Ok(Backing { cache: self.clone(), key, gen, file, reader })
             }
             Err(e) => {
-                idx.unpin(key);
+                idx.unpin(key, gen);
                 tracing::warn!(path = %path.display(), "SSD cache: opening a cache file as a backing file failed: {e}");
                 Err(Refused::Changed)
             }
@@ -405,6 +422,7 @@ impl Cache {
 pub struct Backing {
     cache: Cache,
     key: Key,
+    gen: u64,
     /// The cache file, open for reading and writing: a change of the braid file through
     /// this client while it is held (a truncate) is applied to it too, so that the
     /// reads the kernel passes through see it (the cache itself has let go of the file
@@ -418,7 +436,7 @@ pub struct Backing {
 
 impl Drop for Backing {
     fn drop(&mut self) {
-        self.cache.inner.index.lock().expect("cache index").unpin(self.key);
+        self.cache.inner.index.lock().expect("cache index").unpin(self.key, self.gen);
     }
 }
 
@@ -459,12 +477,6 @@ impl Inner {
         }
         let skip = (off - from) as usize;
         Ok(Bytes::from_owner(buf).slice(skip..skip + len as usize))
-    }
-
-    /// Whether a read of `[off, off + len)` checked every page of the pieces it used
-    /// (only then are they checked as a whole).
-    fn read_checks_whole(&self, found: &Found, off: u64, len: u64) -> bool {
-        found.pieces.iter().all(|p| p.off >= off / PAGE * PAGE && p.off + p.len <= (off + len).div_ceil(PAGE) * PAGE)
     }
 }
 
@@ -590,6 +602,7 @@ fn fill_batch(inner: &Inner, fills: Vec<(Ticket, u64, Bytes)>) {
                 Some(fds) => pending.push(Pending { ticket, off, data, reserved, fds }),
                 None => {
                     idx.abandon(ticket.key, reserved, off, data.len() as u64);
+                    idx.unbusy(ticket.key, reserved.gen);
                     c.fill_errors.fetch_add(1, Ordering::Relaxed);
                 }
             }

@@ -656,14 +656,6 @@ impl fuser::Filesystem for BraidFs {
         // to write was checked at open, whatever the mode says now). A truncate(2),
         // and the truncate the kernel sends after an O_TRUNC open, come without one.
         let writer = fh.and_then(|fh| self.handles.file(fh.0)).filter(|f| f.file.flags.write);
-        // A truncate(2) while reads pass through (no handle can write meanwhile): they
-        // read the new size from the backing file.
-        if let (Some(size), Some(p)) = (size, self.handles.passthrough(fid)) {
-            if let Err(e) = p.backing.file.set_len(size) {
-                tracing::error!(%fid, "applying a truncate to the backing file failed: {e}");
-                return reply.error(Errno::EIO);
-            }
-        }
         self.serve(req, move |s| async move {
             let r = async {
                 let a = match &writer {
@@ -675,6 +667,13 @@ impl fuser::Filesystem for BraidFs {
                     // the new truncate epoch (their closes then need no glimpse).
                     s.handles.truncated(fid, size);
                     s.client.adopt_truncate(fid, a.trunc_epoch);
+                    // A truncate(2) while reads pass through (no handle can write
+                    // meanwhile): they read the new size from the backing file.
+                    if let Some(p) = s.handles.passthrough(fid) {
+                        if let Err(e) = p.backing.file.set_len(size) {
+                            tracing::error!(%fid, "applying a truncate to the backing file failed: {e}");
+                        }
+                    }
                 }
                 Ok::<_, ClientError>(a)
             };
