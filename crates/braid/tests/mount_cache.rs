@@ -507,6 +507,9 @@ fn with_passthrough_a_file_the_ssd_cache_holds_whole_is_read_by_the_kernel_from_
     let seen = reads_seen(&c, &a);
     assert!(fs::read(a.path("f")).unwrap() == v1);
     assert_eq!(reads_seen(&c, &a), seen);
+    assert!(num(&cache_status(&c, &a), "backings") >= 2, "counted");
+    let text = c.braid_ok(&["cache", "status", &a.path("").to_string_lossy()]);
+    assert!(text.contains("passthrough:"), "{text}");
 
     // While a handle passes through, this client cannot open the file for writing
     // (through a handle naming the cache file, a shared writable mapping would write

@@ -29,8 +29,7 @@ pub const PAGE: u64 = 4096;
 /// Extents longer than this are cut into several (the unit of eviction).
 pub const EXTENT_MAX: u64 = 1 << 20;
 
-/// A file, as the cache's user names it (a FID packed into 128 bits).
-pub type Key = u128;
+pub use crate::store::Key;
 
 /// Log frames longer than this are corruption.
 const FRAME_MAX: usize = 1 << 20;

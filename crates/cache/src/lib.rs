@@ -102,6 +102,9 @@ pub struct Stats {
     pub invalidations: u64,
     /// Extents whose bytes failed their checksum (dropped, read from the OSTs).
     pub damaged: u64,
+    /// Files handed out whole as the backing file of a passthrough open (their reads
+    /// then never reach the client, nor these counters).
+    pub backings: u64,
 }
 
 #[derive(Default)]
@@ -116,6 +119,7 @@ struct Counters {
     evictions: AtomicU64,
     invalidations: AtomicU64,
     damaged: AtomicU64,
+    backings: AtomicU64,
 }
 
 impl Counters {
@@ -328,6 +332,7 @@ impl Cache {
             Ok((file, reader)) => {
                 idx.stamp(key, gen, store::stamp_of_file(&file));
                 drop(idx);
+                self.inner.counters.backings.fetch_add(1, Ordering::Relaxed);
                 Ok(Backing { cache: self.clone(), key, gen, file, reader })
             }
             Err(e) => {
@@ -413,6 +418,7 @@ impl Cache {
             evictions: get(&c.evictions),
             invalidations: get(&c.invalidations),
             damaged: get(&c.damaged),
+            backings: get(&c.backings),
         }
     }
 }

@@ -17,7 +17,8 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::index::Key;
+/// A file, as the cache's user names it (a FID packed into 128 bits).
+pub type Key = u128;
 
 /// Cache files kept open, at most (past it the oldest are closed).
 const FDS_MAX: usize = 256;

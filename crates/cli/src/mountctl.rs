@@ -107,6 +107,7 @@ pub fn cache_status(path: &Path, json: bool) -> Result<()> {
     println!("evictions:      {}", n("evictions"));
     println!("invalidations:  {}", n("invalidations"));
     println!("damaged:        {}", n("damaged"));
+    println!("passthrough:    {} opens (their reads are not counted above)", n("backings"));
     Ok(())
 }
 
