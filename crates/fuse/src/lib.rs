@@ -1017,12 +1017,15 @@ impl fuser::Filesystem for BraidFs {
             if let Some(owner) = unlock {
                 result = s.client.set_lock(fid, unlock_all(owner.0), false).await.map(|_| ());
             }
+            // The kernel let go of the handle before sending RELEASE: it no longer counts
+            // as open here while its close goes to the MDS. An open meanwhile of a file
+            // renamed over (see `open`) must not take it for one a process holds.
+            s.handles.inode_closed(fid, IoMode::from(state.mode.load(Ordering::Acquire)));
             // A reader may still hold the handle for an instant after answering the
             // kernel (which sends RELEASE once every request on the file is answered):
             // close it through the shared state, or the MDS would count it open until
             // unmount and an unlinked file would never be destroyed.
             let closed = s.client.close_shared(&state.file).await;
-            s.handles.inode_closed(fid, IoMode::from(state.mode.load(Ordering::Acquire)));
             match result.and(closed) {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(errno(&e)),
