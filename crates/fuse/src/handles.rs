@@ -2,7 +2,7 @@
 //! handles, and per open inode the shared size cell and lock owners.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use client::Fid;
@@ -13,8 +13,8 @@ use crate::SizeCell;
 
 /// An open file.
 pub struct FileState {
-    /// Its kernel I/O mode ([`IoMode`] as a number), for its release.
-    pub mode: AtomicU8,
+    /// It names the inode's backing file (see [`Passthrough`]): its release lets go.
+    pub passes_through: AtomicBool,
     pub file: OpenFile,
     /// The process that opened it, its uid and gid: the kernel's RELEASE names no
     /// process, and the trace charges the close to the opener.
@@ -65,31 +65,10 @@ impl DirHandle {
     }
 }
 
-/// How the kernel does a handle's I/O. The kernel holds an inode in one mode at a time:
-/// while any handle of it passes through to a backing file, every other handle must
-/// either pass through to the same one or be direct (its open fails otherwise).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum IoMode {
-    /// Through the kernel's page cache of the inode (or `O_DIRECT` requests to the mount).
-    Cached = 0,
-    /// `FOPEN_DIRECT_IO`: every read and write comes to the mount.
-    Direct = 1,
-    /// `FOPEN_PASSTHROUGH`: reads go to the SSD cache's file of it, by the kernel.
-    Passthrough = 2,
-}
-
-impl From<u8> for IoMode {
-    fn from(v: u8) -> IoMode {
-        match v {
-            1 => IoMode::Direct,
-            2 => IoMode::Passthrough,
-            _ => IoMode::Cached,
-        }
-    }
-}
-
-/// An inode's backing file while handles pass through to it.
+/// An inode's backing file while handles pass through to it. The kernel holds an inode
+/// in one I/O mode at a time: while any handle of it passes through, every other open
+/// must name the same backing file (with `FOPEN_DIRECT_IO` to have its reads come to
+/// the mount), or it fails.
 pub struct Passthrough {
     pub id: fuser::BackingId,
     pub backing: client::CacheBacking,
@@ -116,6 +95,13 @@ pub struct Handles {
     inodes: Mutex<HashMap<Fid, InodeState>>,
 }
 
+impl InodeState {
+    /// Handles of the inode open in this mount.
+    pub fn open_handles(&self) -> u32 {
+        self.handles
+    }
+}
+
 impl Handles {
     fn next_fh(&self) -> u64 {
         self.next.fetch_add(1, Ordering::Relaxed) + 1
@@ -125,7 +111,7 @@ impl Handles {
         let fh = self.next_fh();
         self.files.lock().expect("files").insert(
             fh,
-            Arc::new(FileState { mode: AtomicU8::new(IoMode::Cached as u8), file, opener, deferred: Mutex::new(None) }),
+            Arc::new(FileState { passes_through: AtomicBool::new(false), file, opener, deferred: Mutex::new(None) }),
         );
         fh
     }
@@ -180,22 +166,18 @@ impl Handles {
         self.inodes.lock().expect("inodes").get_mut(&fid).map(f)
     }
 
-    /// The number of handles of an open inode (this one included).
-    pub fn handle_count(st: &InodeState) -> u32 {
-        st.handles
-    }
-
     /// The backing file open handles of `fid` pass through to, if any: a change of the
     /// file through this mount is applied to it too.
     pub fn passthrough(&self, fid: Fid) -> Option<Arc<Passthrough>> {
         self.inodes.lock().expect("inodes").get(&fid).and_then(|st| st.passthrough.as_ref().map(|(p, _)| p.clone()))
     }
 
-    /// A handle of `fid` in `mode` was released.
-    pub fn inode_closed(&self, fid: Fid, mode: IoMode) {
+    /// A handle of `fid` was released (one that named the backing file, if
+    /// `passed_through`).
+    pub fn inode_closed(&self, fid: Fid, passed_through: bool) {
         let mut m = self.inodes.lock().expect("inodes");
         if let Some(st) = m.get_mut(&fid) {
-            if mode == IoMode::Passthrough {
+            if passed_through {
                 if let Some((_, n)) = st.passthrough.as_mut() {
                     *n -= 1;
                     if *n == 0 {

@@ -45,7 +45,7 @@ use fuser::{
     TimeOrNow, WriteFlags,
 };
 
-use handles::{DirHandle, Handles, InodeState, IoMode, Passthrough};
+use handles::{DirHandle, Handles, InodeState, Passthrough};
 
 /// Settings of one mount.
 #[derive(Debug, Clone)]
@@ -142,11 +142,13 @@ pub struct State {
     passthrough: AtomicBool,
 }
 
-/// What [`State::io_mode`] decided for an open that does not pass through.
-enum Opened {
-    /// Its I/O comes to the mount.
-    Here,
-    /// Refused: the file's reads pass through and it was opened for writing.
+/// How an open is answered (see [`State::io_mode`]).
+enum Open {
+    /// With these flags: its I/O comes to the mount (or the kernel's page cache).
+    Here(FopenFlags),
+    /// Naming the inode's backing file, with these flags.
+    Through(Arc<Passthrough>, FopenFlags),
+    /// Refused with ETXTBSY: opened for writing while reads pass through.
     Busy,
 }
 
@@ -436,8 +438,7 @@ impl State {
         false
     }
 
-    /// How the kernel does the I/O of handle `fh` of `fid`, just opened with `flags`:
-    /// the flags to answer with, or the backing file it passes through to.
+    /// How handle `fh` of `fid`, just opened with `flags`, is answered.
     ///
     /// A read-only open of a file the SSD cache holds whole at its current version,
     /// with no other handle of it open here, passes through: the kernel reads the
@@ -445,78 +446,59 @@ impl State {
     /// costs a 4 KiB reread from the cache as much as the disk read). Later read-only
     /// opens of the same version share it; one of a newer version names it too, as the
     /// kernel requires, but reads here (direct). An open for writing meanwhile is
-    /// refused (`Err(None)`: ETXTBSY, as for a running executable): through a handle
-    /// naming the backing file, a shared writable mapping would write the cache file
-    /// and never the OSTs. Another client's change is seen at the next open after the
-    /// last of them closes (close-to-open). A truncate through this mount is applied to
-    /// the backing file too (see `setattr`).
-    fn io_mode(
-        &self,
-        fh: u64,
-        fid: Fid,
-        flags: FopenFlags,
-        read_only: bool,
-        a: &Attr,
-        reply: &ReplyOpen,
-    ) -> Result<FopenFlags, Option<(Arc<Passthrough>, FopenFlags)>> {
-        let set = |mode: IoMode| {
-            if let Some(f) = self.handles.file(fh) {
-                f.mode.store(mode as u8, Ordering::Release);
-            }
-        };
+    /// refused (ETXTBSY, as for a running executable): through a handle naming the
+    /// backing file, a shared writable mapping would write the cache file and never
+    /// the OSTs. Another client's change is seen at the next open after the last of
+    /// them closes (close-to-open). A truncate through this mount is applied to the
+    /// backing file too (see `setattr`).
+    fn io_mode(&self, fh: u64, fid: Fid, flags: FopenFlags, read_only: bool, a: &Attr, reply: &ReplyOpen) -> Open {
         let pt = self.passthrough.load(Ordering::Acquire);
-        let decided = self.handles.with_inode(fid, |st| {
+        let open = self.handles.with_inode(fid, |st| {
             if let Some((p, n)) = st.passthrough.as_mut() {
                 if !read_only {
-                    return Ok(Opened::Busy);
+                    return Open::Busy;
                 }
                 *n += 1;
                 if p.version == a.data_version {
-                    return Err((p.clone(), FopenFlags::empty()));
+                    return Open::Through(p.clone(), FopenFlags::empty());
                 }
                 // A newer version: its reads come here (direct I/O overrides the backing
                 // file, which the kernel wants every open of the inode to name).
-                return Err((p.clone(), FopenFlags::FOPEN_DIRECT_IO));
+                return Open::Through(p.clone(), FopenFlags::FOPEN_DIRECT_IO);
             }
             // An O_DIRECT open passes through too (the kernel reads the backing file
             // O_DIRECT for it); a mount of direct I/O only does not.
-            if !pt || !read_only || self.opts.direct_io || Handles::handle_count(st) != 1 {
-                return Ok(Opened::Here);
+            if !pt || !read_only || self.opts.direct_io || st.open_handles() != 1 {
+                return Open::Here(flags);
             }
             let Some(backing) = self.client.cache_backing(fid, a.data_version, a.size) else {
-                return Ok(Opened::Here);
+                return Open::Here(flags);
             };
             match reply.open_backing(&backing.reader) {
                 Ok(id) => {
                     let p = Arc::new(Passthrough { id, backing, version: a.data_version });
                     st.passthrough = Some((p.clone(), 1));
-                    Err((p, FopenFlags::empty()))
+                    Open::Through(p, FopenFlags::empty())
                 }
                 Err(e) => {
                     tracing::warn!("FUSE passthrough refused by the kernel, reads stay through the mount: {e}");
                     self.passthrough.store(false, Ordering::Release);
-                    Ok(Opened::Here)
+                    Open::Here(flags)
                 }
             }
         });
-        match decided {
-            Some(Err(p)) => {
-                set(IoMode::Passthrough);
-                Err(Some(p))
-            }
-            Some(Ok(Opened::Busy)) => Err(None),
-            _ => {
-                set(if flags.contains(FopenFlags::FOPEN_DIRECT_IO) { IoMode::Direct } else { IoMode::Cached });
-                Ok(flags)
-            }
+        let open = open.unwrap_or(Open::Here(flags));
+        if let (Open::Through(..), Some(f)) = (&open, self.handles.file(fh)) {
+            f.passes_through.store(true, Ordering::Release);
         }
+        open
     }
 
     /// Undoes the open of handle `fh` that [`State::io_mode`] refused.
     async fn refuse_open(&self, fh: u64, fid: Fid) {
         if let Some(state) = self.handles.remove_file(fh) {
             let _ = self.client.close_shared(&state.file).await;
-            self.handles.inode_closed(fid, IoMode::Cached);
+            self.handles.inode_closed(fid, false);
         }
     }
 
@@ -847,9 +829,9 @@ impl fuser::Filesystem for BraidFs {
                     let fh = s.add_file(opener, f);
                     let read_only = of.read && !of.write && !of.truncate;
                     match s.io_mode(fh, a.fid, s.fopen_flags(flags.0, keep), read_only, &a, &reply) {
-                        Ok(fl) => reply.opened(FileHandle(fh), fl),
-                        Err(Some((p, fl))) => reply.opened_passthrough(FileHandle(fh), fl, &p.id),
-                        Err(None) => {
+                        Open::Here(fl) => reply.opened(FileHandle(fh), fl),
+                        Open::Through(p, fl) => reply.opened_passthrough(FileHandle(fh), fl, &p.id),
+                        Open::Busy => {
                             s.refuse_open(fh, a.fid).await;
                             reply.error(Errno::from_i32(libc::ETXTBSY));
                         }
@@ -1020,7 +1002,7 @@ impl fuser::Filesystem for BraidFs {
             // The kernel let go of the handle before sending RELEASE: it no longer counts
             // as open here while its close goes to the MDS. An open meanwhile of a file
             // renamed over (see `open`) must not take it for one a process holds.
-            s.handles.inode_closed(fid, IoMode::from(state.mode.load(Ordering::Acquire)));
+            s.handles.inode_closed(fid, state.passes_through.load(Ordering::Acquire));
             // A reader may still hold the handle for an instant after answering the
             // kernel (which sends RELEASE once every request on the file is answered):
             // close it through the shared state, or the MDS would count it open until
