@@ -93,6 +93,8 @@ pub struct Handles {
     files: Mutex<HashMap<u64, Arc<FileState>>>,
     dirs: Mutex<HashMap<u64, Arc<DirHandle>>>,
     inodes: Mutex<HashMap<Fid, InodeState>>,
+    /// Woken when the last handle of an inode passing through is released.
+    passthrough_released: tokio::sync::Notify,
 }
 
 impl InodeState {
@@ -172,6 +174,23 @@ impl Handles {
         self.inodes.lock().expect("inodes").get(&fid).and_then(|st| st.passthrough.as_ref().map(|(p, _)| p.clone()))
     }
 
+    /// Waits, until `deadline` at most, for the handles of `fid` passing through to be
+    /// released; whether none is left. The kernel sends RELEASE once close(2) has
+    /// returned, so a process that closes a file and opens it again can be quicker
+    /// than the RELEASE of its own close.
+    pub async fn passthrough_released(&self, fid: Fid, deadline: tokio::time::Instant) -> bool {
+        loop {
+            let mut released = std::pin::pin!(self.passthrough_released.notified());
+            released.as_mut().enable();
+            if self.passthrough(fid).is_none() {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, released).await.is_err() {
+                return self.passthrough(fid).is_none();
+            }
+        }
+    }
+
     /// A handle of `fid` was released (one that named the backing file, if
     /// `passed_through`).
     pub fn inode_closed(&self, fid: Fid, passed_through: bool) {
@@ -182,6 +201,7 @@ impl Handles {
                     *n -= 1;
                     if *n == 0 {
                         st.passthrough = None;
+                        self.passthrough_released.notify_waiters();
                     }
                 }
             }

@@ -155,6 +155,11 @@ enum Open {
 /// Most files whose reported size and mtime are remembered.
 const REPORTED_MAX: usize = 65536;
 
+/// How long an open for writing waits for the releases of handles passing through that
+/// the kernel has sent and the mount not yet read (RELEASE is queued in the background,
+/// behind read-ahead). A process still holding one after it is refused.
+const PASSTHROUGH_RELEASE_WAIT: Duration = Duration::from_secs(2);
+
 const ROOT_INO: u64 = 1;
 /// Read on the mount's root: the SSD cache's statistics as JSON (`braid cache status`).
 pub const CACHE_STATUS_XATTR: &str = "braid.cache.status";
@@ -446,9 +451,10 @@ impl State {
     /// costs a 4 KiB reread from the cache as much as the disk read). Later read-only
     /// opens of the same version share it; one of a newer version names it too, as the
     /// kernel requires, but reads here (direct). An open for writing meanwhile is
-    /// refused (ETXTBSY, as for a running executable): through a handle naming the
-    /// backing file, a shared writable mapping would write the cache file and never
-    /// the OSTs. Another client's change is seen at the next open after the last of
+    /// refused (ETXTBSY, as for a running executable) once the releases in flight are
+    /// in (a reader's close(2) returns before its RELEASE arrives): through a handle
+    /// naming the backing file, a shared writable mapping would write the cache file
+    /// and never the OSTs. Another client's change is seen at the next open after the last of
     /// them closes (close-to-open). A truncate through this mount is applied to the
     /// backing file too (see `setattr`).
     fn io_mode(&self, fh: u64, fid: Fid, flags: FopenFlags, read_only: bool, a: &Attr, reply: &ReplyOpen) -> Open {
@@ -492,6 +498,13 @@ impl State {
             f.passes_through.store(true, Ordering::Release);
         }
         open
+    }
+
+    /// Whether no handle of `fid` passes through, once the releases the kernel has
+    /// sent for them are in (see [`Handles::passthrough_released`]).
+    async fn passthrough_released(&self, fid: Fid) -> bool {
+        let deadline = tokio::time::Instant::now() + PASSTHROUGH_RELEASE_WAIT;
+        self.handles.passthrough_released(fid, deadline).await
     }
 
     /// Undoes the open of handle `fh` that [`State::io_mode`] refused.
@@ -828,7 +841,12 @@ impl fuser::Filesystem for BraidFs {
                     let keep = s.keep_cache(a.fid, a.data_version);
                     let fh = s.add_file(opener, f);
                     let read_only = of.read && !of.write && !of.truncate;
-                    match s.io_mode(fh, a.fid, s.fopen_flags(flags.0, keep), read_only, &a, &reply) {
+                    let fopen = s.fopen_flags(flags.0, keep);
+                    let mut open = s.io_mode(fh, a.fid, fopen, read_only, &a, &reply);
+                    if matches!(open, Open::Busy) && s.passthrough_released(a.fid).await {
+                        open = s.io_mode(fh, a.fid, fopen, read_only, &a, &reply);
+                    }
+                    match open {
                         Open::Here(fl) => reply.opened(FileHandle(fh), fl),
                         Open::Through(p, fl) => reply.opened_passthrough(FileHandle(fh), fl, &p.id),
                         Open::Busy => {
@@ -870,7 +888,7 @@ impl fuser::Filesystem for BraidFs {
                     let keep = s.keep_cache(attr.fid, attr.data_version);
                     let fh = s.add_file(opener, f);
                     let fa = s.file_attr(&attr);
-                    if s.handles.passthrough(attr.fid).is_some() {
+                    if !s.passthrough_released(attr.fid).await {
                         // Open for writing while reads pass through: see `State::io_mode`.
                         s.refuse_open(fh, attr.fid).await;
                         return reply.error(Errno::from_i32(libc::ETXTBSY));
