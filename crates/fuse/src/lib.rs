@@ -157,7 +157,8 @@ const REPORTED_MAX: usize = 65536;
 
 /// How long an open for writing waits for the releases of handles passing through that
 /// the kernel has sent and the mount not yet read (RELEASE is queued in the background,
-/// behind read-ahead). A process still holding one after it is refused.
+/// behind read-ahead). A handle still passing through after it is one a process holds:
+/// the open is refused.
 const PASSTHROUGH_RELEASE_WAIT: Duration = Duration::from_secs(2);
 
 const ROOT_INO: u64 = 1;
@@ -454,9 +455,9 @@ impl State {
     /// refused (ETXTBSY, as for a running executable) once the releases in flight are
     /// in (a reader's close(2) returns before its RELEASE arrives): through a handle
     /// naming the backing file, a shared writable mapping would write the cache file
-    /// and never the OSTs. Another client's change is seen at the next open after the last of
-    /// them closes (close-to-open). A truncate through this mount is applied to the
-    /// backing file too (see `setattr`).
+    /// and never the OSTs. Another client's change is seen at the next open after the
+    /// last of them closes (close-to-open). A truncate through this mount is applied
+    /// to the backing file too (see `setattr`).
     fn io_mode(&self, fh: u64, fid: Fid, flags: FopenFlags, read_only: bool, a: &Attr, reply: &ReplyOpen) -> Open {
         let pt = self.passthrough.load(Ordering::Acquire);
         let open = self.handles.with_inode(fid, |st| {

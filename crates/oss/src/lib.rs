@@ -45,6 +45,8 @@ impl Ost {
     }
 }
 
+/// Cheap to clone: a request that blocks runs on the blocking pool with a clone.
+#[derive(Clone)]
 pub struct Oss {
     osts: Arc<HashMap<u32, Ost>>,
     handles: Arc<ReadHandles>,
@@ -357,9 +359,8 @@ impl Service for Oss {
                 return self.handle_blocking(req, payload);
             }
         }
-        // Other file I/O blocks: run it on the blocking pool with a cheap handle to the OSTs.
-        let oss =
-            Oss { osts: self.osts.clone(), handles: self.handles.clone(), inline_writes: self.inline_writes.clone() };
+        // Other file I/O blocks: run it on the blocking pool.
+        let oss = self.clone();
         match tokio::task::spawn_blocking(move || oss.handle_blocking(req, payload)).await {
             Ok(a) => a,
             Err(e) => (Response::error(Errno::Io, format!("OSS worker failed: {e}")), vec![]),
@@ -394,6 +395,16 @@ pub async fn serve(oss: Arc<Oss>, listener: tokio::net::TcpListener, server: rpc
 mod tests {
     use super::*;
     use proto::Fid;
+
+    #[test]
+    fn inline_write_places_are_bounded_and_given_back() {
+        let count = AtomicUsize::new(0);
+        let first = InlineSlot::take(&count).expect("a free place");
+        assert!(InlineSlot::take(&count).is_none(), "all {INLINE_WRITES_MAX} taken");
+        drop(first);
+        assert!(InlineSlot::take(&count).is_some(), "given back");
+        assert_eq!(count.load(Ordering::Acquire), 0);
+    }
 
     fn data(a: &Answer) -> Vec<u8> {
         assert!(matches!(a.0, Response::Data), "{:?}", a.0);
