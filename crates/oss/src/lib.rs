@@ -4,10 +4,8 @@
 //! 256 fan-out directories (`objects/xx/`). It is created by its first write: no
 //! precreation round trip. Reads of absent objects or of holes return zeros (short
 //! reads at the object's end are completed with zeros by the client up to the file
-//! size). File I/O that can wait on the disk runs on tokio's blocking pool, so the
-//! network loop does not. Small reads, and small writes one at a time, run on the
-//! runtime's thread: the page cache answers them in microseconds, less than the
-//! blocking pool's two thread wake-ups.
+//! size). Blocking file I/O runs on tokio's blocking pool so the network loop never
+//! waits on the disk.
 
 pub mod direct;
 
@@ -16,7 +14,6 @@ use std::fs::{File, OpenOptions};
 use std::io::ErrorKind;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
@@ -47,13 +44,9 @@ impl Ost {
     }
 }
 
-/// Cheap to clone: a request that blocks runs on the blocking pool with a clone.
-#[derive(Clone)]
 pub struct Oss {
     osts: Arc<HashMap<u32, Ost>>,
     handles: Arc<ReadHandles>,
-    /// Small writes being served on a runtime thread (see [`INLINE_WRITES_MAX`]).
-    inline_writes: Arc<AtomicUsize>,
 }
 
 /// Most object descriptors kept open for reads (well below the 1,024 descriptors a
@@ -125,11 +118,7 @@ fn io_err(op: &str, o: &ObjectId, e: std::io::Error) -> Response {
 
 impl Oss {
     pub fn new(osts: Vec<Ost>) -> Oss {
-        Oss {
-            osts: Arc::new(osts.into_iter().map(|o| (o.index, o)).collect()),
-            handles: Arc::default(),
-            inline_writes: Arc::default(),
-        }
+        Oss { osts: Arc::new(osts.into_iter().map(|o| (o.index, o)).collect()), handles: Arc::default() }
     }
 
     pub fn targets(dirs: &[TargetDir]) -> Vec<Ost> {
@@ -335,15 +324,6 @@ pub fn ost_usage(dir: &Path) -> Usage {
 /// Largest read served on the runtime's own thread.
 const INLINE_READ_MAX: u32 = 64 << 10;
 
-/// Largest write (without `sync`) served on the runtime's own thread.
-const INLINE_WRITE_MAX: usize = 64 << 10;
-
-/// Most small writes served on runtime threads at once; the others go to the blocking
-/// pool. A write into the page cache takes microseconds, but one the kernel holds back
-/// (dirty pages over their limit, a journal commit) can wait for milliseconds: at most
-/// one runtime thread waits so, and the others go on reading requests.
-const INLINE_WRITES_MAX: usize = 1;
-
 impl Service for Oss {
     async fn handle(self: &Oss, _ctx: RequestCtx, req: Request, payload: Bytes) -> Answer {
         // A small read is served inline: from the page cache it takes microseconds,
@@ -353,38 +333,12 @@ impl Service for Oss {
         if matches!(req, Request::OstRead { len, .. } if len <= INLINE_READ_MAX) {
             return self.handle_blocking(req, payload);
         }
-        // So is a small write, into the page cache, as long as no other runtime thread
-        // is in one (4 KiB random writes through the NBD export at 8 in flight: 19 K
-        // IOPS with the trip, 24-25 K without).
-        if matches!(req, Request::OstWrite { sync: false, .. }) && payload.len() <= INLINE_WRITE_MAX {
-            if let Some(_slot) = InlineSlot::take(&self.inline_writes) {
-                return self.handle_blocking(req, payload);
-            }
-        }
-        // Other file I/O blocks: run it on the blocking pool.
-        let oss = self.clone();
+        // Other file I/O blocks: run it on the blocking pool with a cheap handle to the OSTs.
+        let oss = Oss { osts: self.osts.clone(), handles: self.handles.clone() };
         match tokio::task::spawn_blocking(move || oss.handle_blocking(req, payload)).await {
             Ok(a) => a,
             Err(e) => (Response::error(Errno::Io, format!("OSS worker failed: {e}")), vec![]),
         }
-    }
-}
-
-/// One of the [`INLINE_WRITES_MAX`] places for a write served inline, given back on drop.
-struct InlineSlot<'a>(&'a AtomicUsize);
-
-impl<'a> InlineSlot<'a> {
-    fn take(count: &'a AtomicUsize) -> Option<InlineSlot<'a>> {
-        count
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < INLINE_WRITES_MAX).then_some(n + 1))
-            .ok()
-            .map(|_| InlineSlot(count))
-    }
-}
-
-impl Drop for InlineSlot<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -397,16 +351,6 @@ pub async fn serve(oss: Arc<Oss>, listener: tokio::net::TcpListener, server: rpc
 mod tests {
     use super::*;
     use proto::Fid;
-
-    #[test]
-    fn inline_write_places_are_bounded_and_given_back() {
-        let count = AtomicUsize::new(0);
-        let first = InlineSlot::take(&count).expect("a free place");
-        assert!(InlineSlot::take(&count).is_none(), "all {INLINE_WRITES_MAX} taken");
-        drop(first);
-        assert!(InlineSlot::take(&count).is_some(), "given back");
-        assert_eq!(count.load(Ordering::Acquire), 0);
-    }
 
     fn data(a: &Answer) -> Vec<u8> {
         assert!(matches!(a.0, Response::Data), "{:?}", a.0);
