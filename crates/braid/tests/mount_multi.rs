@@ -581,12 +581,22 @@ fn an_open_finds_the_file_another_client_renamed_over_the_name_at_once() {
     let b = Mount::new(&c, "attr_timeout=60,entry_timeout=60");
     fs::write(a.path("conf"), b"version 1").unwrap();
     assert_eq!(fs::read(b.path("conf")).unwrap(), b"version 1");
-    // An editor's save on A: a new file written, then renamed over the name.
-    for i in 2..6 {
+    // An editor's save on A: a new file written, then renamed over the name. On odd
+    // rounds a process on B holds the old file open meanwhile (as `tail -f` would): it
+    // keeps reading the old file, while an open of the name finds the new one.
+    let mut before = "version 1".to_string();
+    for i in 2..8 {
         let v = format!("version {i}, longer than the one before {}", "x".repeat(i));
+        let held = (i % 2 == 1).then(|| File::open(b.path("conf")).unwrap());
         fs::write(a.path(".conf.tmp"), &v).unwrap();
         fs::rename(a.path(".conf.tmp"), a.path("conf")).unwrap();
         assert_eq!(fs::read_to_string(b.path("conf")).unwrap(), v, "B opens the name after A's rename");
+        if let Some(mut held) = held {
+            let mut old = String::new();
+            std::io::Read::read_to_string(&mut held, &mut old).unwrap();
+            assert_eq!(old, before, "the file B held open before the rename");
+        }
+        before = v;
     }
     // Removed on A: B's open finds no file, though its kernel still has the name.
     fs::remove_file(a.path("conf")).unwrap();

@@ -21,6 +21,7 @@ mod handles;
 pub mod mount;
 mod nocaps;
 mod serve;
+mod stale;
 
 pub use mount::{mount, unmount, Mounted, Unmounted, Unmounter};
 
@@ -140,6 +141,8 @@ pub struct State {
     /// The kernel passes reads through to backing files for this mount (it has an SSD
     /// cache, and the kernel agreed at `FUSE_INIT`); cleared if registering one fails.
     passthrough: AtomicBool,
+    /// Opens of unlinked files answered ESTALE, for the kernel's retry of them.
+    stale_opens: stale::StaleOpens,
 }
 
 /// How an open is answered (see [`State::io_mode`]).
@@ -302,6 +305,7 @@ impl BraidFs {
             groups: Mutex::new(HashMap::new()),
             notifier: Arc::default(),
             reported: Mutex::new(HashMap::new()),
+            stale_opens: stale::StaleOpens::default(),
             nocaps: nocaps::NoCaps::new(opts.attr_ttl),
             cached_versions: Mutex::new(HashMap::new()),
             passthrough: AtomicBool::new(false),
@@ -814,13 +818,15 @@ impl fuser::Filesystem for BraidFs {
         let (c, opener) = (self.creds(req), (req.pid(), req.uid(), req.gid()));
         self.serve(req, move |s| async move {
             match s.client.open(&c, fid_of(ino), of).await {
-                Ok((f, a)) if a.nlink == 0 && a.kind == FileKind::File && !s.handles.inode_open(a.fid) => {
+                Ok((f, a))
+                    if a.nlink == 0 && a.kind == FileKind::File && s.stale_opens.answer_stale(a.fid, opener.0) =>
+                {
                     // A name the kernel cached for a file another client has since
-                    // unlinked or renamed another file over (an editor's save): no one
-                    // here holds it open (as `/proc/PID/fd` reopens do), so the
-                    // opener meant the name. ESTALE has the kernel look the path up
-                    // again (LOOKUP_REVAL) and open what it names now, as NFS's
-                    // close-to-open does.
+                    // unlinked or renamed another file over (an editor's save), or a
+                    // reopen through `/proc/PID/fd`. ESTALE has the kernel walk the
+                    // path again with LOOKUP_REVAL: a name is looked up afresh and
+                    // the file it names now is opened, as NFS's close-to-open does,
+                    // while a reopen comes back here and is served (see `stale`).
                     let _ = s.client.close(f).await;
                     reply.error(Errno::from_i32(libc::ESTALE));
                 }
