@@ -299,7 +299,8 @@ pub(crate) async fn read(c: &Client, f: &OpenFile, offset: u64, len: u64) -> Res
     // client, or is a hole: ask for the layout again before reading it as zeros.
     let mut layout = f.layout();
     if !layout.instantiated_below(offset + len) {
-        if let Some(fresh) = c.getattr(f.fid).await?.layout {
+        // Boxed: rare, and kept out of every read's future (see `Client::target`).
+        if let Some(fresh) = Box::pin(c.getattr(f.fid)).await?.layout {
             f.replace_layout(fresh);
         }
         layout = f.layout();

@@ -809,9 +809,13 @@ impl Client {
         let known = self.inner.config.read().expect("config").target(kind, index).map(|t| t.address.clone());
         let address = match known {
             Some(a) => a,
-            None => self.load_config().await?.target(kind, index).map(|t| t.address.clone()).ok_or_else(|| {
-                ClientError::Errno(Errno::NoEnt, format!("{}{index:04x} is not in the configuration", kind.name()))
-            })?,
+            // Boxed: a rare wait, kept out of every target lookup's future (which every
+            // I/O of the client holds and moves).
+            None => {
+                Box::pin(self.load_config()).await?.target(kind, index).map(|t| t.address.clone()).ok_or_else(|| {
+                    ClientError::Errno(Errno::NoEnt, format!("{}{index:04x} is not in the configuration", kind.name()))
+                })?
+            }
         };
         Ok(self.server(&address))
     }
@@ -1479,7 +1483,8 @@ impl Client {
         if layout.instantiated_below(end) {
             return Ok(layout);
         }
-        let fresh = self.layout_below(&f.creds, f.fid, layout, end).await?;
+        // Boxed: once per component, kept out of every write's future.
+        let fresh = Box::pin(self.layout_below(&f.creds, f.fid, layout, end)).await?;
         f.replace_layout((*fresh).clone());
         let layout = f.layout();
         match layout.instantiated_below(end) {

@@ -503,18 +503,23 @@ async fn execute<B: Backend>(s: &Session<B>, req: Request, payload: Option<Bytes
         }
         CMD_WRITE if !within => return failure(s.structured, req.cookie, ENOSPC, "write past the end of the export"),
         CMD_WRITE => e.backend.write(req.offset, payload.unwrap_or_default(), fua).await,
-        CMD_FLUSH => e.backend.flush().await,
+        // Boxed, as the other rare commands: their futures are several times a read's
+        // or a write's, and each request's task (allocated and moved per request)
+        // would be as large as the largest.
+        CMD_FLUSH => Box::pin(e.backend.flush()).await,
         CMD_TRIM | CMD_WRITE_ZEROES if !within => {
             return failure(s.structured, req.cookie, ENOSPC, "range past the end of the export")
         }
         CMD_TRIM => {
-            let r = e.backend.trim(req.offset, req.length).await;
+            let r = Box::pin(e.backend.trim(req.offset, req.length)).await;
             match r {
-                Ok(()) if fua => e.backend.flush().await,
+                Ok(()) if fua => Box::pin(e.backend.flush()).await,
                 r => r,
             }
         }
-        CMD_WRITE_ZEROES => e.backend.zero(req.offset, req.length, req.flags & CMD_FLAG_NO_HOLE == 0, fua).await,
+        CMD_WRITE_ZEROES => {
+            Box::pin(e.backend.zero(req.offset, req.length, req.flags & CMD_FLAG_NO_HOLE == 0, fua)).await
+        }
         CMD_CACHE => Ok(()),
         CMD_BLOCK_STATUS => {
             let Some(id) = s.allocation.filter(|_| s.structured) else {
