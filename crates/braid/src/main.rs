@@ -6,6 +6,9 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 use cli::ClientOpts;
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(name = "braid", version, about = "braid: a parallel distributed file system", propagate_version = true)]
 struct Cli {
