@@ -46,24 +46,26 @@ impl Ost {
 
 pub struct Oss {
     osts: Arc<HashMap<u32, Ost>>,
-    handles: Arc<ReadHandles>,
+    handles: Arc<ObjectHandles>,
 }
 
-/// Most object descriptors kept open for reads (well below the 1,024 descriptors a
-/// process may have by default).
-const READ_HANDLES_MAX: usize = 256;
+/// Most object descriptors kept open (well below the 1,024 descriptors a process may
+/// have by default).
+const KEPT_HANDLES_MAX: usize = 256;
 
-/// Read-only descriptors of objects read recently, kept open for the next read.
+/// Read-write descriptors of objects used recently, kept open for the next read or
+/// small write.
 ///
-/// A small read opened and closed its object every time: three system calls and a
-/// walk of the object's path for one `pread`, the most of the OSS's work in a 4 KiB
-/// random read from the page cache. Writes, punches and trims reach the same inode
-/// through descriptors of their own, so a kept one sees them. Only a destroy replaces
-/// the file under an object's name (it unlinks it; a later write creates a new one):
-/// it drops the object's descriptor and moves the epoch, and a descriptor opened while
-/// a destroy went on is used once and not kept, since it may be of the unlinked file.
+/// A 4 KiB read or write opened and closed its object every time: three system calls
+/// and a walk of the object's path for one `pread` or `pwrite`, the most of the OSS's
+/// work in a small read from the page cache and a sixth of it in a small write.
+/// Punches, trims and syncs reach the same inode through descriptors of their own, so
+/// a kept one sees them. Only a destroy replaces the file under an object's name (it
+/// unlinks it; a later write creates a new one): it drops the object's descriptor and
+/// moves the epoch, and a descriptor opened while a destroy went on is used once and
+/// not kept, since it may be of the unlinked file.
 #[derive(Default)]
-struct ReadHandles {
+struct ObjectHandles {
     inner: std::sync::Mutex<KeptHandles>,
 }
 
@@ -74,21 +76,23 @@ struct KeptHandles {
     epoch: u64,
 }
 
-impl ReadHandles {
-    /// A descriptor of object `o` of `ost`, kept or newly opened.
-    fn get(&self, ost: &Ost, o: &ObjectId) -> std::io::Result<Arc<File>> {
+impl ObjectHandles {
+    /// A read-write descriptor of object `o` of `ost`, kept or newly opened; a new
+    /// one creates the object if `create` (a write), else a missing object is
+    /// `NotFound` (a read).
+    fn get(&self, ost: &Ost, o: &ObjectId, create: bool) -> std::io::Result<Arc<File>> {
         let key = (ost.index, *o);
         let epoch = {
-            let kept = self.inner.lock().expect("read handles");
+            let kept = self.inner.lock().expect("object handles");
             if let Some(f) = kept.open.get(&key) {
                 return Ok(f.clone());
             }
             kept.epoch
         };
-        let f = Arc::new(File::open(ost.object_path(o))?);
-        let mut kept = self.inner.lock().expect("read handles");
+        let f = Arc::new(OpenOptions::new().read(true).write(true).create(create).open(ost.object_path(o))?);
+        let mut kept = self.inner.lock().expect("object handles");
         if kept.epoch == epoch {
-            if kept.open.len() >= READ_HANDLES_MAX {
+            if kept.open.len() >= KEPT_HANDLES_MAX {
                 // Any one goes: a hash map's first key is as good as a random pick.
                 if let Some(k) = kept.open.keys().next().copied() {
                     kept.open.remove(&k);
@@ -102,7 +106,7 @@ impl ReadHandles {
     /// Object `o` of OST `ost` was unlinked: its descriptor goes, and none opened
     /// before this call is kept.
     fn destroyed(&self, ost: u32, o: &ObjectId) {
-        let mut kept = self.inner.lock().expect("read handles");
+        let mut kept = self.inner.lock().expect("object handles");
         kept.epoch += 1;
         kept.open.remove(&(ost, *o));
     }
@@ -135,19 +139,18 @@ impl Oss {
             .ok_or_else(|| Box::new(Response::error(Errno::NoEnt, format!("OST {index} is not served here"))))
     }
 
-    fn write(ost: &Ost, o: &ObjectId, offset: u64, data: &[u8], sync: bool) -> Response {
+    fn write(&self, ost: &Ost, o: &ObjectId, offset: u64, data: &[u8], sync: bool) -> Response {
         if offset.checked_add(data.len() as u64).is_none_or(|end| end > i64::MAX as u64) {
             return Response::error(Errno::Inval, "write beyond the largest object offset");
         }
-        let path = ost.object_path(o);
         if !sync && direct::eligible(offset, data.len()) {
-            match direct::write(&path, offset, data) {
+            match direct::write(&ost.object_path(o), offset, data) {
                 Ok(true) => return Response::Written { bytes: data.len() as u64 },
                 Ok(false) => {} // no O_DIRECT here: buffered below
                 Err(e) => return io_err("write", o, e),
             }
         }
-        let f = match OpenOptions::new().write(true).create(true).truncate(false).open(&path) {
+        let f = match self.handles.get(ost, o, true) {
             Ok(f) => f,
             Err(e) => return io_err("open", o, e),
         };
@@ -171,7 +174,7 @@ impl Oss {
                 Err(e) => return (io_err("read", o, e), vec![]),
             }
         }
-        let f = match self.handles.get(ost, o) {
+        let f = match self.handles.get(ost, o, false) {
             Ok(f) => f,
             Err(e) if e.kind() == ErrorKind::NotFound => return (Response::Data, vec![]),
             Err(e) => return (io_err("open", o, e), vec![]),
@@ -249,7 +252,7 @@ impl Oss {
 
     fn destroy(&self, ost: &Ost, o: &ObjectId) -> Response {
         let r = std::fs::remove_file(ost.object_path(o));
-        // After the unlink (see `ReadHandles`), whatever came of it.
+        // After the unlink (see `ObjectHandles`), whatever came of it.
         self.handles.destroyed(ost.index, o);
         match r {
             Ok(()) => Response::Ok,
@@ -287,7 +290,7 @@ impl Oss {
         match req {
             Request::Ping => simple(Response::Ok),
             Request::OstWrite { ost, object, offset, sync } => match ost_of(ost) {
-                Ok(t) => simple(Self::write(&t, &object, offset, &payload, sync)),
+                Ok(t) => simple(self.write(&t, &object, offset, &payload, sync)),
                 Err(r) => simple(*r),
             },
             Request::OstRead { ost, object, offset, len } => match ost_of(ost) {
@@ -357,11 +360,11 @@ mod tests {
         a.1.iter().flat_map(|b| b.iter().copied()).collect()
     }
 
-    /// A kept read descriptor never outlives its object: after a destroy, a read finds
-    /// the object gone, and the object written again under the same name is read,
-    /// not the unlinked file; writes and truncates in between are seen.
+    /// A kept descriptor never outlives its object: after a destroy, a read finds the
+    /// object gone, and a write makes it again under the same name (read back, not
+    /// the unlinked file); writes and truncates in between are seen.
     #[test]
-    fn reads_through_kept_descriptors_see_every_change_and_no_destroyed_object() {
+    fn kept_descriptors_see_every_change_and_no_destroyed_object() {
         let dir = std::env::temp_dir().join(format!("braid-oss-handles-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         Ost::format(&dir).unwrap();
@@ -377,7 +380,7 @@ mod tests {
         write(b"first bytes");
         assert_eq!(data(&read(16)), b"first bytes");
         write(b"FIRST");
-        assert_eq!(data(&read(16)), b"FIRST bytes", "a write through another descriptor is seen");
+        assert_eq!(data(&read(16)), b"FIRST bytes", "a second write is seen");
         let a = oss.handle_blocking(Request::OstPunch { ost: 0, object: o, size: 3 }, Bytes::new());
         assert!(matches!(a.0, Response::Ok), "{:?}", a.0);
         assert_eq!(data(&read(16)), b"FIR", "a truncate is seen");
@@ -387,13 +390,13 @@ mod tests {
         write(b"second");
         assert_eq!(data(&read(16)), b"second", "the object made again, not the unlinked one");
         // Many objects: the kept descriptors stay bounded.
-        for stripe in 0..(READ_HANDLES_MAX as u32 + 50) {
+        for stripe in 0..(KEPT_HANDLES_MAX as u32 + 50) {
             let o = ObjectId { stripe: stripe + 100, ..o };
             oss.handle_blocking(Request::OstWrite { ost: 0, object: o, offset: 0, sync: false }, Bytes::from("x"));
             let a = oss.handle_blocking(Request::OstRead { ost: 0, object: o, offset: 0, len: 1 }, Bytes::new());
             assert_eq!(data(&a), b"x");
         }
-        assert!(oss.handles.inner.lock().unwrap().open.len() <= READ_HANDLES_MAX);
+        assert!(oss.handles.inner.lock().unwrap().open.len() <= KEPT_HANDLES_MAX);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
