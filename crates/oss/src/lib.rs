@@ -14,6 +14,7 @@ use std::fs::{File, OpenOptions};
 use std::io::ErrorKind;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
@@ -47,6 +48,8 @@ impl Ost {
 pub struct Oss {
     osts: Arc<HashMap<u32, Ost>>,
     handles: Arc<ObjectHandles>,
+    /// Small writes being served on a runtime thread (see [`INLINE_WRITES_MAX`]).
+    inline_writes: Arc<AtomicUsize>,
 }
 
 /// Most object descriptors kept open (well below the 1,024 descriptors a process may
@@ -122,7 +125,11 @@ fn io_err(op: &str, o: &ObjectId, e: std::io::Error) -> Response {
 
 impl Oss {
     pub fn new(osts: Vec<Ost>) -> Oss {
-        Oss { osts: Arc::new(osts.into_iter().map(|o| (o.index, o)).collect()), handles: Arc::default() }
+        Oss {
+            osts: Arc::new(osts.into_iter().map(|o| (o.index, o)).collect()),
+            handles: Arc::default(),
+            inline_writes: Arc::default(),
+        }
     }
 
     pub fn targets(dirs: &[TargetDir]) -> Vec<Ost> {
@@ -327,6 +334,15 @@ pub fn ost_usage(dir: &Path) -> Usage {
 /// Largest read served on the runtime's own thread.
 const INLINE_READ_MAX: u32 = 64 << 10;
 
+/// Largest write (without `sync`) served on the runtime's own thread.
+const INLINE_WRITE_MAX: usize = 64 << 10;
+
+/// Most small writes served on runtime threads at once; the others go to the blocking
+/// pool. A write into the page cache takes microseconds, but one the kernel holds back
+/// (dirty pages over their limit, a journal commit) can wait for milliseconds: at most
+/// one runtime thread waits so, and the others go on reading requests.
+const INLINE_WRITES_MAX: usize = 1;
+
 impl Service for Oss {
     async fn handle(self: &Oss, _ctx: RequestCtx, req: Request, payload: Bytes) -> Answer {
         // A small read is served inline: from the page cache it takes microseconds,
@@ -336,12 +352,39 @@ impl Service for Oss {
         if matches!(req, Request::OstRead { len, .. } if len <= INLINE_READ_MAX) {
             return self.handle_blocking(req, payload);
         }
+        // So is a small write, into the page cache, as long as no other runtime thread
+        // is in one (4 KiB random writes through the NBD export at 8 in flight: 19 K
+        // IOPS with the trip, 28 K without).
+        if matches!(req, Request::OstWrite { sync: false, .. }) && payload.len() <= INLINE_WRITE_MAX {
+            if let Some(_slot) = InlineSlot::take(&self.inline_writes) {
+                return self.handle_blocking(req, payload);
+            }
+        }
         // Other file I/O blocks: run it on the blocking pool with a cheap handle to the OSTs.
-        let oss = Oss { osts: self.osts.clone(), handles: self.handles.clone() };
+        let oss =
+            Oss { osts: self.osts.clone(), handles: self.handles.clone(), inline_writes: self.inline_writes.clone() };
         match tokio::task::spawn_blocking(move || oss.handle_blocking(req, payload)).await {
             Ok(a) => a,
             Err(e) => (Response::error(Errno::Io, format!("OSS worker failed: {e}")), vec![]),
         }
+    }
+}
+
+/// One of the [`INLINE_WRITES_MAX`] places for a write served inline, given back on drop.
+struct InlineSlot<'a>(&'a AtomicUsize);
+
+impl<'a> InlineSlot<'a> {
+    fn take(count: &'a AtomicUsize) -> Option<InlineSlot<'a>> {
+        count
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < INLINE_WRITES_MAX).then_some(n + 1))
+            .ok()
+            .map(|_| InlineSlot(count))
+    }
+}
+
+impl Drop for InlineSlot<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
