@@ -4,8 +4,9 @@
 //! 256 fan-out directories (`objects/xx/`). It is created by its first write: no
 //! precreation round trip. Reads of absent objects or of holes return zeros (short
 //! reads at the object's end are completed with zeros by the client up to the file
-//! size). Blocking file I/O runs on tokio's blocking pool so the network loop never
-//! waits on the disk.
+//! size). Large or synchronous file I/O runs on tokio's blocking pool so the network
+//! loop never waits on the disk; reads and writes of at most 64 KiB, which the page
+//! cache serves in microseconds, run on the runtime's thread (see `Service for Oss`).
 
 pub mod direct;
 
