@@ -28,11 +28,7 @@ down() { for (( i = ${#PIDS[@]} - 1; i >= 0; i-- )); do kill "${PIDS[$i]}" 2> /d
 trap down EXIT
 
 mibs() { echo "scale=0; 1024 / ($2 - $1)" | bc; }
-fio_nbd() {  # fio_nbd RW DEPTH: prints IOPS and mean completion latency in us
-    fio --name=n --ioengine=nbd --uri="nbd://$NBD/disk" --rw="$1" --bs=4k --iodepth="$2" --size=1g \
-        --runtime="$SECONDS_EACH" --time_based --output-format=json 2> /dev/null |
-        python3 -c 'import json,sys; t=sys.stdin.read(); j=json.loads(t[t.index("{"):])["jobs"][0]; k="read" if "read" in sys.argv[1] else "write"; print("%.0f %.1f" % (j[k]["iops"], j[k]["clat_ns"]["mean"]/1000))' "$1"
-}
+. "$(dirname "$0")/nbd-fio.sh"
 
 stack() {  # stack LABEL BINARY
     local label=$1 bin=$2 w=$WORK/run t0 t1
@@ -51,7 +47,7 @@ stack() {  # stack LABEL BINARY
     t0=$(date +%s.%N); nbdcopy "nbd://$NBD/disk" null: || return 1; t1=$(date +%s.%N)
     echo "$label copy-out-MiB/s $(mibs "$t0" "$t1")"
     for rw in randread randwrite; do
-        for d in 1 8 32; do echo "$label $rw-qd$d-IOPS $(fio_nbd $rw $d)"; done
+        for d in 1 8 32; do echo "$label $rw-qd$d-IOPS $(fio_nbd "nbd://$NBD/disk" $rw $d 1g "$SECONDS_EACH")"; done
     done
     down
 }

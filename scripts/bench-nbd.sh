@@ -60,11 +60,7 @@ head -c "$(numfmt --from=iec "${SIZE^^}")" /dev/urandom > "$WORK/src.img"
 rec() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >> "$OUT"; }  # rec ROW SERVER VALUE
 secs() { local t0 t1; t0=$(date +%s.%N); "$@" || return 1; t1=$(date +%s.%N); echo "$t1 - $t0" | bc; }
 mib() { echo "scale=1; $(numfmt --from=iec "${SIZE^^}") / 1048576 / $1" | bc; }
-fio_nbd() {  # fio_nbd URI RW DEPTH FIELD: prints IOPS or mean clat in us
-    fio --name=n --ioengine=nbd --uri="$1" --rw="$2" --bs=4k --iodepth="$3" --size="$SIZE" \
-        --runtime="$SECONDS_EACH" --time_based --output-format=json 2> /dev/null |
-        python3 -c 'import json,sys; t=sys.stdin.read(); j=json.loads(t[t.index("{"):])["jobs"][0]; k="read" if "read" in sys.argv[1] else "write"; print("%.1f" % (j[k]["iops"] if sys.argv[2]=="iops" else j[k]["clat_ns"]["mean"]/1000))' "$2" "$4"
-}
+. "$HERE/scripts/nbd-fio.sh"
 servers=(braid nbdkit qemu-nbd)
 [ "${ONLY:-}" = sweep ] && RUNS=0
 for run in $(seq 1 "$RUNS"); do
@@ -75,9 +71,9 @@ for run in $(seq 1 "$RUNS"); do
         sync; echo 3 > /proc/sys/vm/drop_caches
         rec "sequential copy out, MiB/s" "$s" "$(mib "$(secs nbdcopy "$u" null:)")"
         for rw in randread randwrite; do
-            rec "4 KiB $rw, 1 in flight, mean latency us" "$s" "$(fio_nbd "$u" $rw 1 lat)"
+            rec "4 KiB $rw, 1 in flight, mean latency us" "$s" "$(fio_nbd "$u" $rw 1 "$SIZE" "$SECONDS_EACH" | cut -d" " -f2)"
             for d in 8 32; do
-                rec "4 KiB $rw, $d in flight, IOPS" "$s" "$(fio_nbd "$u" $rw $d iops)"
+                rec "4 KiB $rw, $d in flight, IOPS" "$s" "$(fio_nbd "$u" $rw $d "$SIZE" "$SECONDS_EACH" | cut -d" " -f1)"
             done
         done
     done
