@@ -325,6 +325,7 @@ pub async fn start_oss(
     let n = targets.len();
     spawn_heartbeat(mgs, targets, addr.clone(), common.fsname.clone(), common.heartbeat, usage);
     serve_in_process(common, &addr, &service)?;
+    oss::local::listen(&service, &common.secret);
     tokio::spawn(oss::serve(service, listener, ServerConfig::new("oss", common.secret.clone())));
     tracing::info!("OSS serving {n} OST(s) at {addr}");
     Ok(addr)

@@ -261,6 +261,8 @@ impl DirLeases {
                     _ => s.note_early(dir, lease, self.keep),
                 }
             }
+            // Only an OST's local socket sends it, never an MDS.
+            Callback::ObjectDestroyed { .. } => {}
         }
     }
 }

@@ -9,6 +9,7 @@
 //! cache serves in microseconds, run on the runtime's thread (see `Service for Oss`).
 
 pub mod direct;
+pub mod local;
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -18,17 +19,19 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use proto::msg::{Request, Response, TargetKind, Usage};
 use proto::{Errno, ObjectId};
 use rpc::server::{Answer, RequestCtx, Service};
 use rpc::target::TargetDir;
 
-/// One OST: its index and its directory.
+/// One OST: its index, its directory, and its uuid (which names its local socket,
+/// see [`local`]).
 #[derive(Debug, Clone)]
 pub struct Ost {
     pub index: u32,
     pub dir: PathBuf,
+    pub uuid: String,
 }
 
 impl Ost {
@@ -68,6 +71,10 @@ const KEPT_HANDLES_MAX: usize = 256;
 /// unlinks it; a later write creates a new one): it drops the object's descriptor and
 /// moves the epoch, and a descriptor opened while a destroy went on is used once and
 /// not kept, since it may be of the unlinked file.
+///
+/// The same lock orders what short-circuit clients are told (see [`local`]): a
+/// descriptor is handed to one only if no destroy moved the epoch while it was opened,
+/// and a destroy is queued to every one of them as it moves the epoch.
 #[derive(Default)]
 struct ObjectHandles {
     inner: std::sync::Mutex<KeptHandles>,
@@ -78,6 +85,8 @@ struct KeptHandles {
     open: HashMap<(u32, ObjectId), Arc<File>>,
     /// Moved by every destroy.
     epoch: u64,
+    /// Short-circuit clients on this machine.
+    peers: local::Peers,
 }
 
 impl ObjectHandles {
@@ -113,6 +122,7 @@ impl ObjectHandles {
         let mut kept = self.inner.lock().expect("object handles");
         kept.epoch += 1;
         kept.open.remove(&(ost, *o));
+        kept.peers.tell_destroyed(ost, o);
     }
 }
 
@@ -136,7 +146,7 @@ impl Oss {
     pub fn targets(dirs: &[TargetDir]) -> Vec<Ost> {
         dirs.iter()
             .filter(|t| t.kind == TargetKind::Ost)
-            .filter_map(|t| t.index.map(|index| Ost { index, dir: t.dir.clone() }))
+            .filter_map(|t| t.index.map(|index| Ost { index, dir: t.dir.clone(), uuid: t.uuid.clone() }))
             .collect()
     }
 
@@ -187,38 +197,10 @@ impl Oss {
             Err(e) if e.kind() == ErrorKind::NotFound => return (Response::Data, vec![]),
             Err(e) => return (io_err("open", o, e), vec![]),
         };
-        // Read into uninitialised capacity: no zero-fill of a buffer about to be
-        // overwritten.
-        let mut buf = BytesMut::with_capacity(len as usize);
-        let mut got = 0usize;
-        while got < len as usize {
-            let spare = buf.spare_capacity_mut();
-            debug_assert!(spare.len() >= len as usize);
-            // SAFETY: pread writes at most `len - got` bytes, inside the spare capacity
-            // (at least `len`); `set_len` below covers only bytes it reported written.
-            let n = unsafe {
-                libc::pread(
-                    std::os::fd::AsRawFd::as_raw_fd(&f),
-                    spare.as_mut_ptr().add(got).cast(),
-                    len as usize - got,
-                    (offset + got as u64) as libc::off_t,
-                )
-            };
-            if n < 0 {
-                let e = std::io::Error::last_os_error();
-                if e.kind() == ErrorKind::Interrupted {
-                    continue;
-                }
-                return (io_err("read", o, e), vec![]);
-            }
-            if n == 0 {
-                break;
-            }
-            got += n as usize;
+        match rpc::short_circuit::read_at_most(&f, offset, len as usize) {
+            Ok(data) => (Response::Data, vec![data]),
+            Err(e) => (io_err("read", o, e), vec![]),
         }
-        // SAFETY: the first `got` bytes were written by pread above.
-        unsafe { buf.set_len(got) };
-        (Response::Data, vec![buf.freeze()])
     }
 
     fn punch(ost: &Ost, o: &ObjectId, size: u64) -> Response {
@@ -322,6 +304,9 @@ impl Oss {
             Request::OstStatfs { ost } => {
                 simple(ost_of(ost).map_or_else(|r| *r, |t| Response::Usage(ost_usage(&t.dir))))
             }
+            Request::OstOpen { .. } => {
+                simple(Response::error(Errno::Proto, "ost_open is answered only on the OST's local socket"))
+            }
             other => simple(Response::error(Errno::Proto, format!("an OSS does not serve {}", other.op_name()))),
         }
     }
@@ -412,7 +397,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("braid-oss-handles-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         Ost::format(&dir).unwrap();
-        let oss = Oss::new(vec![Ost { index: 0, dir: dir.clone() }]);
+        let oss = Oss::new(vec![Ost { index: 0, dir: dir.clone(), uuid: "test".into() }]);
         let o = ObjectId { fid: Fid { seq: 0x200000400, oid: 7, ver: 0 }, component: 0, stripe: 1 };
         let read = |len: u32| oss.handle_blocking(Request::OstRead { ost: 0, object: o, offset: 0, len }, Bytes::new());
         let write = |b: &'static [u8]| {

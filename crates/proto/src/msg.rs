@@ -718,6 +718,18 @@ pub enum Request {
         #[serde(with = "crate::bytes_field")]
         data: Vec<u8>,
     },
+
+    // ---- OSS, continued ----
+    /// Short-circuit local I/O (`rpc::short_circuit`), served only on an OST's local
+    /// socket: a descriptor of object `object` of OST `ost`, passed with the answer
+    /// ([`Response::ObjectOpened`]), for a client on the OSS's machine to read and
+    /// write itself. `create`: make the object if it does not exist (a write), else
+    /// answer that it does not (a read of a hole).
+    OstOpen {
+        ost: u32,
+        object: ObjectId,
+        create: bool,
+    },
 }
 
 impl Request {
@@ -781,6 +793,7 @@ impl Request {
             Request::MdsStatahead { .. } => "statahead",
             Request::MdsFidGrant { .. } => "fid_grant",
             Request::MdsCreateGranted { .. } => "create_granted",
+            Request::OstOpen { .. } => "ost_open",
         }
     }
 }
@@ -875,6 +888,11 @@ pub enum Response {
     FidGrant {
         first: Fid,
         count: u32,
+    },
+    /// Answer to [`Request::OstOpen`]: when `exists`, the object's descriptor came
+    /// with this frame (`SCM_RIGHTS`); otherwise the object does not exist.
+    ObjectOpened {
+        exists: bool,
     },
 }
 
@@ -1052,6 +1070,10 @@ pub enum Callback {
     /// Stop relying on lease `lease` of directory `dir`: another client is about to
     /// change its entries.
     RevokeLease { dir: Fid, lease: u64 },
+    /// Object `object` of OST `ost` was destroyed (unlinked): a descriptor of it a
+    /// short-circuit client holds names a file no one will find again, and goes.
+    /// Sent on an OST's local socket, never acknowledged.
+    ObjectDestroyed { ost: u32, object: ObjectId },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

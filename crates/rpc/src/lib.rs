@@ -7,7 +7,9 @@
 //!   and the [`server::Callbacks`] a service calls clients back with;
 //! - [`local`]: in-process delivery to a server of the same process (Lustre's `0@lo`);
 //! - [`service`]: what both ends share (request context, answers, callbacks' handler
-//!   and deadline).
+//!   and deadline);
+//! - [`short_circuit`]: the local socket over which an OSS hands a client on its own
+//!   machine the descriptors of object files.
 //!
 //! The format (FIDs, messages, frames, the handshake) is [`proto`]'s; nothing there
 //! knows this crate.
@@ -16,6 +18,7 @@ pub mod client;
 pub mod local;
 pub mod server;
 pub mod service;
+pub mod short_circuit;
 pub mod target;
 
 pub use client::{Identity, Reply, RpcClient, RpcOptions, Session};
