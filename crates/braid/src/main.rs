@@ -71,6 +71,11 @@ enum NbdCommand {
         /// sleeping thread is slow to wake on a virtual machine); 0: never.
         #[arg(long, value_name = "US", default_value_t = 100, value_parser = clap::value_parser!(u64).range(0..=10_000))]
         poll_us: u64,
+        /// Read and write the objects of OSTs whose OSS runs on this machine directly,
+        /// through descriptors the OSS hands over, instead of sending it requests
+        /// (also `short_circuit` in BRAID_CLIENT_OPTIONS).
+        #[arg(long)]
+        short_circuit: bool,
         /// The cluster secret (also BRAID_SECRET_FILE).
         #[arg(long)]
         secret_file: Option<PathBuf>,
@@ -412,10 +417,25 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Cache(CacheCommand::Status { json, mountpoint }) => cli::mountctl::cache_status(&mountpoint, json),
         Command::Cache(CacheCommand::Drop { mountpoint }) => cli::mountctl::cache_drop(&mountpoint),
         Command::Trace(t) => trace_command(t),
-        Command::Nbd(NbdCommand::Serve { url, exports, listen, sync, page_cache, poll_us, secret_file }) => {
-            let poll = std::time::Duration::from_micros(poll_us);
-            cli::nbd::serve(&url, &exports, &listen, sync, page_cache.as_deref(), poll, secret_file)
-        }
+        Command::Nbd(NbdCommand::Serve {
+            url,
+            exports,
+            listen,
+            sync,
+            page_cache,
+            poll_us,
+            short_circuit,
+            secret_file,
+        }) => cli::nbd::serve(cli::nbd::ServeArgs {
+            url,
+            exports,
+            listen,
+            sync,
+            page_cache,
+            poll: std::time::Duration::from_micros(poll_us),
+            short_circuit,
+            secret_file,
+        }),
     }
 }
 

@@ -29,7 +29,7 @@ pub struct MountArgs {
     /// Stay in the foreground (otherwise return once the mount is ready).
     #[arg(short = 'f')]
     pub foreground: bool,
-    /// Options: attr_timeout=S, entry_timeout=S, allow_other, direct_io, ro, threads=N, timeout=S, max_write=BYTES, readahead_kb=KIB, dir_leases=0|1, statahead=0|1, cache_dir=PATH, cache_size=SIZE (an SSD read cache), passthrough (files the cache holds whole are read by the kernel from it).
+    /// Options: attr_timeout=S, entry_timeout=S, allow_other, direct_io, ro, threads=N, timeout=S, max_write=BYTES, readahead_kb=KIB, dir_leases=0|1, statahead=0|1, short_circuit (read and write the objects of OSTs served on this machine directly), cache_dir=PATH, cache_size=SIZE (an SSD read cache), passthrough (files the cache holds whole are read by the kernel from it).
     #[arg(short = 'o')]
     pub options: Vec<String>,
     #[arg(long)]
@@ -71,6 +71,9 @@ pub struct MountSettings {
     /// The I/O tracer (`trace`, `trace_dir=`, `trace_server=`, `jobid_var=`,
     /// `trace_ring=`; see [`crate::trace`]).
     pub trace: crate::trace::TraceSettings,
+    /// `short_circuit`: read and write objects of OSTs served on this machine through
+    /// descriptors their OSS hands over (see the client's `short_circuit` module).
+    pub short_circuit: bool,
 }
 
 /// Size of an SSD cache given a directory and no size.
@@ -87,6 +90,7 @@ impl MountSettings {
         cfg.page_cache = self.page_cache;
         cfg.ost_limit = self.ost_limit;
         cfg.ost_latency = self.ost_latency;
+        cfg.short_circuit = self.short_circuit;
         cfg
     }
 }
@@ -102,6 +106,7 @@ pub fn parse_options(list: &[String]) -> Result<MountSettings> {
         ost_limit: None,
         ost_latency: Duration::ZERO,
         trace: crate::trace::TraceSettings::default(),
+        short_circuit: false,
     };
     let mut cache_size = None;
     for opt in list.iter().flat_map(|o| o.split(',')).filter(|o| !o.is_empty()) {
@@ -123,20 +128,9 @@ pub fn parse_options(list: &[String]) -> Result<MountSettings> {
             "timeout" => s.timeout_s = (num(v)? as u64).max(1),
             "max_write" => s.fuse.max_write_bytes = (num(v)? as u32).clamp(4096, 1 << 20),
             "readahead_kb" => s.fuse.readahead_kb = (num(v)? as u32).clamp(4, 1 << 20),
-            "dir_leases" => {
-                s.dir_leases = match v {
-                    None | Some("1") | Some("on") => true,
-                    Some("0") | Some("off") => false,
-                    Some(_) => bail!("option {opt}: dir_leases=1 or dir_leases=0"),
-                }
-            }
-            "statahead" => {
-                s.statahead = match v {
-                    None | Some("1") | Some("on") => true,
-                    Some("0") | Some("off") => false,
-                    Some(_) => bail!("option {opt}: statahead=1 or statahead=0"),
-                }
-            }
+            "dir_leases" => s.dir_leases = switch(k, v)?,
+            "statahead" => s.statahead = switch(k, v)?,
+            "short_circuit" => s.short_circuit = switch(k, v)?,
             "cache_dir" => {
                 let dir = v.filter(|d| !d.is_empty()).context("option cache_dir needs a directory")?;
                 let dir = std::path::absolute(dir).with_context(|| format!("option {opt}"))?;
@@ -163,13 +157,7 @@ pub fn parse_options(list: &[String]) -> Result<MountSettings> {
                 s.ost_limit = Some(rate);
             }
             "ost_latency" => s.ost_latency = Duration::from_secs_f64(num(v)?.clamp(0.0, 10_000.0) / 1000.0),
-            "trace" => {
-                s.trace.on = match v {
-                    None | Some("1") | Some("on") => true,
-                    Some("0") | Some("off") => false,
-                    Some(_) => bail!("option {opt}: trace, trace=on or trace=off"),
-                }
-            }
+            "trace" => s.trace.on = switch(k, v)?,
             "trace_dir" => {
                 let dir = v.filter(|d| !d.is_empty()).context("option trace_dir needs a directory")?;
                 let dir = std::path::absolute(dir).with_context(|| format!("option {opt}"))?;
@@ -196,7 +184,7 @@ pub fn parse_options(list: &[String]) -> Result<MountSettings> {
                 }
                 s.trace.capacity = n;
             }
-            _ => bail!("unknown mount option '{opt}' (known: attr_timeout=S, entry_timeout=S, allow_other, direct_io, ro, rw, threads=N, timeout=S, max_write=BYTES, readahead_kb=KIB, dir_leases=0|1, statahead=0|1, cache_dir=PATH, cache_size=SIZE, passthrough, page_cache=SIZE (native clients), ost_limit=RATE, ost_latency=MS, trace[=on|off], trace_dir=DIR, trace_server=HOST:PORT, jobid_var=NAME, trace_ring=RECORDS, trace_sync=FILE)"),
+            _ => bail!("unknown mount option '{opt}' (known: attr_timeout=S, entry_timeout=S, allow_other, direct_io, ro, rw, threads=N, timeout=S, max_write=BYTES, readahead_kb=KIB, dir_leases=0|1, statahead=0|1, short_circuit, cache_dir=PATH, cache_size=SIZE, passthrough, page_cache=SIZE (native clients), ost_limit=RATE, ost_latency=MS, trace[=on|off], trace_dir=DIR, trace_server=HOST:PORT, jobid_var=NAME, trace_ring=RECORDS, trace_sync=FILE)"),
         }
     }
     match (&mut s.cache, cache_size) {
@@ -210,6 +198,15 @@ pub fn parse_options(list: &[String]) -> Result<MountSettings> {
     Ok(s)
 }
 
+/// An option that is on or off: `NAME`, `NAME=1|on` or `NAME=0|off`.
+fn switch(name: &str, v: Option<&str>) -> Result<bool> {
+    match v {
+        None | Some("1") | Some("on") => Ok(true),
+        Some("0") | Some("off") => Ok(false),
+        Some(other) => bail!("option {name}={other}: {name}, {name}=1|on or {name}=0|off"),
+    }
+}
+
 /// `page_cache` is a native client's: a mount reads through the kernel's page cache,
 /// and a second copy in the mount's memory would only cost memory.
 pub fn no_page_cache(s: &MountSettings) -> Result<()> {
@@ -221,7 +218,8 @@ pub fn no_page_cache(s: &MountSettings) -> Result<()> {
 
 /// Options of a mount that a native client (`braid cp`, `braid bench` on a
 /// `braid://` target, ...) takes too, from `BRAID_CLIENT_OPTIONS`.
-const NATIVE_OPTIONS: [&str; 14] = [
+const NATIVE_OPTIONS: [&str; 15] = [
+    "short_circuit",
     "cache_dir",
     "cache_size",
     "page_cache",
@@ -357,7 +355,21 @@ pub fn mount_foreground(
     if let Some(t) = traced {
         t.detach();
     }
+    log_requests(&bc.client);
     r
+}
+
+/// What a client sent at the end of its life, and what it did through local
+/// descriptors instead (short-circuit I/O): in the log, for whoever wonders where
+/// the bytes went.
+pub fn log_requests(client: &client::Client) {
+    let sent = client.rpc_counts();
+    tracing::info!(
+        mds = sent.mds,
+        ost = sent.ost,
+        local = sent.local,
+        "requests sent (local: OST reads and writes made through descriptors instead)"
+    );
 }
 
 /// Starts `braid mount -f` in the background and waits until the mount is ready.

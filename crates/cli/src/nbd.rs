@@ -148,17 +148,30 @@ impl nbd::Backend for FileDevice {
     }
 }
 
+/// What `braid nbd serve` was asked to do.
+pub struct ServeArgs {
+    /// The file system, `braid://MGS/`.
+    pub url: String,
+    /// `NAME=PATH[,ro][,size=SIZE]` each.
+    pub exports: Vec<String>,
+    pub listen: String,
+    /// Every write durable before its reply.
+    pub sync: bool,
+    /// `--page-cache SIZE`, as given.
+    pub page_cache: Option<String>,
+    /// How long a connection stays awake for its client's next request.
+    pub poll: std::time::Duration,
+    /// Short-circuit I/O with OSTs served on this machine.
+    pub short_circuit: bool,
+    pub secret_file: Option<std::path::PathBuf>,
+}
+
 /// `braid nbd serve URL --export ... --listen ADDR [--sync]`: serves until signalled.
-pub fn serve(
-    url: &str,
-    exports: &[String],
-    listen: &str,
-    sync: bool,
-    page_cache: Option<&str>,
-    poll: std::time::Duration,
-    secret_file: Option<std::path::PathBuf>,
-) -> Result<()> {
+pub fn serve(args: ServeArgs) -> Result<()> {
+    let ServeArgs { url, exports, listen, sync, page_cache, poll, short_circuit, secret_file } = args;
+    let (url, listen) = (url.as_str(), listen.as_str());
     let page_cache = page_cache
+        .as_deref()
         .map(|v| {
             cache::parse_size(v)
                 .with_context(|| format!("--page-cache {v}: a size in bytes with an optional K, M, G or T (0: none)"))
@@ -199,6 +212,7 @@ pub fn serve(
             (None, Some(s)) if s.page_cache > 0 => s.page_cache,
             (None, _) => default_page_cache(),
         };
+        cfg.short_circuit |= short_circuit;
         let client =
             Client::connect(cfg).await.with_context(|| format!("cannot connect to the cluster at {}", p.mgs))?;
         let mut list = BTreeMap::new();
@@ -231,6 +245,7 @@ pub fn serve(
                 tracing::warn!("flushing at exit: {err}");
             }
         }
+        crate::mount::log_requests(&client);
         if let Some(st) = client.page_cache_stats() {
             tracing::info!(
                 hits = st.hits,

@@ -313,6 +313,66 @@ pub(crate) async fn read(c: &Client, f: &OpenFile, offset: u64, len: u64) -> Res
     }
 }
 
+/// `[offset, offset+len)` of a file as ranges of local object files in file order,
+/// if short-circuit I/O reaches every object of it (else `None`: DoM bytes, an OST
+/// served elsewhere, an SSD cache to consult): what a server sends on without reading
+/// it (see [`Client::read_for_send`]). Past the file's end, holes and absent objects
+/// are ranges of zeros. Waits for this client's writes of the range, as a read does.
+pub(crate) async fn local_ranges(
+    c: &Client,
+    f: &OpenFile,
+    offset: u64,
+    len: u64,
+) -> Result<Option<Vec<crate::LocalRange>>> {
+    if c.inner.local_osts.is_none() || c.inner.cache.is_some() || len == 0 {
+        return Ok(None);
+    }
+    let end = offset.saturating_add(len);
+    let within = f.size().clamp(offset, end) - offset;
+    // As `read`: this client's writes of the range first, and a layout that knows of
+    // every component the range reaches.
+    f.inflight.admit(offset, end, 0, u64::MAX).await;
+    for other in c.file_inflights(f.fid) {
+        if !Arc::ptr_eq(&other, &f.inflight) {
+            other.admit(offset, end, 0, u64::MAX).await;
+        }
+    }
+    let mut layout = f.layout();
+    if within > 0 && !layout.instantiated_below(offset + within) {
+        if let Some(fresh) = Box::pin(c.getattr(f.fid)).await?.layout {
+            f.replace_layout(fresh);
+        }
+        layout = f.layout();
+    }
+    let extents = if within > 0 { objio::extents_to_read(f.fid, &layout, offset, within, u64::MAX)? } else { vec![] };
+    // (offset in the request, range), then sorted and the gaps filled with zeros.
+    let mut pieces: Vec<(u64, crate::LocalRange)> = Vec::new();
+    for extent in &extents {
+        let target = c.object_io(extent.target).await?;
+        let Some(file) = target.local_descriptor(extent.len).await else { return Ok(None) };
+        let mut at = extent.object_offset;
+        for &(b, n) in &extent.spans {
+            pieces.push((b, crate::LocalRange { file: file.clone(), offset: at, len: n }));
+            at += n;
+        }
+    }
+    pieces.sort_unstable_by_key(|(b, _)| *b);
+    let zeros = |len| crate::LocalRange { file: None, offset: 0, len };
+    let mut out = Vec::with_capacity(pieces.len() + 1);
+    let mut pos = 0u64;
+    for (b, r) in pieces {
+        if b > pos {
+            out.push(zeros(b - pos));
+        }
+        pos = b + r.len;
+        out.push(r);
+    }
+    if pos < len {
+        out.push(zeros(len - pos));
+    }
+    Ok(Some(out))
+}
+
 /// `[offset, offset+len)` of a file as of data `version`: from the SSD cache if it holds
 /// them, otherwise from the OSTs, and then queued for the cache under `ticket` (taken
 /// before the read waited for this client's writes of the range), after the caller has
@@ -342,8 +402,8 @@ async fn read_and_fill(
     len: u64,
     ticket: crate::FillTickets,
 ) -> Result<Bytes> {
-    let data = read_extents(c, fid, layout, offset, len).await?;
-    c.fill_caches(ticket, offset, &data);
+    let (data, local) = read_extents(c, fid, layout, offset, len).await?;
+    c.fill_caches(ticket, offset, &data, local);
     Ok(data)
 }
 
@@ -511,11 +571,18 @@ impl Readahead {
 }
 
 /// Reads `[offset, offset+len)` of a file; holes (bytes past an object's end, and
-/// components not instantiated) read as zeros.
-pub(crate) async fn read_extents(c: &Client, fid: Fid, layout: &Layout, offset: u64, len: u64) -> Result<Bytes> {
+/// components not instantiated) read as zeros. The flag says every byte came through
+/// a local descriptor (short-circuit I/O) or is a hole.
+pub(crate) async fn read_extents(
+    c: &Client,
+    fid: Fid,
+    layout: &Layout,
+    offset: u64,
+    len: u64,
+) -> Result<(Bytes, bool)> {
     let extents = objio::extents_to_read(fid, layout, offset, len, c.inner.cfg.max_rpc_bytes)?;
     if extents.is_empty() {
-        return Ok(Bytes::from(vec![0u8; len as usize]));
+        return Ok((Bytes::from(vec![0u8; len as usize]), true));
     }
     let mut set = JoinSet::new();
     for (i, extent) in extents.iter().enumerate() {
@@ -526,19 +593,21 @@ pub(crate) async fn read_extents(c: &Client, fid: Fid, layout: &Layout, offset: 
     if extents.len() == 1 && extents[0].spans == [(0, len)] {
         // One object-contiguous extent (a read inside one stripe): hand back the
         // payload as it came off the wire, padded with zeros only if the object was short.
-        let (_, data) = set.join_next().await.expect("one task").map_err(join_err)??;
+        let (_, (data, local)) = set.join_next().await.expect("one task").map_err(join_err)??;
         if data.len() as u64 == len {
-            return Ok(data);
+            return Ok((data, local));
         }
         let mut buf = BytesMut::zeroed(len as usize);
         buf[..data.len()].copy_from_slice(&data);
-        return Ok(buf.freeze());
+        return Ok((buf.freeze(), local));
     }
     let mut buf = BytesMut::zeroed(len as usize);
+    let mut all_local = true;
     // Scattered as each answer arrives (not after the last), to overlap the copies
     // with the network.
     while let Some(r) = set.join_next().await {
-        let (i, data) = r.map_err(join_err)??;
+        let (i, (data, local)) = r.map_err(join_err)??;
+        all_local &= local;
         // Scatter the object bytes back to their places in the caller's range.
         let mut at = 0usize;
         for &(b, n) in &extents[i].spans {
@@ -550,7 +619,7 @@ pub(crate) async fn read_extents(c: &Client, fid: Fid, layout: &Layout, offset: 
             at += take;
         }
     }
-    Ok(buf.freeze())
+    Ok((buf.freeze(), all_local))
 }
 
 /// Cuts every object of a file to what a file of `size` bytes needs.

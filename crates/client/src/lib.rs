@@ -17,6 +17,8 @@
 //! - [`statahead`]: entries' attributes fetched in bulk ahead of lookups.
 //! - [`path`]: path resolution over lookups, symlinks included.
 //! - `striped`: striped directories (which shard holds a name, merged listings).
+//! - `short_circuit`: reads and writes of objects whose OSS runs on this machine
+//!   through descriptors it hands over.
 //! - [`OpenFile`]: an open file's layout (replaceable) and the size it knows.
 
 pub mod async_create;
@@ -25,6 +27,7 @@ pub mod io;
 mod lease;
 pub mod objio;
 pub mod path;
+mod short_circuit;
 pub mod statahead;
 mod striped;
 mod throttle;
@@ -145,6 +148,9 @@ pub struct ClientConfig {
     /// The I/O trace ring this client records its operations into (see the `tracer`
     /// module); a ring that cannot be made is logged and the client runs without it.
     pub trace: Option<tracer::TraceConfig>,
+    /// Read and write the objects of OSTs whose OSS runs on this machine through
+    /// descriptors it hands over, instead of requests (see the `short_circuit` module).
+    pub short_circuit: bool,
 }
 
 impl ClientConfig {
@@ -162,6 +168,7 @@ impl ClientConfig {
             ost_limit: None,
             ost_latency: Duration::ZERO,
             trace: None,
+            short_circuit: false,
         }
     }
 }
@@ -285,14 +292,20 @@ struct Inner {
     pub(crate) pages: Option<cache::mem::MemCache>,
     ost_throttle: Option<Arc<throttle::Throttle>>,
     tracer: Option<Arc<tracer::Tracer>>,
+    /// Connections to the local sockets of OSTs on this machine, if short-circuit I/O
+    /// is on.
+    local_osts: Option<Arc<short_circuit::LocalOsts>>,
 }
 
 /// How many requests a client sent to MDTs and to OSTs (Data-on-MDT I/O counts as
-/// MDT requests): what a benchmark prints to show an operation's round trips.
+/// MDT requests), and how many OST reads and writes it made itself through local
+/// descriptors instead (short-circuit I/O): what a benchmark prints to show an
+/// operation's round trips.
 #[derive(Debug, Default)]
 pub struct RpcCounters {
     mds: AtomicU64,
     ost: AtomicU64,
+    local: AtomicU64,
 }
 
 impl RpcCounters {
@@ -306,6 +319,28 @@ impl RpcCounters {
     fn count_mds(&self) {
         self.mds.fetch_add(1, Ordering::Relaxed);
     }
+
+    pub(crate) fn count_local(&self) {
+        self.local.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// What [`Client::read_for_send`] hands back.
+#[derive(Debug)]
+pub enum ReadOut {
+    /// The bytes, as [`Client::read`] returns them (short past the file's end).
+    Bytes(Bytes),
+    /// Ranges of local object files that make up the bytes, in order.
+    Local(Vec<LocalRange>),
+}
+
+/// A piece of a read that a local object file holds (short-circuit I/O): `len` bytes
+/// of `file` from `offset`, zeros past its end; zeros throughout without a file.
+#[derive(Debug, Clone)]
+pub struct LocalRange {
+    pub file: Option<Arc<std::fs::File>>,
+    pub offset: u64,
+    pub len: u64,
 }
 
 /// A reading of [`RpcCounters`].
@@ -313,6 +348,8 @@ impl RpcCounters {
 pub struct RpcCounts {
     pub mds: u64,
     pub ost: u64,
+    /// OST reads and writes made through local descriptors (no request).
+    pub local: u64,
 }
 
 /// Most directories [`Inner::recent_dirs`] remembers.
@@ -582,6 +619,8 @@ impl Client {
             }
         });
         let pages = (cfg.page_cache > 0).then(|| cache::mem::MemCache::new(cfg.page_cache));
+        let local_osts =
+            cfg.short_circuit.then(|| short_circuit::LocalOsts::new(cfg.secret.clone(), identity.client_id));
         let tracer = cfg.trace.as_ref().and_then(|t| match tracer::Tracer::create(t) {
             Ok(tr) => Some(Arc::new(tr)),
             Err(e) => {
@@ -615,6 +654,7 @@ impl Client {
                 pages,
                 ost_throttle: throttle,
                 tracer,
+                local_osts,
             }),
         })
     }
@@ -648,6 +688,12 @@ impl Client {
         Ok(true)
     }
 
+    /// The OSTs this client reads and writes through local descriptors now
+    /// (short-circuit I/O; empty when it is off).
+    pub fn short_circuit_osts(&self) -> Vec<u32> {
+        self.inner.local_osts.as_ref().map_or_else(Vec::new, |l| l.up())
+    }
+
     /// The memory cache's counters; `None` if this client keeps none.
     pub fn page_cache_stats(&self) -> Option<cache::mem::MemStats> {
         self.inner.pages.as_ref().map(|p| p.stats())
@@ -674,18 +720,27 @@ impl Client {
     }
 
     /// Hands what a read brought back from `offset` to the caches.
-    pub(crate) fn fill_caches(&self, tickets: FillTickets, offset: u64, data: &Bytes) {
+    ///
+    /// Bytes read through local descriptors (`local`, short-circuit I/O) are in the
+    /// kernel's page cache already and stay out of the memory cache, whose copy would
+    /// cost more than a reread from there.
+    pub(crate) fn fill_caches(&self, tickets: FillTickets, offset: u64, data: &Bytes, local: bool) {
         if let (Some(cache), Some(t)) = (self.inner.cache.as_ref(), tickets.ssd) {
             cache.fill(t, offset, data.clone());
         }
-        if let (Some(pages), Some(t)) = (self.inner.pages.as_ref(), tickets.mem) {
+        if let (Some(pages), Some(t), false) = (self.inner.pages.as_ref(), tickets.mem, local) {
             pages.fill(t, offset, data.clone());
         }
     }
 
     /// How many requests this client has sent to MDTs and OSTs so far.
     pub fn rpc_counts(&self) -> RpcCounts {
-        RpcCounts { mds: self.inner.rpcs.mds.load(Ordering::Relaxed), ost: self.inner.rpcs.ost.load(Ordering::Relaxed) }
+        let r = &self.inner.rpcs;
+        RpcCounts {
+            mds: r.mds.load(Ordering::Relaxed),
+            ost: r.ost.load(Ordering::Relaxed),
+            local: r.local.load(Ordering::Relaxed),
+        }
     }
 
     pub fn config(&self) -> ClusterConfig {
@@ -1628,6 +1683,23 @@ impl Client {
         let read = async {
             f.created().await?;
             io::read(self, f, offset, len).await
+        };
+        self.observe_at("read", Some(f.fid), offset, len, target, read).await
+    }
+
+    /// Reads `len` bytes at `offset` for a server that sends them on (the NBD
+    /// export): as ranges of local object files when short-circuit I/O reaches all of
+    /// them, to be sent from the kernel's page cache without passing through this
+    /// process (`sendfile`), each `len` bytes long, zeros past the file's end;
+    /// otherwise as [`Client::read`] reads them.
+    pub async fn read_for_send(&self, f: &OpenFile, offset: u64, len: u64) -> Result<ReadOut> {
+        let target = || Some(tracer::data_target(f, offset));
+        let read = async {
+            f.created().await?;
+            match io::local_ranges(self, f, offset, len).await? {
+                Some(ranges) => Ok(ReadOut::Local(ranges)),
+                None => io::read(self, f, offset, len).await.map(ReadOut::Bytes),
+            }
         };
         self.observe_at("read", Some(f.fid), offset, len, target, read).await
     }

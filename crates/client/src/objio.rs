@@ -18,6 +18,9 @@
 //! - Mirrors: [`extents`] picks one mirror's object for a read and every mirror's for
 //!   a write.
 //! - The SSD cache: wraps [`ObjectIo::read`].
+//! - Short-circuit local I/O: [`ObjectIo`] reads and writes an OST object through a
+//!   descriptor the OSS handed over when the OSS is on this machine (see
+//!   [`crate::short_circuit`]); everything else still goes as a request.
 //!
 //! A target's connection is resolved before the task of its piece is spawned, so all
 //! pieces of a request leave at once; the in-flight bound of the RPC layer keeps the
@@ -125,6 +128,17 @@ pub struct ObjectIo {
     statahead: Arc<crate::statahead::Statahead>,
     /// The client's limit on OST bytes per second, if any (`-o ost_limit`).
     throttle: Option<Arc<crate::throttle::Throttle>>,
+    /// The connection to the OST's local socket, when its OSS is on this machine and
+    /// short-circuit I/O is on.
+    local: Option<Arc<crate::short_circuit::OstSession>>,
+}
+
+/// An object reached through a short-circuit session: its descriptor, `None` if it
+/// does not exist.
+struct LocalObject<'a> {
+    session: &'a Arc<crate::short_circuit::OstSession>,
+    object: ObjectId,
+    file: Option<Arc<std::fs::File>>,
 }
 
 impl Client {
@@ -140,7 +154,14 @@ impl Client {
             Target::Mdt { .. } => None,
         };
         let statahead = self.inner.statahead.clone();
-        Ok(ObjectIo { target, rpc, counts: self.inner.rpcs.clone(), statahead, throttle })
+        let local = match (target, &self.inner.local_osts) {
+            (Target::Ost { ost, .. }, Some(local)) => local.session(ost, || {
+                let config = self.inner.config.read().expect("config");
+                config.target(proto::msg::TargetKind::Ost, ost).map(|t| t.uuid.clone())
+            }),
+            _ => None,
+        };
+        Ok(ObjectIo { target, rpc, counts: self.inner.rpcs.clone(), statahead, throttle, local })
     }
 }
 
@@ -154,8 +175,39 @@ impl ObjectIo {
         Ok(self.rpc.call(req, payload).await?)
     }
 
-    /// Reads `len` bytes at `offset`; fewer come back when the target is shorter.
-    pub async fn read(&self, offset: u64, len: u64) -> Result<Bytes> {
+    /// The descriptor of this target's object, for I/O of `len` bytes (made if
+    /// `create`; a `file` of `None` when it does not exist): `None` unless
+    /// short-circuit I/O is on for its OST and the OSS answered, and the I/O then goes
+    /// as a request.
+    async fn local_file(&self, create: bool, len: u64) -> Option<LocalObject<'_>> {
+        let (Some(session), Target::Ost { object, .. }) = (&self.local, self.target) else { return None };
+        let file = session.file(object, create).await?;
+        if let Some(t) = &self.throttle {
+            t.pass(len).await;
+        }
+        self.counts.count_local();
+        Some(LocalObject { session, object, file })
+    }
+
+    /// The descriptor of this target's object for a read of `len` bytes that this
+    /// client will not make itself (see `io::local_ranges`): `Some(None)` if the
+    /// object does not exist, `None` if short-circuit I/O does not reach it.
+    pub(crate) async fn local_descriptor(&self, len: u64) -> Option<Option<Arc<std::fs::File>>> {
+        self.local_file(false, len).await.map(|l| l.file)
+    }
+
+    /// Reads `len` bytes at `offset`; fewer come back when the target is shorter. The
+    /// flag says they were read through a local descriptor (short-circuit I/O), so
+    /// the kernel's page cache holds them.
+    pub async fn read(&self, offset: u64, len: u64) -> Result<(Bytes, bool)> {
+        if let Some(LocalObject { session, object, file }) = self.local_file(false, len).await {
+            let data = match file {
+                Some(f) => session.read(f, object, offset, len).await?,
+                // No object: a hole.
+                None => Bytes::new(),
+            };
+            return Ok((data, true));
+        }
         let req = match self.target {
             Target::Ost { ost, object } => Request::OstRead { ost, object, offset, len: len as u32 },
             Target::Mdt { fid } => Request::MdsDomRead { fid, offset, len: len as u32 },
@@ -165,7 +217,7 @@ impl ObjectIo {
             t.pass(reply.payload.len() as u64).await;
         }
         match reply.response {
-            Response::Data => Ok(reply.payload),
+            Response::Data => Ok((reply.payload, false)),
             r => Err(ClientError::Errno(Errno::Io, format!("odd read answer: {r:?}"))),
         }
     }
@@ -177,6 +229,11 @@ impl ObjectIo {
     pub async fn write(&self, offset: u64, payload: Vec<Bytes>, len: u64, publish: Option<u64>) -> Result<bool> {
         match self.target {
             Target::Ost { ost, object } => {
+                if let Some(LocalObject { session, object, file: Some(file) }) = self.local_file(true, len).await {
+                    self.statahead.changed();
+                    session.write(file, object, offset, payload).await?;
+                    return Ok(false);
+                }
                 if let Some(t) = &self.throttle {
                     t.pass(len).await;
                 }

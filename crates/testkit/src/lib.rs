@@ -117,6 +117,14 @@ pub fn striped_root() -> usize {
     std::env::var("BRAID_TEST_ROOT_STRIPES").ok().and_then(|v| v.parse().ok()).unwrap_or(1)
 }
 
+/// `BRAID_TEST_SHORT_CIRCUIT=1` mounts every separate `braid mount` of the tests with
+/// `-o short_circuit`: its reads and writes of objects go through descriptors its
+/// OSS hands over (every OSS of a test cluster is on this machine), so the same tests
+/// check that path (`scripts/test.sh` runs the mount tests so a second time).
+pub fn short_circuit() -> bool {
+    std::env::var("BRAID_TEST_SHORT_CIRCUIT").is_ok_and(|v| v == "1")
+}
+
 /// The longest a single CLI run may take before a test calls it hung.
 pub const CLI_WATCHDOG: Duration = Duration::from_secs(120);
 
@@ -753,8 +761,16 @@ impl Mount {
     }
 
     /// Mounts the cluster at `url` (whose secret file is `secret`) on a fresh
-    /// directory under `work`, with `-o opts` (empty for none).
+    /// directory under `work`, with `-o opts` (empty for none), and `short_circuit`
+    /// too when [`short_circuit`] says so.
     pub fn of(bin: &Path, url: &str, secret: &Path, work: &Path, opts: &str) -> Mount {
+        let with_sc;
+        let opts = if short_circuit() && !opts.split(',').any(|o| o.starts_with("short_circuit")) {
+            with_sc = if opts.is_empty() { "short_circuit".to_string() } else { format!("{opts},short_circuit") };
+            with_sc.as_str()
+        } else {
+            opts
+        };
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let dir = work.join(format!("mnt{n}"));
         std::fs::create_dir_all(&dir).expect("create mount point");
