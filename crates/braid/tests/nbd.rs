@@ -446,6 +446,54 @@ fn an_oss_killed_under_writes_gives_eio_and_what_was_flushed_survives() {
     assert!(c.get("/f.img")[1 << 20..8 << 20].iter().all(|&b| b == 0x61));
 }
 
+/// The number after `key=` in the last line of `log` that has it.
+fn logged(log: &Path, key: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(log).ok()?;
+    let line = text.lines().rev().find(|l| l.contains(&format!(" {key}=")))?;
+    let at = line.find(&format!(" {key}="))? + key.len() + 2;
+    line[at..].split(|ch: char| !ch.is_ascii_digit()).next()?.parse().ok()
+}
+
+/// `--short-circuit` beside the OSS: the export reads and writes the object files
+/// itself, and what NBD clients see is what braid clients over TCP see.
+#[test]
+fn an_export_beside_its_oss_reads_and_writes_the_object_files_itself() {
+    let c = Cluster::start(bin(), ClusterSpec::default());
+    c.braid_ok(&["setstripe", "-c", "4", "-S", "1M", &c.url("/sc.img")]);
+    let (mut server, addr) = serve(&c, &["sc=/sc.img,size=32M"], &["--short-circuit"]);
+    let uri = format!("nbd://{addr}/sc");
+    let work = c.dir.path();
+    let image = pattern(32 << 20, 9);
+    std::fs::write(work.join("sc-in.img"), &image).unwrap();
+    ok(Command::new("nbdcopy").arg("--connections=4").arg(work.join("sc-in.img")).arg(&uri));
+    ok(Command::new("nbdcopy").arg(&uri).arg(work.join("sc-out.img")));
+    assert!(std::fs::read(work.join("sc-out.img")).unwrap() == image, "the copy out differs from the copy in");
+    assert!(c.get("/sc.img") == image, "a client over TCP reads other bytes");
+    // Simple replies too (nbdcopy asks for structured ones): a long read across
+    // stripes at an odd offset.
+    let path = format!("/usr/bin:{}", std::env::var("PATH").unwrap_or_default());
+    let simple = work.join("sc-simple.img");
+    let py = format!(
+        "h.set_request_structured_replies(False)\nh.connect_uri('{uri}')\nassert not h.get_structured_replies_negotiated()\nopen('{}', 'wb').write(h.pread(3 << 20, (1 << 20) - 777))",
+        simple.display()
+    );
+    ok(Command::new("nbdsh").env("PATH", &path).arg("-c").arg(py));
+    assert!(
+        std::fs::read(&simple).unwrap()[..] == image[(1 << 20) - 777..(4 << 20) - 777],
+        "a read with a simple reply"
+    );
+    // Written over TCP, read through the export (which keeps no copy of local bytes).
+    let mut f = image.clone();
+    f[(5 << 20) + 100..(5 << 20) + 4196].fill(0x77);
+    c.put("/sc.img", &f);
+    let out = qemu_io(&uri, &["read -P 0x77 5242980 4096", "write -P 0x78 9M 8k", "flush"]);
+    assert!(out.status.success() && !testkit::stdout(&out).contains("fail"), "{}", testkit::stdout(&out));
+    assert!(c.get("/sc.img")[9 << 20..(9 << 20) + 8192].iter().all(|&b| b == 0x78));
+    server.stop(Duration::from_secs(10));
+    let local = logged(&server.log, "local").expect("the export's requests at exit in its log");
+    assert!(local >= 64, "{local} reads and writes through descriptors: fewer than the copies made");
+}
+
 #[test]
 fn rereads_come_from_the_exports_memory_and_what_clients_write_is_what_they_read() {
     let mut c = Cluster::start(bin(), ClusterSpec::default());

@@ -6,9 +6,13 @@
 //! through the native client. Several connections to one export share one backend,
 //! so a flush on any of them covers the writes of all (`NBD_FLAG_CAN_MULTI_CONN`).
 //! [`client`] is a small blocking client that `braid bench` measures exports with.
+//! [`sendfile`] sends a read's data from local files a backend names, without
+//! reading them into memory.
 
 pub mod client;
 pub mod proto;
+pub mod sendfile;
 pub mod server;
 
-pub use server::{serve, Backend, Export, Exports};
+pub use sendfile::FileRange;
+pub use server::{serve, Backend, Export, Exports, ReadData};

@@ -13,6 +13,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::proto::*;
+use crate::sendfile::FileRange;
 
 /// Requests one connection may have in flight; past it the server reads no more.
 pub const MAX_IN_FLIGHT: usize = 64;
@@ -21,12 +22,22 @@ pub const MAX_PAYLOAD: u32 = 32 << 20;
 /// Largest option data a client may send.
 const MAX_OPTION_BYTES: u32 = 64 << 10;
 
+/// What a read brought back.
+pub enum ReadData {
+    /// The bytes, in memory.
+    Bytes(Bytes),
+    /// Ranges of local files making up the bytes, in order: sent from the kernel's
+    /// page cache without passing through this process (see [`crate::sendfile`]).
+    Files(Vec<FileRange>),
+}
+
 /// What an export is backed by. Every method may be called from several connections
 /// at once.
 pub trait Backend: Send + Sync + 'static {
     /// Bytes of the device.
     fn size(&self) -> u64;
-    fn read(&self, offset: u64, len: u32) -> impl Future<Output = io::Result<Bytes>> + Send;
+    /// `len` bytes at `offset` (all of them: the range is within the device).
+    fn read(&self, offset: u64, len: u32) -> impl Future<Output = io::Result<ReadData>> + Send;
     /// Writes; with `fua`, durable before it returns.
     fn write(&self, offset: u64, data: Bytes, fua: bool) -> impl Future<Output = io::Result<()>> + Send;
     /// Makes every write that returned before it durable.
@@ -258,7 +269,14 @@ async fn handshake<B: Backend>(sock: &mut TcpStream, exports: &Exports<B>) -> io
 }
 
 /// A reply ready to go out: header bytes, then data.
-struct Out(Vec<u8>, Option<Bytes>);
+struct Out(Vec<u8>, Data);
+
+/// A reply's data.
+enum Data {
+    None,
+    Bytes(Bytes),
+    Files(Vec<FileRange>),
+}
 
 fn error_of(e: &io::Error) -> u32 {
     match e.raw_os_error() {
@@ -273,21 +291,21 @@ fn error_of(e: &io::Error) -> u32 {
 /// The reply to a request that failed with `error`.
 fn failure(structured: bool, cookie: u64, error: u32, message: &str) -> Out {
     if !structured {
-        return Out(simple_reply(error, cookie).to_vec(), None);
+        return Out(simple_reply(error, cookie).to_vec(), Data::None);
     }
     let msg = &message.as_bytes()[..message.len().min(1024)];
     let mut v = chunk_header(REPLY_FLAG_DONE, REPLY_TYPE_ERROR, cookie, 6 + msg.len() as u32).to_vec();
     v.extend_from_slice(&error.to_be_bytes());
     v.extend_from_slice(&(msg.len() as u16).to_be_bytes());
     v.extend_from_slice(msg);
-    Out(v, None)
+    Out(v, Data::None)
 }
 
 fn done(structured: bool, cookie: u64) -> Out {
     if structured {
-        Out(chunk_header(REPLY_FLAG_DONE, REPLY_TYPE_NONE, cookie, 0).to_vec(), None)
+        Out(chunk_header(REPLY_FLAG_DONE, REPLY_TYPE_NONE, cookie, 0).to_vec(), Data::None)
     } else {
-        Out(simple_reply(0, cookie).to_vec(), None)
+        Out(simple_reply(0, cookie).to_vec(), Data::None)
     }
 }
 
@@ -297,6 +315,7 @@ async fn transmission<B: Backend>(sock: TcpStream, s: Session<B>, poll: std::tim
     let mut rd = tokio::io::BufReader::with_capacity(READ_BUFFER_BYTES, rd);
     let out = Arc::new(Outbox::new(wr));
     let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+    let payloads = Arc::new(PayloadPool::default());
     let s = Arc::new(s);
     let result = loop {
         let mut head = [0u8; REQUEST_BYTES];
@@ -322,7 +341,7 @@ async fn transmission<B: Backend>(sock: TcpStream, s: Session<B>, poll: std::tim
                     .await;
                 break Err(protocol(format!("write of {} bytes", req.length)));
             }
-            match read_payload(&mut rd, req.length as usize).await {
+            match read_payload(&mut rd, req.length as usize, &payloads).await {
                 Ok(data) => payload = Some(data),
                 Err(e) => break Err(e),
             }
@@ -351,9 +370,14 @@ async fn transmission<B: Backend>(sock: TcpStream, s: Session<B>, poll: std::tim
 }
 
 /// A write's payload of `len` bytes, read into memory that is not zeroed first (the
-/// zeroing of a `vec!` was a tenth of the export's CPU on a sequential copy in).
-async fn read_payload<R: tokio::io::AsyncRead + Unpin>(rd: &mut R, len: usize) -> io::Result<Bytes> {
-    let mut buf = bytes::BytesMut::with_capacity(len);
+/// zeroing of a `vec!` was a tenth of the export's CPU on a sequential copy in); a long
+/// one into a buffer of `pool`'s, which it goes back to once the write is done with it.
+async fn read_payload<R: tokio::io::AsyncRead + Unpin>(
+    rd: &mut R,
+    len: usize,
+    pool: &Arc<PayloadPool>,
+) -> io::Result<Bytes> {
+    let mut buf = if (POOLED_MIN..=POOLED_MAX).contains(&len) { pool.take(len) } else { Vec::with_capacity(len) };
     // At most `len` bytes: what follows is the next request's header.
     let mut limited = rd.take(len as u64);
     while buf.len() < len {
@@ -361,7 +385,64 @@ async fn read_payload<R: tokio::io::AsyncRead + Unpin>(rd: &mut R, len: usize) -
             return Err(io::ErrorKind::UnexpectedEof.into());
         }
     }
-    Ok(buf.freeze())
+    if buf.capacity() < POOLED_MIN {
+        return Ok(Bytes::from(buf));
+    }
+    Ok(Bytes::from_owner(Pooled { buf, pool: pool.clone() }))
+}
+
+/// Payloads at least this long are read into buffers kept for reuse.
+const POOLED_MIN: usize = 64 << 10;
+/// Longer ones are allocated for themselves.
+const POOLED_MAX: usize = 4 << 20;
+/// Bytes of idle buffers a connection keeps.
+const POOL_BYTES_MAX: usize = 32 << 20;
+
+/// A connection's idle payload buffers. Why: a long write's payload in fresh memory
+/// cost a page fault and the zeroing of each of its pages (the allocator gives freed
+/// memory back to the system at once, and on this project's VMs memory handed back is
+/// slow to get again: a sixth of the export's CPU on a sequential copy in); a buffer
+/// reused is memory already there. Bounded by [`POOL_BYTES_MAX`]; one more is freed.
+#[derive(Default)]
+struct PayloadPool {
+    free: std::sync::Mutex<Vec<Vec<u8>>>,
+}
+
+impl PayloadPool {
+    /// An empty buffer of at least `len` bytes' capacity.
+    fn take(&self, len: usize) -> Vec<u8> {
+        let mut free = self.free.lock().expect("payload pool");
+        match free.iter().position(|b| b.capacity() >= len) {
+            Some(i) => free.swap_remove(i),
+            None => Vec::with_capacity(len),
+        }
+    }
+
+    fn give_back(&self, mut buf: Vec<u8>) {
+        buf.clear();
+        let mut free = self.free.lock().expect("payload pool");
+        if free.iter().map(Vec::capacity).sum::<usize>() + buf.capacity() <= POOL_BYTES_MAX {
+            free.push(buf);
+        }
+    }
+}
+
+/// A payload in a pooled buffer, given back when the last `Bytes` of it goes.
+struct Pooled {
+    buf: Vec<u8>,
+    pool: Arc<PayloadPool>,
+}
+
+impl AsRef<[u8]> for Pooled {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf
+    }
+}
+
+impl Drop for Pooled {
+    fn drop(&mut self) {
+        self.pool.give_back(std::mem::take(&mut self.buf));
+    }
 }
 
 /// Waits for the client's next request on socket `fd` without letting the thread
@@ -452,7 +533,7 @@ impl Outbox {
         }
         let mut w = self.wr.lock().await;
         loop {
-            let batch = {
+            let mut batch = {
                 let mut q = self.queue.lock().expect("outbox");
                 if q.replies.is_empty() {
                     q.writing = false;
@@ -461,7 +542,7 @@ impl Outbox {
                 let n = q.replies.len().min(REPLIES_PER_WRITE);
                 q.replies.drain(..n).collect::<Vec<_>>()
             };
-            if let Err(e) = write_replies(&mut w, &batch).await {
+            if let Err(e) = write_replies(&mut w, &mut batch).await {
                 let mut q = self.queue.lock().expect("outbox");
                 q.replies.clear();
                 q.writing = false;
@@ -471,22 +552,35 @@ impl Outbox {
     }
 }
 
-/// Writes `replies` whole and in order.
-async fn write_replies<T>(w: &mut tokio::net::tcp::OwnedWriteHalf, replies: &[(Out, T)]) -> io::Result<()> {
-    let mut slices = Vec::with_capacity(replies.len() * 2);
-    for (Out(head, data), _) in replies {
-        slices.push(io::IoSlice::new(head));
-        if let Some(d) = data.as_ref().filter(|d| !d.is_empty()) {
-            slices.push(io::IoSlice::new(d));
+/// Writes `replies` whole and in order: heads and data in memory with one `writev`
+/// up to each reply whose data is in files, that data with `sendfile`.
+async fn write_replies<T>(w: &mut tokio::net::tcp::OwnedWriteHalf, replies: &mut [(Out, T)]) -> io::Result<()> {
+    let mut rest = replies;
+    while !rest.is_empty() {
+        let upto = rest.iter().position(|(Out(_, d), _)| matches!(d, Data::Files(_))).map_or(rest.len(), |i| i + 1);
+        let (now, later) = rest.split_at_mut(upto);
+        let mut slices = Vec::with_capacity(now.len() * 2);
+        for (Out(head, data), _) in now.iter() {
+            slices.push(io::IoSlice::new(head));
+            if let Data::Bytes(d) = data {
+                if !d.is_empty() {
+                    slices.push(io::IoSlice::new(d));
+                }
+            }
         }
-    }
-    let mut bufs = &mut slices[..];
-    while !bufs.is_empty() {
-        let n = w.write_vectored(bufs).await?;
-        if n == 0 {
-            return Err(io::ErrorKind::WriteZero.into());
+        let mut bufs = &mut slices[..];
+        while !bufs.is_empty() {
+            let n = w.write_vectored(bufs).await?;
+            if n == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            io::IoSlice::advance_slices(&mut bufs, n);
         }
-        io::IoSlice::advance_slices(&mut bufs, n);
+        if let Some((Out(_, data @ Data::Files(_)), _)) = now.last_mut() {
+            let Data::Files(ranges) = std::mem::replace(data, Data::None) else { unreachable!() };
+            crate::sendfile::send(w.as_ref(), ranges).await?;
+        }
+        rest = later;
     }
     Ok(())
 }
@@ -510,7 +604,11 @@ async fn execute<B: Backend>(s: &Session<B>, req: Request, payload: Option<Bytes
                 return failure(s.structured, req.cookie, EOVERFLOW, "read larger than 32 MiB");
             }
             return match e.backend.read(req.offset, req.length).await {
-                Ok(data) => read_reply(s.structured, req, data),
+                Ok(ReadData::Bytes(data)) => read_reply(s.structured, req, data),
+                Ok(ReadData::Files(ranges)) if ranges.iter().map(|r| r.len).sum::<u64>() == req.length as u64 => {
+                    files_reply(s.structured, req, ranges)
+                }
+                Ok(ReadData::Files(_)) => failure(s.structured, req.cookie, EIO, "the backend read the wrong length"),
                 Err(err) => failure(s.structured, req.cookie, error_of(&err), &err.to_string()),
             };
         }
@@ -547,7 +645,7 @@ async fn execute<B: Backend>(s: &Session<B>, req: Request, payload: Option<Bytes
             v.extend_from_slice(&id.to_be_bytes());
             v.extend_from_slice(&req.length.to_be_bytes());
             v.extend_from_slice(&0u32.to_be_bytes());
-            return Out(v, None);
+            return Out(v, Data::None);
         }
         _ => return failure(s.structured, req.cookie, EINVAL, "unknown command"),
     };
@@ -562,17 +660,28 @@ async fn execute<B: Backend>(s: &Session<B>, req: Request, payload: Option<Bytes
 /// is for writes).
 fn read_reply(structured: bool, req: Request, data: Bytes) -> Out {
     if !structured {
-        return Out(simple_reply(0, req.cookie).to_vec(), Some(data));
+        return Out(simple_reply(0, req.cookie).to_vec(), Data::Bytes(data));
     }
     if !data.is_empty() && data.iter().all(|&b| b == 0) {
         let mut v = chunk_header(REPLY_FLAG_DONE, REPLY_TYPE_OFFSET_HOLE, req.cookie, 12).to_vec();
         v.extend_from_slice(&req.offset.to_be_bytes());
         v.extend_from_slice(&(data.len() as u32).to_be_bytes());
-        return Out(v, None);
+        return Out(v, Data::None);
     }
     let mut v = chunk_header(REPLY_FLAG_DONE, REPLY_TYPE_OFFSET_DATA, req.cookie, 8 + data.len() as u32).to_vec();
     v.extend_from_slice(&req.offset.to_be_bytes());
-    Out(v, Some(data))
+    Out(v, Data::Bytes(data))
+}
+
+/// The reply to a read whose data is in files (`req.length` bytes of them): one data
+/// chunk (no look for zeros, which would mean reading the files here).
+fn files_reply(structured: bool, req: Request, ranges: Vec<FileRange>) -> Out {
+    if !structured {
+        return Out(simple_reply(0, req.cookie).to_vec(), Data::Files(ranges));
+    }
+    let mut v = chunk_header(REPLY_FLAG_DONE, REPLY_TYPE_OFFSET_DATA, req.cookie, 8 + req.length).to_vec();
+    v.extend_from_slice(&req.offset.to_be_bytes());
+    Out(v, Data::Files(ranges))
 }
 
 #[cfg(test)]
@@ -584,19 +693,52 @@ mod tests {
     /// connection that ends inside one is an error.
     #[tokio::test]
     async fn a_payload_is_read_exactly_and_a_short_one_is_an_error() {
+        let pool = Arc::new(PayloadPool::default());
         for capacity in [7, 4096, 1 << 20] {
             let stream: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
             let mut rd = tokio::io::BufReader::with_capacity(capacity, &stream[..]);
-            let data = read_payload(&mut rd, 70_000).await.unwrap();
+            let data = read_payload(&mut rd, 70_000, &pool).await.unwrap();
             assert_eq!(&data[..], &stream[..70_000], "buffer of {capacity}");
             let mut rest = Vec::new();
             rd.read_to_end(&mut rest).await.unwrap();
             assert_eq!(&rest[..], &stream[70_000..], "buffer of {capacity}: what follows is left");
             let mut short = tokio::io::BufReader::with_capacity(capacity, &stream[..10]);
-            let e = read_payload(&mut short, 11).await.unwrap_err();
+            let e = read_payload(&mut short, 11, &pool).await.unwrap_err();
             assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
         }
-        assert!(read_payload(&mut &[][..], 0).await.unwrap().is_empty());
+        assert!(read_payload(&mut &[][..], 0, &pool).await.unwrap().is_empty());
+    }
+
+    /// A long payload's buffer is reused once its bytes are dropped, never while they
+    /// are held, and the idle buffers stay within their bound.
+    #[tokio::test]
+    async fn payload_buffers_are_reused_only_once_free() {
+        let pool = Arc::new(PayloadPool::default());
+        let a_bytes = vec![1u8; 1 << 20];
+        let a = read_payload(&mut &a_bytes[..], 1 << 20, &pool).await.unwrap();
+        let b_bytes = vec![2u8; 1 << 20];
+        let b = read_payload(&mut &b_bytes[..], 1 << 20, &pool).await.unwrap();
+        assert_ne!(a.as_ptr(), b.as_ptr(), "a held buffer is not handed out again");
+        let (a_at, half) = (a.as_ptr(), a.slice(..1000));
+        drop(a);
+        assert!(pool.free.lock().unwrap().is_empty(), "a slice still holds it");
+        drop(half);
+        let c = read_payload(&mut &[3u8; 100_000][..], 100_000, &pool).await.unwrap();
+        assert_eq!(c.as_ptr(), a_at, "the free buffer is reused");
+        assert!(c.iter().all(|&x| x == 3) && b.iter().all(|&x| x == 2));
+        let many: Vec<Bytes> = hold_many(&pool, 40).await;
+        drop(many);
+        let idle: usize = pool.free.lock().unwrap().iter().map(Vec::capacity).sum();
+        assert!(idle <= POOL_BYTES_MAX, "{idle} bytes idle");
+    }
+
+    async fn hold_many(pool: &Arc<PayloadPool>, n: usize) -> Vec<Bytes> {
+        let mut out = Vec::new();
+        for i in 0..n {
+            let data = vec![i as u8; 4 << 20];
+            out.push(read_payload(&mut &data[..], 4 << 20, pool).await.unwrap());
+        }
+        out
     }
 
     /// Replies queued by many tasks at once, of many sizes, reach the client whole,
@@ -622,7 +764,10 @@ mod tests {
             tasks.push(tokio::spawn(async move {
                 let mut head = i.to_be_bytes().to_vec();
                 head.extend_from_slice(&(len(i) as u32).to_be_bytes());
-                let data = (len(i) > 0).then(|| Bytes::from(vec![(i % 251) as u8; len(i)]));
+                let data = match len(i) {
+                    0 => Data::None,
+                    n => Data::Bytes(Bytes::from(vec![(i % 251) as u8; n])),
+                };
                 out.send(Out(head, data), Some(slot), i % 2 == 0).await.unwrap();
             }));
         }
