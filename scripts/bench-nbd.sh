@@ -1,8 +1,11 @@
 #!/bin/bash
 # Issue 17's targets, in one run on this machine: braid's NBD export of a 4-stripe
-# file (`braid local --osts 4`, `braid nbd serve` as a separate client process over
-# TCP) against nbdkit's file plugin and qemu-nbd, each serving a local file on the same
-# disk. Each export is SIZE long and written full first.
+# file (`braid local --osts 4`, `braid nbd serve` as a separate client process) against
+# nbdkit's file plugin and qemu-nbd, each serving a local file on the same disk. braid
+# is measured twice: `braid` reaches its OSTs over TCP (as an export on another node
+# would), `braid-sc` is an export with `--short-circuit` (the OSS is on its machine:
+# it reads and writes the object files itself). Each export is SIZE long and written
+# full first.
 #   - sequential copies in and out with nbdcopy (a SIZE file of random bytes in, the
 #     export out to null:);
 #   - 4 KiB random reads and writes with fio's nbd engine at 1, 8 and 32 requests in
@@ -47,6 +50,10 @@ export BRAID_SECRET_FILE=$WORK/data/cluster.secret
 "$BRAID" nbd serve "braid://127.0.0.1:$PORT/" --export "disk=/disk.img,size=$SIZE" --listen 127.0.0.1:10831 \
     > "$WORK/braid-nbd.log" 2>&1 &
 PIDS+=($!)
+"$BRAID" setstripe -c 4 -S 1M "braid://127.0.0.1:$PORT/disk-sc.img" || exit 1
+"$BRAID" nbd serve "braid://127.0.0.1:$PORT/" --export "disk=/disk-sc.img,size=$SIZE" --listen 127.0.0.1:10834 \
+    --short-circuit > "$WORK/braid-sc-nbd.log" 2>&1 &
+PIDS+=($!)
 truncate -s "$SIZE" "$WORK/nbdkit.img" "$WORK/qemu.img"
 nbdkit -f -i 127.0.0.1 -p 10832 file "$WORK/nbdkit.img" > "$WORK/nbdkit.log" 2>&1 &
 PIDS+=($!)
@@ -54,19 +61,22 @@ qemu-nbd -f raw -b 127.0.0.1 -p 10833 -x disk -e 64 --persistent --cache=writeba
     > "$WORK/qemu-nbd.log" 2>&1 &
 PIDS+=($!)
 sleep 2
-declare -A URI=([braid]=nbd://127.0.0.1:10831/disk [nbdkit]=nbd://127.0.0.1:10832 [qemu-nbd]=nbd://127.0.0.1:10833/disk)
+declare -A URI=([braid]=nbd://127.0.0.1:10831/disk [braid-sc]=nbd://127.0.0.1:10834/disk [nbdkit]=nbd://127.0.0.1:10832
+    [qemu-nbd]=nbd://127.0.0.1:10833/disk)
 head -c "$(numfmt --from=iec "${SIZE^^}")" /dev/urandom > "$WORK/src.img"
 
 rec() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >> "$OUT"; }  # rec ROW SERVER VALUE
 secs() { local t0 t1; t0=$(date +%s.%N); "$@" || return 1; t1=$(date +%s.%N); echo "$t1 - $t0" | bc; }
 mib() { echo "scale=1; $(numfmt --from=iec "${SIZE^^}") / 1048576 / $1" | bc; }
 . "$HERE/scripts/nbd-fio.sh"
-servers=(braid nbdkit qemu-nbd)
+servers=(braid braid-sc nbdkit qemu-nbd)
 [ "${ONLY:-}" = sweep ] && RUNS=0
 for run in $(seq 1 "$RUNS"); do
-    for i in 0 1 2; do
-        s=${servers[$(( (i + run) % 3 ))]}
+    for i in 0 1 2 3; do
+        s=${servers[$(( (i + run) % 4 ))]}
         u=${URI[$s]}
+        # No dirty pages of the server measured before are left to write back meanwhile.
+        sync
         rec "sequential copy in, MiB/s" "$s" "$(mib "$(secs nbdcopy "$WORK/src.img" "$u")")"
         sync; echo 3 > /proc/sys/vm/drop_caches
         rec "sequential copy out, MiB/s" "$s" "$(mib "$(secs nbdcopy "$u" null:)")"
@@ -89,18 +99,20 @@ for line in open(sys.argv[1]):
         rows.setdefault(row, collections.defaultdict(list))[server].append(float(value))
     except ValueError:
         pass
-print("| row | braid | nbdkit file | qemu-nbd | braid / best other |")
-print("|---|---|---|---|---|")
+print("| row | braid | braid-sc | nbdkit file | qemu-nbd | braid / best other | braid-sc / best other |")
+print("|---|---|---|---|---|---|---|")
 for row, s in rows.items():
     m = {k: statistics.median(v) for k, v in s.items()}
-    b, k, q = m.get("braid", float("nan")), m.get("nbdkit", float("nan")), m.get("qemu-nbd", float("nan"))
+    nan = float("nan")
+    b, sc, k, q = (m.get(x, nan) for x in ("braid", "braid-sc", "nbdkit", "qemu-nbd"))
     if "latency" in row:
-        ratio = f"braid / nbdkit {b / k:.2f}"
+        ratios = [f"{x / k:.2f} (of nbdkit's)" for x in (b, sc)]
     else:
-        ratio = f"{b / max(k, q):.2f}"
-    print(f"| {row} | {b:.1f} | {k:.1f} | {q:.1f} | {ratio} |")
+        ratios = [f"{x / max(k, q):.2f}" for x in (b, sc)]
+    print(f"| {row} | {b:.1f} | {sc:.1f} | {k:.1f} | {q:.1f} | {ratios[0]} | {ratios[1]} |")
 PY
 
 "$BRAID" bench sweep --preset nbd -q --drop-caches --size "$SIZE" --out "$WORK/sweep" \
-    --target "braid=${URI[braid]}" --target "nbdkit=${URI[nbdkit]}" --target "qemu-nbd=${URI[qemu-nbd]}" ||
+    --target "braid=${URI[braid]}" --target "braid-sc=${URI[braid-sc]}" --target "nbdkit=${URI[nbdkit]}" \
+    --target "qemu-nbd=${URI[qemu-nbd]}" ||
     echo "the sweep failed" >&2

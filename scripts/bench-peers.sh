@@ -14,7 +14,8 @@
 # braid-tcp-base run it as braid and braid-tcp run $BRAID), SYSTEMS (default "local
 # braid braid-tcp moosefs gluster"; also braid-tcp-dom and braid-tcp-pfl: braid-tcp
 # with seed 002's Table 5 (Data-on-MDT) or Table 4 (PFL) as the file system default; braid-tcp-dom-base: Table 5
-# with BRAID_BASE), WORKLOADS (default "seq rand md small"), RUN (the
+# with BRAID_BASE; braid-tcp-sc: the separate mount with -o short_circuit, reading and
+# writing the object files of its OSS on this machine itself), WORKLOADS (default "seq rand md small"), RUN (the
 # results' folder under $WORK/results; default final). Even rounds run the systems in
 # the reverse order, so neither side of a pair always goes first.
 set -uo pipefail
@@ -33,7 +34,7 @@ mkdir -p "$OUT" "$WORK/local"
 # braid twice: `braid local --mount`, whose own mount reaches the servers in-process (as
 # Lustre's 0@lo), and `braid local` serving alone with a separate `braid mount` process
 # reaching it over loopback TCP, as a client on another node does.
-braid_up() {  # braid_up NAME PORT in-process|tcp [BINARY [LOCAL-ARGS...]]
+braid_up() {  # braid_up NAME PORT in-process|tcp|tcp-sc [BINARY [LOCAL-ARGS...]]
     local d=$WORK/$1 port=$2 mode=$3 BRAID=${4:-$BRAID}
     shift 4 2>/dev/null || shift $#
     rm -rf "$d/data"; mkdir -p "$d/data" "$d/mnt"
@@ -45,8 +46,10 @@ braid_up() {  # braid_up NAME PORT in-process|tcp [BINARY [LOCAL-ARGS...]]
         "$BRAID" local --data "$d/data" --osts 4 --listen 127.0.0.1:$port "$@" > "$d/local.log" 2>&1 &
         echo $! > "$d/pid"
         for _ in $(seq 1 100); do grep -q "^MGS at" "$d/local.log" && break; sleep 0.2; done
+        local opts=()
+        [ "$mode" = tcp-sc ] && opts=(-o short_circuit)
         "$BRAID" mount "braid://127.0.0.1:$port/" "$d/mnt" --secret-file "$d/data/cluster.secret" \
-            --log "$d/mount.log" || { echo "braid mount ($1) failed" >&2; return 1; }
+            --log "$d/mount.log" "${opts[@]}" || { echo "braid mount ($1) failed" >&2; return 1; }
     fi
     for _ in $(seq 1 100); do mountpoint -q "$d/mnt" && return 0; sleep 0.2; done
     echo "braid ($1) did not mount" >&2; return 1
@@ -67,6 +70,7 @@ cleanup() {
     if wants braid-tcp-dom; then braid_down braid-tcp-dom; fi
     if wants braid-tcp-dom-base; then braid_down braid-tcp-dom-base; fi
     if wants braid-tcp-pfl; then braid_down braid-tcp-pfl; fi
+    if wants braid-tcp-sc; then braid_down braid-tcp-sc; fi
     if wants moosefs; then bash "$PEERS/moosefs.sh" stop; fi
     if wants gluster; then bash "$PEERS/gluster.sh" stop; fi
 }
@@ -81,6 +85,7 @@ if wants braid-tcp-dom-base; then
     braid_up braid-tcp-dom-base 19850 tcp "$BRAID_BASE" --default-layout seed-table5 || exit 1
 fi
 if wants braid-tcp-pfl; then braid_up braid-tcp-pfl 19670 tcp "$BRAID" --default-layout seed-table4 || exit 1; fi
+if wants braid-tcp-sc; then braid_up braid-tcp-sc 19690 tcp-sc || exit 1; fi
 if wants moosefs; then bash "$PEERS/moosefs.sh" start || exit 1; fi
 if wants gluster; then bash "$PEERS/gluster.sh" start || exit 1; fi
 
@@ -93,6 +98,7 @@ declare -A DIRS=(
     [braid-tcp-dom]=$WORK/braid-tcp-dom/mnt/bench
     [braid-tcp-dom-base]=$WORK/braid-tcp-dom-base/mnt/bench
     [braid-tcp-pfl]=$WORK/braid-tcp-pfl/mnt/bench
+    [braid-tcp-sc]=$WORK/braid-tcp-sc/mnt/bench
     [moosefs]=$WORK/mfs/mnt/bench
     [gluster]=$WORK/gluster/mnt/bench
 )
