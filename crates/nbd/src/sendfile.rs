@@ -42,25 +42,6 @@ pub async fn send(sock: &impl AsFd, ranges: Vec<FileRange>) -> io::Result<()> {
         .map_err(|e| io::Error::other(format!("sending file ranges: {e}")))?
 }
 
-/// Starts reading `ranges` into the page cache (`POSIX_FADV_WILLNEED` queues the reads
-/// and waits for none), so that their turn to be sent, after the replies queued before
-/// them on their connection, finds them there rather than reading them then.
-pub fn prefetch(ranges: &[FileRange]) {
-    for r in ranges {
-        if let Some(f) = &r.file {
-            // SAFETY: an open descriptor; advice only.
-            unsafe {
-                libc::posix_fadvise(
-                    f.as_raw_fd(),
-                    r.offset as libc::off_t,
-                    r.len as libc::off_t,
-                    libc::POSIX_FADV_WILLNEED,
-                )
-            };
-        }
-    }
-}
-
 fn send_blocking(sock: &OwnedFd, ranges: &[FileRange]) -> io::Result<()> {
     for r in ranges {
         let sent = match &r.file {

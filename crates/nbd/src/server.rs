@@ -676,7 +676,6 @@ fn read_reply(structured: bool, req: Request, data: Bytes) -> Out {
 /// The reply to a read whose data is in files (`req.length` bytes of them): one data
 /// chunk (no look for zeros, which would mean reading the files here).
 fn files_reply(structured: bool, req: Request, ranges: Vec<FileRange>) -> Out {
-    crate::sendfile::prefetch(&ranges);
     if !structured {
         return Out(simple_reply(0, req.cookie).to_vec(), Data::Files(ranges));
     }
