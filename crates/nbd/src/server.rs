@@ -87,13 +87,14 @@ impl<B> Exports<B> {
 
 /// Serves `exports` on `listener` until the task is dropped.
 pub async fn serve<B: Backend>(listener: TcpListener, exports: Arc<Exports<B>>) {
+    let payloads = Arc::new(PayloadPool::default());
     loop {
         match listener.accept().await {
             Ok((sock, peer)) => {
                 let _ = sock.set_nodelay(true);
-                let exports = exports.clone();
+                let (exports, payloads) = (exports.clone(), payloads.clone());
                 tokio::spawn(async move {
-                    if let Err(e) = connection(sock, exports).await {
+                    if let Err(e) = connection(sock, exports, payloads).await {
                         tracing::debug!(%peer, "NBD connection ended: {e}");
                     }
                 });
@@ -118,9 +119,13 @@ struct Session<B> {
     allocation: Option<u32>,
 }
 
-async fn connection<B: Backend>(mut sock: TcpStream, exports: Arc<Exports<B>>) -> io::Result<()> {
+async fn connection<B: Backend>(
+    mut sock: TcpStream,
+    exports: Arc<Exports<B>>,
+    payloads: Arc<PayloadPool>,
+) -> io::Result<()> {
     let Some(session) = handshake(&mut sock, &exports).await? else { return Ok(()) };
-    transmission(sock, session, exports.poll_after_reply).await
+    transmission(sock, session, exports.poll_after_reply, payloads).await
 }
 
 async fn send_option_reply(sock: &mut TcpStream, option: u32, kind: u32, data: &[u8]) -> io::Result<()> {
@@ -309,13 +314,17 @@ fn done(structured: bool, cookie: u64) -> Out {
     }
 }
 
-async fn transmission<B: Backend>(sock: TcpStream, s: Session<B>, poll: std::time::Duration) -> io::Result<()> {
+async fn transmission<B: Backend>(
+    sock: TcpStream,
+    s: Session<B>,
+    poll: std::time::Duration,
+    payloads: Arc<PayloadPool>,
+) -> io::Result<()> {
     let (rd, wr) = sock.into_split();
     // Buffered: the headers of requests pipelined together come in with one read.
     let mut rd = tokio::io::BufReader::with_capacity(READ_BUFFER_BYTES, rd);
     let out = Arc::new(Outbox::new(wr));
     let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
-    let payloads = Arc::new(PayloadPool::default());
     let s = Arc::new(s);
     let result = loop {
         let mut head = [0u8; REQUEST_BYTES];
@@ -395,10 +404,12 @@ async fn read_payload<R: tokio::io::AsyncRead + Unpin>(
 const POOLED_MIN: usize = 64 << 10;
 /// Longer ones are allocated for themselves.
 const POOLED_MAX: usize = 4 << 20;
-/// Bytes of idle buffers a connection keeps.
-const POOL_BYTES_MAX: usize = 32 << 20;
+/// Bytes of idle buffers the server keeps, for all its connections: a client opens
+/// several at once (`nbdcopy` four, each with 64 requests in flight) and often anew,
+/// and a pool of a connection's own would start with fresh memory each time.
+const POOL_BYTES_MAX: usize = 64 << 20;
 
-/// A connection's idle payload buffers. Why: a long write's payload in fresh memory
+/// The server's idle payload buffers. Why: a long write's payload in fresh memory
 /// cost a page fault and the zeroing of each of its pages (the allocator gives freed
 /// memory back to the system at once, and on this project's VMs memory handed back is
 /// slow to get again: a sixth of the export's CPU on a sequential copy in); a buffer
