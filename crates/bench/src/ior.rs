@@ -112,14 +112,16 @@ impl IorArgs {
         if self.transfer_bytes == 0 || self.block_bytes == 0 || self.segments == 0 {
             usage!("-t, -b and -s must be greater than 0");
         }
-        if self.block_bytes % self.transfer_bytes != 0 {
+        if !self.block_bytes.is_multiple_of(self.transfer_bytes) {
             usage!(
                 "block size (-b {}) must be a multiple of the transfer size (-t {})",
                 format_size(self.block_bytes),
                 format_size(self.transfer_bytes)
             );
         }
-        if self.direct && (self.transfer_bytes % DIRECT_ALIGN_BYTES != 0 || self.block_bytes % DIRECT_ALIGN_BYTES != 0)
+        if self.direct
+            && (!self.transfer_bytes.is_multiple_of(DIRECT_ALIGN_BYTES)
+                || !self.block_bytes.is_multiple_of(DIRECT_ALIGN_BYTES))
         {
             usage!(
                 "--direct needs transfer and block sizes that are multiples of 4k (got -t {} -b {})",

@@ -148,7 +148,7 @@ pub fn fs_type(path: &str) -> String {
         }
         let mount_point = fields[1].replace("\\040", " ");
         let inside = absolute == mount_point || mount_point == "/" || absolute.starts_with(&format!("{mount_point}/"));
-        let longer = best.as_ref().map_or(true, |(len, _)| mount_point.len() >= *len);
+        let longer = best.as_ref().is_none_or(|(len, _)| mount_point.len() >= *len);
         if inside && longer {
             best = Some((mount_point.len(), fields[2].to_string()));
         }

@@ -488,7 +488,7 @@ pub fn execute(args: &SweepArgs, native: Option<NativeConnect>) -> Result<SweepR
                 let size = args.bytes_per_task(64 << 20);
                 for &transfer in &transfer_sizes {
                     status(&mut progress, &format!("transfer {}", format_size(transfer)));
-                    if size % transfer != 0 {
+                    if !size.is_multiple_of(transfer) {
                         usage!(
                             "--size {} is not a multiple of transfer size {}",
                             format_size(size),

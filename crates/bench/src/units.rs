@@ -22,7 +22,7 @@ pub fn format_size(bytes: u64) -> String {
     const UNITS: [(u32, &str); 4] = [(40, "t"), (30, "g"), (20, "m"), (10, "k")];
     for (shift, suffix) in UNITS {
         let unit = 1u64 << shift;
-        if bytes >= unit && bytes % unit == 0 {
+        if bytes >= unit && bytes.is_multiple_of(unit) {
             return format!("{}{}", bytes / unit, suffix);
         }
     }
