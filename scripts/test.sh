@@ -11,7 +11,8 @@ need_pkg() {  # need_pkg COMMAND PACKAGE
   command -v "$1" >/dev/null 2>&1 && return 0
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "installing $2 (for $1)"
-    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null
+    [ -n "${apt_updated:-}" ] || { apt-get update -qq >/dev/null && apt_updated=1; }
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null
   else
     echo "missing $1: install the '$2' package (e.g. sudo apt-get install -y $2)" >&2
     exit 1
@@ -37,29 +38,45 @@ need_pkg fusermount3 fuse3
 [ -e /dev/fuse ] || { echo "/dev/fuse is missing: load the fuse module (modprobe fuse)" >&2; exit 1; }
 # The POSIX suites (crates/braid/tests/posix_suites.rs): pjdfstest switches to the users
 # nobody and tests, remounts read-only and bind-mounts with mount(8), and finds sleep(1)
-# with which(1); fsx's O_DIRECT runs build a small LD_PRELOAD shim with cc.
-need_cargo_bin pjdfstest pjdfstest@0.2.2
-need_cargo_bin fsx fsx@0.3.2
-need_user tests
-need_user nobody
+# with which(1); fsx's O_DIRECT runs build a small LD_PRELOAD shim with cc, which is
+# also the linker `cargo install` needs below.
+need_pkg cc gcc
 need_pkg mount mount
 need_pkg which debianutils
-need_pkg cc gcc
+need_user tests
+need_user nobody
 # The NBD export's tests drive real NBD clients (crates/braid/tests/nbd.rs).
 need_pkg nbdinfo libnbd-bin  # also nbdcopy and nbdfuse
 need_pkg nbdsh python3-libnbd
 need_pkg qemu-io qemu-utils
+# scripts/run-tests.py runs the test binaries.
+need_pkg python3 python3
+
+# pjdfstest and fsx build in their own directories while the workspace builds.
+installs=$(mktemp)
+trap 'rm -f "$installs" "${built:-}"' EXIT
+{ need_cargo_bin pjdfstest pjdfstest@0.2.2 && need_cargo_bin fsx fsx@0.3.2; } >"$installs" 2>&1 &
+install_pid=$!
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
-# Integration tests start several server processes each; bound the parallelism so a
-# 2-core machine is not oversubscribed.
-cargo test --workspace -- --test-threads="${BRAID_TEST_THREADS:-3}"
-# The mount tests and the POSIX suites again over a root striped over two MDTs, each
-# in its own MDS (the suites' directories striped too): names spread over the MDTs
-# and renames cross them; and with every separate mount's object I/O short-circuited
-# (-o short_circuit: read and written through the descriptors its OSS, on this
-# machine, hands over). POSIX through the mount must not change.
-BRAID_TEST_ROOT_STRIPES=2 BRAID_TEST_SHORT_CIRCUIT=1 cargo test -p braid --test mount_posix --test mount_ops --test mount_perms \
-  --test mount_readdir --test mount_truncate --test mount_multi --test posix_suites \
-  -- --test-threads="${BRAID_TEST_THREADS:-3}"
+built=$(mktemp)
+cargo test --workspace --no-run --message-format=json-render-diagnostics >"$built"
+cargo test --workspace --doc
+
+if ! wait "$install_pid"; then
+  cat "$installs" >&2
+  echo "cannot install pjdfstest or fsx (above)" >&2
+  exit 1
+fi
+cat "$installs"
+
+# Every test binary, two at a time (BRAID_TEST_JOBS), longest first; then the mount
+# tests and the POSIX suites again in the same queue, over a root striped over two
+# MDTs, each in its own MDS (the suites' directories striped too): names spread over
+# the MDTs and renames cross them; and with every separate mount's object I/O
+# short-circuited (-o short_circuit: read and written through the descriptors its
+# OSS, on this machine, hands over). POSIX through the mount must not change.
+second="striped:BRAID_TEST_ROOT_STRIPES=2,BRAID_TEST_SHORT_CIRCUIT=1"
+second+=":mount_posix,mount_ops,mount_perms,mount_readdir,mount_truncate,mount_multi,posix_suites"
+python3 scripts/run-tests.py main "$second" <"$built"
