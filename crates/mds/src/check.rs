@@ -38,13 +38,16 @@ struct Contents {
     /// (directory, name) → (child, kind).
     entries: Vec<(Fid, String, Fid, FileKind)>,
     orphans: BTreeSet<Fid>,
+    /// Undecided halves of operations spanning MDTs: (the inode it is kept under,
+    /// what), kept on this MDT whichever MDT the inode's FID names.
     pending: Vec<(Fid, String)>,
 }
 
 /// Checks the namespace held by the MDTs in `dirs` (all of the file system's).
 /// Returns what is wrong, one line each; empty when the namespace is consistent.
 pub fn check_namespace(dirs: &[PathBuf]) -> Result<Vec<String>, MdsError> {
-    let mut all: HashMap<u32, Contents> = HashMap::new();
+    // By index, so that the problems come out in the same order every time.
+    let mut all: BTreeMap<u32, Contents> = BTreeMap::new();
     for dir in dirs {
         let (index, contents) = read_mdt(dir)?;
         if all.insert(index, contents).is_some() {
@@ -58,7 +61,7 @@ pub fn check_namespace(dirs: &[PathBuf]) -> Result<Vec<String>, MdsError> {
     let mut children: HashMap<Fid, Vec<Fid>> = HashMap::new();
     let mut subdirs: HashMap<Fid, u32> = HashMap::new();
     let mut missing_mdts = BTreeSet::new();
-    for c in all.values() {
+    for (&index, c) in &all {
         for (parent, name, child, kind) in &c.entries {
             if !all.contains_key(&child.mdt()) {
                 missing_mdts.insert(child.mdt());
@@ -87,7 +90,7 @@ pub fn check_namespace(dirs: &[PathBuf]) -> Result<Vec<String>, MdsError> {
             }
         }
         for (fid, what) in &c.pending {
-            problems.push(format!("MDT {}: {what} of {fid} is still undecided", fid.mdt()));
+            problems.push(format!("MDT {index}: {what} of {fid} is still undecided"));
         }
     }
     for m in &missing_mdts {
@@ -108,7 +111,11 @@ pub fn check_namespace(dirs: &[PathBuf]) -> Result<Vec<String>, MdsError> {
                     _ => problems.push(format!("shard {fid} is not in its directory {}'s table", s.master())),
                 }
                 if ino.parent != Some(s.master()) {
-                    problems.push(format!("shard {fid} has `..` {:?}, not its directory {}", ino.parent, s.master()));
+                    problems.push(format!(
+                        "shard {fid} has `..` {}, not its directory {}",
+                        shown(ino.parent),
+                        s.master()
+                    ));
                 }
                 continue;
             }
@@ -156,7 +163,7 @@ pub fn check_namespace(dirs: &[PathBuf]) -> Result<Vec<String>, MdsError> {
                         [] if shards_of.contains_key(fid) => {}
                         [] => problems.push(format!("directory {fid} has no entry (lost)")),
                         [(parent, name)] if ino.parent != Some(*parent) => {
-                            problems.push(format!("directory {fid} ({parent}/{name}) has `..` {:?}", ino.parent))
+                            problems.push(format!("directory {fid} ({parent}/{name}) has `..` {}", shown(ino.parent)))
                         }
                         [_] => {}
                         more => problems.push(format!("directory {fid} has {} entries", more.len())),
@@ -234,6 +241,14 @@ fn read_mdt(dir: &Path) -> Result<(u32, Contents), MdsError> {
     Ok((index, c))
 }
 
+/// A directory's `..` as a problem names it.
+fn shown(parent: Option<Fid>) -> String {
+    parent.map_or_else(|| "none".into(), |p| p.to_string())
+}
+
 fn corrupt(what: &str) -> OpError {
     OpError::Store(store::StoreError::Corrupt { what: "entry", detail: what.into() })
 }
+
+#[cfg(test)]
+mod tests;

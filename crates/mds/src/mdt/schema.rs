@@ -252,14 +252,14 @@ pub fn decision_id(key: &[u8]) -> Option<proto::msg::UpdateId> {
 /// read on every lookup).
 pub const DENTRY_VERSION: u8 = 1;
 
-pub(super) fn dentry_key(parent: Fid, name: &str) -> Vec<u8> {
+pub(crate) fn dentry_key(parent: Fid, name: &str) -> Vec<u8> {
     let mut k = Vec::with_capacity(16 + name.len());
     k.extend_from_slice(&parent.to_key());
     k.extend_from_slice(name.as_bytes());
     k
 }
 
-pub(super) fn dentry_value(fid: Fid, kind: FileKind) -> Vec<u8> {
+pub(crate) fn dentry_value(fid: Fid, kind: FileKind) -> Vec<u8> {
     let mut v = Vec::with_capacity(18);
     v.push(DENTRY_VERSION);
     v.extend_from_slice(&fid.to_key());
