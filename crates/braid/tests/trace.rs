@@ -2,8 +2,11 @@
 //! trace rings, the collectors they start drain them to a `braid trace serve` process
 //! or a trace directory, and `braid trace show|stats|export` read what was stored.
 //! Also: on and off at run time, a collector killed and replaced, and bad input (a
-//! scribbled ring, a second collector, hostile batches, a damaged store).
+//! scribbled ring, a second collector, hostile batches, a damaged store), and that
+//! the ring and the stored trace are their owner's alone.
 
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -220,9 +223,11 @@ fn tracing_turns_on_and_off_at_run_time_and_a_killed_collector_is_replaced() {
 fn bad_rings_second_collectors_hostile_batches_and_damaged_stores_are_refused() {
     let work = testkit::TempDir::new("trace-bad");
     let dir = work.path().join("store");
-    // A file that is not a ring.
+    // A file that is not a ring (a private one: a file others may open is refused
+    // before it is read).
     let junk = work.path().join("junk.ring");
     std::fs::write(&junk, vec![0x5a; 100_000]).unwrap();
+    std::fs::set_permissions(&junk, std::fs::Permissions::from_mode(0o600)).unwrap();
     let out = braid(&["trace", "collect", "--ring", &junk.to_string_lossy(), "--dir", &dir.to_string_lossy()]);
     assert!(!out.status.success());
     assert!(testkit::stderr(&out).contains("not a braid trace ring"), "{}", testkit::stderr(&out));
@@ -437,4 +442,59 @@ fn a_fork_and_exec_with_a_file_open_on_a_traced_mount_goes_through() {
     }
     // SAFETY: our descriptor.
     unsafe { libc::close(fd) };
+}
+
+/// `cmd` run as user nobody: its stderr, and whether it succeeded.
+fn as_nobody(cmd: &mut Command) -> (bool, String) {
+    let out = testkit::output_within(cmd.uid(65534).gid(65534), Duration::from_secs(30)).expect("ends");
+    (out.status.success(), testkit::stderr(&out))
+}
+
+/// The ring a traced mount writes (uids, pids, jobs, FIDs, offsets) is its owner's
+/// alone, 0600 from the start: another user cannot open it. So is what its collector
+/// stores: a directory of 0700, segments of 0600, even in a trace directory others
+/// may enter.
+#[test]
+fn a_trace_ring_and_the_stored_trace_are_for_their_owner_only() {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: opening the ring as another user (nobody) needs root");
+        return;
+    }
+    let shared = testkit::TempDir::new("trace-shared");
+    std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let store = shared.path().join("traces");
+    let c = cluster();
+    let m = Mount::new(&c, &format!("trace,trace_dir={}", store.display()));
+    let ring = PathBuf::from(status(&m)["ring"].as_str().unwrap());
+    let meta = std::fs::symlink_metadata(&ring).unwrap();
+    assert!(meta.file_type().is_file());
+    assert_eq!((meta.mode() & 0o7777, meta.uid()), (0o600, 0), "{}", ring.display());
+    let (ok, err) = as_nobody(Command::new("cat").arg(&ring));
+    assert!(!ok && err.contains("Permission denied"), "another user read the ring: {err}");
+    std::fs::write(m.path("f"), vec![1u8; 100_000]).unwrap();
+    wait_collected(&m);
+
+    // The collector's store under the trace directory.
+    let start = Instant::now();
+    let segment = loop {
+        let found = std::fs::read_dir(&store)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .flat_map(|d| std::fs::read_dir(d.path()).into_iter().flatten().flatten())
+            .map(|e| e.path())
+            .find(|p| p.extension().is_some_and(|e| e == "trace"));
+        if let Some(p) = found {
+            break p;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "no segment stored");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mode = |p: &Path| std::fs::symlink_metadata(p).unwrap().mode() & 0o7777;
+    assert_eq!(mode(segment.parent().unwrap()), 0o700, "the collector's store");
+    assert_eq!(mode(&segment), 0o600, "{}", segment.display());
+    let (ok, err) = as_nobody(Command::new("ls").arg(segment.parent().unwrap()));
+    assert!(!ok && err.contains("Permission denied"), "another user listed the store: {err}");
+    drop(m);
 }

@@ -625,7 +625,18 @@ pub struct SyncLogger {
 
 impl SyncLogger {
     pub fn create(path: &Path) -> Result<SyncLogger> {
-        let file = std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        // The records are the owner's alone, as in a ring: 0600, not through a symlink.
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path)
+            .with_context(|| format!("cannot create {}", path.display()))?;
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))
+            .with_context(|| format!("cannot chmod {}", path.display()))?;
         Ok(SyncLogger { file: Mutex::new(file) })
     }
 }

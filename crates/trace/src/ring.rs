@@ -24,6 +24,7 @@
 //! ```
 
 use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -55,6 +56,8 @@ const OFF_DROPPED: usize = 256;
 const OFF_ENABLED: usize = 320;
 const OFF_PID: usize = 324;
 const OFF_JOBS_USED: usize = 328;
+/// The ring file's mode: its owner's alone.
+const MODE: u32 = 0o600;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RingError {
@@ -64,6 +67,8 @@ pub enum RingError {
     Corrupt { path: PathBuf, why: String },
     #[error("trace ring {0} already has a collector")]
     Busy(PathBuf),
+    #[error("trace ring {path} refused: {why}")]
+    Unsafe { path: PathBuf, why: String },
     #[error("trace ring capacity must be a power of two from 64 to 2^24 records, not {0}")]
     Capacity(u64),
 }
@@ -207,8 +212,26 @@ impl RingWriter {
             let path = path.to_path_buf();
             move |source| RingError::Io { path, what, source }
         };
-        let _ = std::fs::remove_file(path);
-        let file = OpenOptions::new().read(true).write(true).create_new(true).open(path).map_err(io("create"))?;
+        // A ring left by an earlier process of this pid goes. Another user's file in
+        // the way stays (a sticky directory forbids removing it), and creating the
+        // ring then fails: its records never go into a file someone else controls.
+        if let Err(e) = std::fs::remove_file(path) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                return Err(io("remove the file in the way")(e));
+            }
+        }
+        // `create_new` is O_EXCL: a file or symlink put there since is refused, not
+        // followed.
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(MODE)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path)
+            .map_err(io("create"))?;
+        // The umask may only have taken bits away; this gives the owner back its own.
+        file.set_permissions(std::fs::Permissions::from_mode(MODE)).map_err(io("chmod"))?;
         let (stamps, records, len) = geometry(capacity);
         file.set_len(len as u64).map_err(io("size"))?;
         let map = Map::new(&file, len, path)?;
@@ -294,6 +317,24 @@ impl RingWriter {
     }
 }
 
+/// Whether a ring file is one a collector of this user may trust: a regular file of
+/// this user that no other may open. A ring of another user, or one opened to others,
+/// was not made by this user's mount (whose rings are 0600 from the start).
+fn owned_privately(meta: &std::fs::Metadata) -> Result<(), String> {
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if !meta.file_type().is_file() {
+        return Err("not a regular file".into());
+    }
+    if meta.uid() != me {
+        return Err(format!("it belongs to uid {}, not to this user (uid {me})", meta.uid()));
+    }
+    if meta.mode() & 0o077 != 0 {
+        return Err(format!("mode {:04o} lets other users open it (a ring is 0600)", meta.mode() & 0o7777));
+    }
+    Ok(())
+}
+
 /// What one [`RingReader::drain`] took.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Drained {
@@ -322,12 +363,20 @@ impl RingReader {
             move |source| RingError::Io { path, what, source }
         };
         let corrupt = |why: String| RingError::Corrupt { path: path.to_path_buf(), why };
-        let file = OpenOptions::new().read(true).write(true).open(path).map_err(io("open"))?;
+        // Not through a symlink, and without waiting on a FIFO put at the path.
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(path)
+            .map_err(io("open"))?;
+        let meta = file.metadata().map_err(io("stat"))?;
+        owned_privately(&meta).map_err(|why| RingError::Unsafe { path: path.to_path_buf(), why })?;
         // SAFETY: flock on a descriptor this function owns.
         if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
             return Err(RingError::Busy(path.to_path_buf()));
         }
-        let len = file.metadata().map_err(io("stat"))?.len();
+        let len = meta.len();
         if len < HEADER_BYTES as u64 {
             return Err(corrupt(format!("{len} bytes, shorter than a header")));
         }
@@ -554,12 +603,63 @@ mod tests {
         r.ring.map.write(r.ring.records + slot as usize * RECORD_BYTES + 60, &[0]);
         assert_eq!(r.drain(10, &mut out), Drained { records: 0, lost: 1 });
         drop(r);
-        // Files that are not rings.
-        std::fs::write(&p, b"not a ring").unwrap();
+        // Files that are not rings (private ones: a file open to others is refused
+        // before it is read).
+        let private = |bytes: &[u8]| {
+            std::fs::write(&p, bytes).unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        };
+        private(b"not a ring");
         assert!(matches!(RingReader::open(&p), Err(RingError::Corrupt { .. })));
-        std::fs::write(&p, vec![0u8; 8192]).unwrap();
+        private(&[0u8; 8192]);
         assert!(matches!(RingReader::open(&p), Err(RingError::Corrupt { .. })));
         assert!(matches!(RingWriter::create(&p, 100, "c", true), Err(RingError::Capacity(100))));
         let _ = std::fs::remove_file(&p);
+    }
+
+    /// A ring is its owner's alone whatever the umask; a symlink at its path is
+    /// replaced, not followed; a collector refuses a ring through a symlink, one open
+    /// to other users, and another user's.
+    #[test]
+    fn a_ring_is_for_its_owner_only_and_symlinks_are_not_followed() {
+        let p = path("private");
+        let victim = path("victim");
+        std::fs::write(&victim, b"a file the symlink points at").unwrap();
+        let _ = std::fs::remove_file(&p);
+        std::os::unix::fs::symlink(&victim, &p).unwrap();
+        // SAFETY: umask only sets this process's file creation mask; 0 would let the
+        // default mode through untouched.
+        let old = unsafe { libc::umask(0) };
+        let w = RingWriter::create(&p, 64, "c", true);
+        // SAFETY: as above, putting the mask back.
+        unsafe { libc::umask(old) };
+        let w = w.unwrap();
+        let meta = std::fs::symlink_metadata(&p).unwrap();
+        assert!(meta.file_type().is_file(), "the symlink was replaced by the ring");
+        assert_eq!(meta.mode() & 0o7777, 0o600);
+        assert_eq!(std::fs::read(&victim).unwrap(), b"a file the symlink points at", "the victim is untouched");
+        assert!(w.push(&rec(1)));
+        drop(RingReader::open(&p).expect("the owner collects its ring"));
+
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let e = RingReader::open(&p).err().expect("a ring others may read is refused");
+        assert!(e.to_string().contains("mode 0644"), "{e}");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+
+        let link = path("link");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&p, &link).unwrap();
+        assert!(matches!(RingReader::open(&link), Err(RingError::Io { what: "open", .. })), "through a symlink");
+
+        // SAFETY: geteuid cannot fail.
+        if unsafe { libc::geteuid() } == 0 {
+            std::os::unix::fs::chown(&p, Some(65534), Some(65534)).unwrap();
+            let e = RingReader::open(&p).err().expect("another user's ring is refused");
+            assert!(e.to_string().contains("belongs to uid 65534"), "{e}");
+        }
+        drop(w);
+        for f in [&p, &victim, &link] {
+            let _ = std::fs::remove_file(f);
+        }
     }
 }

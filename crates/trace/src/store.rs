@@ -13,9 +13,15 @@
 //! store passes its total limit. A torn last block (a server killed mid-append) ends
 //! its segment's reading; a block whose checksum fails is skipped and counted: reading
 //! a damaged store answers what is intact and says what was not.
+//!
+//! The records say who did what to which file, so a store is its owner's alone: its
+//! directory 0700, its segments 0600. A store's parent may be shared (every
+//! collector of a machine makes its own store under one trace directory); the store
+//! directory itself must be a real directory of this user, never a symlink.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufReader, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -27,6 +33,9 @@ const BATCH_VERSION: u8 = 1;
 pub const MAX_BATCH_RECORDS: usize = 1 << 16;
 /// Longest client or job name.
 const MAX_NAME: usize = 255;
+/// Modes of a store's directory and of its segments: their owner's alone.
+const DIR_MODE: u32 = 0o700;
+const SEGMENT_MODE: u32 = 0o600;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BatchError {
@@ -154,6 +163,8 @@ impl Batch {
 pub enum StoreError {
     #[error("trace store {dir}: {what}: {source}")]
     Io { dir: PathBuf, what: String, source: std::io::Error },
+    #[error("trace store {dir} refused: {why}")]
+    Unsafe { dir: PathBuf, why: String },
 }
 
 /// Limits of a store.
@@ -193,12 +204,36 @@ fn segments(dir: &Path) -> std::io::Result<Vec<u64>> {
 }
 
 impl Store {
+    /// Opens the store in `dir`, making it (and its parents) if need be. A `dir` of
+    /// another user, or a symlink, is refused; one of this user open to others is
+    /// closed to them (0700).
     pub fn open(dir: &Path, limits: StoreLimits) -> Result<Store, StoreError> {
-        std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
-            dir: dir.to_path_buf(),
-            what: "create".into(),
-            source,
-        })?;
+        let io = |what: &str| {
+            let what = what.to_string();
+            move |source| StoreError::Io { dir: dir.to_path_buf(), what, source }
+        };
+        if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(io("create its parent"))?;
+        }
+        match std::fs::DirBuilder::new().mode(DIR_MODE).create(dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io("create")(e)),
+        }
+        let meta = std::fs::symlink_metadata(dir).map_err(io("stat"))?;
+        let unsafe_dir = |why: String| StoreError::Unsafe { dir: dir.to_path_buf(), why };
+        // SAFETY: geteuid cannot fail.
+        let me = unsafe { libc::geteuid() };
+        if !meta.file_type().is_dir() {
+            return Err(unsafe_dir("not a directory (a symlink, say)".into()));
+        }
+        if meta.uid() != me {
+            return Err(unsafe_dir(format!("it belongs to uid {}, not to this user (uid {me})", meta.uid())));
+        }
+        // The umask may have taken the owner's bits, an earlier version left it open.
+        if meta.mode() & 0o777 != DIR_MODE {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(DIR_MODE)).map_err(io("chmod"))?;
+        }
         Ok(Store { dir: dir.to_path_buf(), limits, current: None })
     }
 
@@ -241,6 +276,7 @@ impl Store {
         let mut file = OpenOptions::new()
             .create_new(true)
             .append(true)
+            .mode(SEGMENT_MODE)
             .open(&path)
             .map_err(self.io(format!("create {}", segment_name(next))))?;
         file.write_all(SEGMENT_MAGIC).map_err(self.io(format!("write {}", segment_name(next))))?;
@@ -465,5 +501,28 @@ mod tests {
         assert!(d2.join(segment_name(100)).exists());
         let _ = std::fs::remove_dir_all(&d);
         let _ = std::fs::remove_dir_all(&d2);
+    }
+
+    /// A store is its owner's alone: its directory 0700 (made so, or closed if an
+    /// earlier version left it open), its segments 0600; a symlink in its place is
+    /// refused.
+    #[test]
+    fn a_store_is_for_its_owner_only() {
+        let d = dir("private");
+        let mode = |p: &Path| std::fs::symlink_metadata(p).unwrap().mode() & 0o7777;
+        let mut s = Store::open(&d, StoreLimits::default()).unwrap();
+        s.append(&batch("c", 0, 1)).unwrap();
+        assert_eq!(mode(&d), 0o700);
+        assert_eq!(mode(&d.join(segment_name(1))), 0o600);
+        drop(s);
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
+        Store::open(&d, StoreLimits::default()).unwrap();
+        assert_eq!(mode(&d), 0o700, "closed to others again");
+        let link = dir("private-link");
+        std::os::unix::fs::symlink(&d, &link).unwrap();
+        let e = Store::open(&link, StoreLimits::default()).err().expect("a symlink is refused");
+        assert!(matches!(e, StoreError::Unsafe { .. }), "{e}");
+        let _ = std::fs::remove_file(&link);
+        let _ = std::fs::remove_dir_all(&d);
     }
 }
