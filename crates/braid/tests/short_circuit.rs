@@ -3,12 +3,17 @@
 //! files through descriptors the OSS hands it, and everything else still holds:
 //! a client over TCP reads what it wrote and the other way round, a destroyed object
 //! leaves no descriptor behind, and a killed OSS fails its stripes as over TCP until
-//! it is back.
+//! it is back. Also who gets descriptors: a user the OSS does not allow is refused
+//! before the handshake and goes over TCP, and an OSS without a cluster secret hands
+//! out none unless told to.
 
+use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::time::Duration;
+use std::process::Command;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use proto::auth::Secret;
 use proto::msg::OpenFlags;
 use proto::Errno;
 use testkit::{client_errno, connect, pattern, runtime, wait_for, within, Cluster, ClusterSpec, WAIT};
@@ -132,4 +137,163 @@ fn attr_of(
     name: &str,
 ) -> proto::Fid {
     within(rt, "lookup", cl.lookup(creds, dir, name)).expect("lookup").fid
+}
+
+/// The user probes run as.
+const NOBODY: u32 = 65534;
+const PROBE_MGS: &str = "BRAID_TEST_PROBE_MGS";
+const PROBE_SOCKET: &str = "BRAID_TEST_PROBE_SOCKET";
+const PROBE_SECRET: &str = "BRAID_TEST_PROBE_SECRET";
+
+fn is_root() -> bool {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Not a test of its own: what [`probe_as_nobody`] runs in a child process of user
+/// nobody (this test binary again). With the cluster secret in hand it asks OST 0's
+/// socket for a descriptor by hand, then runs a short-circuit client that writes and
+/// reads a file, and prints what each got.
+#[test]
+fn probe_as_another_user() {
+    let (Ok(mgs), Ok(socket), Ok(hex)) =
+        (std::env::var(PROBE_MGS), std::env::var(PROBE_SOCKET), std::env::var(PROBE_SECRET))
+    else {
+        return;
+    };
+    let key: Vec<u8> = (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect();
+    let secret = Secret::Key(key);
+    let rt = runtime();
+    let raw: Result<bool, String> = rt.block_on(async {
+        use proto::frame::{read_frame, write_frame, FrameKind, FrameLimits};
+        let mut s = rpc::short_circuit::connect(&socket).map_err(|e| e.to_string())?;
+        let shake = proto::auth::client_handshake(&mut s, &secret, 1, "client");
+        tokio::time::timeout(Duration::from_secs(10), shake)
+            .await
+            .map_err(|_| "no handshake in 10 s".to_string())?
+            .map_err(|e| e.reason)?;
+        let (rd, mut wr) = s.into_split();
+        let object = proto::ObjectId { fid: proto::Fid { seq: 0x200000400, oid: 77, ver: 0 }, component: 0, stripe: 0 };
+        let open = proto::msg::encode(&proto::msg::Request::OstOpen { ost: 0, object, create: true }).unwrap();
+        write_frame(&mut wr, FrameKind::Request, 1, &open, &[]).await.map_err(|e| e.to_string())?;
+        let mut rd = rpc::short_circuit::FdReader::new(rd);
+        let limits = FrameLimits { max_msg_bytes: 4096, max_payload_bytes: 0 };
+        read_frame(&mut rd, &limits).await.map_err(|e| e.to_string())?.ok_or("closed before answering")?;
+        Ok(rd.take_fd().is_some())
+    });
+    match raw {
+        Ok(true) => println!("PROBE raw: descriptor"),
+        Ok(false) => println!("PROBE raw: no descriptor"),
+        Err(why) => println!("PROBE raw: refused: {why}"),
+    }
+    let mut cfg = testkit::client_config(&mgs, secret);
+    cfg.short_circuit = true;
+    let cl = connect(&rt, cfg);
+    // As root on the file system (the creds are the client's word): the test is
+    // about the OSS's socket, not the MDS's permissions.
+    let creds = proto::msg::Creds::root();
+    let root = within(&rt, "resolve", cl.resolve(&creds, "/", true)).expect("resolve").fid;
+    let name = format!("probe-{}", std::process::id());
+    let (f, _, _) = within(&rt, "create", cl.create(&creds, root, &name, 0o644, true, RW, None)).expect("create");
+    // The first writes start the local connection; long enough for it to be made.
+    let data = Bytes::from(pattern(256 << 10, 9));
+    let start = Instant::now();
+    while cl.short_circuit_osts().is_empty() && start.elapsed() < Duration::from_secs(3) {
+        within(&rt, "write", cl.write(&f, 0, data.clone())).expect("write");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    within(&rt, "write", cl.write(&f, 0, data.clone())).expect("write");
+    let back = within(&rt, "read", cl.read(&f, 0, data.len() as u64)).expect("read");
+    within(&rt, "close", cl.close(f)).expect("close");
+    let osts = cl.short_circuit_osts();
+    println!("PROBE client: local={} osts={osts:?} same={}", cl.rpc_counts().local, back == data);
+}
+
+/// Runs [`probe_as_another_user`] as user nobody against OST 0 of `c`; its output.
+fn probe_as_nobody(c: &Cluster) -> String {
+    let uuid = std::fs::read_to_string(c.dir.path().join("ost0").join("target.uuid")).expect("OST 0's uuid");
+    let Secret::Key(key) = Secret::load(&c.secret).expect("the cluster secret") else { panic!("a keyed cluster") };
+    let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
+    let mut cmd = Command::new(std::env::current_exe().expect("this test binary"));
+    cmd.args(["--exact", "probe_as_another_user", "--nocapture", "--test-threads=1"])
+        .env(PROBE_MGS, &c.mgs_addr)
+        .env(PROBE_SOCKET, rpc::short_circuit::socket_name(uuid.trim()))
+        .env(PROBE_SECRET, hex)
+        .uid(NOBODY)
+        .gid(NOBODY);
+    let out = testkit::output_within(&mut cmd, Duration::from_secs(90))
+        .unwrap_or_else(|o| panic!("the probe hung: {}", testkit::stdout(&o)));
+    let text = format!("{}{}", testkit::stdout(&out), testkit::stderr(&out));
+    assert!(out.status.success(), "the probe failed: {text}");
+    text
+}
+
+/// A process of a user the OSS does not allow (neither root, nor the OSS's user, nor
+/// listed) is refused before the handshake, even with the cluster secret, and the OSS
+/// says why; its client goes on over TCP. Listed with `--short-circuit-uids`, the
+/// same process gets descriptors.
+#[test]
+fn a_user_the_oss_does_not_allow_gets_no_descriptor_and_goes_over_tcp() {
+    if !is_root() {
+        eprintln!("skipped: running a process as user nobody needs root");
+        return;
+    }
+    let mut c = Cluster::start(bin(), ClusterSpec { osts_per_oss: vec![1], ..Default::default() });
+    let out = probe_as_nobody(&c);
+    assert!(out.contains("PROBE raw: refused"), "{out}");
+    assert!(out.contains("PROBE client: local=0 osts=[] same=true"), "{out}");
+    let log = c.servers["oss0"].log.clone();
+    wait_for("the OSS to log the refusal", WAIT, || {
+        std::fs::read_to_string(&log).unwrap_or_default().contains(&format!(
+            "short-circuit client refused: uid {NOBODY} is neither root, the OSS's user (uid 0) nor one of \
+             --short-circuit-uids"
+        ))
+    });
+
+    c.servers.get_mut("oss0").expect("oss0").args.extend(["--short-circuit-uids".into(), format!("1234,{NOBODY}")]);
+    c.restart("oss0");
+    c.wait_osts_up(1, WAIT);
+    let out = probe_as_nobody(&c);
+    assert!(out.contains("PROBE raw: descriptor"), "{out}");
+    assert!(out.contains("osts=[0] same=true") && !out.contains("local=0 "), "{out}");
+}
+
+/// Writes through a short-circuit client of `c` for a few seconds; the OSTs it had
+/// local connections to, and the writes made through descriptors.
+fn short_circuit_use(c: &Cluster) -> (Vec<u32>, u64) {
+    let rt = runtime();
+    let mut cfg = c.client_config();
+    cfg.short_circuit = true;
+    let cl = connect(&rt, cfg);
+    let creds = client::process_creds();
+    let root = within(&rt, "resolve", cl.resolve(&creds, "/", true)).expect("resolve").fid;
+    let (f, _, _) = within(&rt, "create", cl.create(&creds, root, "f", 0o644, true, RW, None)).expect("create");
+    let data = Bytes::from(pattern(256 << 10, 5));
+    let start = Instant::now();
+    while cl.rpc_counts().local == 0 && start.elapsed() < Duration::from_secs(3) {
+        within(&rt, "write", cl.write(&f, 0, data.clone())).expect("write");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let back = within(&rt, "read", cl.read(&f, 0, data.len() as u64)).expect("read");
+    assert!(back == data);
+    within(&rt, "close", cl.close(f)).expect("close");
+    (cl.short_circuit_osts(), cl.rpc_counts().local)
+}
+
+/// Without a cluster secret the handshake proves nothing, so an OSS run `--insecure`
+/// opens no local socket, and says so, unless `--short-circuit-insecure` asks for it.
+#[test]
+fn an_insecure_oss_hands_out_descriptors_only_when_told_to() {
+    let spec = ClusterSpec { osts_per_oss: vec![1], insecure: true, ..Default::default() };
+    let c = Cluster::start(bin(), spec.clone());
+    let (osts, local) = short_circuit_use(&c);
+    assert_eq!((osts, local), (vec![], 0), "an insecure OSS handed out descriptors");
+    let log = std::fs::read_to_string(&c.servers["oss0"].log).unwrap_or_default();
+    assert!(log.contains("short-circuit I/O off: without a cluster secret"), "{log}");
+    drop(c);
+
+    let c = Cluster::start(bin(), ClusterSpec { oss_args: vec!["--short-circuit-insecure".into()], ..spec });
+    let (osts, local) = short_circuit_use(&c);
+    assert_eq!(osts, vec![0]);
+    assert!(local > 0, "no I/O through descriptors");
 }

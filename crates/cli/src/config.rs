@@ -20,6 +20,7 @@
 //! listen = "10.0.0.3:9402"
 //! mgs = "10.0.0.1:9400"
 //! osts = ["/srv/braid/ost0", "/srv/braid/ost1"]
+//! short_circuit_uids = [1000]    # optional: users besides root and the OSS's own
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -83,6 +84,12 @@ pub struct OssSection {
     pub mgs: Option<String>,
     #[serde(default)]
     pub osts: Vec<PathBuf>,
+    /// Users besides root and the OSS's own allowed short-circuit I/O.
+    #[serde(default)]
+    pub short_circuit_uids: Vec<u32>,
+    /// Short-circuit I/O on a cluster without a secret.
+    #[serde(default)]
+    pub short_circuit_insecure: bool,
 }
 
 /// Reads the configuration file, if one is given.

@@ -99,6 +99,14 @@ pub struct OssArgs {
     /// OST directory (repeat for several OSTs).
     #[arg(long = "ost")]
     pub osts: Vec<PathBuf>,
+    /// Users, besides root and the OSS's own, whose processes on this machine may
+    /// read and write its object files directly (short-circuit I/O).
+    #[arg(long, value_name = "UID,UID", value_delimiter = ',')]
+    pub short_circuit_uids: Vec<u32>,
+    /// Serve short-circuit I/O even without a cluster secret (--insecure): any
+    /// process of those users may then take the object files.
+    #[arg(long)]
+    pub short_circuit_insecure: bool,
 }
 
 /// The file system's default layout: the template named, if any, filled from the
@@ -181,7 +189,11 @@ pub fn run_oss(a: OssArgs) -> Result<()> {
     let advertise = a.advertise.or(file.oss.advertise.clone());
     let mgs = a.mgs.or(file.oss.mgs.clone()).context("the OSS needs --mgs HOST:PORT")?;
     let osts = if a.osts.is_empty() { file.oss.osts.clone() } else { a.osts };
-    run_server("OSS", async move { start_oss(&listen, advertise.as_deref(), &mgs, &osts, &common).await })
+    let policy = oss::local::ShortCircuitPolicy {
+        uids: if a.short_circuit_uids.is_empty() { file.oss.short_circuit_uids.clone() } else { a.short_circuit_uids },
+        insecure: a.short_circuit_insecure || file.oss.short_circuit_insecure,
+    };
+    run_server("OSS", async move { start_oss_with(&listen, advertise.as_deref(), &mgs, &osts, &common, &policy).await })
 }
 
 /// Starts one role with `start`, prints where it listens and serves until a signal.
@@ -303,13 +315,27 @@ pub async fn start_mds(
     Ok(addr)
 }
 
-/// Starts an OSS serving the OSTs in `dirs`; returns its address.
+/// Starts an OSS serving the OSTs in `dirs`, short-circuit I/O to root and its own
+/// user only; returns its address.
 pub async fn start_oss(
     listen: &str,
     advertise: Option<&str>,
     mgs_addr: &str,
     dirs: &[PathBuf],
     common: &Common,
+) -> Result<String> {
+    start_oss_with(listen, advertise, mgs_addr, dirs, common, &oss::local::ShortCircuitPolicy::default()).await
+}
+
+/// Starts an OSS serving the OSTs in `dirs`, short-circuit I/O as `policy` allows;
+/// returns its address.
+pub async fn start_oss_with(
+    listen: &str,
+    advertise: Option<&str>,
+    mgs_addr: &str,
+    dirs: &[PathBuf],
+    common: &Common,
+    policy: &oss::local::ShortCircuitPolicy,
 ) -> Result<String> {
     if dirs.is_empty() {
         bail!("an OSS needs at least one OST directory (--ost DIR)");
@@ -325,7 +351,7 @@ pub async fn start_oss(
     let n = targets.len();
     spawn_heartbeat(mgs, targets, addr.clone(), common.fsname.clone(), common.heartbeat, usage);
     serve_in_process(common, &addr, &service)?;
-    oss::local::listen(&service, &common.secret);
+    oss::local::listen(&service, &common.secret, policy);
     tokio::spawn(oss::serve(service, listener, ServerConfig::new("oss", common.secret.clone())));
     tracing::info!("OSS serving {n} OST(s) at {addr}");
     Ok(addr)

@@ -10,6 +10,14 @@
 //! the OSS stops. Which of an answer and a destroy reaches the client first is decided
 //! under the lock of the OSS's object handles (see `ObjectHandles`): a descriptor
 //! opened while a destroy went on is opened again, not sent.
+//!
+//! Who is served: a descriptor lets its holder read and write an object file as the
+//! OSS does, past every permission the MDS checks, so a connection is first checked
+//! by the kernel's word on its peer (`SO_PEERCRED`): root, the OSS's own user and the
+//! users of [`ShortCircuitPolicy::uids`] go on to the handshake, any other is closed
+//! and logged. On a cluster without a secret (`--insecure`) the handshake proves
+//! nothing, so the OSS opens no socket at all unless told to
+//! ([`ShortCircuitPolicy::insecure`]).
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -98,10 +106,43 @@ fn frame(kind: FrameKind, request_id: u64, msg: Result<Vec<u8>, proto::msg::Code
     Some(encode_frame(kind, request_id, &msg.ok()?, &[]))
 }
 
-/// Opens each OST's local socket and serves it for the life of the process. An OST
-/// whose socket cannot be opened (another process serves the same OST) is logged and
-/// served over TCP only.
-pub fn listen(oss: &Arc<Oss>, secret: &Secret) {
+/// Who may have an OSS's object descriptors, besides root and the OSS's own user.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ShortCircuitPolicy {
+    /// Other users allowed (`--short-circuit-uids`).
+    pub uids: Vec<u32>,
+    /// Serve short-circuit clients on a cluster without a secret
+    /// (`--short-circuit-insecure`): then any process of an allowed user gets the
+    /// descriptors, with no proof that it is a braid client at all.
+    pub insecure: bool,
+}
+
+impl ShortCircuitPolicy {
+    /// Why a peer of user `uid` may not connect, if it may not; `me` is the user the
+    /// OSS runs as.
+    pub fn refuses(&self, uid: u32, me: u32) -> Option<String> {
+        if uid == 0 || uid == me || self.uids.contains(&uid) {
+            return None;
+        }
+        Some(format!("uid {uid} is neither root, the OSS's user (uid {me}) nor one of --short-circuit-uids"))
+    }
+}
+
+/// Opens each OST's local socket and serves it for the life of the process, to the
+/// peers `policy` allows. An OST whose socket cannot be opened (another process
+/// serves the same OST) is logged and served over TCP only; so is every OST of an
+/// insecure OSS unless `policy` says otherwise.
+pub fn listen(oss: &Arc<Oss>, secret: &Secret, policy: &ShortCircuitPolicy) {
+    if matches!(secret, Secret::Insecure) && !policy.insecure {
+        tracing::warn!(
+            "short-circuit I/O off: without a cluster secret (--insecure) any process of this machine could \
+             take the object files; --short-circuit-insecure turns it on anyway"
+        );
+        return;
+    }
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    let policy = Arc::new(policy.clone());
     for ost in oss.osts.values() {
         let name = rpc::short_circuit::socket_name(&ost.uuid);
         let listener = match rpc::short_circuit::listen(&name) {
@@ -112,11 +153,23 @@ pub fn listen(oss: &Arc<Oss>, secret: &Secret) {
             }
         };
         tracing::debug!(ost = ost.index, "short-circuit clients of this machine at @{name}");
-        let (oss, ost, secret) = (oss.clone(), ost.clone(), secret.clone());
+        let (oss, ost, secret, policy) = (oss.clone(), ost.clone(), secret.clone(), policy.clone());
         tokio::spawn(async move {
             loop {
                 match listener.accept().await {
                     Ok((stream, _)) => {
+                        // Before the handshake: a refused peer learns nothing.
+                        let refused = match stream.peer_cred() {
+                            Ok(cred) => policy.refuses(cred.uid(), me).map(|why| {
+                                let pid = cred.pid().map_or_else(|| "?".to_string(), |p| p.to_string());
+                                format!("{why} (pid {pid})")
+                            }),
+                            Err(e) => Some(format!("cannot tell who it is: {e}")),
+                        };
+                        if let Some(why) = refused {
+                            tracing::warn!(ost = ost.index, "short-circuit client refused: {why}");
+                            continue;
+                        }
                         tokio::spawn(session(oss.clone(), ost.clone(), stream, secret.clone()));
                     }
                     Err(e) => {
@@ -297,7 +350,7 @@ mod tests {
         Ost::format(&dir).unwrap();
         let uuid = format!("test-{}-{:x}", std::process::id(), dir.as_os_str().len());
         let oss = Arc::new(Oss::new(vec![Ost { index: 3, dir: dir.clone(), uuid: uuid.clone() }]));
-        listen(&oss, &Secret::Key(SECRET.to_vec()));
+        listen(&oss, &Secret::Key(SECRET.to_vec()), &ShortCircuitPolicy::default());
 
         let refused = Peer::connect(&uuid, b"not the secret of this cluster").await;
         assert!(refused.is_err(), "a wrong secret is refused");
@@ -352,5 +405,41 @@ mod tests {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         assert!(oss.handles.inner.lock().unwrap().peers.by_id.is_empty(), "ended sessions are forgotten");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn root_the_oss_user_and_the_listed_users_are_allowed_no_one_else() {
+        let p = ShortCircuitPolicy { uids: vec![1001], insecure: false };
+        assert_eq!(p.refuses(0, 1000), None);
+        assert_eq!(p.refuses(1000, 1000), None);
+        assert_eq!(p.refuses(1001, 1000), None);
+        let why = p.refuses(65534, 1000).expect("another user is refused");
+        assert!(why.contains("uid 65534"), "{why}");
+        assert!(ShortCircuitPolicy::default().refuses(1001, 1000).is_some());
+    }
+
+    /// An insecure OSS opens no local socket unless told to.
+    #[tokio::test]
+    async fn an_insecure_oss_serves_no_descriptors_unless_told_to() {
+        let pid = std::process::id();
+        let mk = |tag: &str| {
+            let dir = std::env::temp_dir().join(format!("braid-oss-insecure-{tag}-{pid}"));
+            let _ = std::fs::remove_dir_all(&dir);
+            Ost::format(&dir).unwrap();
+            let uuid = format!("test-insecure-{tag}-{pid}");
+            (Arc::new(Oss::new(vec![Ost { index: 0, dir: dir.clone(), uuid: uuid.clone() }])), dir, uuid)
+        };
+        let (off, off_dir, off_uuid) = mk("off");
+        listen(&off, &Secret::Insecure, &ShortCircuitPolicy::default());
+        let e = rpc::short_circuit::connect(&rpc::short_circuit::socket_name(&off_uuid)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ConnectionRefused);
+        let (on, on_dir, on_uuid) = mk("on");
+        listen(&on, &Secret::Insecure, &ShortCircuitPolicy { uids: vec![], insecure: true });
+        let mut p = Peer::connect(&on_uuid, b"any secret at all").await.expect("served when told to");
+        let (r, fd) = p.open(0, object(0), true).await;
+        assert!(matches!(r, Response::ObjectOpened { exists: true }) && fd.is_some(), "{r:?}");
+        for d in [off_dir, on_dir] {
+            std::fs::remove_dir_all(&d).unwrap();
+        }
     }
 }

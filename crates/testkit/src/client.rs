@@ -41,6 +41,9 @@ pub fn within<T>(rt: &tokio::runtime::Runtime, what: &str, f: impl std::future::
 impl Cluster {
     /// The settings of a client of this cluster (see [`client_config`]).
     pub fn client_config(&self) -> ClientConfig {
+        if self.spec.insecure {
+            return client_config(&self.mgs_addr, Secret::Insecure);
+        }
         client_config(&self.mgs_addr, Secret::load(&self.secret).expect("load the cluster secret"))
     }
 

@@ -101,11 +101,23 @@ pub struct ClusterSpec {
     pub target_timeout_ms: u64,
     /// Extra arguments for the MDS.
     pub mds_args: Vec<String>,
+    /// Extra arguments for each OSS.
+    pub oss_args: Vec<String>,
+    /// Servers run `--insecure` (no cluster secret) instead of with `secret`.
+    pub insecure: bool,
 }
 
 impl Default for ClusterSpec {
     fn default() -> Self {
-        ClusterSpec { mdts: 1, osts_per_oss: vec![4], heartbeat_ms: 200, target_timeout_ms: 1500, mds_args: vec![] }
+        ClusterSpec {
+            mdts: 1,
+            osts_per_oss: vec![4],
+            heartbeat_ms: 200,
+            target_timeout_ms: 1500,
+            mds_args: vec![],
+            oss_args: vec![],
+            insecure: false,
+        }
     }
 }
 
@@ -382,11 +394,21 @@ impl Cluster {
             listen,
             "--mgs".into(),
             self.mgs_addr.clone(),
-            "--secret-file".into(),
-            path(&self.secret),
             "--heartbeat-ms".into(),
             self.spec.heartbeat_ms.to_string(),
         ]
+        .into_iter()
+        .chain(self.secret_args())
+        .collect()
+    }
+
+    /// How a server gets the cluster's secret, or runs without one.
+    fn secret_args(&self) -> Vec<String> {
+        if self.spec.insecure {
+            vec!["--insecure".into()]
+        } else {
+            vec!["--secret-file".into(), path(&self.secret)]
+        }
     }
 
     /// Starts an OSS process named `name` serving `dirs`.
@@ -395,12 +417,13 @@ impl Cluster {
         for d in dirs {
             args.extend(["--ost".into(), path(d)]);
         }
+        args.extend(self.spec.oss_args.iter().cloned());
         self.add_server(name, args);
     }
 
     fn add_server(&mut self, name: &str, mut args: Vec<String>) {
         if name == "mgs" {
-            args.extend(["--secret-file".into(), path(&self.secret)]);
+            args.extend(self.secret_args());
         }
         let log = self.dir.path().join(format!("{name}.log"));
         let mut s = Server { name: name.to_string(), args, log, env: vec![], child: None };
