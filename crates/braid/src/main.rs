@@ -47,17 +47,21 @@ enum CacheCommand {
 #[derive(Subcommand)]
 enum NbdCommand {
     /// Export braid files as NBD block devices (to qemu, nbdinfo, nbdcopy, nbd-client).
+    /// The export has no authentication: serve it on loopback or to trusted hosts only.
     Serve {
-        /// The file system, braid://MGS/.
-        url: String,
+        /// The file system, braid://MGS/ (else `url` in [nbd] of --config).
+        url: Option<String>,
+        /// Configuration file (braid.toml): its [nbd] section; flags override it.
+        #[arg(long)]
+        config: Option<PathBuf>,
         /// An export: NAME=PATH[,ro][,size=SIZE] (size: create the file if missing and
         /// make it at least that long, sparse). Repeat for several; the first is the
-        /// default export.
-        #[arg(long = "export", value_name = "NAME=PATH", required = true)]
+        /// default export. Required here or as `exports` in [nbd] of --config.
+        #[arg(long = "export", value_name = "NAME=PATH")]
         exports: Vec<String>,
-        /// Address to serve NBD on (NBD's port is 10809).
-        #[arg(long, default_value = "127.0.0.1:10809")]
-        listen: String,
+        /// Address to serve NBD on (NBD's port is 10809). Default: 127.0.0.1:10809.
+        #[arg(long)]
+        listen: Option<String>,
         /// Make every write durable before its reply (as FUA on each).
         #[arg(long)]
         sync: bool,
@@ -68,15 +72,25 @@ enum NbdCommand {
         page_cache: Option<String>,
         /// Microseconds a connection with nothing in flight stays awake after a reply
         /// for the client's next request, instead of sleeping until it comes (a
-        /// sleeping thread is slow to wake on a virtual machine); 0: never.
-        #[arg(long, value_name = "US", default_value_t = 100, value_parser = clap::value_parser!(u64).range(0..=10_000))]
-        poll_us: u64,
+        /// sleeping thread is slow to wake on a virtual machine); 0: never. Default:
+        /// 100, at most 10000.
+        #[arg(long, value_name = "US")]
+        poll_us: Option<u64>,
         /// Read and write the objects of OSTs whose OSS runs on this machine directly,
         /// through descriptors the OSS hands over, instead of sending it requests
         /// (also `short_circuit` in BRAID_CLIENT_OPTIONS).
         #[arg(long)]
         short_circuit: bool,
-        /// The cluster secret (also BRAID_SECRET_FILE).
+        /// Connections served at once; one more is refused in its handshake (with
+        /// NBD_REP_ERR_POLICY) and logged. Default: 16.
+        #[arg(long, value_name = "N")]
+        max_connections: Option<usize>,
+        /// Bytes of request data (writes' payloads, reads' data) the server holds at
+        /// once for all connections; past it, a connection's next request waits (K, M,
+        /// G suffixes). A larger request counts as the whole budget. Default: 256M.
+        #[arg(long, value_name = "SIZE")]
+        max_inflight_bytes: Option<String>,
+        /// The cluster secret (also BRAID_SECRET_FILE, then `secret_file` of --config).
         #[arg(long)]
         secret_file: Option<PathBuf>,
     },
@@ -419,6 +433,19 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Trace(t) => trace_command(t),
         Command::Nbd(NbdCommand::Serve {
             url,
+            config,
+            exports,
+            listen,
+            sync,
+            page_cache,
+            poll_us,
+            short_circuit,
+            max_connections,
+            max_inflight_bytes,
+            secret_file,
+        }) => cli::nbd::serve(cli::nbd::ServeArgs {
+            url,
+            config,
             exports,
             listen,
             sync,
@@ -426,15 +453,8 @@ fn run(command: Command) -> anyhow::Result<()> {
             poll_us,
             short_circuit,
             secret_file,
-        }) => cli::nbd::serve(cli::nbd::ServeArgs {
-            url,
-            exports,
-            listen,
-            sync,
-            page_cache,
-            poll: std::time::Duration::from_micros(poll_us),
-            short_circuit,
-            secret_file,
+            max_connections,
+            max_inflight_bytes,
         }),
     }
 }

@@ -21,6 +21,13 @@
 //! mgs = "10.0.0.1:9400"
 //! osts = ["/srv/braid/ost0", "/srv/braid/ost1"]
 //! short_circuit_uids = [1000]    # optional: users besides root and the OSS's own
+//!
+//! [nbd]                                # braid nbd serve
+//! url = "braid://10.0.0.1:9400/"
+//! listen = "127.0.0.1:10809"           # no authentication: loopback or trusted hosts only
+//! exports = ["disk=/vm/disk.img,size=20G", "iso=/images/a.iso,ro"]   # as --export
+//! max_connections = 16
+//! max_inflight_bytes = "256M"
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -46,6 +53,8 @@ pub struct FileConfig {
     pub mds: MdsSection,
     #[serde(default)]
     pub oss: OssSection,
+    #[serde(default)]
+    pub nbd: NbdSection,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -90,6 +99,25 @@ pub struct OssSection {
     /// Short-circuit I/O on a cluster without a secret.
     #[serde(default)]
     pub short_circuit_insecure: bool,
+}
+
+/// `braid nbd serve`: each key as the flag of the same name (`exports` as `--export`,
+/// checked by the same code).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NbdSection {
+    /// The file system, `braid://MGS/`.
+    pub url: Option<String>,
+    pub listen: Option<String>,
+    /// `NAME=PATH[,ro][,size=SIZE]` each; the first is the default export.
+    #[serde(default)]
+    pub exports: Vec<String>,
+    pub sync: Option<bool>,
+    pub page_cache: Option<String>,
+    pub poll_us: Option<u64>,
+    pub short_circuit: Option<bool>,
+    pub max_connections: Option<usize>,
+    pub max_inflight_bytes: Option<String>,
 }
 
 /// Reads the configuration file, if one is given.

@@ -10,6 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::io;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
@@ -29,7 +30,8 @@ pub struct ExportSpec {
 
 impl ExportSpec {
     pub fn parse(s: &str) -> Result<ExportSpec> {
-        let (name, rest) = s.split_once('=').context("an export is NAME=PATH[,ro][,size=SIZE]")?;
+        let (name, rest) =
+            s.split_once('=').with_context(|| format!("export '{s}': an export is NAME=PATH[,ro][,size=SIZE]"))?;
         if name.is_empty() || name.len() > 4096 {
             bail!("export '{s}': the name must be 1 to 4096 bytes");
         }
@@ -76,10 +78,21 @@ impl FileDevice {
     pub async fn open(client: &Client, spec: &ExportSpec) -> Result<FileDevice> {
         let creds = client::process_creds();
         let flags = OpenFlags { read: true, write: !spec.read_only, truncate: false };
-        let (parent, name) = client.resolve_parent(&creds, &spec.path).await.with_context(|| spec.path.clone())?;
+        let path = &spec.path;
+        let (parent, name) = match client.resolve_parent(&creds, path).await {
+            Ok(p) => p,
+            Err(e) if e.errno() == proto::Errno::NoEnt => {
+                let dir = path.rsplit_once('/').map_or("/", |(d, _)| d);
+                bail!("cannot open {path}: no such directory {dir}");
+            }
+            Err(e) => return Err(e).with_context(|| format!("cannot open {path}")),
+        };
         let existing = client.open_at(&creds, parent.fid, &name, flags).await;
         let (file, _) = match (existing, spec.size) {
             (Ok(f), _) => f,
+            (Err(e), None) if e.errno() == proto::Errno::NoEnt => {
+                bail!("cannot open {path}: no such file (size=SIZE creates it)")
+            }
             (Err(e), Some(_)) if e.errno() == proto::Errno::NoEnt => {
                 let (f, a, _) = client
                     .create(&creds, parent.fid, &name, 0o600, false, flags, None)
@@ -168,38 +181,58 @@ impl nbd::Backend for FileDevice {
     }
 }
 
-/// What `braid nbd serve` was asked to do.
+/// What `braid nbd serve` was asked to do on its command line.
+#[derive(Debug, Default)]
 pub struct ServeArgs {
-    /// The file system, `braid://MGS/`.
-    pub url: String,
+    /// The file system, `braid://MGS/` (else `url` in `[nbd]` of the config file).
+    pub url: Option<String>,
+    /// `braid.toml`, whose `[nbd]` section the flags override.
+    pub config: Option<PathBuf>,
     /// `NAME=PATH[,ro][,size=SIZE]` each.
     pub exports: Vec<String>,
-    pub listen: String,
+    pub listen: Option<String>,
     /// Every write durable before its reply.
     pub sync: bool,
     /// `--page-cache SIZE`, as given.
     pub page_cache: Option<String>,
-    /// How long a connection stays awake for its client's next request.
-    pub poll: std::time::Duration,
+    /// Microseconds a connection stays awake for its client's next request.
+    pub poll_us: Option<u64>,
     /// Short-circuit I/O with OSTs served on this machine.
     pub short_circuit: bool,
-    pub secret_file: Option<std::path::PathBuf>,
+    pub secret_file: Option<PathBuf>,
+    /// `--max-connections N`.
+    pub max_connections: Option<usize>,
+    /// `--max-inflight-bytes SIZE`, as given.
+    pub max_inflight_bytes: Option<String>,
 }
 
-/// `braid nbd serve URL --export ... --listen ADDR [--sync]`: serves until signalled.
-pub fn serve(args: ServeArgs) -> Result<()> {
-    let ServeArgs { url, exports, listen, sync, page_cache, poll, short_circuit, secret_file } = args;
-    let (url, listen) = (url.as_str(), listen.as_str());
-    let page_cache = page_cache
-        .as_deref()
-        .map(|v| {
-            cache::parse_size(v)
-                .with_context(|| format!("--page-cache {v}: a size in bytes with an optional K, M, G or T (0: none)"))
-        })
-        .transpose()?;
-    let specs = exports.iter().map(|e| ExportSpec::parse(e)).collect::<Result<Vec<_>>>()?;
+/// Where an export listens by default: loopback only, as it has no authentication.
+pub const LISTEN_DEFAULT: &str = "127.0.0.1:10809";
+/// Longest `--poll-us`.
+const POLL_US_MAX: u64 = 10_000;
+const POLL_US_DEFAULT: u64 = 100;
+
+/// `braid nbd serve`'s settings: the flags, else `[nbd]` of the config file, else the
+/// defaults.
+#[derive(Debug)]
+struct Settings {
+    url: String,
+    specs: Vec<ExportSpec>,
+    listen: String,
+    sync: bool,
+    page_cache: Option<u64>,
+    poll: std::time::Duration,
+    short_circuit: bool,
+    secret_file: Option<PathBuf>,
+    limits: nbd::Limits,
+}
+
+/// The exports `list` names (`--export`, or `exports` in `[nbd]` of braid.toml: the
+/// same checks for both): at least one, each well formed, no two of one name.
+pub fn export_specs(list: &[String]) -> Result<Vec<ExportSpec>> {
+    let specs = list.iter().map(|e| ExportSpec::parse(e)).collect::<Result<Vec<_>>>()?;
     if specs.is_empty() {
-        bail!("give at least one --export NAME=PATH[,ro][,size=SIZE]");
+        bail!("give at least one --export NAME=PATH[,ro][,size=SIZE] (or exports in [nbd] of braid.toml)");
     }
     let mut names = std::collections::HashSet::new();
     for s in &specs {
@@ -207,9 +240,64 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             bail!("two exports are named '{}'", s.name);
         }
     }
+    Ok(specs)
+}
+
+fn settings(a: ServeArgs, file: &crate::config::FileConfig) -> Result<Settings> {
+    let f = &file.nbd;
+    let url = a.url.or(f.url.clone()).context("give the file system, braid://MGS/ (or url in [nbd] of braid.toml)")?;
+    let specs = match &a.config {
+        Some(path) if a.exports.is_empty() && !f.exports.is_empty() => {
+            export_specs(&f.exports).with_context(|| format!("in [nbd] exports of {}", path.display()))?
+        }
+        _ => export_specs(&a.exports)?,
+    };
+    let page_cache = a
+        .page_cache
+        .or(f.page_cache.clone())
+        .map(|v| {
+            cache::parse_size(&v)
+                .with_context(|| format!("--page-cache {v}: a size in bytes with an optional K, M, G or T (0: none)"))
+        })
+        .transpose()?;
+    let poll_us = a.poll_us.or(f.poll_us).unwrap_or(POLL_US_DEFAULT);
+    if poll_us > POLL_US_MAX {
+        bail!("--poll-us {poll_us}: at most {POLL_US_MAX}");
+    }
+    let connections_max = a.max_connections.or(f.max_connections).unwrap_or(nbd::server::CONNECTIONS_MAX_DEFAULT);
+    if connections_max == 0 {
+        bail!("--max-connections 0: at least 1");
+    }
+    let inflight_bytes_max = match a.max_inflight_bytes.or(f.max_inflight_bytes.clone()) {
+        None => nbd::server::INFLIGHT_BYTES_MAX_DEFAULT,
+        Some(v) => cache::parse_size(&v).filter(|&n| n > 0).with_context(|| {
+            format!("--max-inflight-bytes {v}: a size in bytes with an optional K, M, G or T, above 0")
+        })? as usize,
+    };
+    Ok(Settings {
+        url,
+        specs,
+        listen: a.listen.or(f.listen.clone()).unwrap_or_else(|| LISTEN_DEFAULT.into()),
+        sync: a.sync || f.sync.unwrap_or(false),
+        page_cache,
+        poll: std::time::Duration::from_micros(poll_us),
+        short_circuit: a.short_circuit || f.short_circuit.unwrap_or(false),
+        secret_file: a
+            .secret_file
+            .or_else(|| std::env::var_os("BRAID_SECRET_FILE").map(PathBuf::from))
+            .or(file.secret_file.clone()),
+        limits: nbd::Limits { connections_max, inflight_bytes_max },
+    })
+}
+
+/// `braid nbd serve URL --export ... --listen ADDR [--sync]`: serves until signalled.
+pub fn serve(args: ServeArgs) -> Result<()> {
+    let file = crate::config::load(args.config.as_deref())?;
+    let Settings { url, specs, listen, sync, page_cache, poll, short_circuit, secret_file, limits } =
+        settings(args, &file)?;
+    let (url, listen) = (url.as_str(), listen.as_str());
     let p = crate::url::require(url)?;
-    let file = secret_file.or_else(|| std::env::var_os("BRAID_SECRET_FILE").map(std::path::PathBuf::from));
-    let secret = crate::client_secret(&file)?;
+    let secret = crate::client_secret(&secret_file)?;
     let settings = crate::mount::native_settings()?;
     // One thread serves every connection and the client's RPCs: a request then wakes
     // no other thread of this process on its way (measured against the default pool:
@@ -245,6 +333,11 @@ pub fn serve(args: ServeArgs) -> Result<()> {
                 Arc::new(nbd::Export { backend: Arc::new(dev), read_only: s.read_only, description, sync }),
             );
         }
+        tracing::info!(
+            connections_max = limits.connections_max,
+            inflight_bytes_max = limits.inflight_bytes_max,
+            "NBD limits"
+        );
         let exports = Arc::new(nbd::Exports { list, default: Some(specs[0].name.clone()), poll_after_reply: poll });
         let listener =
             tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
@@ -255,7 +348,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         );
         use std::io::Write;
         let _ = std::io::stdout().flush();
-        let server = tokio::spawn(nbd::serve(listener, exports.clone()));
+        let server = tokio::spawn(nbd::serve(listener, exports.clone(), limits));
         let sig = crate::serve::until_signal().await?;
         tracing::info!("NBD server stopping on {sig}");
         server.abort();
@@ -305,5 +398,72 @@ mod tests {
         for bad in ["disk", "=/a", "d=rel/path", "d=/a,size=x", "d=/a,bogus", "d=/a,ro,size=1G", "d=/a,size=0"] {
             assert!(ExportSpec::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    fn url() -> Option<String> {
+        Some("braid://127.0.0.1:9400/".into())
+    }
+
+    /// Flags over `[nbd]` of braid.toml over the defaults; by default the export
+    /// listens on loopback only.
+    #[test]
+    fn flags_win_over_the_file_and_the_export_listens_on_loopback_by_default() {
+        let file: crate::config::FileConfig = toml::from_str(
+            r#"
+[nbd]
+url = "braid://10.0.0.1:9400/"
+listen = "0.0.0.0:10809"
+exports = ["f=/f.img,size=1M", "g=/g.img,ro"]
+max_connections = 3
+max_inflight_bytes = "64M"
+poll_us = 5
+"#,
+        )
+        .unwrap();
+        let config = Some(PathBuf::from("braid.toml"));
+        let s = settings(ServeArgs { config: config.clone(), ..Default::default() }, &file).unwrap();
+        assert_eq!(s.url, "braid://10.0.0.1:9400/");
+        assert_eq!(s.specs.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), ["f", "g"]);
+        assert_eq!((s.listen.as_str(), s.poll), ("0.0.0.0:10809", std::time::Duration::from_micros(5)));
+        assert_eq!(s.limits, nbd::Limits { connections_max: 3, inflight_bytes_max: 64 << 20 });
+        let flags = ServeArgs {
+            url: url(),
+            config,
+            exports: vec!["x=/x.img".into()],
+            listen: Some("127.0.0.1:1".into()),
+            max_connections: Some(5),
+            max_inflight_bytes: Some("1M".into()),
+            ..Default::default()
+        };
+        let s = settings(flags, &file).unwrap();
+        assert_eq!(
+            (s.url.as_str(), s.specs[0].name.as_str(), s.listen.as_str()),
+            (url().as_deref().unwrap(), "x", "127.0.0.1:1")
+        );
+        assert_eq!(s.limits, nbd::Limits { connections_max: 5, inflight_bytes_max: 1 << 20 });
+        let plain = ServeArgs { url: url(), exports: vec!["x=/x.img".into()], ..Default::default() };
+        let s = settings(plain, &Default::default()).unwrap();
+        assert_eq!(s.listen, "127.0.0.1:10809");
+        assert_eq!(s.limits, nbd::Limits::default());
+        assert_eq!(nbd::Limits::default(), nbd::Limits { connections_max: 16, inflight_bytes_max: 256 << 20 });
+    }
+
+    #[test]
+    fn bad_limits_say_which_flag() {
+        let bad = |a: ServeArgs, says: &str| {
+            let a = ServeArgs { url: url(), exports: vec!["x=/x.img".into()], ..a };
+            let e = format!("{:#}", settings(a, &Default::default()).unwrap_err());
+            assert!(e.starts_with(says), "{e}");
+        };
+        bad(ServeArgs { max_connections: Some(0), ..Default::default() }, "--max-connections 0: at least 1");
+        for v in ["0", "lots", "-1"] {
+            bad(
+                ServeArgs { max_inflight_bytes: Some(v.into()), ..Default::default() },
+                &format!("--max-inflight-bytes {v}:"),
+            );
+        }
+        bad(ServeArgs { poll_us: Some(10_001), ..Default::default() }, "--poll-us 10001: at most 10000");
+        let e = settings(ServeArgs { exports: vec!["x=/x.img".into()], ..Default::default() }, &Default::default());
+        assert!(format!("{:#}", e.unwrap_err()).contains("give the file system"));
     }
 }

@@ -15,4 +15,4 @@ pub mod sendfile;
 pub mod server;
 
 pub use sendfile::FileRange;
-pub use server::{serve, Backend, Export, Exports, ReadData};
+pub use server::{serve, Backend, Export, Exports, Limits, ReadData};

@@ -1,6 +1,23 @@
 //! The NBD server: the fixed newstyle handshake, then requests pipelined and answered
-//! out of order, at most [`MAX_IN_FLIGHT`] at once per connection, for any number of
-//! connections to the same exports.
+//! out of order, at most [`MAX_IN_FLIGHT`] at once per connection, for at most
+//! [`Limits::connections_max`] connections at once to the same exports.
+//!
+//! Why the two server-wide bounds ([`Limits`]): the export has no authentication, and
+//! without them every client that connects may hold 64 requests of up to 32 MiB each
+//! (2 GiB) in the server's memory, and any number of clients may connect. So:
+//! - a connection past `connections_max` is refused during its handshake: each option
+//!   it sends gets `NBD_REP_ERR_POLICY` saying why (clients show the message), and the
+//!   server logs a line saying why; the connections already served go on;
+//! - the bytes of request data held at once, writes' payloads from before they are
+//!   read off the socket and reads' data, until each reply is written, stay within
+//!   `inflight_bytes_max` for all connections together. A request that would pass it
+//!   waits, and its connection is read no further meanwhile (backpressure, as the
+//!   per-connection slots do): nothing fails for it. A request larger than the whole
+//!   budget counts as the whole budget, and so goes alone, when nothing else is held.
+//!
+//! The budget bounds memory, not fairness: a client that stops reading its replies, or
+//! stops in the middle of a write's payload, keeps its share until it goes away. An
+//! export reachable by hosts that are not trusted needs TLS and authentication first.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -21,6 +38,34 @@ pub const MAX_IN_FLIGHT: usize = 64;
 pub const MAX_PAYLOAD: u32 = 32 << 20;
 /// Largest option data a client may send.
 const MAX_OPTION_BYTES: u32 = 64 << 10;
+
+/// What one server holds at most, for all its connections (see the module comment).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Connections served at once; one more is refused in its handshake.
+    pub connections_max: usize,
+    /// Bytes of request data (writes' payloads, reads' data) held at once; past it a
+    /// connection's next request waits.
+    pub inflight_bytes_max: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits { connections_max: CONNECTIONS_MAX_DEFAULT, inflight_bytes_max: INFLIGHT_BYTES_MAX_DEFAULT }
+    }
+}
+
+/// Connections served at once by default: a handful of VMs or tools, each with a few
+/// (`nbdcopy` opens four).
+pub const CONNECTIONS_MAX_DEFAULT: usize = 16;
+/// Bytes of request data held at once by default: eight 32 MiB requests, or 64 of
+/// 4 MiB (`nbdcopy`'s four connections of 64 requests of 256 KiB each, four times).
+pub const INFLIGHT_BYTES_MAX_DEFAULT: usize = 256 << 20;
+/// Refused connections answered at once; past it one is closed without a word.
+const REFUSALS_MAX: usize = 16;
+/// How long, and for how many options, a refused connection is answered.
+const REFUSAL_TIME: std::time::Duration = std::time::Duration::from_secs(10);
+const REFUSAL_OPTIONS_MAX: usize = 16;
 
 /// What a read brought back.
 pub enum ReadData {
@@ -85,16 +130,34 @@ impl<B> Exports<B> {
     }
 }
 
-/// Serves `exports` on `listener` until the task is dropped.
-pub async fn serve<B: Backend>(listener: TcpListener, exports: Arc<Exports<B>>) {
+/// Serves `exports` on `listener` within `limits` until the task is dropped.
+pub async fn serve<B: Backend>(listener: TcpListener, exports: Arc<Exports<B>>, limits: Limits) {
+    assert!(limits.connections_max > 0 && limits.inflight_bytes_max > 0, "{limits:?}");
     let payloads = Arc::new(PayloadPool::default());
+    let connections = Arc::new(Semaphore::new(limits.connections_max));
+    let refusals = Arc::new(Semaphore::new(REFUSALS_MAX));
+    let budget = Arc::new(Budget::new(limits.inflight_bytes_max));
     loop {
         match listener.accept().await {
             Ok((sock, peer)) => {
                 let _ = sock.set_nodelay(true);
-                let (exports, payloads) = (exports.clone(), payloads.clone());
+                let Ok(connection_permit) = connections.clone().try_acquire_owned() else {
+                    let n = limits.connections_max;
+                    tracing::warn!("NBD: refusing connection from {peer}: {n} connections already (--max-connections)");
+                    // Past the refusals answered at once, dropped: closed at once.
+                    if let Ok(refusal) = refusals.clone().try_acquire_owned() {
+                        let why = format!("the server has {n} connections already (its --max-connections)");
+                        tokio::spawn(async move {
+                            let _refusal = refusal;
+                            let _ = tokio::time::timeout(REFUSAL_TIME, refuse(sock, &why)).await;
+                        });
+                    }
+                    continue;
+                };
+                let (exports, payloads, budget) = (exports.clone(), payloads.clone(), budget.clone());
                 tokio::spawn(async move {
-                    if let Err(e) = connection(sock, exports, payloads).await {
+                    let _connection_permit = connection_permit;
+                    if let Err(e) = connection(sock, exports, payloads, budget).await {
                         tracing::debug!(%peer, "NBD connection ended: {e}");
                     }
                 });
@@ -105,6 +168,68 @@ pub async fn serve<B: Backend>(listener: TcpListener, exports: Arc<Exports<B>>) 
             }
         }
     }
+}
+
+/// The server's bytes of request data held at once (see the module comment).
+struct Budget {
+    bytes: Arc<Semaphore>,
+    bytes_max: usize,
+}
+
+impl Budget {
+    fn new(bytes_max: usize) -> Budget {
+        let bytes_max = bytes_max.min(Semaphore::MAX_PERMITS);
+        Budget { bytes: Arc::new(Semaphore::new(bytes_max)), bytes_max }
+    }
+
+    /// A share for `len` bytes, once the budget has it: at most the whole budget, so
+    /// that a request larger than it still goes (alone).
+    async fn reserve(&self, len: u32) -> Option<OwnedSemaphorePermit> {
+        let n = (len as usize).min(self.bytes_max) as u32;
+        if n == 0 {
+            return None;
+        }
+        if let Ok(share) = self.bytes.clone().try_acquire_many_owned(n) {
+            return Some(share);
+        }
+        tracing::debug!("NBD: a request of {len} bytes waits for the byte budget ({} bytes)", self.bytes_max);
+        Some(self.bytes.clone().acquire_many_owned(n).await.expect("never closed"))
+    }
+}
+
+/// The server's greeting: fixed newstyle, no zeroes.
+async fn greet(sock: &mut TcpStream) -> io::Result<()> {
+    let mut hello = [0u8; 18];
+    hello[0..8].copy_from_slice(&NBDMAGIC.to_be_bytes());
+    hello[8..16].copy_from_slice(&IHAVEOPT.to_be_bytes());
+    hello[16..18].copy_from_slice(&(FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES).to_be_bytes());
+    sock.write_all(&hello).await
+}
+
+/// Refuses a connection the way the protocol allows: the greeting, then
+/// `NBD_REP_ERR_POLICY` with `why` to each option, which clients show their user
+/// (`NBD_OPT_EXPORT_NAME` has no error reply: it is closed), for a few options.
+async fn refuse(mut sock: TcpStream, why: &str) -> io::Result<()> {
+    greet(&mut sock).await?;
+    let _client_flags = sock.read_u32().await?;
+    for _ in 0..REFUSAL_OPTIONS_MAX {
+        if sock.read_u64().await? != IHAVEOPT {
+            return Ok(());
+        }
+        let option = sock.read_u32().await?;
+        let len = sock.read_u32().await?;
+        if len > MAX_OPTION_BYTES {
+            return Ok(());
+        }
+        let mut data = vec![0u8; len as usize];
+        sock.read_exact(&mut data).await?;
+        match option {
+            OPT_EXPORT_NAME => return Ok(()),
+            OPT_ABORT => return send_option_reply(&mut sock, option, REP_ACK, &[]).await,
+            _ => send_error(&mut sock, option, REP_ERR_POLICY, why).await?,
+        }
+    }
+    Ok(())
 }
 
 fn protocol(what: String) -> io::Error {
@@ -123,9 +248,10 @@ async fn connection<B: Backend>(
     mut sock: TcpStream,
     exports: Arc<Exports<B>>,
     payloads: Arc<PayloadPool>,
+    budget: Arc<Budget>,
 ) -> io::Result<()> {
     let Some(session) = handshake(&mut sock, &exports).await? else { return Ok(()) };
-    transmission(sock, session, exports.poll_after_reply, payloads).await
+    transmission(sock, session, exports.poll_after_reply, payloads, budget).await
 }
 
 async fn send_option_reply(sock: &mut TcpStream, option: u32, kind: u32, data: &[u8]) -> io::Result<()> {
@@ -139,11 +265,7 @@ async fn send_error(sock: &mut TcpStream, option: u32, kind: u32, message: &str)
 
 /// The handshake; `None` when the client went away or aborted.
 async fn handshake<B: Backend>(sock: &mut TcpStream, exports: &Exports<B>) -> io::Result<Option<Session<B>>> {
-    let mut hello = [0u8; 18];
-    hello[0..8].copy_from_slice(&NBDMAGIC.to_be_bytes());
-    hello[8..16].copy_from_slice(&IHAVEOPT.to_be_bytes());
-    hello[16..18].copy_from_slice(&(FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES).to_be_bytes());
-    sock.write_all(&hello).await?;
+    greet(sock).await?;
     let client_flags = sock.read_u32().await?;
     if client_flags & !(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES) != 0 {
         return Err(protocol(format!("unknown client flags {client_flags:#x}")));
@@ -319,6 +441,7 @@ async fn transmission<B: Backend>(
     s: Session<B>,
     poll: std::time::Duration,
     payloads: Arc<PayloadPool>,
+    budget: Arc<Budget>,
 ) -> io::Result<()> {
     let (rd, wr) = sock.into_split();
     // Buffered: the headers of requests pipelined together come in with one read.
@@ -340,30 +463,34 @@ async fn transmission<B: Backend>(
         if req.kind == CMD_DISC {
             break Ok(());
         }
+        if req.kind == CMD_WRITE && req.length > MAX_PAYLOAD {
+            // Its payload cannot be skipped safely: answer and hang up.
+            let reply = failure(s.structured, req.cookie, EOVERFLOW, "write larger than 32 MiB");
+            let _ = out.send(reply, Held::default(), false).await;
+            break Err(protocol(format!("write of {} bytes", req.length)));
+        }
+        // A slot, then the request's share of the server's bytes: until both are free
+        // this connection is read no further (a write's payload stays in the socket).
+        let slot = slots.clone().acquire_owned().await.expect("never closed");
+        let carries_data = matches!(req.kind, CMD_WRITE | CMD_READ) && req.length <= MAX_PAYLOAD;
+        let bytes = if carries_data { budget.reserve(req.length).await } else { None };
         // A write's payload comes with it, whatever becomes of the write.
         let mut payload = None;
         if req.kind == CMD_WRITE {
-            if req.length > MAX_PAYLOAD {
-                // Its payload cannot be skipped safely: answer and hang up.
-                let _ = out
-                    .send(failure(s.structured, req.cookie, EOVERFLOW, "write larger than 32 MiB"), None, false)
-                    .await;
-                break Err(protocol(format!("write of {} bytes", req.length)));
-            }
             match read_payload(&mut rd, req.length as usize, &payloads).await {
                 Ok(data) => payload = Some(data),
                 Err(e) => break Err(e),
             }
         }
-        let permit = slots.clone().acquire_owned().await.expect("never closed");
+        let held = Held { slot: Some(slot), bytes };
         let (s, out, in_flight) = (s.clone(), out.clone(), slots.clone());
         tokio::spawn(async move {
             let reply = execute(&s, req, payload).await;
             // Others in flight may finish together with this one (see `Outbox::send`).
             let others = MAX_IN_FLIGHT - in_flight.available_permits() > 1;
-            // A client gone away: its reply has nowhere to go. The slot goes back once
-            // the reply is written, by whichever task writes it.
-            let _ = out.send(reply, Some(permit), others).await;
+            // A client gone away: its reply has nowhere to go. The slot and the bytes
+            // go back once the reply is written, by whichever task writes it.
+            let _ = out.send(reply, held, others).await;
             // The last reply out: the client is turning it around (one request in
             // flight at a time, as a VM's or a database's synchronous I/O).
             if in_flight.available_permits() == MAX_IN_FLIGHT {
@@ -501,7 +628,8 @@ const REPLIES_PER_WRITE: usize = 256;
 /// only queue their replies), then writes everything queued with one `writev` until
 /// the queue is empty. With many requests in flight this is one system call, and one
 /// wake-up of the client, for many replies instead of one each. A queued reply keeps
-/// its request's slot until it is written, so the queue is bounded by the slots.
+/// its request's slot (and its bytes) until it is written, so the queue is bounded by
+/// the slots.
 struct Outbox {
     queue: std::sync::Mutex<Queued>,
     wr: tokio::sync::Mutex<tokio::net::tcp::OwnedWriteHalf>,
@@ -509,11 +637,21 @@ struct Outbox {
     fd: std::os::fd::RawFd,
 }
 
+/// What a request holds until its reply is written: given back when dropped.
+#[derive(Default)]
+#[expect(dead_code, reason = "held only to be dropped with the reply")]
+struct Held {
+    /// Its slot among the connection's [`MAX_IN_FLIGHT`].
+    slot: Option<OwnedSemaphorePermit>,
+    /// Its share of the server's bytes of request data ([`Budget`]).
+    bytes: Option<OwnedSemaphorePermit>,
+}
+
 #[derive(Default)]
 struct Queued {
-    /// Each with the request's slot: a reply queued but not written still counts as
-    /// in flight, so a client that stops reading its replies stops being read.
-    replies: Vec<(Out, Option<OwnedSemaphorePermit>)>,
+    /// Each with what its request holds: a reply queued but not written still counts
+    /// as in flight, so a client that stops reading its replies stops being read.
+    replies: Vec<(Out, Held)>,
     /// A task is writing the queue out (and will write what is added meanwhile).
     writing: bool,
 }
@@ -530,10 +668,10 @@ impl Outbox {
     /// whose replies may be ready to join this write (alone, nobody can, and the
     /// reply goes out at once). An error means the connection is broken; replies then
     /// queued are dropped with it.
-    async fn send(&self, reply: Out, slot: Option<OwnedSemaphorePermit>, others: bool) -> io::Result<()> {
+    async fn send(&self, reply: Out, held: Held, others: bool) -> io::Result<()> {
         {
             let mut q = self.queue.lock().expect("outbox");
-            q.replies.push((reply, slot));
+            q.replies.push((reply, held));
             if q.writing {
                 return Ok(());
             }
@@ -779,7 +917,7 @@ mod tests {
                     0 => Data::None,
                     n => Data::Bytes(Bytes::from(vec![(i % 251) as u8; n])),
                 };
-                out.send(Out(head, data), Some(slot), i % 2 == 0).await.unwrap();
+                out.send(Out(head, data), Held { slot: Some(slot), bytes: None }, i % 2 == 0).await.unwrap();
             }));
         }
         let reader = tokio::spawn(async move {
@@ -805,5 +943,138 @@ mod tests {
         assert!(seen.iter().all(|&s| s));
         assert_eq!(slots.available_permits(), N as usize, "every written reply gave its slot back");
         assert!(!out.queue.lock().unwrap().writing, "nobody is left writing");
+    }
+
+    /// An export in memory that counts the bytes of the writes under way in it.
+    struct Memory {
+        data: std::sync::Mutex<Vec<u8>>,
+        writing_bytes: std::sync::atomic::AtomicUsize,
+        writing_bytes_peak: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Backend for Memory {
+        fn size(&self) -> u64 {
+            self.data.lock().unwrap().len() as u64
+        }
+        async fn read(&self, offset: u64, len: u32) -> io::Result<ReadData> {
+            let d = self.data.lock().unwrap();
+            Ok(ReadData::Bytes(Bytes::copy_from_slice(&d[offset as usize..][..len as usize])))
+        }
+        async fn write(&self, offset: u64, data: Bytes, _fua: bool) -> io::Result<()> {
+            use std::sync::atomic::Ordering::SeqCst;
+            let now = self.writing_bytes.fetch_add(data.len(), SeqCst) + data.len();
+            self.writing_bytes_peak.fetch_max(now, SeqCst);
+            // Long enough for the other connections' writes to pile up behind it.
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            self.data.lock().unwrap()[offset as usize..][..data.len()].copy_from_slice(&data);
+            self.writing_bytes.fetch_sub(data.len(), SeqCst);
+            Ok(())
+        }
+        async fn flush(&self) -> io::Result<()> {
+            Ok(())
+        }
+        async fn trim(&self, _offset: u64, _len: u32) -> io::Result<()> {
+            Ok(())
+        }
+        async fn zero(&self, _offset: u64, _len: u32, _may_trim: bool, _fua: bool) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A server of one export in memory of `size` bytes within `limits`; its URI.
+    async fn memory_server(size: usize, limits: Limits) -> (Arc<Memory>, String, tokio::task::JoinHandle<()>) {
+        let memory = Arc::new(Memory {
+            data: std::sync::Mutex::new(vec![0; size]),
+            writing_bytes: Default::default(),
+            writing_bytes_peak: Default::default(),
+        });
+        let export = Export { backend: memory.clone(), read_only: false, description: String::new(), sync: false };
+        let exports = Exports {
+            list: BTreeMap::from([("m".to_string(), Arc::new(export))]),
+            default: Some("m".into()),
+            poll_after_reply: std::time::Duration::ZERO,
+        };
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let uri = format!("nbd://{}/m", listener.local_addr().unwrap());
+        (memory, uri, tokio::spawn(serve(listener, Arc::new(exports), limits)))
+    }
+
+    /// Writes from several connections, many in flight on each and some larger than
+    /// the whole budget, all succeed, and the bytes held never pass the budget.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn writes_past_the_byte_budget_wait_for_it_and_all_succeed() {
+        const BUDGET: usize = 3 << 20;
+        let limits = Limits { connections_max: 8, inflight_bytes_max: BUDGET };
+        let (memory, uri, server) = memory_server(64 << 20, limits).await;
+        let mut clients = Vec::new();
+        for c in 0..4u64 {
+            let uri = uri.clone();
+            clients.push(tokio::task::spawn_blocking(move || {
+                let mut client = crate::client::Client::connect(&uri).unwrap();
+                // Sixteen writes in flight of 1 MiB, and one of 4 MiB, a quarter each.
+                let mut cookies = Vec::new();
+                for i in 0..16u64 {
+                    let at = (c * 16 + i) << 20;
+                    let data = vec![(c * 16 + i) as u8 + 1; 1 << 20];
+                    cookies.push(client.submit(CMD_WRITE, 0, at, 1 << 20, &data).unwrap());
+                }
+                let big = vec![0xf0 + c as u8; 4 << 20];
+                let at = (48 + c * 4) << 20;
+                cookies.push(client.submit(CMD_WRITE, 0, at, 4 << 20, &big).unwrap());
+                for _ in 0..cookies.len() {
+                    let done = client.complete().unwrap();
+                    assert_eq!(done.error, 0, "write {} failed", done.cookie);
+                }
+                client.disconnect().unwrap();
+            }));
+        }
+        for c in clients {
+            c.await.unwrap();
+        }
+        let peak = memory.writing_bytes_peak.load(std::sync::atomic::Ordering::SeqCst);
+        assert!(peak > 1 << 20, "writes overlapped: {peak}");
+        assert!(peak <= BUDGET.max(4 << 20), "{peak} bytes held by writes at once, over the budget of {BUDGET}");
+        let data = memory.data.lock().unwrap();
+        for (i, chunk) in data[..48 << 20].chunks(1 << 20).enumerate() {
+            assert!(chunk.iter().all(|&b| b == i as u8 + 1), "MiB {i}");
+        }
+        for (c, chunk) in data[48 << 20..].chunks(4 << 20).enumerate() {
+            assert!(chunk.iter().all(|&b| b == 0xf0 + c as u8), "large write {c}");
+        }
+        server.abort();
+    }
+
+    /// Past `connections_max`, a client is told why in its handshake and the others
+    /// go on; once one leaves, a new one is served.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_connection_past_the_bound_is_refused_with_why_and_the_others_go_on() {
+        let limits = Limits { connections_max: 2, ..Limits::default() };
+        let (memory, uri, server) = memory_server(1 << 20, limits).await;
+        let u = uri.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut first = crate::client::Client::connect(&u).unwrap();
+            let second = crate::client::Client::connect(&u).unwrap();
+            let e = crate::client::Client::connect(&u).err().expect("a third connection is refused");
+            let said = e.to_string();
+            assert!(said.contains("0x80000002") && said.contains("2 connections already"), "{said}");
+            first.submit(CMD_WRITE, 0, 0, 5, b"first").unwrap();
+            assert_eq!(first.complete().unwrap().error, 0);
+            second.disconnect().unwrap();
+            // Its slot comes back once the server has seen it go.
+            let start = std::time::Instant::now();
+            let mut third = loop {
+                match crate::client::Client::connect(&u) {
+                    Ok(c) => break c,
+                    Err(e) => assert!(start.elapsed().as_secs() < 10, "no connection after one left: {e}"),
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            };
+            third.submit(CMD_WRITE, 0, 5, 5, b"third").unwrap();
+            assert_eq!(third.complete().unwrap().error, 0);
+        })
+        .await
+        .unwrap();
+        assert_eq!(&memory.data.lock().unwrap()[..10], b"firstthird");
+        server.abort();
     }
 }
