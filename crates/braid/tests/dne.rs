@@ -4,7 +4,8 @@
 //! each process killed with SIGKILL at every step of the protocol of a remote mkdir,
 //! rmdir, link and unlink (fault points switched on by `BRAID_FAULT`): the client's
 //! retried call gets the answer of the first, and the namespace is consistent
-//! afterwards.
+//! afterwards (and, checked between the crash and the restart, the checker reports
+//! the half left undecided).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -36,12 +37,7 @@ fn two_mds() -> (Cluster, Vec<PathBuf>) {
 fn check(c: &mut Cluster, mdts: &[PathBuf]) -> Result<String, String> {
     c.stop("mds");
     c.stop("mds1");
-    let mut args = vec!["check-namespace".to_string()];
-    for m in mdts {
-        args.extend(["--mdt".into(), m.display().to_string()]);
-    }
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let out = c.braid(&args);
+    let out = check_namespace(c, mdts);
     c.restart("mds");
     c.restart("mds1");
     c.wait_mdts_up(2, testkit::WAIT);
@@ -51,6 +47,16 @@ fn check(c: &mut Cluster, mdts: &[PathBuf]) -> Result<String, String> {
     } else {
         Err(format!("{text}{}", stderr(&out)))
     }
+}
+
+/// `braid check-namespace` over `mdts` (the MDSs stopped).
+fn check_namespace(c: &Cluster, mdts: &[PathBuf]) -> std::process::Output {
+    let mut args = vec!["check-namespace".to_string()];
+    for m in mdts {
+        args.extend(["--mdt".into(), m.display().to_string()]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    c.braid(&args)
 }
 
 /// The checker passes within `timeout` (a participant settles what a crash left
@@ -598,6 +604,46 @@ fn a_remote_mkdir_and_rmdir_survive_a_sigkill_at_every_step() {
     let listed = c.braid_ok(&["ls", &c.url("/")]);
     let names: Vec<&str> = listed.split_whitespace().collect();
     assert_eq!(names, ["d0", "d1", "d2", "d3", "d4"], "{listed}");
+}
+
+/// The checker through the CLI on what a crash leaves: the coordinator of a remote
+/// rmdir (MDS 0) killed once the participant (MDT 1) holds its half, and MDT 1
+/// stopped before any verdict can reach it. `check-namespace` prints that half and
+/// nothing else, and exits 1; with both MDSs back, the participant asks, the rmdir
+/// completes and the checker passes.
+#[test]
+fn the_checker_reports_a_half_a_crash_left_undecided_and_exits_1() {
+    let (mut c, mdts) = two_mds();
+    let url = c.url("/gone");
+    c.braid_ok(&["mkdir", "-i", "1", &url]);
+    let dir = fid_of(&c, "/gone");
+    c.set_env("mds", mds::dne::FAULT_ENV, Some("rmdir-remote:before-commit"));
+    c.restart("mds");
+    c.wait_mdts_up(2, testkit::WAIT);
+    let (bin, secret) = (c.bin.clone(), c.secret.clone());
+    // The CLI's rmdir retries across the crash.
+    let call = std::thread::spawn(move || {
+        let mut cmd = std::process::Command::new(bin);
+        cmd.args(["rm", "-r", &url]).env("BRAID_SECRET_FILE", secret);
+        testkit::output_within(&mut cmd, testkit::CLI_WATCHDOG).unwrap_or_else(|o| o)
+    });
+    assert!(c.wait_exit("mds", Duration::from_secs(60)), "mds did not stop before its commit");
+    c.stop("mds1");
+
+    let out = check_namespace(&c, &mdts);
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{printed}{}", stderr(&out));
+    let root = Fid::ROOT;
+    assert_eq!(printed, format!("MDT 1: Rmdir (coordinator MDT 0, {root}/gone) of {dir} is still undecided\n"));
+    assert!(stderr(&out).contains("1 problem(s) in the namespace"), "{}", stderr(&out));
+
+    c.set_env("mds", mds::dne::FAULT_ENV, None);
+    c.restart("mds");
+    c.restart("mds1");
+    let out = call.join().expect("the calling thread");
+    assert!(out.status.success(), "rm across the crash: {}", stderr(&out));
+    assert!(!c.braid(&["stat", &c.url("/gone")]).status.success(), "/gone is still there");
+    consistent_within(&mut c, &mdts, Duration::from_secs(30));
 }
 
 #[test]
