@@ -192,6 +192,13 @@ got = h.pread(len(buf), off)
 assert got[:1000] == buf[:1000] and got[66613:] == buf[66613:], "bytes around the zeroes changed"
 assert got[1000:66613] == bytes(65613), "not zeroed"
 h.pwrite(b"fua!" * 1024, 5 << 20, nbd.CMD_FLAG_FUA)
+# Zeroes that must be written, not punched, over more than one of the server's pieces.
+span = bytes((i * 13 + 1) % 253 for i in range(3 << 20))
+h.pwrite(span, 8 << 20)
+h.zero((5 << 19) + 3, (8 << 20) + 7, nbd.CMD_FLAG_NO_HOLE)
+got = h.pread(3 << 20, 8 << 20)
+assert got[:7] == span[:7] and got[(5 << 19) + 10:] == span[(5 << 19) + 10:], "bytes around the written zeroes changed"
+assert got[7:(5 << 19) + 10] == bytes((5 << 19) + 3), "not zeroed without a hole"
 print("nbdsh ok")
 "#,
     );

@@ -171,8 +171,15 @@ impl nbd::Backend for FileDevice {
         if may_trim {
             self.client.punch_hole(&self.file, offset, len as u64).await.map_err(io_err)?;
         } else {
-            let zeros = Bytes::from(vec![0u8; len as usize]);
-            self.client.write(&self.file, offset, zeros).await.map_err(io_err)?;
+            // A piece at a time from one static page of zeros: a request may name up to
+            // 4 GiB, which the export must not allocate for an unauthenticated client.
+            let mut done = 0u64;
+            while done < len as u64 {
+                let n = (len as u64 - done).min(ZEROS.len() as u64) as usize;
+                let zeros = Bytes::from_static(&ZEROS[..n]);
+                self.client.write(&self.file, offset + done, zeros).await.map_err(io_err)?;
+                done += n as u64;
+            }
         }
         if fua {
             self.client.fsync(&self.file).await.map_err(io_err)?;
@@ -180,6 +187,9 @@ impl nbd::Backend for FileDevice {
         Ok(())
     }
 }
+
+/// Zeros written by `WRITE_ZEROES` without trimming, a piece of this size at a time.
+static ZEROS: [u8; 1 << 20] = [0; 1 << 20];
 
 /// What `braid nbd serve` was asked to do on its command line.
 #[derive(Debug, Default)]
