@@ -32,6 +32,7 @@ mod readbuf;
 mod store;
 
 use std::fs::{File, OpenOptions};
+use std::io::ErrorKind;
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::path::PathBuf;
@@ -68,6 +69,10 @@ pub struct CacheConfig {
 pub enum CacheError {
     #[error("cache directory {dir}: {what}: {source}")]
     Io { dir: PathBuf, what: &'static str, source: std::io::Error },
+    /// On a read-only file system, or not this process's to write: said as such, not
+    /// as a failure to open a lock file the user never heard of.
+    #[error("cache directory {dir} is not writable ({what}: {source}); the cache needs a directory it can write")]
+    NotWritable { dir: PathBuf, what: &'static str, source: std::io::Error },
     #[error("cache directory {0} is in use by another braid client")]
     Busy(PathBuf),
     #[error("cache size {0} is below the smallest cache ({MIN_SIZE} bytes)")]
@@ -188,7 +193,12 @@ impl Cache {
     pub fn open(cfg: &CacheConfig, cluster: u64) -> Result<Cache, CacheError> {
         let io = |what: &'static str| {
             let dir = cfg.dir.clone();
-            move |source| CacheError::Io { dir, what, source }
+            move |source: std::io::Error| match source.kind() {
+                ErrorKind::ReadOnlyFilesystem | ErrorKind::PermissionDenied => {
+                    CacheError::NotWritable { dir, what, source }
+                }
+                _ => CacheError::Io { dir, what, source },
+            }
         };
         if cfg.size < MIN_SIZE {
             return Err(CacheError::TooSmall(cfg.size));

@@ -2,6 +2,7 @@
 //! within the size, and what survives a reopen, a torn index and damaged data.
 
 use std::fs::OpenOptions;
+use std::io::ErrorKind;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
@@ -234,19 +235,89 @@ fn a_read_across_extents_is_answered_whole_and_a_damaged_one_spoils_it() {
     assert!(c.read(10, 1, 1 << 20, 10).is_none(), "the damaged one went");
 }
 
+/// `dir` made read-only for this process until dropped: bound read-only onto itself
+/// as root (whom file modes do not stop), its and its lock file's write bits cleared
+/// otherwise.
+struct ReadOnly(PathBuf, bool);
+
+impl ReadOnly {
+    fn new(dir: &Path) -> ReadOnly {
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        if root {
+            let path = dir.to_str().expect("a UTF-8 path");
+            for args in [&["--bind", path, path][..], &["-o", "remount,bind,ro", path]] {
+                let st = std::process::Command::new("mount").args(args).status().expect("run mount");
+                if !st.success() {
+                    let _ = std::process::Command::new("umount").arg(path).status();
+                    panic!("mount {args:?}: {st}");
+                }
+            }
+        } else {
+            set_mode(dir, 0o555);
+            set_mode(&dir.join("lock"), 0o444);
+        }
+        ReadOnly(dir.to_path_buf(), root)
+    }
+}
+
+impl Drop for ReadOnly {
+    fn drop(&mut self) {
+        if self.1 {
+            let _ = std::process::Command::new("umount").arg(&self.0).status();
+        } else {
+            set_mode(&self.0, 0o755);
+            set_mode(&self.0.join("lock"), 0o644);
+        }
+    }
+}
+
+fn set_mode(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+}
+
 #[test]
 fn a_busy_missing_or_read_only_directory_is_a_clear_error() {
     let d = dir("busy");
+    let cfg = |dir: &Path, size| CacheConfig { dir: dir.to_path_buf(), size };
     let c = open(&d.0, 2 << 20);
-    match Cache::open(&CacheConfig { dir: d.0.clone(), size: 2 << 20 }, 7) {
-        Err(CacheError::Busy(_)) => {}
+    match Cache::open(&cfg(&d.0, 2 << 20), 7) {
+        Err(e @ CacheError::Busy(_)) => {
+            assert_eq!(e.to_string(), format!("cache directory {} is in use by another braid client", d.0.display()))
+        }
         Err(e) => panic!("{e}"),
         Ok(_) => panic!("a second client opened a cache in use"),
     }
     drop(c);
-    assert!(matches!(Cache::open(&CacheConfig { dir: d.0.clone(), size: 1000 }, 7), Err(CacheError::TooSmall(1000))));
-    let e = Cache::open(&CacheConfig { dir: "/proc/braid-no-cache".into(), size: 2 << 20 }, 7).err().unwrap();
-    assert!(e.to_string().contains("/proc/braid-no-cache"), "{e}");
+    let e = Cache::open(&cfg(&d.0, 1000), 7).err().expect("too small");
+    assert!(matches!(e, CacheError::TooSmall(1000)), "{e:?}");
+    assert_eq!(e.to_string(), format!("cache size 1000 is below the smallest cache ({} bytes)", cache::MIN_SIZE));
+
+    // A directory that cannot be made.
+    let e = Cache::open(&cfg(Path::new("/proc/braid-no-cache"), 2 << 20), 7).err().expect("no directory");
+    assert!(matches!(&e, CacheError::Io { what: "create", .. }), "{e:?}");
+    assert_eq!(e.to_string(), "cache directory /proc/braid-no-cache: create: No such file or directory (os error 2)");
+
+    // Read-only: a cache directory used before, and a new one to be made in it.
+    let ro = ReadOnly::new(&d.0);
+    for (dir, what) in [(d.0.clone(), "open lock"), (d.0.join("new"), "create")] {
+        let e = Cache::open(&cfg(&dir, 2 << 20), 7).err().expect("a read-only directory");
+        let CacheError::NotWritable { what: failed, source, .. } = &e else { panic!("{e:?}") };
+        assert_eq!(*failed, what, "{e}");
+        let want = if ro.1 { ErrorKind::ReadOnlyFilesystem } else { ErrorKind::PermissionDenied };
+        assert_eq!(source.kind(), want, "{e}");
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "cache directory {} is not writable ({what}: {source}); the cache needs a directory it can write",
+                dir.display()
+            )
+        );
+    }
+    drop(ro);
+    drop(open(&d.0, 2 << 20));
+
     assert_eq!(cache::parse_size("20G"), Some(20 << 30));
     assert_eq!(cache::parse_size("512m"), Some(512 << 20));
     assert_eq!(cache::parse_size("4096"), Some(4096));
