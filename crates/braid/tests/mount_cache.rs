@@ -12,6 +12,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use testkit::{pattern, Cluster, ClusterSpec, Mount};
 
@@ -526,16 +527,7 @@ fn with_passthrough_a_file_the_ssd_cache_holds_whole_is_read_by_the_kernel_from_
     let text = c.braid_ok(&["cache", "status", &a.path("").to_string_lossy()]);
     assert!(text.contains("passthrough:"), "{text}");
 
-    // close(2) returns before the kernel's RELEASE of the handle reaches the mount: an
-    // open for writing right after a reader's close is not refused for it.
-    for i in 0..20 {
-        let r = open_through(&c, &a, &a.path("f"));
-        let mut all = vec![0u8; v1.len()];
-        r.read_exact_at(&mut all, 0).unwrap();
-        assert!(all == v1);
-        drop(r);
-        OpenOptions::new().write(true).open(a.path("f")).unwrap_or_else(|e| panic!("open {i} for writing: {e}"));
-    }
+    // (An open for writing right after a reader's close: the next test.)
 
     // While a handle passes through, this client cannot open the file for writing
     // (through a handle naming the cache file, a shared writable mapping would write
@@ -614,4 +606,54 @@ fn with_passthrough_a_file_the_ssd_cache_holds_whole_is_read_by_the_kernel_from_
     OpenOptions::new().write(true).open(&files[0]).unwrap().write_all_at(&[raw[5] ^ 0xff], 5).unwrap();
     assert!(read_direct(&a.path("f")) == v3, "read from the OSTs, not the changed cache file");
     assert!(num(&cache_status(&c, &a), "damaged") >= 1);
+}
+
+/// The mount process's hook that holds back the RELEASE of each handle passing through
+/// (`fuse::PASSTHROUGH_RELEASE_DELAY_ENV`), in milliseconds.
+const RELEASE_DELAY_ENV: &str = "BRAID_TEST_PASSTHROUGH_RELEASE_DELAY_MS";
+const RELEASE_DELAY: Duration = Duration::from_millis(500);
+
+/// close(2) returns before the kernel's RELEASE of the handle reaches the mount: an
+/// open for writing right after a reader's close waits for that RELEASE, and is not
+/// refused (ETXTBSY) for a handle already closed. The kernel is usually quick enough
+/// that a test of this passes without the wait; here the mount holds back each
+/// RELEASE of a handle passing through (a test hook, set for this test alone: it runs
+/// in a child process of the test binary with the variable set), so every open meets
+/// one in flight, and each would be refused without the wait.
+#[test]
+fn with_passthrough_an_open_for_writing_right_after_a_readers_close_waits_for_its_release() {
+    const NAME: &str = "with_passthrough_an_open_for_writing_right_after_a_readers_close_waits_for_its_release";
+    if std::env::var_os(RELEASE_DELAY_ENV).is_none() {
+        let out = std::process::Command::new(std::env::current_exe().expect("the test binary"))
+            .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
+            .env(RELEASE_DELAY_ENV, RELEASE_DELAY.as_millis().to_string())
+            .output()
+            .expect("run the test binary");
+        let text = format!("{}{}", testkit::stdout(&out), testkit::stderr(&out));
+        assert!(out.status.success() && text.contains("1 passed"), "{text}");
+        return;
+    }
+    let c = cluster();
+    let cache_dir = c.dir.path().join("ssd-cache");
+    let a = Mount::new(&c, &format!("cache_dir={},cache_size=64M,passthrough", cache_dir.display()));
+    let b = Mount::new(&c, "");
+    const LEN: usize = (3 << 20) + 1234;
+    let v1 = pattern(LEN, 62);
+    fs::write(b.path("f"), &v1).unwrap();
+    assert!(read_direct(&a.path("f")) == v1);
+    wait_passthrough(&c, &a, &a.path("f"), &v1);
+    for i in 0..5 {
+        // The last handle passing through released: a new open passes through afresh
+        // instead of sharing it (which `open_through` would not count).
+        std::thread::sleep(RELEASE_DELAY * 2);
+        let r = open_through(&c, &a, &a.path("f"));
+        let mut all = vec![0u8; v1.len()];
+        r.read_exact_at(&mut all, 0).unwrap();
+        assert!(all == v1);
+        drop(r);
+        let start = Instant::now();
+        OpenOptions::new().write(true).open(a.path("f")).unwrap_or_else(|e| panic!("open {i} for writing: {e}"));
+        // It met the reader's RELEASE in flight, and waited for it.
+        assert!(start.elapsed() >= RELEASE_DELAY / 2, "open {i} for writing took {:?}", start.elapsed());
+    }
 }

@@ -164,6 +164,20 @@ const REPORTED_MAX: usize = 65536;
 /// the open is refused.
 const PASSTHROUGH_RELEASE_WAIT: Duration = Duration::from_secs(2);
 
+/// Tests only: milliseconds the mount holds back the RELEASE of a handle passing
+/// through before it counts as closed, so that an open for writing right after a
+/// reader's close(2) meets that RELEASE in flight every time (see
+/// [`PASSTHROUGH_RELEASE_WAIT`]), not only when the kernel happens to be slow.
+pub const PASSTHROUGH_RELEASE_DELAY_ENV: &str = "BRAID_TEST_PASSTHROUGH_RELEASE_DELAY_MS";
+
+fn passthrough_release_delay() -> Option<Duration> {
+    static DELAY: std::sync::OnceLock<Option<Duration>> = std::sync::OnceLock::new();
+    *DELAY.get_or_init(|| {
+        let ms = std::env::var(PASSTHROUGH_RELEASE_DELAY_ENV).ok()?.parse().ok()?;
+        Some(Duration::from_millis(ms))
+    })
+}
+
 const ROOT_INO: u64 = 1;
 /// Read on the mount's root: the SSD cache's statistics as JSON (`braid cache status`).
 pub const CACHE_STATUS_XATTR: &str = "braid.cache.status";
@@ -1024,10 +1038,14 @@ impl fuser::Filesystem for BraidFs {
             if let Some(owner) = unlock {
                 result = s.client.set_lock(fid, unlock_all(owner.0), false).await.map(|_| ());
             }
+            let passed_through = state.passes_through.load(Ordering::Acquire);
+            if let Some(delay) = passthrough_release_delay().filter(|_| passed_through) {
+                tokio::time::sleep(delay).await;
+            }
             // The kernel let go of the handle before sending RELEASE: it no longer counts
             // as open here while its close goes to the MDS. An open meanwhile of a file
             // renamed over (see `open`) must not take it for one a process holds.
-            s.handles.inode_closed(fid, state.passes_through.load(Ordering::Acquire));
+            s.handles.inode_closed(fid, passed_through);
             // A reader may still hold the handle for an instant after answering the
             // kernel (which sends RELEASE once every request on the file is answered):
             // close it through the shared state, or the MDS would count it open until
