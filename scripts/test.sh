@@ -63,6 +63,9 @@ cargo clippy --workspace --all-targets -- -D warnings
 built=$(mktemp)
 cargo test --workspace --no-run --message-format=json-render-diagnostics >"$built"
 cargo test --workspace --doc
+# The fuzz targets (fuzz/, a crate of its own for cargo fuzz) are built, and each
+# target's decoder runs over its saved corpus (fuzz/tests/corpus.rs).
+CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}" cargo test --manifest-path fuzz/Cargo.toml
 
 if ! wait "$install_pid"; then
   cat "$installs" >&2
