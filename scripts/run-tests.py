@@ -10,15 +10,19 @@ Usage: cargo test --workspace --no-run --message-format=json | run-tests.py [PAS
 Each PASS is `NAME` (every test binary, as cargo test would run them) or
 `NAME:VAR=VALUE,...:BIN,BIN...` (the named integration tests of the braid crate again,
 with those environment variables). Environment: BRAID_TEST_JOBS (jobs at once, default
-3), BRAID_TEST_THREADS (tests at once inside a binary, default 2).
+3), BRAID_TEST_THREADS (tests at once inside a binary, default 2), BRAID_TEST_JOB_TIMEOUT_S
+(a job still running after it is killed, with its process group, and fails; default
+1200).
 
 Prints each binary's output with cargo's `test result:` line, then one line of totals,
 `tests: N passed, N failed, N skipped`; exits 1 if any binary failed.
 """
 
+import errno
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -70,6 +74,24 @@ def list_tests(exe, cwd):
     return [line[: -len(": test")] for line in out.stdout.splitlines() if line.endswith(": test")]
 
 
+def unmount_dead():
+    """Lazily unmounts the braid FUSE mounts whose process is gone (a killed job's: their
+    mount points answer ENOTCONN); the mounts of jobs still running answer and stay."""
+    gone = []
+    with open("/proc/self/mounts") as mounts:
+        for line in mounts:
+            source, point, fstype = line.split()[:3]
+            if not (fstype.startswith("fuse") and source.startswith("braid")):
+                continue
+            point = point.replace("\\040", " ")
+            try:
+                os.stat(point)
+            except OSError as e:
+                if e.errno == errno.ENOTCONN and subprocess.run(["umount", "-l", point]).returncode == 0:
+                    gone.append(point)
+    return gone
+
+
 def parse_pass(spec):
     parts = spec.split(":")
     env = {}
@@ -107,6 +129,7 @@ def main():
     jobs.sort(key=lambda j: -j[0])
 
     lanes = int(os.environ.get("BRAID_TEST_JOBS", "3"))
+    timeout_s = int(os.environ.get("BRAID_TEST_JOB_TIMEOUT_S", "1200"))
     lock = threading.Lock()
     totals = {"passed": 0, "failed": 0, "skipped": 0}
     failed_binaries = []
@@ -120,15 +143,29 @@ def main():
                     return
                 _, pass_name, label, exe, cwd, env, args = queue.pop(0)
             t0 = time.monotonic()
-            proc = subprocess.run(
+            proc = subprocess.Popen(
                 [exe, *args],
                 cwd=cwd,
                 env={**os.environ, **env},
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
+                start_new_session=True,
             )
-            out = proc.stdout.decode("utf-8", "replace")
+            try:
+                raw, _ = proc.communicate(timeout=timeout_s)
+                note = ""
+            except subprocess.TimeoutExpired:
+                # A hung job must not hold the whole run until CI's limit: its process
+                # group (the test binary and the servers and mounts it started) goes.
+                os.killpg(proc.pid, signal.SIGKILL)
+                try:
+                    raw, _ = proc.communicate(timeout=10)
+                except subprocess.TimeoutExpired:  # a process of another session holds the pipe
+                    raw = b""
+                note = f"\nrun-tests: killed after {timeout_s} s (BRAID_TEST_JOB_TIMEOUT_S)\n"
+                note += "".join(f"run-tests: unmounted {m}, left by the killed job\n" for m in unmount_dead())
+            out = raw.decode("utf-8", "replace") + note
             took = time.monotonic() - t0
             with lock:
                 tag = f" [{pass_name}: {','.join(f'{k}={v}' for k, v in env.items())}]" if env else ""
