@@ -372,9 +372,12 @@ fn main() {
     let cli = Cli::parse();
     let server = matches!(cli.command, Command::Mgs(_) | Command::Mds(_) | Command::Oss(_) | Command::Local(_));
     init_logging(if server { "info" } else { "warn" });
+    let checking = matches!(cli.command, Command::CheckNamespace { .. });
     if let Err(e) = run(cli.command) {
         eprintln!("braid: {e:#}");
-        std::process::exit(1);
+        // A checker's problems found (1) are not its failure to check (2).
+        let found = e.downcast_ref::<cli::NamespaceProblems>().is_some();
+        std::process::exit(if checking && !found { 2 } else { 1 });
     }
 }
 

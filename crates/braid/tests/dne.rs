@@ -609,7 +609,7 @@ fn a_remote_mkdir_and_rmdir_survive_a_sigkill_at_every_step() {
 /// The checker through the CLI on what a crash leaves: the coordinator of a remote
 /// rmdir (MDS 0) killed once the participant (MDT 1) holds its half, and MDT 1
 /// stopped before any verdict can reach it. `check-namespace` prints that half and
-/// nothing else, and exits 1; with both MDSs back, the participant asks, the rmdir
+/// nothing else, and exits 1 (2 where it cannot read an MDT); with both MDSs back, the participant asks, the rmdir
 /// completes and the checker passes.
 #[test]
 fn the_checker_reports_a_half_a_crash_left_undecided_and_exits_1() {
@@ -636,6 +636,12 @@ fn the_checker_reports_a_half_a_crash_left_undecided_and_exits_1() {
     let root = Fid::ROOT;
     assert_eq!(printed, format!("MDT 1: Rmdir (coordinator MDT 0, {root}/gone) of {dir} is still undecided\n"));
     assert!(stderr(&out).contains("1 problem(s) in the namespace"), "{}", stderr(&out));
+    // A directory that holds no MDT cannot be checked at all: exit status 2, not 1.
+    let not_an_mdt = c.dir.path().join("not-an-mdt");
+    std::fs::create_dir_all(&not_an_mdt).expect("mkdir");
+    let out = c.braid(&["check-namespace", "--mdt", &not_an_mdt.display().to_string()]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("no MDT database here"), "{}", stderr(&out));
 
     c.set_env("mds", mds::dne::FAULT_ENV, None);
     c.restart("mds");

@@ -97,7 +97,9 @@ pub fn gen_secret(path: &std::path::Path) -> Result<()> {
 }
 
 /// `braid check-namespace`: prints what is wrong with the namespace the MDTs in
-/// `dirs` hold, or that it is consistent; fails if anything is wrong.
+/// `dirs` hold, or that it is consistent. Fails with [`NamespaceProblems`] if anything
+/// is wrong (exit status 1), with another error if the MDTs cannot be read (2), as
+/// fsck tells "found problems" from "could not check".
 pub fn check_namespace(dirs: &[std::path::PathBuf]) -> Result<()> {
     let problems = mds::check::check_namespace(dirs).context("cannot read the MDTs")?;
     if problems.is_empty() {
@@ -107,8 +109,20 @@ pub fn check_namespace(dirs: &[std::path::PathBuf]) -> Result<()> {
     for p in &problems {
         println!("{p}");
     }
-    bail!("{} problem(s) in the namespace", problems.len())
+    Err(NamespaceProblems(problems.len()).into())
 }
+
+/// What `braid check-namespace` found wrong: the checker ran, and this many problems.
+#[derive(Debug)]
+pub struct NamespaceProblems(pub usize);
+
+impl std::fmt::Display for NamespaceProblems {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} problem(s) in the namespace", self.0)
+    }
+}
+
+impl std::error::Error for NamespaceProblems {}
 
 /// The runtime of a command: every worker thread the machine offers.
 pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
