@@ -1,0 +1,80 @@
+//! The cluster-wide operations of [`Client`]: every target's usage, asked of the
+//! target itself, and the file system's statfs summed from it.
+
+use proto::msg::{Request, Response};
+
+use crate::*;
+
+impl Client {
+    /// Usage of every target, asked of the target itself; `Err` for one that does not
+    /// answer.
+    pub async fn target_usage(&self) -> Result<Vec<(TargetInfo, std::result::Result<Usage, String>)>> {
+        self.observe("target_usage", None, 0, 0, async {
+            let config = self.load_config().await?;
+            let mut out = Vec::new();
+            for t in config.mdts.iter().chain(config.osts.iter()) {
+                let req = match t.kind {
+                    TargetKind::Mdt => Request::MdsStatfs { mdt: t.index },
+                    TargetKind::Ost => Request::OstStatfs { ost: t.index },
+                };
+                let u = if !t.up {
+                    Err("inactive device".to_string())
+                } else {
+                    // The connection every other request uses (a connection per call
+                    // cost a handshake each, and `df` in a loop piled them up); a target
+                    // that does not answer soon is shown as such, not waited for.
+                    let server = self.server(&t.address);
+                    match tokio::time::timeout(USAGE_WAIT, server.call(&req, vec![])).await {
+                        Ok(Ok(r)) => match r.response {
+                            Response::Usage(u) => Ok(u),
+                            other => Err(format!("unexpected answer {other:?}")),
+                        },
+                        Ok(Err(e)) => Err(e.to_string()),
+                        Err(_) => Err(format!("no answer within {} s", USAGE_WAIT.as_secs())),
+                    }
+                };
+                out.push((t.clone(), u));
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    /// File system totals (statfs): space from the OSTs, inodes from the MDTs. Targets
+    /// that do not answer are left out, as Lustre's client leaves out inactive OSTs;
+    /// when no OST (or no MDT) answers, the totals would be made up, so it is an error.
+    pub async fn statfs(&self) -> Result<Usage> {
+        self.observe("statfs", None, 0, 0, async {
+            let mut total = Usage::default();
+            let usage = self.target_usage().await?;
+            for kind in [TargetKind::Mdt, TargetKind::Ost] {
+                let of_kind: Vec<_> = usage.iter().filter(|(t, _)| t.kind == kind).collect();
+                if !of_kind.is_empty() && of_kind.iter().all(|(_, u)| u.is_err()) {
+                    let why = of_kind.iter().filter_map(|(t, u)| {
+                        u.as_ref().err().map(|e| format!("{}{:04x}: {e}", t.kind.name(), t.index))
+                    });
+                    return Err(ClientError::Errno(
+                        Errno::Io,
+                        format!("statfs: no {} answered ({})", kind.name(), why.collect::<Vec<_>>().join("; ")),
+                    ));
+                }
+            }
+            for (t, u) in usage {
+                let Ok(u) = u else { continue };
+                match t.kind {
+                    TargetKind::Ost => {
+                        total.total_bytes += u.total_bytes;
+                        total.free_bytes += u.free_bytes;
+                        total.avail_bytes += u.avail_bytes;
+                    }
+                    TargetKind::Mdt => {
+                        total.total_inodes += u.total_inodes;
+                        total.free_inodes += u.free_inodes;
+                    }
+                }
+            }
+            Ok(total)
+        })
+        .await
+    }
+}
