@@ -151,9 +151,12 @@ pub fn check_namespace(dirs: &[PathBuf]) -> Result<Vec<String>, MdsError> {
             }
         }
     }
+    // An inode an undecided operation holds has its entries, `..` and link count in
+    // flux until the verdict: its undecided line above says so, once.
+    let undecided: BTreeSet<Fid> = all.values().flat_map(|c| c.pending.iter().map(|(fid, _)| *fid)).collect();
     for c in all.values() {
         for (fid, ino) in &c.inodes {
-            if *fid == Fid::ROOT {
+            if *fid == Fid::ROOT || undecided.contains(fid) {
                 continue;
             }
             let refs = names.get(fid).map_or(&[][..], |v| &v[..]);

@@ -271,3 +271,48 @@ fn an_operation_across_mdts_left_undecided_is_reported_on_the_mdt_that_holds_it(
         [format!("MDT 1: RemoveEntry (coordinator MDT 0, {}/f) of {} is still undecided", on1.fid, f.fid)]
     );
 }
+
+/// A remote mkdir whose participant (MDT 1) made the directory and whose coordinator
+/// (MDT 0) never added the entry, and a link whose participant (MDT 0) counted the
+/// link and whose coordinator never added the entry: each is its undecided line
+/// alone, not also a lost directory or a link count off by one.
+#[test]
+fn an_undecided_mkdir_or_link_is_one_line_not_also_a_lost_directory_or_a_wrong_link_count() {
+    let s = Scratch::new("undecided-halves");
+    let (mut m0, m1) = (Mdt::open(&s.mdt(0), 0), Mdt::open(&s.mdt(1), 1));
+    let f = created(m0.apply(create(Fid::ROOT, "f")));
+    m0.close();
+    m1.close();
+    assert_eq!(s.check(2), Vec::<String>::new(), "the namespace as made");
+
+    let (mut m0, mut m1) = (Mdt::open(&s.mdt(0), 0), Mdt::open(&s.mdt(1), 1));
+    let made = UpdateId { mdt: 0, seq: 1 };
+    let op = UpdateOp::MkdirInode {
+        creds: Creds::root(),
+        parent: Fid::ROOT,
+        name: "half".into(),
+        mode: 0o755,
+        gid: 0,
+        dir_default: None,
+        dirs_default: None,
+        shard: None,
+    };
+    let Response::Attr(half) = m1.apply(Request::MdsUpdate { mdt: 1, id: made, op: Box::new(op) }) else {
+        panic!("no directory")
+    };
+    let linked = UpdateId { mdt: 1, seq: 1 };
+    let op = UpdateOp::LinkInode { fid: f.fid, parent: half.fid, name: "f".into() };
+    let Response::Attr(_) = m0.apply(Request::MdsUpdate { mdt: 0, id: linked, op: Box::new(op) }) else {
+        panic!("no link")
+    };
+    m0.close();
+    m1.close();
+    let root = Fid::ROOT;
+    assert_eq!(
+        s.check(2),
+        [
+            format!("MDT 0: Link (coordinator MDT 1, {}/f) of {} is still undecided", half.fid, f.fid),
+            format!("MDT 1: Mkdir (coordinator MDT 0, {root}/half) of {} is still undecided", half.fid),
+        ]
+    );
+}
