@@ -131,7 +131,7 @@ pub async fn start(data: &Path, l: &Local) -> Result<Started> {
         mds::MdsConfig { default_layout: l.default_layout.clone(), root_stripes: l.root_stripes, ..Default::default() };
     // OSTs first: the MDS's first look at the configuration then finds every one
     // of them, so the mount's first files are striped over all the OSTs asked for.
-    let oss = serve::start_oss(&listen_again(data, "oss"), None, &mgs, &ost_dirs, &common).await?;
+    let oss = serve::start_oss(&listen_again(data, "oss"), None, &mgs, &ost_dirs, &common, &Default::default()).await?;
     remember_address(data, "oss", &oss);
     let mds = serve::start_mds(&listen_again(data, "mds"), None, &mgs, &mdt_dirs, &common, cfg).await?;
     remember_address(data, "mds", &mds);

@@ -193,7 +193,7 @@ pub fn run_oss(a: OssArgs) -> Result<()> {
         uids: if a.short_circuit_uids.is_empty() { file.oss.short_circuit_uids.clone() } else { a.short_circuit_uids },
         insecure: a.short_circuit_insecure || file.oss.short_circuit_insecure,
     };
-    run_server("OSS", async move { start_oss_with(&listen, advertise.as_deref(), &mgs, &osts, &common, &policy).await })
+    run_server("OSS", async move { start_oss(&listen, advertise.as_deref(), &mgs, &osts, &common, &policy).await })
 }
 
 /// Starts one role with `start`, prints where it listens and serves until a signal.
@@ -315,21 +315,9 @@ pub async fn start_mds(
     Ok(addr)
 }
 
-/// Starts an OSS serving the OSTs in `dirs`, short-circuit I/O to root and its own
-/// user only; returns its address.
-pub async fn start_oss(
-    listen: &str,
-    advertise: Option<&str>,
-    mgs_addr: &str,
-    dirs: &[PathBuf],
-    common: &Common,
-) -> Result<String> {
-    start_oss_with(listen, advertise, mgs_addr, dirs, common, &oss::local::ShortCircuitPolicy::default()).await
-}
-
 /// Starts an OSS serving the OSTs in `dirs`, short-circuit I/O as `policy` allows;
 /// returns its address.
-pub async fn start_oss_with(
+pub async fn start_oss(
     listen: &str,
     advertise: Option<&str>,
     mgs_addr: &str,

@@ -75,7 +75,7 @@ impl InProcessCluster {
                 for n in &spec.osts_per_oss {
                     let dirs: Vec<PathBuf> = (ost..ost + n).map(|k| root.join(format!("ost{k}"))).collect();
                     ost += n;
-                    cli::serve::start_oss("127.0.0.1:0", None, &mgs, &dirs, &common).await?;
+                    cli::serve::start_oss("127.0.0.1:0", None, &mgs, &dirs, &common, &Default::default()).await?;
                 }
                 cli::serve::start_mds("127.0.0.1:0", None, &mgs, &[root.join("mdt0")], &common, spec.mds.clone())
                     .await?;
