@@ -147,6 +147,77 @@ fn a_client_without_leases_asks_for_none() {
     assert_eq!(plain.dir_leases_held(), 0);
 }
 
+#[test]
+fn unlinks_under_a_lease_are_answered_here_and_every_later_look_sees_them_done() {
+    let c = cluster();
+    let rt = runtime();
+    let creds = client::process_creds();
+    let holder = connect(&rt, &c, true);
+    let other = connect(&rt, &c, false);
+    const N: usize = 200;
+    let fill = |dir: &str| {
+        let job = rt.block_on(holder.mkdir(&creds, Fid::ROOT, dir, 0o755)).unwrap();
+        within(&rt, "creates", async {
+            for n in 0..N {
+                let (f, _, _) = holder.create(&creds, job.fid, &format!("f{n}"), 0o644, true, RW, None).await?;
+                holder.write(&f, 0, bytes::Bytes::from(vec![n as u8; 100])).await?;
+                holder.close(f).await?;
+            }
+            client::Result::Ok(())
+        })
+        .unwrap();
+        job
+    };
+
+    // Emptied, then removed at once by the holder: the rmdir waits for the unlinks.
+    let job = fill("job");
+    let before = holder.unlinks_answered_here();
+    within(&rt, "unlinks and the rmdir", async {
+        for n in 0..N {
+            holder.unlink_vetted(&creds, job.fid, &format!("f{n}")).await?;
+        }
+        holder.rmdir(&creds, Fid::ROOT, "job").await
+    })
+    .expect("the directory emptied by unlinks answered here is removed at once");
+    // The directory's attributes, as its creates left them, are kept for a second
+    // only; past that an unlink goes to the MDS and brings them back.
+    assert!(holder.unlinks_answered_here() > before, "unlinks in a leased directory are answered here");
+
+    // Emptied, then listed and looked into by another client at once: its look takes
+    // the lease back, and the revocation's ack waits for the unlinks.
+    let job = fill("job2");
+    within(&rt, "unlinks", async {
+        for n in 0..N {
+            holder.unlink_vetted(&creds, job.fid, &format!("f{n}")).await?;
+        }
+        client::Result::Ok(())
+    })
+    .unwrap();
+    let held = holder.dir_leases_held();
+    let listed = within(&rt, "the other client's listing", other.readdir_all(&creds, job.fid)).unwrap();
+    assert!(listed.is_empty(), "the other client lists {} removed names", listed.len());
+    for n in 0..N {
+        let r = within(&rt, "lookup", other.lookup(&creds, job.fid, &format!("f{n}")));
+        assert_eq!(r.unwrap_err().errno(), Errno::NoEnt, "f{n} is gone for the other client");
+    }
+    assert_eq!(holder.dir_leases_held(), held - 1, "the other client's look took the lease back");
+
+    // One the MDS refuses after all (here a directory, which the kernel would never
+    // have let through) drops the lease and fails the next fsync of the directory.
+    let job = rt.block_on(holder.mkdir(&creds, Fid::ROOT, "job3", 0o755)).unwrap();
+    let held = holder.dir_leases_held();
+    let sub = rt.block_on(holder.mkdir(&creds, job.fid, "sub", 0o755)).unwrap();
+    assert_eq!(holder.dir_leases_held(), held + 1);
+    let answered = holder.unlinks_answered_here();
+    within(&rt, "unlink", holder.unlink_vetted(&creds, job.fid, "sub")).expect("answered here");
+    assert_eq!(holder.unlinks_answered_here(), answered + 1);
+    let synced = within(&rt, "fsync of the directory", holder.sync_metadata(job.fid));
+    assert_eq!(synced.unwrap_err().errno(), Errno::Io, "the refused unlink is reported");
+    within(&rt, "again", holder.sync_metadata(job.fid)).expect("once");
+    assert_eq!(within(&rt, "lookup", holder.lookup(&creds, job.fid, "sub")).unwrap().fid, sub.fid);
+    assert_eq!(holder.dir_leases_held(), held, "job3's lease was dropped, sub's kept");
+}
+
 /// Makes `job` through mount `a` and has `a` look up an absent name in it (answered
 /// from its lease).
 fn lease_through_the_mount(a: &Mount) {

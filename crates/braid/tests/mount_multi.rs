@@ -674,3 +674,36 @@ fn braid_local_mount_in_process_and_a_tcp_client_share_one_namespace() {
 fn braid_local_mount_over_tcp_behaves_the_same() {
     local_and_tcp_clients_share_one_namespace(&["--tcp"], false);
 }
+
+#[test]
+fn files_removed_on_one_mount_are_gone_for_the_other_at_its_next_look() {
+    // A makes a directory (and so holds its lease), fills it, and removes the files:
+    // its mount answers those unlinks itself and sends them behind. B's first look
+    // takes the lease back, and A acks only once they have landed.
+    let c = cluster();
+    let a = Mount::new(&c, "");
+    let b = Mount::new(&c, "");
+    for round in 0..3 {
+        let dir = format!("t{round}");
+        fs::create_dir(a.path(&dir)).unwrap();
+        for i in 0..100 {
+            fs::write(a.path(&format!("{dir}/f{i}")), pattern(1000 + i, i as u64)).unwrap();
+        }
+        for i in 0..100 {
+            fs::remove_file(a.path(&format!("{dir}/f{i}"))).unwrap();
+        }
+        let left: Vec<_> = fs::read_dir(b.path(&dir)).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert!(left.is_empty(), "round {round}: B lists {} of the removed files", left.len());
+        assert_eq!(fs::metadata(b.path(&format!("{dir}/f7"))).unwrap_err().raw_os_error(), Some(libc::ENOENT));
+        // And a whole tree removed on A (rm -rf: each directory emptied, then removed).
+        for d in 0..5 {
+            fs::create_dir_all(a.path(&format!("{dir}/sub/d{d}"))).unwrap();
+            for i in 0..20 {
+                fs::write(a.path(&format!("{dir}/sub/d{d}/f{i}")), b"x").unwrap();
+            }
+        }
+        fs::remove_dir_all(a.path(&format!("{dir}/sub"))).unwrap();
+        fs::remove_dir(a.path(&dir)).unwrap();
+        assert_eq!(fs::metadata(b.path(&dir)).unwrap_err().raw_os_error(), Some(libc::ENOENT), "round {round}");
+    }
+}

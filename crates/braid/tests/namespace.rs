@@ -221,3 +221,23 @@ fn unlink_and_rmdir_errnos() {
         assert_eq!(names, [("file".to_string(), FileKind::File), ("tmp".to_string(), FileKind::Dir)]);
     });
 }
+
+#[test]
+fn xattrs_of_a_namespace_the_mds_does_not_keep_are_refused_here_without_a_request() {
+    let k = InProcessCluster::start();
+    let c = &k.client;
+    k.run(async {
+        let a = touch(c, &root(), Fid::ROOT, "f").await;
+        let before = c.rpc_counts().mds;
+        let acl = "system.posix_acl_access";
+        assert_eq!(client_errno(c.getxattr(&root(), a.fid, acl).await), Errno::NotSup);
+        let set = c.setxattr(&root(), a.fid, acl, b"v", proto::msg::XattrMode::Any).await;
+        assert_eq!(client_errno(set), Errno::NotSup);
+        assert_eq!(client_errno(c.removexattr(&root(), a.fid, "bogus.k").await), Errno::NotSup);
+        assert_eq!(c.rpc_counts().mds, before, "answered without asking the MDS");
+        // What the MDS keeps still goes to it, and so does a name only it may judge.
+        c.setxattr(&root(), a.fid, "user.k", b"v", proto::msg::XattrMode::Any).await.unwrap();
+        assert_eq!(client_errno(c.getxattr(&root(), a.fid, "").await), Errno::Range);
+        assert_eq!(c.rpc_counts().mds, before + 2);
+    });
+}

@@ -145,9 +145,10 @@ impl Deferred {
         self.hurry.subscribe()
     }
 
-    /// Remembers that the deferred flush of `fid` failed.
+    /// Remembers that the deferred work on `fid` (a file's flush, a removal in a
+    /// directory) failed.
     pub(crate) fn failed(&self, fid: Fid, why: String) {
-        tracing::warn!(%fid, "a flush finished after close failed: {why}");
+        tracing::warn!(%fid, "work finished after its call returned failed: {why}");
         let mut f = self.failed.lock().expect("failed flushes");
         if f.len() >= FAILED_MAX {
             f.pop_front();

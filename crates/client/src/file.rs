@@ -110,9 +110,10 @@ impl Client {
         drop(ticket);
     }
 
-    /// Waits until no flush is deferred (an unmount).
+    /// Waits until no flush or removal is deferred (an unmount).
     pub async fn deferred_idle(&self) {
-        self.inner.deferred.idle().await
+        self.inner.deferred.idle().await;
+        self.inner.removals.idle().await
     }
 
     /// Makes the handle's writes durable on the OSTs and its size on the MDT.
@@ -139,7 +140,13 @@ impl Client {
     /// (fsync of a file or a directory): MDTs acknowledge once an operation survives
     /// their own crash, and reach the disk at their next checkpoint or at this call.
     pub async fn sync_metadata(&self, fid: Fid) -> Result<()> {
-        md_op!(self, "sync_metadata", fid, Request::MdsSync { fid }, Response::Ok => ())
+        md_op!(self, "sync_metadata", fid, Request::MdsSync { fid }, Response::Ok => ())?;
+        // A removal in this directory answered here and refused later (see
+        // `Client::unlink_vetted`) is reported by its next fsync.
+        match self.inner.removals.take_failure(fid) {
+            Some(why) => Err(ClientError::Errno(Errno::Io, format!("an earlier unlink in {fid} failed: {why}"))),
+            None => Ok(()),
+        }
     }
 
     /// Tells the MDS the size and mtime of a written handle, unless nothing was written

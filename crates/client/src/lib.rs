@@ -281,6 +281,10 @@ struct Inner {
     leases_reachable: AtomicBool,
     /// Flushes finished after their close returned (see [`deferred`]).
     deferred: Arc<deferred::Deferred>,
+    /// Unlinks answered here and sent in the background (see
+    /// [`Client::unlink_vetted`]): waited for as the deferred flushes are.
+    removals: Arc<deferred::Deferred>,
+    unlinks_answered: AtomicU64,
     /// What carries out the MDS's callbacks: the leases, then the deferred flushes.
     revocations: Arc<Revocations>,
     /// Renames and links sent: a file created before one may have a name others can
@@ -384,20 +388,24 @@ const USAGE_WAIT: Duration = Duration::from_secs(2);
 const CLOSE_BATCH_MAX: usize = 512;
 
 /// What carries out the MDS's callbacks for a client: a revoked lease is dropped at
-/// once, and acked once every deferred flush is done (see [`deferred`]).
+/// once, and acked once every deferred flush and removal is done (see [`deferred`]).
 struct Revocations {
     leases: Arc<lease::DirLeases>,
     deferred: Arc<deferred::Deferred>,
+    removals: Arc<deferred::Deferred>,
 }
 
 impl rpc::CallbackHandler for Revocations {
     fn callback(&self, cb: &proto::msg::Callback) -> Option<rpc::AckAfter> {
         self.leases.revoked(cb);
-        if self.deferred.running() == 0 {
+        if self.deferred.running() == 0 && self.removals.running() == 0 {
             return None;
         }
-        let deferred = self.deferred.clone();
-        Some(Box::pin(async move { deferred.idle().await }))
+        let (deferred, removals) = (self.deferred.clone(), self.removals.clone());
+        Some(Box::pin(async move {
+            deferred.idle().await;
+            removals.idle().await
+        }))
     }
 }
 
@@ -616,6 +624,7 @@ impl Client {
         let config = fetch_config(&mgs).await?;
         let leases = Arc::new(lease::DirLeases::new(cfg.rpc.request_timeout));
         let deferred: Arc<deferred::Deferred> = Arc::default();
+        let removals: Arc<deferred::Deferred> = Arc::default();
         let throttle = (cfg.ost_limit.is_some() || !cfg.ost_latency.is_zero())
             .then(|| Arc::new(throttle::Throttle::new(cfg.ost_limit, cfg.ost_latency)));
         let cluster = proto::auth::cluster_identity(&cfg.secret, &config.fsname, &cfg.mgs);
@@ -649,10 +658,16 @@ impl Client {
                 closes: Mutex::new(Vec::new()),
                 lock_waits: tokio::sync::Semaphore::new(LOCK_WAITS_MAX),
                 recent_dirs: Mutex::new(HashMap::new()),
-                revocations: Arc::new(Revocations { leases: leases.clone(), deferred: deferred.clone() }),
+                revocations: Arc::new(Revocations {
+                    leases: leases.clone(),
+                    deferred: deferred.clone(),
+                    removals: removals.clone(),
+                }),
                 leases,
                 leases_reachable: AtomicBool::new(true),
                 deferred,
+                removals,
+                unlinks_answered: AtomicU64::new(0),
                 moves: AtomicU64::new(0),
                 rpcs: Arc::default(),
                 statahead: Arc::default(),
@@ -900,9 +915,15 @@ impl Client {
     async fn md_reply(&self, fid: Fid, req: Request) -> Result<rpc::Reply> {
         let sees_files =
             !matches!(req, Request::MdsSizeUpdate { .. } | Request::MdsClose { .. } | Request::MdsCloseMany { .. });
-        if sees_files && self.inner.deferred.running() > 0 && !deferred::is_exempt() {
-            // It may observe a file whose flush is still on its way (see `deferred`).
-            self.inner.deferred.idle().await;
+        if sees_files && !deferred::is_exempt() {
+            // It may observe a file whose flush, or a name whose removal, is still on
+            // its way (see `deferred`).
+            if self.inner.deferred.running() > 0 {
+                self.inner.deferred.idle().await;
+            }
+            if self.inner.removals.running() > 0 {
+                self.inner.removals.idle().await;
+            }
         }
         let c = self.mdt(fid).await?;
         self.inner.rpcs.count_mds();
@@ -957,6 +978,11 @@ impl Client {
     /// Directory leases this client holds now.
     pub fn dir_leases_held(&self) -> usize {
         self.inner.leases.len()
+    }
+
+    /// Unlinks this client answered itself so far (see [`Client::unlink_vetted`]).
+    pub fn unlinks_answered_here(&self) -> u64 {
+        self.inner.unlinks_answered.load(Ordering::Relaxed)
     }
 
     /// Creates this client answered itself so far (see [`async_create`]).

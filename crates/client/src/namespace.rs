@@ -185,7 +185,7 @@ impl Client {
         };
         // The directory's times as the MDS will set them, for the kernel's re-read of
         // its attributes after the create (see `recent_dir_attr`).
-        self.touch_recent_dir(dir, attr.ctime);
+        self.touch_recent_dir(dir, attr.ctime, Duration::MAX);
         let (gate, held) = async_create::gate();
         f.created = Some(gate.clone());
         f.created_in = Some((dir, self.inner.moves.load(Ordering::Acquire)));
@@ -436,6 +436,63 @@ impl Client {
         .await
     }
 
+    /// [`Client::unlink`] for a caller that has already looked `name` up and found a
+    /// file (not a directory) that `creds` may remove: the kernel under
+    /// `default_permissions`, which checks that before it asks. Where this client
+    /// holds the lease on the directory (no other client can have changed its
+    /// entries since, nor look at them before the MDS takes the lease back) and knows
+    /// the directory's attributes as its last change left them (less than the
+    /// kernel's attribute time ago: the kernel asks for them after every unlink, and
+    /// they are answered here, see [`Client::recent_dir_attr`]), the unlink is
+    /// answered here and sent in the background, as a deferred flush is (see
+    /// [`deferred`]): every later MDS request of this client, and the ack of a lease
+    /// revocation, waits for it; so `rm -rf` sends a directory's unlinks together and
+    /// waits once, at the `rmdir`. One refused after all (only an MDS failing can) is
+    /// logged, drops the lease, and is reported by the next fsync of the directory.
+    pub async fn unlink_vetted(&self, creds: &Creds, parent: Fid, name: &str) -> Result<()> {
+        let dir = self.shard(parent, name);
+        let Some(ticket) = self.inner.removals.begin(0) else { return self.unlink(creds, parent, name).await };
+        // The lease is checked after the ticket is counted: a revocation after the
+        // check waits for the removal.
+        if !self.inner.leases.trusted(dir) || !self.touch_recent_dir(dir, Timespec::now(), async_create::TEMPLATE_AGE) {
+            // Given back first: the unlink waits for every removal under way.
+            drop(ticket);
+            return self.unlink(creds, parent, name).await;
+        }
+        self.inner.statahead.changed();
+        self.inner.unlinks_answered.fetch_add(1, Ordering::Relaxed);
+        let (c, creds, name) = (self.clone(), creds.clone(), name.to_string());
+        tokio::spawn(async move {
+            c.observe("unlink", Some(parent), 0, 0, c.finish_removal(&creds, parent, &name)).await.ok();
+            drop(ticket);
+        });
+        Ok(())
+    }
+
+    /// Sends an unlink [`Client::unlink_vetted`] answered.
+    async fn finish_removal(&self, creds: &Creds, parent: Fid, name: &str) -> Result<()> {
+        // Flushes deferred before it land first (its request skips the wait, so as not
+        // to wait for the removals sent with it).
+        self.inner.deferred.idle().await;
+        let req = |dir| Request::MdsUnlink { creds: creds.clone(), parent: dir, name: name.to_string() };
+        let r = deferred::exempt(async {
+            self.settle_closes().await;
+            self.md_change(parent, name, req).await
+        })
+        .await;
+        let r = r.and_then(|r| answer!("unlink", r, Response::DirChanged { .. } => ()));
+        match &r {
+            Ok(()) => {}
+            // Removed meanwhile by a caller that looked before this client's lease.
+            Err(e) if e.errno() == Errno::NoEnt => tracing::debug!(%parent, name, "unlinked already: {e}"),
+            Err(e) => {
+                self.forget_dir(self.shard(parent, name));
+                self.inner.removals.failed(parent, format!("unlink of {name:?}: {e}"));
+            }
+        }
+        r
+    }
+
     pub async fn rmdir(&self, creds: &Creds, parent: Fid, name: &str) -> Result<()> {
         let req = |dir| Request::MdsRmdir { creds: creds.clone(), parent: dir, name: name.to_string() };
         self.observe("rmdir", Some(parent), 0, 0, self.remove_entry(parent, name, req)).await
@@ -679,6 +736,7 @@ impl Client {
 
     pub async fn setxattr(&self, creds: &Creds, fid: Fid, name: &str, value: &[u8], mode: XattrMode) -> Result<()> {
         self.observe("setxattr", Some(fid), 0, value.len() as u64, async {
+            refuse_unsupported_xattr(name)?;
             self.forget_dir(fid);
             let req =
                 Request::MdsSetxattr { creds: creds.clone(), fid, name: name.to_string(), value: value.to_vec(), mode };
@@ -688,6 +746,7 @@ impl Client {
     }
 
     pub async fn getxattr(&self, creds: &Creds, fid: Fid, name: &str) -> Result<Vec<u8>> {
+        refuse_unsupported_xattr(name)?;
         let req = Request::MdsGetxattr { creds: creds.clone(), fid, name: name.to_string() };
         md_op!(self, "getxattr", fid, req, Response::Xattr(v) => v)
     }
@@ -699,6 +758,7 @@ impl Client {
 
     pub async fn removexattr(&self, creds: &Creds, fid: Fid, name: &str) -> Result<()> {
         self.observe("removexattr", Some(fid), 0, 0, async {
+            refuse_unsupported_xattr(name)?;
             self.forget_dir(fid);
             let req = Request::MdsRemovexattr { creds: creds.clone(), fid, name: name.to_string() };
             answer!("removexattr", self.md(fid, req).await?, Response::Ok => ())
@@ -761,11 +821,13 @@ impl Client {
 
     /// A create answered here changed directory `fid` at `now`: what
     /// [`Client::recent_dir_attr`] knows of it takes that time, and keeps its age.
-    fn touch_recent_dir(&self, fid: Fid, now: Timespec) {
-        if let Some((a, _)) = self.inner.recent_dirs.lock().expect("recent dirs").get_mut(&fid) {
-            a.mtime = a.mtime.max(now);
-            a.ctime = a.ctime.max(now);
-        }
+    /// Whether it knew the directory, as it was less than `max_age` ago.
+    fn touch_recent_dir(&self, fid: Fid, now: Timespec, max_age: Duration) -> bool {
+        let mut dirs = self.inner.recent_dirs.lock().expect("recent dirs");
+        let Some((a, _)) = dirs.get_mut(&fid).filter(|(_, at)| at.elapsed() < max_age) else { return false };
+        a.mtime = a.mtime.max(now);
+        a.ctime = a.ctime.max(now);
+        true
     }
 
     /// Drops what [`Client::recent_dir_attr`] knows of `fid` (this client changed it).
@@ -773,4 +835,23 @@ impl Client {
         self.inner.creates.forget(fid);
         self.inner.recent_dirs.lock().expect("recent dirs").remove(&fid);
     }
+}
+
+/// Longest xattr name the MDS takes (its `XATTR_NAME_MAX`, Linux's).
+const XATTR_NAME_MAX: usize = 255;
+
+/// The MDS keeps `user.`, `trusted.` and `security.` attributes only, and refuses
+/// every other namespace with `EOPNOTSUPP`: so does this client, without asking.
+/// `cp -a`, `tar --xattrs` and `rsync -A` ask for `system.posix_acl_access` and
+/// `system.posix_acl_default` of every file they copy (four round trips a file).
+fn refuse_unsupported_xattr(name: &str) -> Result<()> {
+    let kept = ["user.", "trusted.", "security."].iter().any(|ns| name.starts_with(ns));
+    if kept || name.is_empty() || name.len() > XATTR_NAME_MAX {
+        // The MDS's answer (a length it refuses is ERANGE there).
+        return Ok(());
+    }
+    Err(ClientError::Errno(
+        Errno::NotSup,
+        format!("unsupported xattr namespace in {name:?} (user., trusted., security.)"),
+    ))
 }

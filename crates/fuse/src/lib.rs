@@ -755,7 +755,12 @@ impl fuser::Filesystem for BraidFs {
         let Ok(name) = name_str(name) else { return reply.error(Errno::ENOENT) };
         let c = self.creds(req);
         let name = name.to_owned();
-        self.serve(req, move |s| async move { reply_empty(reply, s.client.unlink(&c, fid_of(parent), &name).await) });
+        // The kernel looked the name up and checked the caller may remove it
+        // (`default_permissions`) before it asked: the client may answer it itself.
+        self.serve(
+            req,
+            move |s| async move { reply_empty(reply, s.client.unlink_vetted(&c, fid_of(parent), &name).await) },
+        );
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
