@@ -88,3 +88,75 @@ fn directory_of_100000_entries() {
     assert!((0..N).all(|i| set.contains(&format!("e{i:06}"))), "the listed names are the created ones");
     assert_eq!(fs::metadata(dir.join("e099999")).unwrap().len(), 0);
 }
+
+/// What a listing gives for each entry (the kernel's READDIRPLUS answers `stat` of
+/// every listed name from what the listing brought): kind, mode, owner, size, links.
+fn listed(dir: &Path) -> Vec<(String, u32, u32, u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out: Vec<_> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let m = fs::symlink_metadata(e.path()).unwrap();
+            (e.file_name().to_string_lossy().into_owned(), m.mode(), m.uid(), m.size(), m.nlink())
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn a_listing_with_attributes_gives_what_a_lookup_gives_on_every_mdt_and_in_striped_directories() {
+    use std::os::unix::fs::{symlink, PermissionsExt};
+    let c = Cluster::start(Path::new(env!("CARGO_BIN_EXE_braid")), ClusterSpec { mdts: 2, ..Default::default() });
+    let a = Mount::new(&c, "");
+    let b = Mount::new(&c, "");
+    // Files, a subdirectory, a symlink, hard links, an entry whose inode is on the
+    // other MDT, and a striped directory.
+    c.braid_ok(&["mkdir", "-i", "0", &c.url("/d")]);
+    c.braid_ok(&["mkdir", "-i", "1", &c.url("/d/remote")]);
+    c.braid_ok(&["mkdir", "-c", "2", &c.url("/d/striped")]);
+    for (i, dir) in ["d", "d/striped"].iter().enumerate() {
+        for n in 0..40 {
+            fs::write(a.path(&format!("{dir}/f{n}")), vec![b'x'; n * 100 + i]).unwrap();
+        }
+        fs::set_permissions(a.path(&format!("{dir}/f3")), fs::Permissions::from_mode(0o600)).unwrap();
+        std::os::unix::fs::chown(a.path(&format!("{dir}/f4")), Some(77), Some(88)).unwrap();
+        fs::hard_link(a.path(&format!("{dir}/f5")), a.path(&format!("{dir}/link5"))).unwrap();
+        symlink("f1", a.path(&format!("{dir}/sym"))).unwrap();
+        fs::create_dir(a.path(&format!("{dir}/sub"))).unwrap();
+    }
+    fs::write(a.path("d/remote/inside"), b"x").unwrap();
+    for dir in ["d", "d/striped", "d/remote"] {
+        // B has cached nothing: its listing brings every attribute, and they must
+        // be the ones a lookup brings (a fresh mount with no entry cache asks).
+        let fresh = Mount::new(&c, "attr_timeout=0,entry_timeout=0");
+        assert_eq!(listed(&b.path(dir)), listed(&fresh.path(dir)), "{dir}");
+    }
+    let got = listed(&b.path("d"));
+    let find = |n: &str| got.iter().find(|e| e.0 == n).unwrap_or_else(|| panic!("{n} listed")).clone();
+    assert_eq!(find("f3").1 & 0o7777, 0o600);
+    assert_eq!(find("f4").2, 77);
+    assert_eq!((find("f5").4, find("link5").4), (2, 2));
+    assert_eq!(find("f39").3, 3900);
+    assert_eq!(find("sub").1 & libc::S_IFMT, libc::S_IFDIR);
+    assert_eq!(find("sym").1 & libc::S_IFMT, libc::S_IFLNK);
+
+    // A change B's listing cached is seen as the cache time allows, as after lookups.
+    fs::set_permissions(a.path("d/f7"), fs::Permissions::from_mode(0o640)).unwrap();
+    fs::write(a.path("d/f8"), b"longer than before, by a little").unwrap();
+    testkit::wait_for("B to see A's changes", std::time::Duration::from_secs(30), || {
+        let got = listed(&b.path("d"));
+        let f = |n: &str| got.iter().find(|e| e.0 == n).cloned().unwrap();
+        f("f7").1 & 0o7777 == 0o640 && f("f8").3 == 31
+    });
+    // B's own change after its listing is what B then sees, at once.
+    let _ = listed(&b.path("d"));
+    fs::set_permissions(b.path("d/f9"), fs::Permissions::from_mode(0o604)).unwrap();
+    assert_eq!(find_mode(&b.path("d"), "f9"), 0o604);
+}
+
+/// The mode a listing of `dir` gives `name`.
+fn find_mode(dir: &Path, name: &str) -> u32 {
+    listed(dir).into_iter().find(|e| e.0 == name).unwrap().1 & 0o7777
+}

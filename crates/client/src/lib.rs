@@ -53,8 +53,9 @@ pub use cache::Backing as CacheBacking;
 pub use layout::DirHash;
 pub use proto::auth::Secret;
 pub use proto::msg::{
-    Attr, ClusterConfig, Creds, DirEntry, DirSpec, DirStripes, FileKind, LockInfo, LockRequest, LockType, OpenFlags,
-    RenameFlags, SetAttr, TargetInfo, TargetKind, TimeSet, Timespec, Usage, XattrMode, DIR_STRIPES_ALL, MDT_BALANCED,
+    Attr, ClusterConfig, Creds, DirEntry, DirEntryPlus, DirSpec, DirStripes, FileKind, LockInfo, LockRequest, LockType,
+    OpenFlags, RenameFlags, SetAttr, TargetInfo, TargetKind, TimeSet, Timespec, Usage, XattrMode, DIR_STRIPES_ALL,
+    MDT_BALANCED,
 };
 pub use proto::{Errno, Fid, ObjectId};
 
@@ -978,6 +979,13 @@ impl Client {
     /// Directory leases this client holds now.
     pub fn dir_leases_held(&self) -> usize {
         self.inner.leases.len()
+    }
+
+    /// Moves whenever this client sends a request that may change metadata (or
+    /// answers one itself): attributes fetched before it moved may predate this
+    /// client's own change, and are not handed on as current.
+    pub fn metadata_epoch(&self) -> u64 {
+        self.inner.statahead.epoch()
     }
 
     /// Unlinks this client answered itself so far (see [`Client::unlink_vetted`]).

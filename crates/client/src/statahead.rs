@@ -64,6 +64,7 @@ pub(crate) fn changes_nothing(req: &Request) -> bool {
         | Request::MdsGetattr { .. }
         | Request::MdsReaddir { .. }
         | Request::MdsStatahead { .. }
+        | Request::MdsReaddirPlus { .. }
         | Request::MdsReadlink { .. }
         | Request::MdsGetxattr { .. }
         | Request::MdsListxattr { .. }
@@ -146,6 +147,11 @@ pub(crate) struct Fetch {
 
 impl Statahead {
     /// This client sent a request that may change what lookups answer.
+    /// How many times this client changed metadata so far (see [`Statahead::changed`]).
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
     pub(crate) fn changed(&self) {
         self.epoch.fetch_add(1, Ordering::AcqRel);
     }

@@ -158,6 +158,33 @@ impl Client {
         Ok(merge_dir_attr(attr, &shards))
     }
 
+    /// [`Client::readdir`] with the attributes a lookup of each entry would return
+    /// (FUSE's `READDIRPLUS`), from one request; `None` for an entry the MDS leaves to
+    /// a lookup (its inode on another MDT, a striped directory) and for every entry of
+    /// a striped directory.
+    pub async fn readdir_plus(
+        &self,
+        creds: &Creds,
+        fid: Fid,
+        after: Option<&str>,
+        max: u32,
+    ) -> Result<(Vec<proto::msg::DirEntryPlus>, bool)> {
+        self.observe("readdirplus", Some(fid), 0, 0, async {
+            if self.inner.stripes.get(fid).is_none() {
+                let max = max.clamp(1, proto::msg::READDIR_MAX);
+                let req = Request::MdsReaddirPlus { creds: creds.clone(), fid, after: after.map(str::to_string), max };
+                match self.md(fid, req).await? {
+                    Response::DirentsPlus { entries, eof } => return Ok((entries, eof)),
+                    Response::Striped(s) => self.inner.stripes.learn(&s),
+                    r => return Err(unexpected("readdirplus", &r)),
+                }
+            }
+            let (entries, eof) = self.readdir_merged(creds, fid, after, max).await?;
+            Ok((entries.into_iter().map(|e| (e, None)).collect(), eof))
+        })
+        .await
+    }
+
     /// One batch of directory `fid`'s entries after `after` (name order), merged over
     /// its shards if it is striped: every shard is asked for `max` entries after
     /// `after` at once, and the first `max` names of all their answers are the batch.

@@ -4,6 +4,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use client::Fid;
 use client::OpenFile;
@@ -24,6 +25,10 @@ pub struct FileState {
     pub deferred: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
+/// How long the attributes a listing brought are handed to the kernel with its
+/// entries (a lookup's answer is older than that only in the kernel's own cache).
+pub const ATTRS_FRESH: Duration = Duration::from_secs(1);
+
 /// An open directory: entries fetched so far, in name order. Listing resumes after the
 /// last name fetched, so entries created or removed during a listing never make it
 /// skip or repeat the others.
@@ -34,33 +39,50 @@ pub struct DirHandle {
 }
 
 struct DirState {
-    entries: Vec<DirEntry>,
+    entries: Vec<client::DirEntryPlus>,
     eof: bool,
+    /// For each batch: the index of its first entry, when it was fetched and the
+    /// client's metadata epoch then (see [`DirHandle::entry_plus`]).
+    batches: Vec<(usize, Instant, u64)>,
 }
 
 impl DirHandle {
     pub fn new(fid: Fid, creds: Creds) -> DirHandle {
-        DirHandle { fid, creds, state: Mutex::new(DirState { entries: Vec::new(), eof: false }) }
+        let state = DirState { entries: Vec::new(), eof: false, batches: Vec::new() };
+        DirHandle { fid, creds, state: Mutex::new(state) }
     }
 
     /// Entry `i` of the listing if it is known (`None` past the end), or else the
     /// name to fetch the next batch after (see [`DirHandle::extend`]).
     pub fn entry(&self, i: usize) -> Result<Option<DirEntry>, Option<String>> {
-        let st = self.state.lock().expect("dir state");
-        if i < st.entries.len() || st.eof {
-            return Ok(st.entries.get(i).cloned());
-        }
-        Err(st.entries.last().map(|e| e.name.clone()))
+        self.entry_plus(i, 0).map(|e| e.map(|(e, _)| e))
     }
 
-    /// Appends a batch fetched after `after`, unless another fetch of the same
-    /// handle appended one first.
-    pub fn extend(&self, after: Option<String>, batch: Vec<DirEntry>, eof: bool) {
+    /// [`DirHandle::entry`] with the entry's attributes, if its batch brought them
+    /// less than [`ATTRS_FRESH`] ago and the client's metadata epoch is still
+    /// `epoch` (nothing of this client changed since: the kernel would take them
+    /// over attributes it has newer).
+    pub fn entry_plus(&self, i: usize, epoch: u64) -> Result<Option<client::DirEntryPlus>, Option<String>> {
+        let st = self.state.lock().expect("dir state");
+        if i >= st.entries.len() && !st.eof {
+            return Err(st.entries.last().map(|(e, _)| e.name.clone()));
+        }
+        let Some((e, attr)) = st.entries.get(i) else { return Ok(None) };
+        let batch = st.batches.iter().rev().find(|(first, _, _)| *first <= i);
+        let fresh = batch.is_some_and(|(_, at, e)| at.elapsed() < ATTRS_FRESH && *e == epoch);
+        Ok(Some((e.clone(), attr.clone().filter(|_| fresh))))
+    }
+
+    /// Appends a batch fetched after `after` (at client metadata epoch `epoch`),
+    /// unless another fetch of the same handle appended one first.
+    pub fn extend(&self, after: Option<String>, batch: Vec<client::DirEntryPlus>, eof: bool, epoch: u64) {
         let mut st = self.state.lock().expect("dir state");
-        if st.eof || st.entries.last().map(|e| &e.name) != after.as_ref() {
+        if st.eof || st.entries.last().map(|(e, _)| &e.name) != after.as_ref() {
             return;
         }
         st.eof = eof || batch.is_empty();
+        let first = st.entries.len();
+        st.batches.push((first, Instant::now(), epoch));
         st.entries.extend(batch);
     }
 }

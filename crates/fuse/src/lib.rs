@@ -42,8 +42,8 @@ use client::{Client, ClientError, OpenFile};
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
     LockOwner, OpenFlags as FuseOpenFlags, RenameFlags as FuseRenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
-    TimeOrNow, WriteFlags,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use handles::{DirHandle, Handles, InodeState, Passthrough};
@@ -205,6 +205,28 @@ fn ino_of(fid: Fid) -> u64 {
         ROOT_INO
     } else {
         fid.ino()
+    }
+}
+
+/// The attributes of a listed entry the kernel is to keep nothing of (given with no
+/// cache time): its inode number and type only.
+fn placeholder_attr(ino: u64, kind: FileKind) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(ino),
+        size: 0,
+        blocks: 0,
+        atime: UNIX_EPOCH,
+        mtime: UNIX_EPOCH,
+        ctime: UNIX_EPOCH,
+        crtime: UNIX_EPOCH,
+        kind: file_type(kind),
+        perm: 0,
+        nlink: 1,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 4096,
+        flags: 0,
     }
 }
 
@@ -579,7 +601,11 @@ impl fuser::Filesystem for BraidFs {
             | InitFlags::FUSE_DONT_MASK
             // mmap of a file opened O_DIRECT works as on a local file system (Linux 6.6+;
             // without it such an mmap fails with ENODEV).
-            | InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP;
+            | InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP
+            // Listings carry attributes (see `readdirplus`); the kernel picks plain
+            // listings where it sees no lookups follow.
+            | InitFlags::FUSE_DO_READDIRPLUS
+            | InitFlags::FUSE_READDIRPLUS_AUTO;
         let _ = config.add_capabilities(wanted & config.capabilities());
         // With an SSD cache, a file it holds whole is read by the kernel straight from
         // its cache file (see `State::io_mode`). Backing files are on a local file
@@ -1098,7 +1124,7 @@ impl fuser::Filesystem for BraidFs {
                         Ok(None) => None,
                         Err(after) => match s.client.readdir(&d.creds, fid, after.as_deref(), 1024).await {
                             Ok((batch, eof)) => {
-                                d.extend(after, batch, eof);
+                                d.extend(after, batch.into_iter().map(|e| (e, None)).collect(), eof, 0);
                                 continue;
                             }
                             Err(e) => return reply.error(errno(&e)),
@@ -1108,6 +1134,54 @@ impl fuser::Filesystem for BraidFs {
                 let Some((entry_ino, kind, name)) = item else { break };
                 next += 1;
                 if reply.add(INodeNo(entry_ino), next, kind, name) {
+                    break;
+                }
+            }
+            reply.ok();
+        });
+    }
+
+    /// The listing with each entry's attributes (`FUSE_DO_READDIRPLUS`): the kernel
+    /// caches them as a lookup's answers, so `ls -l`, `du`, `find`, `cp -a` and
+    /// `rm -rf` look nothing up after it. One MDS request per batch of entries; an
+    /// entry it leaves without attributes (another MDT's, a striped directory) is
+    /// looked up.
+    fn readdirplus(&self, req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        let Some(d) = self.handles.dir(fh.0) else { return reply.error(Errno::EBADF) };
+        let fid = d.fid;
+        self.serve(req, move |s| async move {
+            let ttl = s.opts.entry_ttl.min(s.opts.attr_ttl);
+            let mut next = offset;
+            loop {
+                // Offsets: 1 = ".", 2 = "..", 3.. = entries in name order. The kernel
+                // links no entry for the dots, and takes no attributes from them.
+                let (name, attr, ttl) = match next {
+                    0 => (".".to_string(), placeholder_attr(ino.0, FileKind::Dir), Duration::ZERO),
+                    1 => ("..".to_string(), placeholder_attr(ino.0, FileKind::Dir), Duration::ZERO),
+                    n => match d.entry_plus((n - 2) as usize, s.client.metadata_epoch()) {
+                        Ok(Some((e, Some(a)))) => (e.name, s.file_attr(&a), ttl),
+                        Ok(Some((e, None))) => match s.client.lookup(&d.creds, fid, &e.name).await {
+                            Ok(a) => (e.name, s.file_attr(&a), ttl),
+                            // Gone meanwhile, or not to be looked up by the caller (a
+                            // directory it may read but not search): listed with no
+                            // attributes to keep, the kernel asks again at first use.
+                            Err(_) => (e.name, placeholder_attr(ino_of(e.fid), e.kind), Duration::ZERO),
+                        },
+                        Ok(None) => break,
+                        Err(after) => {
+                            let epoch = s.client.metadata_epoch();
+                            match s.client.readdir_plus(&d.creds, fid, after.as_deref(), 1024).await {
+                                Ok((batch, eof)) => {
+                                    d.extend(after, batch, eof, epoch);
+                                    continue;
+                                }
+                                Err(e) => return reply.error(errno(&e)),
+                            }
+                        }
+                    },
+                };
+                next += 1;
+                if reply.add(attr.ino, next, name, &ttl, &attr, Generation(0)) {
                     break;
                 }
             }

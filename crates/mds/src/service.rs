@@ -278,6 +278,7 @@ impl Mds {
             | Request::MdsOpen { fid, .. }
             | Request::MdsReaddir { fid, .. }
             | Request::MdsStatahead { fid, .. }
+            | Request::MdsReaddirPlus { fid, .. }
             | Request::MdsSetattr { fid, .. }
             | Request::MdsReadlink { fid }
             | Request::MdsSetxattr { fid, .. }
@@ -343,6 +344,14 @@ impl Mds {
                 mdt.read(move |v| {
                     let (entries, last, eof) = v.statahead(&creds, fid, after.as_deref(), max)?;
                     Ok(Response::EntryAttrs { entries, last, eof })
+                })
+                .await
+            }
+            Request::MdsReaddirPlus { creds, fid, after, max } => {
+                self.reading_entries(&ctx, mdt, fid).await;
+                mdt.read(move |v| {
+                    let (entries, eof) = v.readdir_plus(&creds, fid, after.as_deref(), max)?;
+                    Ok(Response::DirentsPlus { entries, eof })
                 })
                 .await
             }

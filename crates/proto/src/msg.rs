@@ -304,6 +304,10 @@ pub struct DirEntry {
     pub kind: FileKind,
 }
 
+/// A directory entry with the attributes a lookup of it returns, if the MDS gave them
+/// (see [`Request::MdsReaddirPlus`]).
+pub type DirEntryPlus = (DirEntry, Option<Attr>);
+
 /// How an open file will be used (checked against permissions).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OpenFlags {
@@ -730,6 +734,21 @@ pub enum Request {
         object: ObjectId,
         create: bool,
     },
+
+    // ---- MDS, continued ----
+    /// A listing with the attributes a lookup of each entry would return (FUSE's
+    /// `READDIRPLUS`: `ls -l`, `du`, `find`, `cp -a` and `rm -rf` without a lookup per
+    /// entry): entries after `after` (name order), at most `max`. Needs read and
+    /// search permission on the directory. Answered with [`Response::DirentsPlus`];
+    /// an entry whose inode is on another MDT, or is a striped directory, comes
+    /// without attributes (a lookup gives them). A striped directory answers with
+    /// its table ([`Response::Striped`]), as [`Request::MdsReaddir`] does.
+    MdsReaddirPlus {
+        creds: Creds,
+        fid: Fid,
+        after: Option<String>,
+        max: u32,
+    },
 }
 
 impl Request {
@@ -794,6 +813,7 @@ impl Request {
             Request::MdsFidGrant { .. } => "fid_grant",
             Request::MdsCreateGranted { .. } => "create_granted",
             Request::OstOpen { .. } => "ost_open",
+            Request::MdsReaddirPlus { .. } => "readdirplus",
         }
     }
 }
@@ -893,6 +913,11 @@ pub enum Response {
     /// with this frame (`SCM_RIGHTS`); otherwise the object does not exist.
     ObjectOpened {
         exists: bool,
+    },
+    /// Answer to [`Request::MdsReaddirPlus`].
+    DirentsPlus {
+        entries: Vec<DirEntryPlus>,
+        eof: bool,
     },
 }
 

@@ -231,6 +231,29 @@ impl<M: Deref<Target = MemTable>> View<M> {
         Ok((out, last, eof))
     }
 
+    /// [`View::readdir`] with each entry's attributes, as a lookup of it returns
+    /// them, for a caller who may also search the directory; none for an entry whose
+    /// inode is on another MDT or is a striped directory (its lookup merges shards).
+    pub fn readdir_plus(
+        &self,
+        creds: &Creds,
+        fid: Fid,
+        after: Option<&str>,
+        max: u32,
+    ) -> OpResult<(Vec<proto::msg::DirEntryPlus>, bool)> {
+        let (entries, eof) = self.readdir(creds, fid, after, max, false)?;
+        let search = self.must_inode(fid)?.may(creds, MAY_EXEC);
+        let mut out = Vec::with_capacity(entries.len());
+        for e in entries {
+            let attr = match search && e.fid.mdt() == fid.mdt() {
+                true => self.inode(e.fid)?.map(|ino| ino.attr).filter(|a| a.stripes.is_none()),
+                false => None,
+            };
+            out.push((e, attr));
+        }
+        Ok((out, eof))
+    }
+
     pub fn getxattr(&self, creds: &Creds, fid: Fid, name: &str) -> OpResult<Vec<u8>> {
         let ino = self.must_inode(fid)?;
         xattr_access(&ino, creds, name, false)?;
