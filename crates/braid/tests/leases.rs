@@ -218,6 +218,53 @@ fn unlinks_under_a_lease_are_answered_here_and_every_later_look_sees_them_done()
     assert_eq!(holder.dir_leases_held(), held, "job3's lease was dropped, sub's kept");
 }
 
+#[test]
+fn attribute_changes_of_a_file_created_under_a_lease_are_answered_here_and_land_before_anyone_looks() {
+    use proto::msg::{SetAttr, TimeSet, Timespec};
+    let c = cluster();
+    let rt = runtime();
+    let creds = client::process_creds();
+    let holder = connect(&rt, &c, true);
+    let other = connect(&rt, &c, false);
+    let job = rt.block_on(holder.mkdir(&creds, Fid::ROOT, "job", 0o755)).unwrap();
+    let (f, made, _) = rt.block_on(holder.create(&creds, job.fid, "f", 0o644, true, RW, None)).unwrap();
+    within(&rt, "write", holder.write(&f, 0, bytes::Bytes::from_static(b"twelve bytes"))).unwrap();
+    let at = |sec| Some(TimeSet::At(Timespec { sec, nsec: 0 }));
+    let answered = holder.setattrs_answered_here();
+    let changes = [
+        SetAttr { uid: Some(4242), gid: Some(4343), ..Default::default() },
+        SetAttr { mode: Some(0o640), ..Default::default() },
+        SetAttr { atime: at(100), mtime: at(200), ..Default::default() },
+    ];
+    for set in &changes {
+        let a = rt.block_on(holder.setattr_behind(&creds, made.fid, set)).expect("answered here");
+        assert_eq!(a.size, 12, "the handle's size");
+    }
+    assert_eq!(holder.setattrs_answered_here(), answered + 3);
+    // The other client's first look takes the lease back; the ack waits for them.
+    let seen = within(&rt, "the other client's lookup", other.lookup(&creds, job.fid, "f")).unwrap();
+    assert_eq!((seen.uid, seen.gid, seen.mode, seen.atime.sec, seen.mtime.sec), (4242, 4343, 0o640, 100, 200));
+    // The lease is gone: the next change goes to the MDS, and the close's size
+    // report leaves the mtime set above alone.
+    let set = SetAttr { mode: Some(0o600), ..Default::default() };
+    assert!(rt.block_on(holder.setattr_behind(&creds, made.fid, &set)).is_none(), "no lease, no answer here");
+    within(&rt, "setattr", holder.setattr(&creds, made.fid, set)).unwrap();
+    within(&rt, "flush", holder.flush(&f)).unwrap();
+    within(&rt, "close", holder.close(f)).unwrap();
+    let seen = within(&rt, "getattr", other.getattr(made.fid)).unwrap();
+    assert_eq!((seen.mode, seen.size, seen.mtime.sec), (0o600, 12, 200));
+
+    // A set-group-ID bit is the MDS's to judge: that change, and every later one of
+    // the file, goes to it.
+    let job2 = rt.block_on(holder.mkdir(&creds, Fid::ROOT, "job2", 0o755)).unwrap();
+    let (f, made, _) = rt.block_on(holder.create(&creds, job2.fid, "g", 0o644, true, RW, None)).unwrap();
+    let sgid = SetAttr { mode: Some(0o2755), ..Default::default() };
+    assert!(rt.block_on(holder.setattr_behind(&creds, made.fid, &sgid)).is_none());
+    let plain = SetAttr { mode: Some(0o755), ..Default::default() };
+    assert!(rt.block_on(holder.setattr_behind(&creds, made.fid, &plain)).is_none(), "given up for the file");
+    within(&rt, "close", holder.close(f)).unwrap();
+}
+
 /// Makes `job` through mount `a` and has `a` look up an absent name in it (answered
 /// from its lease).
 fn lease_through_the_mount(a: &Mount) {

@@ -7,6 +7,7 @@
 
 use std::ffi::CString;
 use std::fs::{self, File, OpenOptions};
+use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::os::unix::io::AsRawFd;
@@ -706,4 +707,60 @@ fn files_removed_on_one_mount_are_gone_for_the_other_at_its_next_look() {
         fs::remove_dir(a.path(&dir)).unwrap();
         assert_eq!(fs::metadata(b.path(&dir)).unwrap_err().raw_os_error(), Some(libc::ENOENT), "round {round}");
     }
+}
+
+/// futimens(2) with both times.
+fn set_times(f: &File, atime: i64, mtime: i64) {
+    let times = [libc::timespec { tv_sec: atime, tv_nsec: 0 }, libc::timespec { tv_sec: mtime, tv_nsec: 0 }];
+    // SAFETY: a valid descriptor and two timespecs.
+    assert_eq!(unsafe { libc::futimens(f.as_raw_fd(), times.as_ptr()) }, 0, "futimens: errno {}", last_errno());
+}
+
+#[test]
+fn a_file_created_chowned_chmodded_and_timed_on_one_mount_is_whole_for_the_other() {
+    // tar's way: create, write, fchown, fchmod, futimens, close. A's mount answers
+    // the attribute changes itself and sends them behind the create; B's open after
+    // A's close finds the file whole, with its owner, mode and times.
+    let c = cluster();
+    let mut a = Mount::new(&c, "");
+    let b = Mount::new(&c, "");
+    fs::create_dir(a.path("x")).unwrap();
+    for i in 0..50u32 {
+        let f = File::create(a.path(&format!("x/f{i}"))).unwrap();
+        (&f).write_all(&pattern(100 + i as usize * 997, i as u64)).unwrap();
+        std::os::unix::fs::fchown(&f, Some(1000 + i), Some(2000 + i)).unwrap();
+        f.set_permissions(fs::Permissions::from_mode(0o600 + (i % 8) * 0o10)).unwrap();
+        set_times(&f, 1_000_000 + i as i64, 2_000_000 + i as i64);
+    }
+    for i in 0..50u32 {
+        let p = b.path(&format!("x/f{i}"));
+        assert!(fs::read(&p).unwrap() == pattern(100 + i as usize * 997, i as u64), "f{i}'s bytes on B");
+        let m = fs::metadata(&p).unwrap();
+        let got = (m.uid(), m.gid(), m.mode() & 0o7777, m.atime(), m.mtime());
+        let want = (1000 + i, 2000 + i, 0o600 + (i % 8) * 0o10, 1_000_000 + i as i64, 2_000_000 + i as i64);
+        assert_eq!(got, want, "f{i}'s attributes on B");
+    }
+
+    // The same, seen by A itself at once (its own answers), then after a change of a
+    // kind it leaves to the MDS (a set-group-ID bit) and one after that.
+    let f = File::create(a.path("x/g")).unwrap();
+    (&f).write_all(b"gg").unwrap();
+    f.set_permissions(fs::Permissions::from_mode(0o640)).unwrap();
+    assert_eq!(fs::metadata(a.path("x/g")).unwrap().mode() & 0o7777, 0o640);
+    f.set_permissions(fs::Permissions::from_mode(0o2750)).unwrap();
+    f.set_permissions(fs::Permissions::from_mode(0o710)).unwrap();
+    set_times(&f, 7, 8);
+    drop(f);
+    let m = fs::metadata(b.path("x/g")).unwrap();
+    assert_eq!((m.mode() & 0o7777, m.mtime(), m.len()), (0o710, 8, 2));
+
+    // What an fsync acknowledged survives the mount's death.
+    let f = File::create(a.path("x/h")).unwrap();
+    f.set_permissions(fs::Permissions::from_mode(0o604)).unwrap();
+    set_times(&f, 11, 12);
+    f.sync_all().unwrap();
+    a.kill();
+    drop(f);
+    let m = fs::metadata(b.path("x/h")).unwrap();
+    assert_eq!((m.mode() & 0o7777, m.mtime()), (0o604, 12), "the fsynced changes are on the MDS");
 }

@@ -74,6 +74,7 @@ impl Client {
     pub async fn flush(&self, f: &OpenFile) -> Result<()> {
         self.observe("flush", Some(f.fid), 0, 0, async {
             f.created().await?;
+            self.send_behind_of(f).await?;
             // Both at once: the size covers every write already issued, and close(2)
             // returns only when the data and the size are both where they belong. If
             // a write failed, flush reports it (the size may then cover bytes that
@@ -110,6 +111,15 @@ impl Client {
         drop(ticket);
     }
 
+    /// Sends the attribute changes of the file `f` created that were answered here
+    /// (see [`set_behind`]).
+    async fn send_behind_of(&self, f: &OpenFile) -> Result<()> {
+        match &f.behind {
+            Some(b) => self.send_behind(f.fid, b).await,
+            None => Ok(()),
+        }
+    }
+
     /// Waits until no flush or removal is deferred (an unmount).
     pub async fn deferred_idle(&self) {
         self.inner.deferred.idle().await;
@@ -120,6 +130,7 @@ impl Client {
     pub async fn fsync(&self, f: &OpenFile) -> Result<()> {
         self.observe("fsync", Some(f.fid), 0, 0, async {
             f.created().await?;
+            self.send_behind_of(f).await?;
             if let Some(why) = self.inner.deferred.take_failure(f.fid) {
                 return Err(ClientError::Errno(Errno::Io, format!("an earlier close's flush failed: {why}")));
             }
@@ -220,6 +231,11 @@ impl Client {
         self.observe("close", Some(f.fid), 0, 0, async {
             // A file whose create failed was never open on the MDS.
             f.created().await?;
+            let behind = self.send_behind_of(f).await;
+            if let Some(b) = &f.behind {
+                self.inner.sets_behind.closed(f.fid, b);
+            }
+            behind?;
             let flushed = f.inflight.drain().await;
             let unpublished = f.published_gen.load(Ordering::Acquire) != f.inflight.data_gen.load(Ordering::Acquire)
                 && f.needs_publish.load(Ordering::Acquire);

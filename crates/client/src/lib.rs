@@ -16,6 +16,7 @@
 //!   place DoM, mirrors and a read cache plug in.
 //! - `lease`: directory leases, which answer lookups of absent names locally.
 //! - [`deferred`]: closes whose flush finishes after close(2) returned.
+//! - [`set_behind`]: attribute changes of a file created here, sent behind.
 //! - [`async_create`]: creates answered here under a lease, sent in the background.
 //! - [`statahead`]: entries' attributes fetched in bulk ahead of lookups.
 //! - [`path`]: path resolution over lookups, symlinks included.
@@ -30,6 +31,7 @@ pub mod io;
 mod lease;
 pub mod objio;
 pub mod path;
+pub mod set_behind;
 mod short_circuit;
 pub mod statahead;
 mod striped;
@@ -286,6 +288,9 @@ struct Inner {
     /// [`Client::unlink_vetted`]): waited for as the deferred flushes are.
     removals: Arc<deferred::Deferred>,
     unlinks_answered: AtomicU64,
+    /// Files created here whose attribute changes may be answered here (see
+    /// [`set_behind`]).
+    sets_behind: set_behind::SetsBehind,
     /// What carries out the MDS's callbacks: the leases, then the deferred flushes.
     revocations: Arc<Revocations>,
     /// Renames and links sent: a file created before one may have a name others can
@@ -464,6 +469,9 @@ pub struct OpenFile {
     /// sent it in the background (see [`async_create`]): the handle's I/O, flush and
     /// close wait for it.
     created: Option<Arc<async_create::Gate>>,
+    /// This handle created the file under a lease: its attribute changes may be
+    /// answered here until it closes (see [`set_behind`]).
+    behind: Option<Arc<set_behind::Created>>,
 }
 
 impl OpenFile {
@@ -490,6 +498,7 @@ impl OpenFile {
             data_version: attr.data_version,
             created_in: None,
             created: None,
+            behind: None,
         })
     }
 
@@ -669,6 +678,7 @@ impl Client {
                 deferred,
                 removals,
                 unlinks_answered: AtomicU64::new(0),
+                sets_behind: Default::default(),
                 moves: AtomicU64::new(0),
                 rpcs: Arc::default(),
                 statahead: Arc::default(),
@@ -835,6 +845,13 @@ impl Client {
             target,
         });
         r
+    }
+
+    /// Tracks a file this handle created in leased directory `dir`, whose attribute
+    /// changes may then be answered here (see [`set_behind`]).
+    fn track_created(&self, f: &mut OpenFile, attr: &Attr, dir: Fid) {
+        let moves = self.inner.moves.load(Ordering::Acquire);
+        f.behind = self.inner.sets_behind.created(attr, dir, moves, f.size.clone(), f.created.clone());
     }
 
     fn register_open(&self, f: &OpenFile) {

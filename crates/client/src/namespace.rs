@@ -134,6 +134,9 @@ impl Client {
                     let mut f = OpenFile::new(&attr, flags, creds)?;
                     if !existed {
                         f.created_in = created_in;
+                        if let Some((dir, _)) = created_in {
+                            self.track_created(&mut f, &attr, dir);
+                        }
                     }
                     self.register_open(&f);
                     if existed && flags.truncate {
@@ -189,6 +192,7 @@ impl Client {
         let (gate, held) = async_create::gate();
         f.created = Some(gate.clone());
         f.created_in = Some((dir, self.inner.moves.load(Ordering::Acquire)));
+        self.track_created(&mut f, &attr, dir);
         self.register_open(&f);
         let (creds, name, layout) = (creds.clone(), name.to_string(), tpl.layout);
         let hurry = self.inner.deferred.hurried();
@@ -454,7 +458,8 @@ impl Client {
         let Some(ticket) = self.inner.removals.begin(0) else { return self.unlink(creds, parent, name).await };
         // The lease is checked after the ticket is counted: a revocation after the
         // check waits for the removal.
-        if !self.inner.leases.trusted(dir) || !self.touch_recent_dir(dir, Timespec::now(), async_create::TEMPLATE_AGE) {
+        let at = Timespec::now();
+        if !self.inner.leases.trusted(dir) || !self.touch_recent_dir(dir, at, async_create::TEMPLATE_AGE) {
             // Given back first: the unlink waits for every removal under way.
             drop(ticket);
             return self.unlink(creds, parent, name).await;
@@ -463,18 +468,19 @@ impl Client {
         self.inner.unlinks_answered.fetch_add(1, Ordering::Relaxed);
         let (c, creds, name) = (self.clone(), creds.clone(), name.to_string());
         tokio::spawn(async move {
-            c.observe("unlink", Some(parent), 0, 0, c.finish_removal(&creds, parent, &name)).await.ok();
+            c.observe("unlink", Some(parent), 0, 0, c.finish_removal(&creds, parent, &name, at)).await.ok();
             drop(ticket);
         });
         Ok(())
     }
 
     /// Sends an unlink [`Client::unlink_vetted`] answered.
-    async fn finish_removal(&self, creds: &Creds, parent: Fid, name: &str) -> Result<()> {
+    async fn finish_removal(&self, creds: &Creds, parent: Fid, name: &str, at: Timespec) -> Result<()> {
         // Flushes deferred before it land first (its request skips the wait, so as not
         // to wait for the removals sent with it).
         self.inner.deferred.idle().await;
-        let req = |dir| Request::MdsUnlink { creds: creds.clone(), parent: dir, name: name.to_string() };
+        // At the time the kernel was told (the directory's times it now shows).
+        let req = |dir| Request::MdsUnlinkAt { creds: creds.clone(), parent: dir, name: name.to_string(), at };
         let r = deferred::exempt(async {
             self.settle_closes().await;
             self.md_change(parent, name, req).await

@@ -697,6 +697,14 @@ impl fuser::Filesystem for BraidFs {
         // and the truncate the kernel sends after an O_TRUNC open, come without one.
         let writer = fh.and_then(|fh| self.handles.file(fh.0)).filter(|f| f.file.flags.write);
         self.serve(req, move |s| async move {
+            // A file this mount created and holds, in a directory it holds the lease
+            // on: tar's and cp -a's fchown, fchmod and futimens after the create are
+            // answered here and sent behind, merged (see the client's `set_behind`).
+            if size.is_none() {
+                if let Some(a) = s.client.setattr_behind(&c, fid, &set).await {
+                    return reply.attr(&s.opts.attr_ttl, &s.file_attr(&a));
+                }
+            }
             let r = async {
                 let a = match &writer {
                     Some(f) if size.is_some() => s.client.fsetattr(&c, &f.file, set).await?,

@@ -263,6 +263,7 @@ impl Mds {
             | Request::MdsSymlink { parent, .. }
             | Request::MdsMknod { parent, .. }
             | Request::MdsUnlink { parent, .. }
+            | Request::MdsUnlinkAt { parent, .. }
             | Request::MdsRmdir { parent, .. } => *parent,
             // The new entry's MDT coordinates a rename from a directory on another.
             Request::MdsRename { new_parent, .. } => *new_parent,
@@ -314,7 +315,15 @@ impl Mds {
                     Err(e) => crate::target::op_error(e),
                 }
             }
-            Request::MdsGetattr { fid } => mdt.read(move |v| Ok(Response::Attr(v.must_inode(fid)?.attr))).await,
+            Request::MdsGetattr { fid } => {
+                // A directory's times may wait in its lease holder's changes under
+                // way (see the client's `unlink_vetted`): they land first. (A
+                // lookup of the directory does not wait: a path walk through it
+                // must not cost its holder the lease; its times may then lag the
+                // holder's unlinks by their round trip.)
+                self.reading_entries(&ctx, mdt, fid).await;
+                mdt.read(move |v| Ok(Response::Attr(v.must_inode(fid)?.attr))).await
+            }
             Request::MdsClose { fid, size, mtime, trunc_epoch } => {
                 mdt.closed(fid, ctx.client_id);
                 if size.is_some() {
@@ -461,14 +470,19 @@ impl Mds {
                 }
                 r
             }
-            Request::MdsUnlink { creds, parent, name } => self.remove(ctx, mdt, creds, parent, name, false).await,
-            Request::MdsRmdir { creds, parent, name } => self.remove(ctx, mdt, creds, parent, name, true).await,
+            Request::MdsUnlink { creds, parent, name } => self.remove(ctx, mdt, creds, parent, name, None).await,
+            Request::MdsUnlinkAt { creds, parent, name, at } => {
+                self.remove(ctx, mdt, creds, parent, name, Some(Removal::UnlinkAt(at))).await
+            }
+            Request::MdsRmdir { creds, parent, name } => {
+                self.remove(ctx, mdt, creds, parent, name, Some(Removal::Rmdir)).await
+            }
             mutation => self.mutate(&ctx, mdt, mutation).await,
         }
     }
 
-    /// unlink or rmdir of `name` in `parent`; an entry naming an inode on another MDT
-    /// is removed across the MDTs.
+    /// unlink (`how` None) or rmdir of `name` in `parent`; an entry naming an inode
+    /// on another MDT is removed across the MDTs.
     async fn remove(
         &self,
         ctx: RequestCtx,
@@ -476,13 +490,13 @@ impl Mds {
         creds: Creds,
         parent: Fid,
         name: String,
-        rmdir: bool,
+        how: Option<Removal>,
     ) -> Response {
         let (c, n) = (creds.clone(), name.clone());
-        let req = if rmdir {
-            Request::MdsRmdir { creds: c, parent, name: n }
-        } else {
-            Request::MdsUnlink { creds: c, parent, name: n }
+        let req = match how {
+            Some(Removal::Rmdir) => Request::MdsRmdir { creds: c, parent, name: n },
+            Some(Removal::UnlinkAt(at)) => Request::MdsUnlinkAt { creds: c, parent, name: n, at },
+            None => Request::MdsUnlink { creds: c, parent, name: n },
         };
         match self.mutate_here(&ctx, mdt, req).await {
             Ok(r) => r,
@@ -526,10 +540,14 @@ impl Mds {
         if let Some(until) = mdt.recovery_until.filter(|u| tokio::time::Instant::now() < *u) {
             tokio::time::sleep_until(until).await;
         }
-        let leased_by_other = mdt.leases().get(dir).is_some_and(|l| l.holder != ctx.client_id || l.conn != ctx.conn_id);
-        if leased_by_other {
+        if self.leased_by_other(ctx, mdt, dir) {
             mdt.revoke(dir, &self.callbacks).await;
         }
+    }
+
+    /// Whether a client other than the caller holds the lease on `dir`.
+    fn leased_by_other(&self, ctx: &RequestCtx, mdt: &Arc<Mdt>, dir: Fid) -> bool {
+        mdt.leases().get(dir).is_some_and(|l| l.holder != ctx.client_id || l.conn != ctx.conn_id)
     }
 
     /// A mutation of one MDT, through its group commit; leases of other clients it
@@ -596,7 +614,15 @@ fn changes_entries(req: &Request) -> bool {
             | Request::MdsMknod { .. }
             | Request::MdsLink { .. }
             | Request::MdsUnlink { .. }
+            | Request::MdsUnlinkAt { .. }
             | Request::MdsRmdir { .. }
             | Request::MdsRename { .. }
     )
+}
+
+/// How [`Mds::remove`] removes a name other than a plain unlink.
+enum Removal {
+    Rmdir,
+    /// An unlink at the client's time (see [`Request::MdsUnlinkAt`]).
+    UnlinkAt(proto::msg::Timespec),
 }

@@ -749,6 +749,17 @@ pub enum Request {
         after: Option<String>,
         max: u32,
     },
+    /// [`Request::MdsUnlink`] answered by the client before it was sent (under its
+    /// lease on `parent`), at time `at` by the client's clock: the directory's mtime
+    /// and ctime, and the file's ctime, take `at` (as Lustre's MDT takes the times a
+    /// client's request carries), so they are what the client already told its
+    /// kernel.
+    MdsUnlinkAt {
+        creds: Creds,
+        parent: Fid,
+        name: String,
+        at: Timespec,
+    },
 }
 
 impl Request {
@@ -814,6 +825,7 @@ impl Request {
             Request::MdsCreateGranted { .. } => "create_granted",
             Request::OstOpen { .. } => "ost_open",
             Request::MdsReaddirPlus { .. } => "readdirplus",
+            Request::MdsUnlinkAt { .. } => "unlink",
         }
     }
 }

@@ -367,6 +367,12 @@ impl<'a> Writer<'a> {
             }
             Request::MdsLink { creds, fid, parent, name } => self.link(creds, *fid, *parent, name, now),
             Request::MdsUnlink { creds, parent, name } => self.remove(creds, *parent, name, false, place, now),
+            Request::MdsUnlinkAt { creds, parent, name, at } => {
+                // Never back in time (the client's clock may be behind): the later of
+                // its time and the directory's, as the client itself shows it.
+                let at = self.view.inode(*parent)?.map_or(*at, |d| (*at).max(d.attr.mtime));
+                self.remove(creds, *parent, name, false, place, at)
+            }
             Request::MdsRmdir { creds, parent, name } => self.remove(creds, *parent, name, true, place, now),
             Request::MdsRename { creds, parent, name, new_parent, new_name, flags } => {
                 self.rename(creds, *parent, name, *new_parent, new_name, *flags, place, now, false)
