@@ -241,6 +241,14 @@ fn attribute_changes_of_a_file_created_under_a_lease_are_answered_here_and_land_
         assert_eq!(a.size, 12, "the handle's size");
     }
     assert_eq!(holder.setattrs_answered_here(), answered + 3);
+    // Its attributes and (no) xattrs are known here while no one else can find it.
+    let mds = holder.rpc_counts().mds;
+    let known = holder.attr_behind(made.fid).expect("known here");
+    assert_eq!((known.uid, known.mode, known.mtime.sec, known.size), (4242, 0o640, 200, 12));
+    assert!(within(&rt, "listxattr", holder.listxattr(&creds, made.fid)).unwrap().is_empty());
+    let none = within(&rt, "getxattr", holder.getxattr(&creds, made.fid, "user.k"));
+    assert_eq!(none.unwrap_err().errno(), Errno::NoData);
+    assert_eq!(holder.rpc_counts().mds, mds, "answered without a request");
     // The other client's first look takes the lease back; the ack waits for them.
     let seen = within(&rt, "the other client's lookup", other.lookup(&creds, job.fid, "f")).unwrap();
     assert_eq!((seen.uid, seen.gid, seen.mode, seen.atime.sec, seen.mtime.sec), (4242, 4343, 0o640, 100, 200));
@@ -262,6 +270,7 @@ fn attribute_changes_of_a_file_created_under_a_lease_are_answered_here_and_land_
     assert!(rt.block_on(holder.setattr_behind(&creds, made.fid, &sgid)).is_none());
     let plain = SetAttr { mode: Some(0o755), ..Default::default() };
     assert!(rt.block_on(holder.setattr_behind(&creds, made.fid, &plain)).is_none(), "given up for the file");
+    assert!(holder.attr_behind(made.fid).is_none(), "and its attributes are the MDS's to tell");
     within(&rt, "close", holder.close(f)).unwrap();
 }
 

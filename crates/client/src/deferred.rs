@@ -27,7 +27,7 @@
 //! fails is logged and reported by the next fsync of the file in this client, as a
 //! local file system reports a failed write-back.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -67,6 +67,10 @@ pub struct Deferred {
     done: Notify,
     slots: Arc<Semaphore>,
     failed: Mutex<VecDeque<(Fid, String)>>,
+    /// How many tickets name each file and directory (see [`Deferred::busy`]).
+    keys: Mutex<HashMap<Fid, usize>>,
+    /// Tickets that name no file.
+    unkeyed: AtomicUsize,
     /// Moved by everyone who waits for the deferred work: work that holds itself
     /// back a little (a create waiting for its file's first bytes, see
     /// [`crate::async_create`]) goes at once.
@@ -81,6 +85,8 @@ impl Default for Deferred {
             done: Notify::new(),
             slots: Arc::new(Semaphore::new(DEFERRED_MAX)),
             failed: Mutex::new(VecDeque::new()),
+            keys: Mutex::new(HashMap::new()),
+            unkeyed: AtomicUsize::new(0),
             hurry: watch::channel(0).0,
         }
     }
@@ -90,11 +96,26 @@ impl Default for Deferred {
 pub struct Ticket {
     owner: Arc<Deferred>,
     bytes: u64,
+    /// The file and directory the work is on.
+    keys: [Option<Fid>; 2],
     _slot: OwnedSemaphorePermit,
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
+        if self.keys.iter().any(Option::is_some) {
+            let mut keys = self.owner.keys.lock().expect("deferred keys");
+            for k in self.keys.iter().flatten() {
+                if let Some(n) = keys.get_mut(k) {
+                    *n -= 1;
+                    if *n == 0 {
+                        keys.remove(k);
+                    }
+                }
+            }
+        } else {
+            self.owner.unkeyed.fetch_sub(1, Ordering::AcqRel);
+        }
         self.owner.bytes.fetch_sub(self.bytes, Ordering::AcqRel);
         if self.owner.running.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.owner.done.notify_waiters();
@@ -107,6 +128,13 @@ impl Deferred {
     /// enough and there is room. Taken before the lease is checked: a revocation that
     /// comes after the check then waits for it.
     pub(crate) fn begin(self: &Arc<Self>, bytes: u64) -> Option<Ticket> {
+        self.begin_on(bytes, [None, None])
+    }
+
+    /// [`Deferred::begin`] of work on file `keys[0]` in directory `keys[1]`: a
+    /// request about another file or directory need not wait for it (see
+    /// [`Deferred::busy`]).
+    pub(crate) fn begin_on(self: &Arc<Self>, bytes: u64, keys: [Option<Fid>; 2]) -> Option<Ticket> {
         if bytes > FILE_BYTES_MAX {
             return None;
         }
@@ -115,8 +143,22 @@ impl Deferred {
             self.bytes.fetch_sub(bytes, Ordering::AcqRel);
             return None;
         }
+        if keys.iter().any(Option::is_some) {
+            let mut k = self.keys.lock().expect("deferred keys");
+            for key in keys.iter().flatten() {
+                *k.entry(*key).or_default() += 1;
+            }
+        } else {
+            self.unkeyed.fetch_add(1, Ordering::AcqRel);
+        }
         self.running.fetch_add(1, Ordering::AcqRel);
-        Some(Ticket { owner: self.clone(), bytes, _slot: slot })
+        Some(Ticket { owner: self.clone(), bytes, keys, _slot: slot })
+    }
+
+    /// Whether deferred work may be on `fid`: work counted without keys, or work on
+    /// that file or in that directory.
+    pub fn busy(&self, fid: Fid) -> bool {
+        self.unkeyed.load(Ordering::Acquire) > 0 || self.keys.lock().expect("deferred keys").contains_key(&fid)
     }
 
     /// Flushes deferred now.
@@ -218,6 +260,24 @@ mod tests {
         assert_eq!(d.running(), held.len(), "a refused file is not counted");
         drop(held);
         assert!(d.begin(per).is_some(), "room again once they are done");
+    }
+
+    #[test]
+    fn work_on_one_file_leaves_others_free_and_unkeyed_work_keeps_all_busy() {
+        let d = Arc::new(Deferred::default());
+        let (file, dir, other) = (Fid::new(0, 0x400, 1), Fid::new(0, 0x400, 2), Fid::new(0, 0x400, 3));
+        assert!(!d.busy(file));
+        let a = d.begin_on(0, [Some(file), Some(dir)]).unwrap();
+        let b = d.begin_on(0, [Some(file), Some(dir)]).unwrap();
+        assert!(d.busy(file) && d.busy(dir) && !d.busy(other));
+        drop(a);
+        assert!(d.busy(file), "one ticket on it is left");
+        drop(b);
+        assert!(!d.busy(file) && !d.busy(dir));
+        let any = d.begin(0).unwrap();
+        assert!(d.busy(other), "work that names no file may be on any");
+        drop(any);
+        assert!(!d.busy(other));
     }
 
     #[test]

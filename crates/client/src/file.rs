@@ -55,6 +55,7 @@ impl Client {
     /// Deallocates a byte range of an open file; it reads back as zeros and the file
     /// size does not change (`fallocate(PUNCH_HOLE|KEEP_SIZE)`).
     pub async fn punch_hole(&self, f: &OpenFile, offset: u64, len: u64) -> Result<()> {
+        self.give_up_behind(f.fid);
         self.observe("punch", Some(f.fid), offset, len, async {
             f.created().await?;
             self.drain_file(f.fid).await?;
@@ -99,7 +100,7 @@ impl Client {
             return None;
         }
         // Counted before the lease is checked: a revocation after the check waits for it.
-        let ticket = self.inner.deferred.begin(f.size())?;
+        let ticket = self.inner.deferred.begin_on(f.size(), [Some(f.fid), Some(dir)])?;
         self.inner.leases.trusted(dir).then_some(ticket)
     }
 

@@ -415,6 +415,26 @@ impl rpc::CallbackHandler for Revocations {
     }
 }
 
+/// The one file or directory a request reads about, if it reads about one: a file's
+/// attributes, bytes, xattrs or open by FID, or a directory's entries (a lookup,
+/// listing or open by name there). Deferred work elsewhere cannot change its answer.
+fn about(req: &Request) -> Option<Fid> {
+    match req {
+        Request::MdsGetattr { fid }
+        | Request::MdsOpen { fid, .. }
+        | Request::MdsReadlink { fid }
+        | Request::MdsGetxattr { fid, .. }
+        | Request::MdsListxattr { fid, .. }
+        | Request::MdsDomRead { fid, .. }
+        | Request::MdsDomGetattr { fid }
+        | Request::MdsReaddir { fid, .. }
+        | Request::MdsReaddirPlus { fid, .. }
+        | Request::MdsStatahead { fid, .. } => Some(*fid),
+        Request::MdsLookup { parent, .. } | Request::MdsOpenAt { parent, .. } => Some(*parent),
+        _ => None,
+    }
+}
+
 /// After a setattr set a file's mtime: the handles [`Client::before_times_set`]
 /// returned whose data generation has not moved since (no write) leave the mtime
 /// alone in their next size reports.
@@ -935,8 +955,14 @@ impl Client {
             !matches!(req, Request::MdsSizeUpdate { .. } | Request::MdsClose { .. } | Request::MdsCloseMany { .. });
         if sees_files && !deferred::is_exempt() {
             // It may observe a file whose flush, or a name whose removal, is still on
-            // its way (see `deferred`).
-            if self.inner.deferred.running() > 0 {
+            // its way (see `deferred`). A request about one file or directory waits
+            // only for work on it (`Deferred::busy`): `cp -a` reading its sources
+            // does not wait for the flushes of the copies it made.
+            let wait = match about(&req) {
+                Some(fid) => self.inner.deferred.busy(fid),
+                None => self.inner.deferred.running() > 0,
+            };
+            if wait {
                 self.inner.deferred.idle().await;
             }
             if self.inner.removals.running() > 0 {

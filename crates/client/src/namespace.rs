@@ -172,7 +172,7 @@ impl Client {
         let fid = fid?;
         // Counted before the lease is checked: a revocation after the check waits for
         // the create.
-        let Some(ticket) = self.inner.deferred.begin(0) else {
+        let Some(ticket) = self.inner.deferred.begin_on(0, [Some(fid), Some(dir)]) else {
             self.inner.creates.put_back(fid);
             return None;
         };
@@ -434,6 +434,7 @@ impl Client {
     pub async fn unlink(&self, creds: &Creds, parent: Fid, name: &str) -> Result<()> {
         let req = |dir| Request::MdsUnlink { creds: creds.clone(), parent: dir, name: name.to_string() };
         self.observe("unlink", Some(parent), 0, 0, async {
+            self.inner.sets_behind.give_up_in(self.shard(parent, name));
             self.settle_closes().await;
             self.remove_entry(parent, name, req).await
         })
@@ -455,6 +456,7 @@ impl Client {
     /// logged, drops the lease, and is reported by the next fsync of the directory.
     pub async fn unlink_vetted(&self, creds: &Creds, parent: Fid, name: &str) -> Result<()> {
         let dir = self.shard(parent, name);
+        self.inner.sets_behind.give_up_in(dir);
         let Some(ticket) = self.inner.removals.begin(0) else { return self.unlink(creds, parent, name).await };
         // The lease is checked after the ticket is counted: a revocation after the
         // check waits for the removal.
@@ -583,6 +585,7 @@ impl Client {
     /// new end that a later extension would bring back.
     pub async fn setattr(&self, creds: &Creds, fid: Fid, set: SetAttr) -> Result<Attr> {
         self.observe("setattr", Some(fid), set.size.unwrap_or(0), 0, async {
+            self.give_up_behind(fid);
             self.forget_dir(fid);
             if let Some(size) = set.size {
                 let attr = self.getattr(fid).await?;
@@ -709,6 +712,7 @@ impl Client {
     }
 
     async fn truncate_open(&self, creds: &Creds, f: &OpenFile, size: u64) -> Result<()> {
+        self.give_up_behind(f.fid);
         f.created().await?;
         // Opened for writing (or with O_TRUNC): permission was checked at open.
         let by_writer = f.flags.write || f.flags.truncate;
@@ -737,12 +741,14 @@ impl Client {
     /// was checked at open).
     pub async fn fsetattr(&self, creds: &Creds, f: &OpenFile, set: SetAttr) -> Result<Attr> {
         let set = SetAttr { by_writer: set.size.is_some() && (f.flags.write || f.flags.truncate), ..set };
+        self.give_up_behind(f.fid);
         self.observe("setattr", Some(f.fid), set.size.unwrap_or(0), 0, self.setattr_through(creds, f, set)).await
     }
 
     pub async fn setxattr(&self, creds: &Creds, fid: Fid, name: &str, value: &[u8], mode: XattrMode) -> Result<()> {
         self.observe("setxattr", Some(fid), 0, value.len() as u64, async {
             refuse_unsupported_xattr(name)?;
+            self.give_up_behind(fid);
             self.forget_dir(fid);
             let req =
                 Request::MdsSetxattr { creds: creds.clone(), fid, name: name.to_string(), value: value.to_vec(), mode };
@@ -753,11 +759,17 @@ impl Client {
 
     pub async fn getxattr(&self, creds: &Creds, fid: Fid, name: &str) -> Result<Vec<u8>> {
         refuse_unsupported_xattr(name)?;
+        if !name.is_empty() && name.len() <= XATTR_NAME_MAX && self.no_xattrs_behind(fid) {
+            return Err(ClientError::Errno(Errno::NoData, format!("no attribute {name}")));
+        }
         let req = Request::MdsGetxattr { creds: creds.clone(), fid, name: name.to_string() };
         md_op!(self, "getxattr", fid, req, Response::Xattr(v) => v)
     }
 
     pub async fn listxattr(&self, creds: &Creds, fid: Fid) -> Result<Vec<String>> {
+        if self.no_xattrs_behind(fid) {
+            return Ok(Vec::new());
+        }
         let req = Request::MdsListxattr { creds: creds.clone(), fid };
         md_op!(self, "listxattr", fid, req, Response::XattrNames(v) => v)
     }
@@ -765,6 +777,7 @@ impl Client {
     pub async fn removexattr(&self, creds: &Creds, fid: Fid, name: &str) -> Result<()> {
         self.observe("removexattr", Some(fid), 0, 0, async {
             refuse_unsupported_xattr(name)?;
+            self.give_up_behind(fid);
             self.forget_dir(fid);
             let req = Request::MdsRemovexattr { creds: creds.clone(), fid, name: name.to_string() };
             answer!("removexattr", self.md(fid, req).await?, Response::Ok => ())

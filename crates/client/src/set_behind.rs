@@ -111,6 +111,14 @@ impl SetsBehind {
         }
     }
 
+    /// Gives up every file tracked in `dir` (a name there was removed: it may have
+    /// been one of theirs, whose link count this client does not follow).
+    pub(crate) fn give_up_in(&self, dir: Fid) {
+        for c in self.files.lock().expect("files set behind").values().filter(|c| c.dir == dir) {
+            c.given_up.store(true, Ordering::Release);
+        }
+    }
+
     fn get(&self, fid: Fid) -> Option<Arc<Created>> {
         self.files.lock().expect("files set behind").get(&fid).cloned()
     }
@@ -182,7 +190,7 @@ impl Client {
         }
         // Counted before the lease is checked: a revocation after the check waits.
         let ticket = match pending.is_none() {
-            true => Some(self.inner.deferred.begin(0)?),
+            true => Some(self.inner.deferred.begin_on(0, [Some(fid), Some(c.dir)])?),
             false => None,
         };
         if !self.inner.leases.trusted(c.dir) {
@@ -250,6 +258,40 @@ impl Client {
             }
             r => Err(unexpected("setattr", &r)),
         }
+    }
+
+    /// The attributes of `fid` as this client knows them, if it created the file
+    /// and still holds it where no one else can find it (see the module's note).
+    /// Its times are those this client gave or set it: a write shows in its mtime
+    /// once the handle's flush reports it, as on the MDS.
+    pub fn attr_behind(&self, fid: Fid) -> Option<Attr> {
+        let c = self.live_behind(fid)?;
+        let mut a = c.attr.lock().expect("attributes set behind").clone();
+        a.size = c.size.load(Ordering::Acquire);
+        Some(a)
+    }
+
+    /// Whether `fid` is a file this client created and holds where no one else can
+    /// find it, and that has had no xattr set since: it has none.
+    pub(crate) fn no_xattrs_behind(&self, fid: Fid) -> bool {
+        self.live_behind(fid).is_some()
+    }
+
+    /// Changes of `fid` other than those answered here (an xattr set, a truncate, a
+    /// hole punched, any setattr sent to the MDS) go to the MDS from now on, and so
+    /// do questions about it.
+    pub(crate) fn give_up_behind(&self, fid: Fid) {
+        if let Some(c) = self.inner.sets_behind.get(fid) {
+            c.given_up.store(true, Ordering::Release);
+        }
+    }
+
+    fn live_behind(&self, fid: Fid) -> Option<Arc<Created>> {
+        let c = self.inner.sets_behind.get(fid)?;
+        let live = !c.given_up.load(Ordering::Acquire)
+            && self.inner.moves.load(Ordering::Acquire) == c.moves
+            && self.inner.leases.trusted(c.dir);
+        live.then_some(c)
     }
 
     /// Setattrs answered here so far.

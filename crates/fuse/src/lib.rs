@@ -646,6 +646,11 @@ impl fuser::Filesystem for BraidFs {
         if let Some((a, ttl)) = self.client.recent_dir_attr(fid_of(ino), self.opts.attr_ttl) {
             return reply.attr(&ttl, &self.file_attr(&a));
         }
+        // A file this mount created and holds where no one else can find it (the
+        // kernel asks before a chown, to clear set-ID bits): as this mount knows it.
+        if let Some(a) = self.client.attr_behind(fid_of(ino)) {
+            return reply.attr(&self.opts.attr_ttl, &self.file_attr(&a));
+        }
         self.serve(req, move |s| async move {
             match s.client.getattr(fid_of(ino)).await {
                 Ok(a) => reply.attr(&s.opts.attr_ttl, &s.file_attr(&a)),
