@@ -838,7 +838,7 @@ impl Client {
         dirs.insert(attr.fid, (attr, Instant::now()));
     }
 
-    /// A create answered here changed directory `fid` at `now`: what
+    /// A create or unlink answered here changed directory `fid` at `now`: what
     /// [`Client::recent_dir_attr`] knows of it takes that time, and keeps its age.
     /// Whether it knew the directory, as it was less than `max_age` ago.
     fn touch_recent_dir(&self, fid: Fid, now: Timespec, max_age: Duration) -> bool {

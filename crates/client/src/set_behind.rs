@@ -174,10 +174,7 @@ impl Client {
     }
 
     fn try_setattr_behind(&self, c: &Arc<Created>, creds: &Creds, fid: Fid, set: &SetAttr) -> Option<Attr> {
-        if set.size.is_some() || c.given_up.load(Ordering::Acquire) {
-            return None;
-        }
-        if self.inner.moves.load(Ordering::Acquire) != c.moves {
+        if set.size.is_some() {
             return None;
         }
         let mut pending = c.pending.try_lock().ok()?;
@@ -193,7 +190,7 @@ impl Client {
             true => Some(self.inner.deferred.begin_on(0, [Some(fid), Some(c.dir)])?),
             false => None,
         };
-        if !self.inner.leases.trusted(c.dir) {
+        if !self.is_live(c) {
             return None;
         }
         if set.mtime.is_some() {
@@ -207,24 +204,22 @@ impl Client {
         let mut out = attr.clone();
         out.size = c.size.load(Ordering::Acquire);
         drop(attr);
-        match (pending.as_mut(), ticket) {
-            (Some(p), _) => merge(&mut p.set, set),
-            (None, Some(ticket)) => {
-                let set = SetAttr { size: None, by_writer: false, ..set.clone() };
-                *pending = Some(Pending { creds: creds.clone(), set, _ticket: ticket });
-                let (client, c) = (self.clone(), c.clone());
-                let mut hurry = self.inner.deferred.hurried();
-                tokio::spawn(async move {
-                    tokio::select! {
-                        _ = hurry.changed() => {}
-                        _ = tokio::time::sleep(HOLD) => {}
-                    }
-                    if let Err(e) = client.send_behind(fid, &c).await {
-                        client.inner.deferred.failed(fid, format!("attributes set after its create: {e}"));
-                    }
-                });
-            }
-            (None, None) => unreachable!("a ticket is taken when nothing waits"),
+        if let Some(p) = pending.as_mut() {
+            merge(&mut p.set, set);
+        } else if let Some(ticket) = ticket {
+            let set = SetAttr { size: None, by_writer: false, ..set.clone() };
+            *pending = Some(Pending { creds: creds.clone(), set, _ticket: ticket });
+            let (client, c) = (self.clone(), c.clone());
+            let mut hurry = self.inner.deferred.hurried();
+            tokio::spawn(async move {
+                tokio::select! {
+                    _ = hurry.changed() => {}
+                    _ = tokio::time::sleep(HOLD) => {}
+                }
+                if let Err(e) = client.send_behind(fid, &c).await {
+                    client.inner.deferred.failed(fid, format!("attributes set after its create: {e}"));
+                }
+            });
         }
         drop(pending);
         self.inner.statahead.changed();
@@ -288,10 +283,16 @@ impl Client {
 
     fn live_behind(&self, fid: Fid) -> Option<Arc<Created>> {
         let c = self.inner.sets_behind.get(fid)?;
-        let live = !c.given_up.load(Ordering::Acquire)
+        self.is_live(&c).then_some(c)
+    }
+
+    /// Whether no one else can have found or changed `c`'s file: nothing handed it
+    /// back to the MDS, no rename or link since its create, its directory's lease
+    /// trusted.
+    fn is_live(&self, c: &Created) -> bool {
+        !c.given_up.load(Ordering::Acquire)
             && self.inner.moves.load(Ordering::Acquire) == c.moves
-            && self.inner.leases.trusted(c.dir);
-        live.then_some(c)
+            && self.inner.leases.trusted(c.dir)
     }
 
     /// Setattrs answered here so far.
