@@ -1,6 +1,6 @@
-//! Creates a client answers itself, through real processes: in a Data-on-MDT
-//! directory it holds the lease on, a client answers creates with FIDs the MDT
-//! granted it and sends them in the background. Another client that looks finds every
+//! Creates a client answers itself, through real processes: in a directory it holds
+//! the lease on (Data-on-MDT, or with the default layout on OSTs), a client answers
+//! creates with FIDs the MDT granted it and sends them in the background. Another client that looks finds every
 //! file with the attributes the creator was told and the bytes it wrote; a caller who
 //! may not write there is refused at once; the set-group-ID directory's group is
 //! given; a small file's bytes go with its create; an MDS killed under the creates
@@ -92,6 +92,72 @@ fn creates_in_a_leased_dom_directory_are_answered_here_and_land_whole_on_the_mds
     sorted.sort_by_key(|f| (f.seq, f.oid));
     sorted.dedup();
     assert_eq!(sorted.len(), N);
+}
+
+/// The OST of each file's only stripe, as `other` finds it, after checking its bytes.
+fn osts_of(rt: &tokio::runtime::Runtime, other: &Client, creds: &Creds, dir: Fid, names: &[String]) -> Vec<u32> {
+    let mut osts = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let a = within(rt, "lookup", other.lookup(creds, dir, name)).unwrap();
+        assert_eq!((a.size, a.mode, a.uid), (content(i).len() as u64, 0o640, creds.uid), "{name}");
+        let layout = a.layout.clone().expect("a file has a layout");
+        assert_eq!(layout.components.len(), 1, "{name}: the default layout, {layout:?}");
+        assert_eq!(layout.components[0].osts.len(), 1, "{name}: one stripe, {layout:?}");
+        osts.push(layout.components[0].osts[0]);
+        let (f, _) = within(rt, "open", other.open(creds, a.fid, RW)).unwrap();
+        let got = within(rt, "read", other.read(&f, 0, 1 << 20)).unwrap();
+        assert!(got == content(i), "{name}: {} bytes read", got.len());
+        within(rt, "close", other.close(f)).unwrap();
+    }
+    osts
+}
+
+#[test]
+fn creates_with_ost_objects_are_answered_here_on_osts_the_mds_placed_and_subdirectories_start_answered() {
+    let c = cluster();
+    let rt = testkit::runtime();
+    let creds = client::process_creds();
+    let holder = connect(&rt, &c, true);
+    // The file system's default layout: one 1 MiB stripe on an OST.
+    let dir = within(&rt, "mkdir", holder.mkdir(&creds, Fid::ROOT, "plain", 0o755)).unwrap().fid;
+    const N: usize = 200;
+    write_files(&rt, &holder, &creds, dir, N);
+    let answered = holder.creates_answered_here();
+    assert!(answered >= N as u64 / 2, "{answered} of {N} creates answered by the client");
+
+    // A directory made here takes its parent's template: its first create is
+    // answered here too. (A chmod of the parent drops the template; the next create
+    // there goes to the MDS and gives a fresh one.)
+    let mode = client::SetAttr { mode: Some(0o755), ..Default::default() };
+    within(&rt, "chmod", holder.setattr(&creds, dir, mode)).unwrap();
+    within(&rt, "create", async {
+        let (f, _, _) = holder.create(&creds, dir, "fresh", 0o640, true, RW, None).await.unwrap();
+        holder.close(f).await.unwrap();
+    });
+    let sub = within(&rt, "mkdir", holder.mkdir(&creds, dir, "sub", 0o755)).unwrap().fid;
+    let before = holder.creates_answered_here();
+    let subs = write_files(&rt, &holder, &creds, sub, 4);
+    assert_eq!(holder.creates_answered_here() - before, 4, "the new directory's creates were answered here");
+
+    // Another client finds every file whole, with the default layout, spread over
+    // the OSTs by the creates the MDS placed.
+    let other = connect(&rt, &c, false);
+    let names: Vec<String> = (0..N).map(|i| format!("f{i}")).collect();
+    let mut osts = osts_of(&rt, &other, &creds, dir, &names);
+    osts.sort();
+    osts.dedup();
+    assert!(osts.len() > 1, "{N} files all on OST {osts:?}");
+    assert_eq!(osts_of(&rt, &other, &creds, sub, &names[..subs.len()]).len(), 4);
+
+    // A default that names its OST (`setstripe -i 3`) is kept by every create.
+    let fixed = within(&rt, "mkdir", holder.mkdir(&creds, Fid::ROOT, "fixed", 0o755)).unwrap().fid;
+    let out = c.braid(&["setstripe", "-i", "3", &c.url("/fixed")]);
+    assert!(out.status.success(), "setstripe: {}", String::from_utf8_lossy(&out.stderr));
+    let before = holder.creates_answered_here();
+    write_files(&rt, &holder, &creds, fixed, 40);
+    assert!(holder.creates_answered_here() - before >= 20, "creates under -i answered here");
+    let names: Vec<String> = (0..40).map(|i| format!("f{i}")).collect();
+    assert!(osts_of(&rt, &other, &creds, fixed, &names).iter().all(|&o| o == 3), "every file on OST 3");
 }
 
 #[test]

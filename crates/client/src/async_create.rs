@@ -9,9 +9,16 @@
 //! - it holds and trusts the lease on the directory, which says the name is new: no
 //!   other client can have made it, nor look for it before the MDS takes the lease
 //!   back (and the revocation's ack waits for the create, see below);
-//! - the directory's new files get a layout that places nothing on OSTs: a
-//!   Data-on-MDT component first and the rest uninstantiated (seed 002's Table 5), as
-//!   the last create this client made there (less than [`TEMPLATE_AGE`] ago) showed;
+//! - it knows the layout the directory gives new files, from the last create this
+//!   client made there (less than [`TEMPLATE_AGE`] ago), or in the directory it made
+//!   this one in. A layout that places nothing on OSTs (a Data-on-MDT component first
+//!   and the rest uninstantiated, seed 002's Table 5) is taken as it is. One with OST
+//!   objects is taken with the same OSTs, which the MDS accepts if it could have
+//!   chosen them itself (the directory's default, on OSTs that are up, and on those
+//!   it names if it names any); so that a burst of creates does not pile onto the
+//!   OSTs of one file, such a template serves [`PLACEMENT_REUSE`] creates at most, and
+//!   the next create goes to the MDS, which places it by its round robin and gives
+//!   the next template;
 //! - it has a FID to give the file, from a grant of the directory's MDT
 //!   ([`proto::Request::MdsFidGrant`]), which records it durably so a create naming
 //!   it is accepted after a restart too;
@@ -41,8 +48,8 @@
 //! and close instead of the open.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::AtomicU64;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use layout::Layout;
@@ -66,6 +73,9 @@ pub const GRANT_RETRY: Duration = Duration::from_secs(30);
 pub const NAME_MAX: usize = 255;
 /// Most directories whose create template is kept.
 const TEMPLATES_MAX: usize = 1024;
+/// Most creates answered here on the OSTs of one file the MDS placed (see the
+/// module's doc): one create in this many pays a round trip, and rotates the OSTs.
+pub const PLACEMENT_REUSE: u32 = 16;
 /// Longest a create answered here waits for its file's first bytes before it is sent
 /// without them.
 pub const HOLD: Duration = Duration::from_millis(20);
@@ -79,6 +89,16 @@ pub(crate) struct Template {
     pub layout: Layout,
     pub dir: Attr,
     at: Instant,
+    /// For a layout with OST objects: creates it may still serve, shared with the
+    /// templates of directories made from it (see [`AsyncCreates::inherit`]).
+    left: Option<Arc<AtomicU32>>,
+}
+
+impl Template {
+    /// Whether the file's first bytes go to its MDT (and may go with its create).
+    pub(crate) fn dom_first(&self) -> bool {
+        self.layout.components.first().is_some_and(|c| c.is_dom())
+    }
 }
 
 /// A create sent in the background: held back until its first bytes come (or
@@ -145,12 +165,18 @@ pub struct AsyncCreates {
 
 impl AsyncCreates {
     /// Remembers what a create in `dir` returned, if its layout lets the next ones be
-    /// answered here (nothing placed on OSTs).
+    /// answered here (a new file's layout).
     pub(crate) fn learn(&self, dir: Fid, file: &Attr, dir_attr: &Attr) {
         let Some(layout) = file.layout.as_ref().filter(|l| answerable(l)) else {
             self.forget(dir);
             return;
         };
+        let placed = layout.components.iter().any(|c| !c.osts.is_empty());
+        let left = placed.then(|| Arc::new(AtomicU32::new(PLACEMENT_REUSE)));
+        self.keep(dir, Template { layout: layout.clone(), dir: dir_attr.clone(), at: Instant::now(), left });
+    }
+
+    fn keep(&self, dir: Fid, tpl: Template) {
         let mut t = self.templates.lock().expect("templates");
         if t.len() >= TEMPLATES_MAX && !t.contains_key(&dir) {
             t.retain(|_, v| v.at.elapsed() < TEMPLATE_AGE);
@@ -158,19 +184,47 @@ impl AsyncCreates {
                 return;
             }
         }
-        t.insert(dir, Template { layout: layout.clone(), dir: dir_attr.clone(), at: Instant::now() });
+        t.insert(dir, tpl);
     }
 
-    /// Drops what this client knew of `dir` (it changed the directory).
-    pub(crate) fn forget(&self, dir: Fid) {
-        self.templates.lock().expect("templates").remove(&dir);
+    /// Drops what this client knew of `dir` (it changed the directory), and returns
+    /// it.
+    pub(crate) fn forget(&self, dir: Fid) -> Option<Template> {
+        self.templates.lock().expect("templates").remove(&dir)
     }
 
-    /// The template of `dir`, if recent and `creds` may create there by it.
+    /// After this client made directory `child` (attributes `child_attr`) in `parent`
+    /// (now `parent_attr`), whose template `tpl` was: the parent keeps it with its new
+    /// attributes, and the child, on the same MDT, starts from it. A new directory
+    /// inherits its parent's default layout on the MDS (or, under the root, falls back
+    /// to the same file system default), so its files get the same layout. The age
+    /// and the creates left stay the parent's.
+    pub(crate) fn inherit(&self, tpl: Template, parent_attr: &Attr, child_attr: &Attr) {
+        if tpl.at.elapsed() >= TEMPLATE_AGE {
+            return;
+        }
+        if child_attr.fid.mdt() == parent_attr.fid.mdt() {
+            self.keep(child_attr.fid, Template { dir: child_attr.clone(), ..tpl.clone() });
+        }
+        self.keep(parent_attr.fid, Template { dir: parent_attr.clone(), ..tpl });
+    }
+
+    /// The template of `dir`, if recent, not used up, and `creds` may create there by
+    /// it; a create answered by it counts as one use.
     pub(crate) fn template(&self, dir: Fid, creds: &Creds) -> Option<Template> {
-        let t = self.templates.lock().expect("templates");
+        let mut t = self.templates.lock().expect("templates");
         let tpl = t.get(&dir).filter(|t| t.at.elapsed() < TEMPLATE_AGE)?;
-        tpl.dir.may(creds, MAY_WRITE_EXEC).then(|| tpl.clone())
+        if !tpl.dir.may(creds, MAY_WRITE_EXEC) {
+            return None;
+        }
+        if let Some(left) = &tpl.left {
+            let took = left.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1)).is_ok();
+            if !took {
+                t.remove(&dir);
+                return None;
+            }
+        }
+        Some(tpl.clone())
     }
 
     /// A FID of MDT `mdt` for a create answered here, if a grant has one left; and
@@ -231,12 +285,10 @@ impl AsyncCreates {
     }
 }
 
-/// Whether a new file with `layout` needs nothing placed: DoM first, and no component
-/// with OST objects.
+/// Whether `layout` is a new file's, which the next files may take: nothing changed
+/// since the MDS gave it, and its first component has its place (DoM or OSTs).
 fn answerable(layout: &Layout) -> bool {
-    layout.generation == 1
-        && layout.components.first().is_some_and(|c| c.is_dom())
-        && layout.components.iter().all(|c| c.is_dom() || c.osts.is_empty())
+    layout.generation == 1 && layout.components.first().is_some_and(|c| c.is_instantiated())
 }
 
 /// The attributes the MDS will give file `fid`, made by `creds` with `mode` in the
@@ -290,7 +342,7 @@ mod tests {
     }
 
     #[test]
-    fn a_template_serves_only_dom_layouts_callers_who_may_write_and_not_for_long() {
+    fn a_template_serves_new_files_layouts_to_callers_who_may_write_and_not_for_long() {
         let a = AsyncCreates::default();
         let dir = Fid::new(0, 1, 5);
         let file = Attr { layout: Some(dom()), kind: FileKind::File, ..dummy() };
@@ -300,10 +352,10 @@ mod tests {
         assert!(a.template(dir, &owner).is_some());
         assert!(a.template(dir, &other).is_none(), "no write permission in the directory");
 
-        let osts = [layout::OstState { index: 0, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30 }];
-        let plain = LayoutSpec::raid0(Some(1), Some(1 << 20)).instantiate(&osts, 0).unwrap();
-        a.learn(dir, &Attr { layout: Some(plain), ..file.clone() }, &dir_attr(0o755, 1000, 1000));
-        assert!(a.template(dir, &owner).is_none(), "a layout with OST objects is the MDS's to place");
+        let mut grown = dom();
+        grown.generation += 1;
+        a.learn(dir, &Attr { layout: Some(grown), ..file.clone() }, &dir_attr(0o755, 1000, 1000));
+        assert!(a.template(dir, &owner).is_none(), "a layout changed since the create is not a new file's");
 
         a.learn(dir, &file, &dir_attr(0o755, 1000, 1000));
         a.templates.lock().unwrap().get_mut(&dir).unwrap().at -= TEMPLATE_AGE;
@@ -311,9 +363,44 @@ mod tests {
     }
 
     #[test]
+    fn a_placed_template_serves_a_few_creates_then_the_mds_places_again_and_new_directories_share_it() {
+        let a = AsyncCreates::default();
+        let osts = [layout::OstState { index: 0, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30 }];
+        let plain = LayoutSpec::raid0(Some(1), Some(1 << 20)).instantiate(&osts, 0).unwrap();
+        let (dir, child) = (Fid::new(0, 1, 5), Fid::new(0, 1, 6));
+        let file = Attr { layout: Some(plain.clone()), kind: FileKind::File, ..dummy() };
+        a.learn(dir, &file, &Attr { fid: dir, ..dir_attr(0o755, 0, 0) });
+        let root = Creds::root();
+        for _ in 0..3 {
+            assert_eq!(a.template(dir, &root).unwrap().layout, plain);
+        }
+        // A directory made here starts from its parent's template, with its own
+        // attributes, and the two share what is left.
+        let tpl = a.forget(dir).unwrap();
+        a.inherit(tpl, &Attr { fid: dir, ..dir_attr(0o755, 0, 0) }, &Attr { fid: child, ..dir_attr(0o700, 7, 7) });
+        assert_eq!(a.template(child, &root).unwrap().dir.uid, 7);
+        let served = (0..).take_while(|_| a.template(dir, &root).is_some()).count();
+        assert_eq!(served as u32, PLACEMENT_REUSE - 4);
+        assert!(a.template(child, &root).is_none(), "used up in the child too");
+        assert!(a.template(dir, &root).is_none(), "the next create goes to the MDS");
+
+        // On another MDT the child gets none (another MDS may place otherwise).
+        a.learn(dir, &file, &Attr { fid: dir, ..dir_attr(0o755, 0, 0) });
+        let elsewhere = Fid::new(1, 1, 6);
+        a.inherit(
+            a.forget(dir).unwrap(),
+            &Attr { fid: dir, ..dir_attr(0o755, 0, 0) },
+            &Attr { fid: elsewhere, ..dummy() },
+        );
+        assert!(a.template(elsewhere, &root).is_none());
+        assert!(a.template(dir, &root).is_some());
+    }
+
+    #[test]
     fn the_set_group_id_directory_gives_its_group() {
         let creds = Creds { uid: 1000, gid: 1000, groups: vec![] };
-        let tpl = Template { layout: dom(), dir: Attr { mode: 0o2775, gid: 50, ..dummy() }, at: Instant::now() };
+        let tpl =
+            Template { layout: dom(), dir: Attr { mode: 0o2775, gid: 50, ..dummy() }, at: Instant::now(), left: None };
         let a = new_file_attr(Fid::new(0, 1, 9), &creds, 0o100644, &tpl);
         assert_eq!((a.uid, a.gid, a.mode, a.size, a.nlink), (1000, 50, 0o644, 0, 1));
         let tpl = Template { dir: Attr { mode: 0o775, gid: 50, ..dummy() }, ..tpl };

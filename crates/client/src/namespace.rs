@@ -194,12 +194,14 @@ impl Client {
         f.created_in = Some((dir, self.inner.moves.load(Ordering::Acquire)));
         self.track_created(&mut f, &attr, dir);
         self.register_open(&f);
+        let dom_first = tpl.dom_first();
         let (creds, name, layout) = (creds.clone(), name.to_string(), tpl.layout);
         let hurry = self.inner.deferred.hurried();
         let c = self.clone();
         tokio::spawn(async move {
-            // Held back for the file's first bytes (see `async_create`).
-            let data = async_create::first_bytes(held, hurry).await;
+            // Held back for the file's first bytes, if they go to its MDT (see
+            // `async_create`); those of a file on OSTs go there after it.
+            let data = if dom_first { async_create::first_bytes(held, hurry).await } else { Vec::new() };
             let req = Request::MdsCreateGranted { creds, parent: dir, name, mode, flags, fid, layout, data };
             let r = deferred::exempt(c.md(dir, req)).await;
             let outcome = match r {
@@ -348,8 +350,9 @@ impl Client {
         spec: Option<DirSpec>,
     ) -> Result<Attr> {
         self.observe("mkdir", Some(parent), 0, 0, async {
-            self.forget_dir(self.shard(parent, name));
             let dir = self.shard(parent, name);
+            let template = self.inner.creates.forget(dir);
+            self.forget_dir(dir);
             // The server first: making its connection is what tells whether its
             // callbacks can reach this client.
             self.mdt(dir).await?;
@@ -364,6 +367,11 @@ impl Client {
             let reply = r?;
             match reply.response {
                 Response::DirMade { attr, parent: dir, lease } => {
+                    // A directory made in one this client creates in: its files get
+                    // the same layout, and may be answered here from the start.
+                    if let Some(tpl) = template.filter(|_| spec.is_none() && attr.stripes.is_none()) {
+                        self.inner.creates.inherit(tpl, &dir, &attr);
+                    }
                     self.note_dir(dir);
                     self.learn_stripes(&attr);
                     // An answer to a request sent again may be the reply cache's, for a

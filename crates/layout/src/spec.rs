@@ -125,7 +125,7 @@ impl ComponentSpec {
     /// Whether this component names its OSTs (`-i` or `-o`): such a component is
     /// instantiated when the file is made, since a component without OSTs keeps only
     /// a stripe count to place it by later.
-    fn placed_explicitly(&self) -> bool {
+    pub fn placed_explicitly(&self) -> bool {
         self.ost_list.is_some() || self.stripe_offset.is_some()
     }
 }

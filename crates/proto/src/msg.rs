@@ -704,9 +704,11 @@ pub enum Request {
     },
     /// A create the client already answered (CephFS's asynchronous create): `name`
     /// in `parent`, which the client holds the lease on and knows to have no such
-    /// name, made as file `fid` (from a grant) with exactly `layout`, whose
-    /// instantiated components must all be Data-on-MDT (nothing is placed on OSTs).
-    /// Answered as [`Request::MdsCreate`]; a retry of one that was applied answers
+    /// name, made as file `fid` (from a grant) with exactly `layout`: one whose
+    /// instantiated components are all Data-on-MDT, or one the MDS could have given a
+    /// new file there itself (the directory's default, placed on OSTs that are up, and
+    /// on those the default names if it names any; the MDS does not create OST
+    /// objects, their first write does). Answered as [`Request::MdsCreate`]; a retry of one that was applied answers
     /// it again. `data`, when not empty, is the file's first bytes: written at offset
     /// 0 of its DoM component (at most [`DOM_WRITE_MAX`] and within the component)
     /// and its size published, in the create's own transaction, so a small file

@@ -99,10 +99,11 @@ impl Writer<'_> {
     }
 
     /// A create a client answered itself (`MdsCreateGranted`): `fid` must come from a
-    /// grant of this MDT and be unused, and `layout` must place nothing on OSTs (its
-    /// instantiated components are all DoM, within this MDS's cap). `data`, if any,
-    /// is the file's first bytes, written in the same transaction. A retry of one
-    /// already applied answers as the first time.
+    /// grant of this MDT and be unused. `layout` either places nothing on OSTs (its
+    /// instantiated components are all DoM, within this MDS's cap), or is one this MDS
+    /// could have given a new file in `parent` now (see [`Writer::fits_placement`]).
+    /// `data`, if any, is the file's first bytes, written in the same transaction. A
+    /// retry of one already applied answers as the first time.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn create_granted(
         &mut self,
@@ -113,10 +114,11 @@ impl Writer<'_> {
         fid: Fid,
         layout: &Layout,
         data: &[u8],
-        dom_max: u64,
+        place: &Placement<'_>,
         now: Timespec,
     ) -> OpResult<Response> {
         check_name(name)?;
+        let dom_max = place.dom_max;
         let mut dir = self.view.dir_for(creds, parent, name, false)?;
         if let Some((existing, _)) = self.view.entry(parent, name)? {
             if existing == fid {
@@ -140,10 +142,12 @@ impl Writer<'_> {
         layout.validate().map_err(|e| OpError::Errno(Errno::Inval, format!("layout of {name}: {e}")))?;
         let first_dom = layout.components.first().is_some_and(|c| c.is_dom() && c.extent_end <= dom_max);
         let placed = layout.components.iter().any(|c| !c.is_dom() && !c.osts.is_empty());
-        if !first_dom || placed || layout.generation != 1 {
+        if placed {
+            self.fits_placement(&dir, layout, place)?;
+        } else if !first_dom || layout.generation != 1 {
             return fail(
                 Errno::Inval,
-                format!("a client's create must have a new layout with a DoM component of at most {dom_max} bytes first and no OST objects"),
+                format!("a client's create must have a new layout with a DoM component of at most {dom_max} bytes first, or one placed as this directory's default would be"),
             );
         }
         let dom_end = layout.dom_end().unwrap_or(0);
@@ -173,6 +177,51 @@ impl Writer<'_> {
         Ok(Response::Created { attr: ino.attr.clone(), existed: false, dir: Some(dir.attr.clone()) })
     }
 
+    /// Whether `layout`, with OST objects, which a client chose for a new file in `dir`
+    /// (the layout of the last file this MDS made there, see the client's
+    /// `async_create`), is one this MDS could give it now: the directory's default
+    /// component for component, each placed component on as many distinct OSTs, known
+    /// and up, as this MDS would choose, and on the very OSTs it would choose where the
+    /// default names them (`-o`, `-i`). Which OSTs a free placement takes is the
+    /// client's choice, as Lustre's MDS takes whichever precreated objects it has.
+    fn fits_placement(&self, dir: &Inode, layout: &Layout, place: &Placement<'_>) -> OpResult<()> {
+        let spec = self.new_file_spec(dir, None, place)?;
+        let mine = self.choose_layout(dir, None, place)?;
+        let refuse = |why: String| fail(Errno::Inval, format!("a client's layout for a new file {why}"));
+        if layout.generation != 1 || layout.components.len() != mine.components.len() {
+            return refuse(format!(
+                "has {} components where this directory's default gives {}",
+                layout.components.len(),
+                mine.components.len()
+            ));
+        }
+        for ((c, m), s) in layout.components.iter().zip(&mine.components).zip(&spec.components) {
+            let same_shape = (c.id, c.extent_start, c.extent_end, c.pattern, c.stripe_size, c.stripe_count_wanted)
+                == (m.id, m.extent_start, m.extent_end, m.pattern, m.stripe_size, m.stripe_count_wanted)
+                && c.pool == m.pool;
+            if !same_shape {
+                return refuse(format!("differs from this directory's default in component {}", m.id));
+            }
+            if c.osts.len() != m.osts.len() {
+                return refuse(format!(
+                    "places component {} on {} OSTs where {} are due",
+                    m.id,
+                    c.osts.len(),
+                    m.osts.len()
+                ));
+            }
+            if s.placed_explicitly() && c.osts != m.osts {
+                return refuse(format!("places component {} elsewhere than its default names", m.id));
+            }
+            for (i, ost) in c.osts.iter().enumerate() {
+                if c.osts[..i].contains(ost) || !place.osts.iter().any(|o| o.index == *ost && o.up) {
+                    return refuse(format!("places component {} on OST {ost}, twice or not up", m.id));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The layout of a new file: the request, filled from the parent directory's
     /// default, then from the file system default.
     pub(super) fn choose_layout(
@@ -181,12 +230,7 @@ impl Writer<'_> {
         spec: Option<LayoutSpec>,
         place: &Placement<'_>,
     ) -> OpResult<Layout> {
-        let root_default =
-            if dir.dir_default.is_none() { self.view.inode(Fid::ROOT)?.and_then(|r| r.dir_default) } else { None };
-        let mut fallback = dir.dir_default.clone().or(root_default).unwrap_or_else(|| place.default_layout.clone());
-        fallback = fallback.inherit(place.default_layout);
-        let asked = spec.is_some();
-        let wanted = cap_dom(spec.unwrap_or_else(|| fallback.clone()).inherit(&fallback), place.dom_max, asked)?;
+        let wanted = self.new_file_spec(dir, spec, place)?;
         if place.osts.is_empty() {
             return fail(Errno::Again, "the MDS has not learned the OST list from the MGS yet");
         }
@@ -197,6 +241,18 @@ impl Writer<'_> {
             };
             OpError::Errno(code, format!("cannot place file: {e}"))
         })
+    }
+
+    /// What a new file's layout asks for, before it is placed: the request, filled
+    /// from the parent directory's default, then from the file system default, with
+    /// this MDS's DoM cap.
+    fn new_file_spec(&self, dir: &Inode, spec: Option<LayoutSpec>, place: &Placement<'_>) -> OpResult<LayoutSpec> {
+        let root_default =
+            if dir.dir_default.is_none() { self.view.inode(Fid::ROOT)?.and_then(|r| r.dir_default) } else { None };
+        let mut fallback = dir.dir_default.clone().or(root_default).unwrap_or_else(|| place.default_layout.clone());
+        fallback = fallback.inherit(place.default_layout);
+        let asked = spec.is_some();
+        cap_dom(spec.unwrap_or_else(|| fallback.clone()).inherit(&fallback), place.dom_max, asked)
     }
 
     pub(super) fn mkdir(

@@ -582,6 +582,11 @@ fn dom_layout() -> layout::Layout {
     spec.instantiate(&osts, 0).unwrap()
 }
 
+/// Two OSTs up, for placements made outside the MDS's own.
+fn osts_up() -> Vec<OstState> {
+    (0..2).map(|index| OstState { index, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30 }).collect()
+}
+
 fn create_granted(name: &str, fid: Fid, layout: layout::Layout) -> Request {
     Request::MdsCreateGranted {
         creds: Creds::root(),
@@ -596,7 +601,7 @@ fn create_granted(name: &str, fid: Fid, layout: layout::Layout) -> Request {
 }
 
 #[test]
-fn a_clients_create_takes_granted_unused_fids_and_dom_only_layouts_alone() {
+fn a_clients_create_takes_granted_unused_fids_and_layouts_the_mds_could_have_given() {
     let (_d, store) = fresh("granted");
     format(&store, 0, &LayoutSpec::raid0(Some(1), Some(1 << 20))).unwrap();
     let (_, default_layout) = no_placement();
@@ -652,15 +657,31 @@ fn a_clients_create_takes_granted_unused_fids_and_dom_only_layouts_alone() {
     {
         assert_eq!(errno(w.apply(&create_granted("c", bad, dom_layout()), &mut place)), proto::Errno::Inval, "{bad}");
     }
-    // A layout that places objects on OSTs, or has no DoM component first.
+    // A layout with OST objects must be one the MDS could give the file now: the
+    // directory's default (one 1 MiB stripe) on an OST that is up. Not DoM with its
+    // second component placed, nor on an unknown OST, nor twice on one, nor with
+    // another stripe size.
     let mut placed = dom_layout();
     placed.components[1].osts = vec![0];
     assert_eq!(errno(w.apply(&create_granted("d", other, placed), &mut place)), proto::Errno::Inval);
-    let plain = LayoutSpec::raid0(Some(1), Some(1 << 20))
-        .instantiate(&[OstState { index: 0, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30 }], 0)
-        .unwrap();
-    assert_eq!(errno(w.apply(&create_granted("d", other, plain), &mut place)), proto::Errno::Inval);
+    let plain = |osts: Vec<u32>, stripe_size: u64| {
+        let mut l = LayoutSpec::raid0(Some(osts.len() as i64), Some(stripe_size)).instantiate(&osts_up(), 0).unwrap();
+        l.components[0].osts = osts;
+        l
+    };
+    for bad in [plain(vec![3], 1 << 20), plain(vec![0, 0], 1 << 20), plain(vec![0], 64 << 10)] {
+        assert_eq!(
+            errno(w.apply(&create_granted("d", other, bad.clone()), &mut place)),
+            proto::Errno::Inval,
+            "{bad:?}"
+        );
+    }
     assert!(w.view.entry(Fid::ROOT, "d").unwrap().is_none(), "nothing refused was made");
+    let placed_fid = Fid { oid: first.oid + 9, ..first };
+    match w.apply(&create_granted("e", placed_fid, plain(vec![0], 1 << 20)), &mut place) {
+        Ok(Response::Created { attr, existed: false, .. }) => assert_eq!(attr.layout, Some(plain(vec![0], 1 << 20))),
+        r => panic!("{r:?}"),
+    }
     w.finish();
 
     // After the batch is written back (a restart), the grant still holds.
@@ -670,6 +691,46 @@ fn a_clients_create_takes_granted_unused_fids_and_dom_only_layouts_alone() {
     let mut mem = new_memtable();
     let mut w = Writer::new(store.snapshot().unwrap(), &mut mem, 0);
     assert!(matches!(w.apply(&create_granted("d", other, dom_layout()), &mut place), Ok(Response::Created { .. })));
+}
+
+#[test]
+fn a_clients_create_keeps_the_osts_a_directorys_default_names() {
+    let (_d, store) = fresh("granted-explicit");
+    format(&store, 0, &LayoutSpec::raid0(Some(1), Some(1 << 20))).unwrap();
+    let (_, default_layout) = no_placement();
+    let osts = osts_up();
+    let is_open = |_: Fid, _: Option<u64>| false;
+    let mut place =
+        Placement { osts: &osts, cursor: 0, default_layout: &default_layout, dom_max: 1 << 20, is_open: &is_open };
+    let mut mem = new_memtable();
+    let mut w = Writer::new(store.snapshot().unwrap(), &mut mem, 0);
+    let Ok(Response::FidGrant { first, .. }) = w.apply(&Request::MdsFidGrant { mdt: 0, count: 10 }, &mut place) else {
+        panic!("no grant")
+    };
+    let on = |ost: u32| {
+        let mut l = LayoutSpec::raid0(Some(1), Some(1 << 20)).instantiate(&osts, 0).unwrap();
+        l.components[0].osts = vec![ost];
+        l
+    };
+    // Free placement: either OST.
+    for (i, ost) in [0, 1].into_iter().enumerate() {
+        let r = w.apply(
+            &create_granted(&format!("free{ost}"), Fid { oid: first.oid + i as u32, ..first }, on(ost)),
+            &mut place,
+        );
+        assert!(matches!(r, Ok(Response::Created { .. })), "{r:?}");
+    }
+    // `lfs setstripe -i 1` on the directory: OST 1 only.
+    let mut spec = LayoutSpec::raid0(Some(1), Some(1 << 20));
+    spec.components[0].stripe_offset = Some(1);
+    let set = Request::MdsSetDirLayout { creds: Creds::root(), fid: Fid::ROOT, spec: Some(spec) };
+    assert!(w.apply(&set, &mut place).is_ok());
+    let fid = Fid { oid: first.oid + 2, ..first };
+    match w.apply(&create_granted("fixed", fid, on(0)), &mut place) {
+        Err(OpError::Errno(e, why)) => assert_eq!(e, proto::Errno::Inval, "{why}"),
+        r => panic!("a placement against the default's -i was taken: {r:?}"),
+    }
+    assert!(matches!(w.apply(&create_granted("fixed", fid, on(1)), &mut place), Ok(Response::Created { .. })));
 }
 
 #[test]

@@ -336,7 +336,7 @@ impl<'a> Writer<'a> {
                 self.create(creds, *parent, name, *mode, *exclusive, *flags, layout.clone(), place, now)
             }
             Request::MdsCreateGranted { creds, parent, name, mode, fid, layout, data, .. } => {
-                self.create_granted(creds, *parent, name, *mode, *fid, layout, data, place.dom_max, now)
+                self.create_granted(creds, *parent, name, *mode, *fid, layout, data, place, now)
             }
             &Request::MdsFidGrant { mdt, count } => {
                 if mdt != self.mdt_index {
