@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use layout::{Layout, LayoutChange, LayoutSpec};
-use proto::msg::{Request, Response};
+use proto::msg::{Request, Response, XATTR_NAME_MAX};
 
 use crate::*;
 
@@ -128,7 +128,9 @@ impl Client {
                             }
                             self.note_dir(d)
                         }
-                        None => self.forget_dir(self.shard(parent, name)),
+                        None => {
+                            self.forget_dir(self.shard(parent, name));
+                        }
                     }
                     let mut attr = attr;
                     let mut f = OpenFile::new(&attr, flags, creds)?;
@@ -351,8 +353,7 @@ impl Client {
     ) -> Result<Attr> {
         self.observe("mkdir", Some(parent), 0, 0, async {
             let dir = self.shard(parent, name);
-            let template = self.inner.creates.forget(dir);
-            self.forget_dir(dir);
+            let template = self.forget_dir(dir);
             // The server first: making its connection is what tells whether its
             // callbacks can reach this client.
             self.mdt(dir).await?;
@@ -857,15 +858,13 @@ impl Client {
         true
     }
 
-    /// Drops what [`Client::recent_dir_attr`] knows of `fid` (this client changed it).
-    fn forget_dir(&self, fid: Fid) {
-        self.inner.creates.forget(fid);
+    /// Drops what [`Client::recent_dir_attr`] knows of `fid` (this client changed
+    /// it), and its create template, which it returns.
+    fn forget_dir(&self, fid: Fid) -> Option<async_create::Template> {
         self.inner.recent_dirs.lock().expect("recent dirs").remove(&fid);
+        self.inner.creates.forget(fid)
     }
 }
-
-/// Longest xattr name the MDS takes (its `XATTR_NAME_MAX`, Linux's).
-const XATTR_NAME_MAX: usize = 255;
 
 /// The MDS keeps `user.`, `trusted.` and `security.` attributes only, and refuses
 /// every other namespace with `EOPNOTSUPP`: so does this client, without asking.

@@ -146,12 +146,12 @@ pub(crate) struct Fetch {
 }
 
 impl Statahead {
-    /// This client sent a request that may change what lookups answer.
     /// How many times this client changed metadata so far (see [`Statahead::changed`]).
     pub(crate) fn epoch(&self) -> u64 {
         self.epoch.load(Ordering::Acquire)
     }
 
+    /// This client sent a request that may change what lookups answer.
     pub(crate) fn changed(&self) {
         self.epoch.fetch_add(1, Ordering::AcqRel);
     }

@@ -470,19 +470,21 @@ impl Mds {
                 }
                 r
             }
-            Request::MdsUnlink { creds, parent, name } => self.remove(ctx, mdt, creds, parent, name, None).await,
+            Request::MdsUnlink { creds, parent, name } => {
+                self.remove(ctx, mdt, creds, parent, name, Removal::Unlink).await
+            }
             Request::MdsUnlinkAt { creds, parent, name, at } => {
-                self.remove(ctx, mdt, creds, parent, name, Some(Removal::UnlinkAt(at))).await
+                self.remove(ctx, mdt, creds, parent, name, Removal::UnlinkAt(at)).await
             }
             Request::MdsRmdir { creds, parent, name } => {
-                self.remove(ctx, mdt, creds, parent, name, Some(Removal::Rmdir)).await
+                self.remove(ctx, mdt, creds, parent, name, Removal::Rmdir).await
             }
             mutation => self.mutate(&ctx, mdt, mutation).await,
         }
     }
 
-    /// unlink (`how` None) or rmdir of `name` in `parent`; an entry naming an inode
-    /// on another MDT is removed across the MDTs.
+    /// unlink or rmdir of `name` in `parent`; an entry naming an inode on another MDT
+    /// is removed across the MDTs.
     async fn remove(
         &self,
         ctx: RequestCtx,
@@ -490,13 +492,13 @@ impl Mds {
         creds: Creds,
         parent: Fid,
         name: String,
-        how: Option<Removal>,
+        how: Removal,
     ) -> Response {
         let (c, n) = (creds.clone(), name.clone());
         let req = match how {
-            Some(Removal::Rmdir) => Request::MdsRmdir { creds: c, parent, name: n },
-            Some(Removal::UnlinkAt(at)) => Request::MdsUnlinkAt { creds: c, parent, name: n, at },
-            None => Request::MdsUnlink { creds: c, parent, name: n },
+            Removal::Unlink => Request::MdsUnlink { creds: c, parent, name: n },
+            Removal::UnlinkAt(at) => Request::MdsUnlinkAt { creds: c, parent, name: n, at },
+            Removal::Rmdir => Request::MdsRmdir { creds: c, parent, name: n },
         };
         match self.mutate_here(&ctx, mdt, req).await {
             Ok(r) => r,
@@ -620,8 +622,9 @@ fn changes_entries(req: &Request) -> bool {
     )
 }
 
-/// How [`Mds::remove`] removes a name other than a plain unlink.
+/// How [`Mds::remove`] removes a name.
 enum Removal {
+    Unlink,
     Rmdir,
     /// An unlink at the client's time (see [`Request::MdsUnlinkAt`]).
     UnlinkAt(proto::msg::Timespec),

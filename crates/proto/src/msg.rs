@@ -708,8 +708,8 @@ pub enum Request {
     /// instantiated components are all Data-on-MDT, or one the MDS could have given a
     /// new file there itself (the directory's default, placed on OSTs that are up, and
     /// on those the default names if it names any; the MDS does not create OST
-    /// objects, their first write does). Answered as [`Request::MdsCreate`]; a retry of one that was applied answers
-    /// it again. `data`, when not empty, is the file's first bytes: written at offset
+    /// objects, their first write does). Answered as [`Request::MdsCreate`]; a retry
+    /// of one that was applied answers it again. `data`, when not empty, is the file's first bytes: written at offset
     /// 0 of its DoM component (at most [`DOM_WRITE_MAX`] and within the component)
     /// and its size published, in the create's own transaction, so a small file
     /// written after its create costs one request.
@@ -941,6 +941,9 @@ pub const MDT_BALANCED: u32 = u32::MAX;
 /// Most entries one [`Response::Dirents`] carries: an MDT answers a larger `max`
 /// with this many.
 pub const READDIR_MAX: u32 = 4096;
+
+/// Longest xattr name the MDS takes (Linux's `XATTR_NAME_MAX`).
+pub const XATTR_NAME_MAX: usize = 255;
 
 /// `braid mkdir -c -1` / `setdirstripe -c -1`: a directory striped over every MDT.
 pub const DIR_STRIPES_ALL: u32 = u32::MAX;

@@ -45,6 +45,20 @@ pub(super) fn cap_dom(mut spec: LayoutSpec, dom_max: u64, asked: bool) -> OpResu
     Ok(spec)
 }
 
+/// `wanted` instantiated as this MDS places a new file now.
+fn placed(wanted: &LayoutSpec, place: &Placement<'_>) -> OpResult<Layout> {
+    if place.osts.is_empty() {
+        return fail(Errno::Again, "the MDS has not learned the OST list from the MGS yet");
+    }
+    wanted.instantiate(place.osts, place.cursor).map_err(|e| {
+        let code = match e {
+            layout::PlacementError::NoOstUp => Errno::NoSpc,
+            _ => Errno::Inval,
+        };
+        OpError::Errno(code, format!("cannot place file: {e}"))
+    })
+}
+
 /// Most links a file may have.
 pub const LINK_MAX: u32 = 65000;
 
@@ -186,7 +200,7 @@ impl Writer<'_> {
     /// client's choice, as Lustre's MDS takes whichever precreated objects it has.
     fn fits_placement(&self, dir: &Inode, layout: &Layout, place: &Placement<'_>) -> OpResult<()> {
         let spec = self.new_file_spec(dir, None, place)?;
-        let mine = self.choose_layout(dir, None, place)?;
+        let mine = placed(&spec, place)?;
         let refuse = |why: String| fail(Errno::Inval, format!("a client's layout for a new file {why}"));
         if layout.generation != 1 || layout.components.len() != mine.components.len() {
             return refuse(format!(
@@ -230,17 +244,7 @@ impl Writer<'_> {
         spec: Option<LayoutSpec>,
         place: &Placement<'_>,
     ) -> OpResult<Layout> {
-        let wanted = self.new_file_spec(dir, spec, place)?;
-        if place.osts.is_empty() {
-            return fail(Errno::Again, "the MDS has not learned the OST list from the MGS yet");
-        }
-        wanted.instantiate(place.osts, place.cursor).map_err(|e| {
-            let code = match e {
-                layout::PlacementError::NoOstUp => Errno::NoSpc,
-                _ => Errno::Inval,
-            };
-            OpError::Errno(code, format!("cannot place file: {e}"))
-        })
+        placed(&self.new_file_spec(dir, spec, place)?, place)
     }
 
     /// What a new file's layout asks for, before it is placed: the request, filled

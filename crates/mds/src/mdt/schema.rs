@@ -413,11 +413,11 @@ pub fn upgrade(store: &Store, mdt_index: u32, from: u64) -> OpResult<()> {
 pub const NAME_MAX: usize = 255;
 /// Largest symlink target (as Linux's PATH_MAX).
 pub const SYMLINK_MAX: usize = 4096;
-/// Largest xattr value and name.
+/// Largest xattr value (the name's limit is the wire's).
 pub const XATTR_VALUE_MAX: usize = 64 * 1024;
-pub const XATTR_NAME_MAX: usize = 255;
 /// Most entries one readdir answer carries (the wire's limit).
 pub use proto::msg::READDIR_MAX;
+pub use proto::msg::XATTR_NAME_MAX;
 
 /// Refuses a name no directory entry may have.
 pub(crate) fn check_name(name: &str) -> OpResult<()> {
