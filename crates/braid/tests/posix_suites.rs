@@ -425,6 +425,17 @@ fn pjdfstest_through_a_braid_mount_process_on_dom_files() {
     run_pjdfstest(&tcp_mount(), true);
 }
 
+/// Through the separate mount process with the default layout (one stripe on an
+/// OST): creates there are answered by the mount on the OSTs of the last file the
+/// MDS placed (the client's `async_create`), with the same POSIX rules.
+#[test]
+fn pjdfstest_through_a_braid_mount_process() {
+    require_root();
+    tool("pjdfstest");
+    require_user("tests");
+    run_pjdfstest(&tcp_mount(), false);
+}
+
 // ---------------------------------------------------------------------------------------
 // fsx
 // ---------------------------------------------------------------------------------------
