@@ -889,6 +889,7 @@ impl fuser::Filesystem for BraidFs {
                     reply.error(Errno::from_i32(libc::ESTALE));
                 }
                 Ok((f, a)) => {
+                    s.stale_opens.opened(opener.0);
                     // Close-to-open: the kernel may still hold the size and mtime it
                     // cached before another client rewrote the file, and would read only
                     // up to that old size. Dropping its cached attributes (offset -1: the

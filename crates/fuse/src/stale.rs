@@ -8,7 +8,14 @@
 //! open answered ESTALE is walked again with `LOOKUP_REVAL`, which looks names up
 //! afresh (the cached name then leads to the file the name is now, or to ENOENT),
 //! while a `/proc` link leads to the same inode. So the first OPEN of an unlinked file
-//! by a thread answers ESTALE, and the same thread's OPEN of it right after is served.
+//! by a thread answers ESTALE, and the same thread's next OPEN right after is served.
+//!
+//! The retry is served whatever file it opens: the name may have been replaced again
+//! between the kernel's fresh lookup and its OPEN (a reader racing a writer that saves
+//! over the name in a loop), and the kernel retries only once, so a second ESTALE
+//! would reach the application. The file it opened was the name's a moment ago, whole,
+//! as an open just before the rename would have found it. A retry that finds a linked
+//! file settles the thread's turn too ([`StaleOpens::opened`]).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -24,7 +31,8 @@ const REMEMBERED_MAX: usize = 1024;
 
 #[derive(Default)]
 pub struct StaleOpens {
-    answered: Mutex<HashMap<(Fid, u32), Instant>>,
+    /// Threads whose last OPEN was answered ESTALE, and when.
+    answered: Mutex<HashMap<u32, Instant>>,
 }
 
 impl StaleOpens {
@@ -33,7 +41,7 @@ impl StaleOpens {
     pub fn answer_stale(&self, fid: Fid, tid: u32) -> bool {
         let now = Instant::now();
         let mut m = self.answered.lock().expect("stale opens");
-        if let Some(at) = m.remove(&(fid, tid)) {
+        if let Some(at) = m.remove(&tid) {
             if now.duration_since(at) < RETRY_WINDOW {
                 return false;
             }
@@ -46,8 +54,17 @@ impl StaleOpens {
                 }
             }
         }
-        m.insert((fid, tid), now);
+        m.insert(tid, now);
+        tracing::debug!(%fid, tid, "open of an unlinked file answered ESTALE");
         true
+    }
+
+    /// Thread `tid` opened a linked file: a retry it was owed is done.
+    pub fn opened(&self, tid: u32) {
+        let mut m = self.answered.lock().expect("stale opens");
+        if !m.is_empty() {
+            m.remove(&tid);
+        }
     }
 }
 
@@ -72,13 +89,26 @@ mod tests {
     }
 
     #[test]
+    fn a_retry_that_finds_the_name_replaced_again_is_served_and_one_that_finds_it_linked_ends_the_turn() {
+        let s = StaleOpens::default();
+        // The retry's fresh lookup found file 2, itself unlinked before its OPEN.
+        assert!(s.answer_stale(fid(1), 10));
+        assert!(!s.answer_stale(fid(2), 10));
+        // A retry that opened a linked file: the thread's next stale open is a first.
+        assert!(s.answer_stale(fid(3), 10));
+        s.opened(10);
+        assert!(s.answer_stale(fid(4), 10));
+    }
+
+    #[test]
     fn the_memory_stays_bounded() {
         let s = StaleOpens::default();
-        for n in 0..(REMEMBERED_MAX as u64 * 3) {
-            assert!(s.answer_stale(fid(n), 7));
+        for n in 0..(REMEMBERED_MAX as u32 * 3) {
+            assert!(s.answer_stale(fid(n.into()), n));
         }
         assert!(s.answered.lock().unwrap().len() <= REMEMBERED_MAX);
         // The latest is still remembered.
-        assert!(!s.answer_stale(fid(REMEMBERED_MAX as u64 * 3 - 1), 7));
+        let last = REMEMBERED_MAX as u32 * 3 - 1;
+        assert!(!s.answer_stale(fid(last.into()), last));
     }
 }
