@@ -412,7 +412,7 @@ pub const READAHEAD_WINDOW_BYTES: u64 = 16 << 20;
 /// Size of one prefetch (one or more RPCs, one per stripe it touches).
 const READAHEAD_CHUNK_BYTES: u64 = 4 << 20;
 
-type Prefetch = tokio::sync::oneshot::Receiver<Result<Bytes>>;
+pub(crate) type Prefetch = tokio::sync::oneshot::Receiver<Result<Bytes>>;
 
 /// Sequential read-ahead of one handle (Lustre's client read-ahead, simplified): once
 /// two reads follow each other, what follows is requested in chunks in the
@@ -446,6 +446,17 @@ impl Readahead {
         self.ready = None;
         self.issued_until = 0;
         self.next = u64::MAX;
+    }
+
+    /// Takes the read of the file's first `len` bytes that its open sent beside itself
+    /// (see [`crate::first_bytes`]) as the chunk a reader from the start finds ahead,
+    /// read at the handle's data generation `gen`.
+    pub(crate) fn seed(&mut self, len: u64, first: Prefetch, gen: u64) {
+        self.reset();
+        self.next = 0;
+        self.gen = gen;
+        self.pending.push_back((0, len, first));
+        self.issued_until = len;
     }
 
     #[allow(clippy::too_many_arguments)]

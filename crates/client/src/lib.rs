@@ -27,6 +27,7 @@
 
 pub mod async_create;
 pub mod deferred;
+pub mod first_bytes;
 pub mod io;
 mod lease;
 pub mod objio;
@@ -37,6 +38,7 @@ pub mod statahead;
 mod striped;
 mod throttle;
 pub mod tracer;
+pub mod xattrless;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -303,6 +305,11 @@ struct Inner {
     /// Entries' attributes fetched ahead of lookups (see [`statahead`]); every request
     /// that may change metadata moves its epoch, whether statahead is on or not.
     statahead: Arc<statahead::Statahead>,
+    /// Small files' layouts and sizes as last told, for reads beside their opens
+    /// (see [`first_bytes`]).
+    first_bytes: first_bytes::Hints,
+    /// Files an open just found without extended attributes (see [`xattrless`]).
+    xattrless: xattrless::Xattrless,
     /// The shard tables of striped directories met so far.
     stripes: striped::StripeTables,
     /// The SSD read cache, if configured and usable.
@@ -702,6 +709,8 @@ impl Client {
                 moves: AtomicU64::new(0),
                 rpcs: Arc::default(),
                 statahead: Arc::default(),
+                first_bytes: Default::default(),
+                xattrless: Default::default(),
                 creates: Default::default(),
                 stripes: Default::default(),
                 cache,

@@ -22,6 +22,7 @@ impl Client {
             }
             if self.inner.cfg.statahead && dir == parent {
                 if let Some(attr) = self.inner.statahead.take(dir, name, creds) {
+                    self.inner.first_bytes.note(&attr);
                     return Ok(attr);
                 }
                 if let Some(fetch) = self.inner.statahead.missed(dir, name) {
@@ -30,6 +31,7 @@ impl Client {
             }
             let req = |dir| Request::MdsLookup { creds: creds.clone(), parent: dir, name: name.to_string() };
             let attr = answer!("lookup", self.md_entry(parent, name, req).await?.response, Response::Attr(a) => a)?;
+            self.inner.first_bytes.note(&attr);
             self.dir_attr_merged(attr).await
         })
         .await
@@ -64,6 +66,7 @@ impl Client {
     pub async fn getattr(&self, fid: Fid) -> Result<Attr> {
         self.observe("getattr", Some(fid), 0, 0, async {
             let attr = answer!("getattr", self.md(fid, Request::MdsGetattr { fid }).await?, Response::Attr(a) => a)?;
+            self.inner.first_bytes.note(&attr);
             self.dir_attr_merged(attr).await
         })
         .await
@@ -255,9 +258,9 @@ impl Client {
     pub async fn open(&self, creds: &Creds, fid: Fid, flags: OpenFlags) -> Result<(OpenFile, Attr)> {
         let req = Request::MdsOpen { creds: creds.clone(), fid, flags };
         self.observe("open", Some(fid), 0, 0, async {
-            let sent_at = io::write_seq();
+            let sent = self.open_sent();
             let reply = self.md_reply(fid, req).await?;
-            self.opened(creds, sent_at, reply, flags).await
+            self.opened(creds, sent, reply, flags).await
         })
         .await
     }
@@ -271,11 +274,11 @@ impl Client {
                 return Err(ClientError::Errno(Errno::NoEnt, format!("{name} not found")));
             }
             let req = |dir| Request::MdsOpenAt { creds: creds.clone(), parent: dir, name: name.to_string(), flags };
-            let sent_at = io::write_seq();
+            let sent = self.open_sent();
             match self.md_entry(parent, name, req).await {
                 Err(e) if e.errno() == Errno::XDev => self.open_link_elsewhere(creds, parent, name, flags).await,
                 Err(e) => Err(e),
-                Ok(reply) => self.opened(creds, sent_at, reply, flags).await,
+                Ok(reply) => self.opened(creds, sent, reply, flags).await,
             }
         })
         .await
@@ -292,31 +295,51 @@ impl Client {
     ) -> Result<(OpenFile, Attr)> {
         let fid = self.lookup(creds, parent, name).await?.fid;
         let req = Request::MdsOpen { creds: creds.clone(), fid, flags };
-        let sent_at = io::write_seq();
+        let sent = self.open_sent();
         let reply = self.md_reply(fid, req).await?;
-        self.opened(creds, sent_at, reply, flags).await
+        self.opened(creds, sent, reply, flags).await
     }
 
-    /// Makes the handle an open (`MdsOpen` or `MdsOpenAt`, sent when this client's
-    /// write clock was at `sent_at`) answered.
-    async fn opened(
+    /// Taken before an open is sent: what its answer is judged against.
+    pub(crate) fn open_sent(&self) -> OpenSent {
+        OpenSent { writes: io::write_seq(), xattrs: self.inner.xattrless.sent() }
+    }
+
+    /// Whether a write of this client to `fid` was on its way at any time since the
+    /// open sent at `sent`, or is now.
+    pub(crate) fn written_since(&self, fid: Fid, sent: OpenSent) -> bool {
+        self.file_inflights(fid).iter().any(|i| i.wrote_since(sent.writes))
+    }
+
+    /// Makes the handle an open (`MdsOpen` or `MdsOpenAt`, sent at `sent`) answered.
+    pub(crate) async fn opened(
         &self,
         creds: &Creds,
-        sent_at: u64,
+        sent: OpenSent,
         reply: rpc::Reply,
         flags: OpenFlags,
     ) -> Result<(OpenFile, Attr)> {
         {
             let (mut attr, data) = match reply.response {
-                Response::Attr(a) => (a, None),
+                Response::Attr(a) => {
+                    self.inner.xattrless.unnote(a.fid);
+                    (a, None)
+                }
+                Response::OpenedWithoutXattrs { attr } => {
+                    self.inner.xattrless.note(attr.fid, sent.xattrs);
+                    (attr, None)
+                }
                 // A small Data-on-MDT file: its bytes came with the open.
-                Response::OpenedWithData { attr } => (attr, Some(reply.payload)),
+                Response::OpenedWithData { attr } => {
+                    self.inner.xattrless.unnote(attr.fid);
+                    (attr, Some(reply.payload))
+                }
                 r => return Err(unexpected("open", &r)),
             };
             let f = OpenFile::new(&attr, flags, creds)?;
             // Bytes the open returned predate a write of this client still on its way
             // to the MDT when the open was sent: such an open reads like any other.
-            let quiet = || self.file_inflights(attr.fid).iter().all(|i| !i.wrote_since(sent_at));
+            let quiet = || !self.written_since(attr.fid, sent);
             if let Some(data) = data.filter(|_| quiet()) {
                 f.keep_data(data);
             }
@@ -761,7 +784,10 @@ impl Client {
             self.forget_dir(fid);
             let req =
                 Request::MdsSetxattr { creds: creds.clone(), fid, name: name.to_string(), value: value.to_vec(), mode };
-            answer!("setxattr", self.md(fid, req).await?, Response::Ok => ())
+            self.inner.xattrless.changing();
+            let r = self.md(fid, req).await;
+            self.inner.xattrless.changing();
+            answer!("setxattr", r?, Response::Ok => ())
         })
         .await
     }
@@ -776,7 +802,7 @@ impl Client {
     }
 
     pub async fn listxattr(&self, creds: &Creds, fid: Fid) -> Result<Vec<String>> {
-        if self.no_xattrs_behind(fid) {
+        if self.no_xattrs_behind(fid) || self.inner.xattrless.bare(fid) {
             return Ok(Vec::new());
         }
         let req = Request::MdsListxattr { creds: creds.clone(), fid };
@@ -789,7 +815,10 @@ impl Client {
             self.give_up_behind(fid);
             self.forget_dir(fid);
             let req = Request::MdsRemovexattr { creds: creds.clone(), fid, name: name.to_string() };
-            answer!("removexattr", self.md(fid, req).await?, Response::Ok => ())
+            self.inner.xattrless.changing();
+            let r = self.md(fid, req).await;
+            self.inner.xattrless.changing();
+            answer!("removexattr", r?, Response::Ok => ())
         })
         .await
     }
@@ -880,4 +909,12 @@ fn refuse_unsupported_xattr(name: &str) -> Result<()> {
         Errno::NotSup,
         format!("unsupported xattr namespace in {name:?} (user., trusted., security.)"),
     ))
+}
+
+/// When an open was sent: this client's write clock (bytes that came with the open
+/// predate a write on its way then) and the xattr epoch (see [`crate::xattrless`]).
+#[derive(Clone, Copy)]
+pub(crate) struct OpenSent {
+    writes: u64,
+    xattrs: crate::xattrless::Sent,
 }

@@ -174,7 +174,10 @@ impl Client {
                 let max = max.clamp(1, proto::msg::READDIR_MAX);
                 let req = Request::MdsReaddirPlus { creds: creds.clone(), fid, after: after.map(str::to_string), max };
                 match self.md(fid, req).await? {
-                    Response::DirentsPlus { entries, eof } => return Ok((entries, eof)),
+                    Response::DirentsPlus { entries, eof } => {
+                        entries.iter().filter_map(|(_, a)| a.as_ref()).for_each(|a| self.inner.first_bytes.note(a));
+                        return Ok((entries, eof));
+                    }
                     Response::Striped(s) => self.inner.stripes.learn(&s),
                     r => return Err(unexpected("readdirplus", &r)),
                 }

@@ -630,6 +630,12 @@ impl fuser::Filesystem for BraidFs {
         self.rt.block_on(self.client.deferred_idle());
     }
 
+    fn forget(&self, _req: &Request, ino: INodeNo, _nlookup: u64) {
+        // The kernel dropped the inode, and its pages with it: the next open finds
+        // none cached (see `BraidFs::keep_cache`).
+        self.cached_versions.lock().expect("cached versions").remove(&fid_of(ino));
+    }
+
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let Ok(name) = name_str(name) else { return reply.error(Errno::ENOENT) };
         let (c, name) = (self.creds(req), name.to_owned());
@@ -874,8 +880,18 @@ impl fuser::Filesystem for BraidFs {
             return reply.error(Errno::from_i32(libc::EROFS));
         }
         let (c, opener) = (self.creds(req), (req.pid(), req.uid(), req.gid()));
+        let read_only = of.read && !of.write && !of.truncate;
+        // A reader of a file whose pages the kernel cannot hold (it forgot the inode,
+        // or never had it) will ask for its bytes: a small file's are read beside the
+        // open (see the client's `first_bytes`).
+        let none_cached =
+            read_only && !self.cached_versions.lock().expect("cached versions").contains_key(&fid_of(ino));
         self.serve(req, move |s| async move {
-            match s.client.open(&c, fid_of(ino), of).await {
+            let opened = match none_cached {
+                true => s.client.open_to_read(&c, fid_of(ino), of).await,
+                false => s.client.open(&c, fid_of(ino), of).await,
+            };
+            match opened {
                 Ok((f, a))
                     if a.nlink == 0 && a.kind == FileKind::File && s.stale_opens.answer_stale(a.fid, opener.0) =>
                 {
@@ -906,7 +922,6 @@ impl fuser::Filesystem for BraidFs {
                     }
                     let keep = s.keep_cache(a.fid, a.data_version);
                     let fh = s.add_file(opener, f);
-                    let read_only = of.read && !of.write && !of.truncate;
                     let fopen = s.fopen_flags(flags.0, keep);
                     let mut open = s.io_mode(fh, a.fid, fopen, read_only, &a, &reply);
                     if matches!(open, Open::Busy) && s.passthrough_released(a.fid).await {

@@ -206,7 +206,8 @@ impl Mds {
                         let data = v.dom_read(fid, 0, attr.size)?;
                         (Response::OpenedWithData { attr }, vec![Bytes::from(data)])
                     }
-                    _ => (Response::Attr(attr), vec![]),
+                    _ if v.has_xattrs(fid)? => (Response::Attr(attr), vec![]),
+                    _ => (Response::OpenedWithoutXattrs { attr }, vec![]),
                 };
                 Ok((answer, Some(fid)))
             })

@@ -933,6 +933,13 @@ pub enum Response {
         entries: Vec<DirEntryPlus>,
         eof: bool,
     },
+    /// Answer to [`Request::MdsOpen`] and [`Request::MdsOpenAt`] of a file with no
+    /// extended attributes at all (other than a small Data-on-MDT file, answered
+    /// [`Response::OpenedWithData`]): its attributes. A copy that keeps attributes
+    /// (`cp -a`) lists them right after the open; the client answers that itself.
+    OpenedWithoutXattrs {
+        attr: Attr,
+    },
 }
 
 /// `braid mkdir -i -1`: the MDS chooses the MDT (Lustre's `-1` as an unsigned index).

@@ -263,6 +263,13 @@ impl<M: Deref<Target = MemTable>> View<M> {
         }
     }
 
+    /// Whether inode `fid` has any extended attribute.
+    pub fn has_xattrs(&self, fid: Fid) -> OpResult<bool> {
+        let prefix = fid.to_key();
+        let first = self.scan_prefix(Tbl::Xattrs, &prefix)?.next().transpose()?;
+        Ok(first.is_some())
+    }
+
     pub fn listxattr(&self, creds: &Creds, fid: Fid) -> OpResult<Vec<String>> {
         self.must_inode(fid)?;
         let prefix = fid.to_key();
