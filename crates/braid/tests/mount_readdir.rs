@@ -160,3 +160,51 @@ fn a_listing_with_attributes_gives_what_a_lookup_gives_on_every_mdt_and_in_strip
 fn find_mode(dir: &Path, name: &str) -> u32 {
     listed(dir).into_iter().find(|e| e.0 == name).unwrap().1 & 0o7777
 }
+
+/// `OPENDIR` fetches the listing's first batch with its entries' attributes. A
+/// change this mount makes between opendir(3) and the listing (`cp -a` makes the
+/// copy's directory in between) must not be undone by those older attributes: the
+/// kernel would take them over the newer ones it has.
+#[test]
+fn a_listing_after_this_mount_changed_an_entry_since_opendir_gives_its_current_attributes() {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let c = Cluster::start(Path::new(env!("CARGO_BIN_EXE_braid")), ClusterSpec::default());
+    let m = Mount::new(&c, "");
+    let dir = m.path("d");
+    fs::create_dir(&dir).unwrap();
+    for i in 0..5 {
+        fs::write(dir.join(format!("f{i}")), vec![b'x'; i * 100]).unwrap();
+        fs::set_permissions(dir.join(format!("f{i}")), fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    // Forget what the kernel knows of the entries, so the listing is what tells it.
+    drop(m);
+    let m = Mount::new(&c, "");
+    let dir = m.path("d");
+    let cdir = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap();
+    // SAFETY: a valid C string; the stream is closed below.
+    let stream = unsafe { libc::opendir(cdir.as_ptr()) };
+    assert!(!stream.is_null(), "opendir");
+    fs::set_permissions(dir.join("f2"), fs::Permissions::from_mode(0o600)).unwrap();
+    fs::write(dir.join("f3"), vec![b'y'; 7]).unwrap();
+    let mut listed = Vec::new();
+    loop {
+        // SAFETY: `stream` is an open directory stream.
+        let e = unsafe { libc::readdir(stream) };
+        if e.is_null() {
+            break;
+        }
+        // SAFETY: readdir returned an entry whose name is a NUL-terminated string.
+        let name = unsafe { std::ffi::CStr::from_ptr((*e).d_name.as_ptr()) }.to_string_lossy().into_owned();
+        listed.push(name);
+    }
+    // SAFETY: closes the stream opened above, once.
+    unsafe { libc::closedir(stream) };
+    listed.retain(|n| n != "." && n != "..");
+    listed.sort();
+    assert_eq!(listed, ["f0", "f1", "f2", "f3", "f4"]);
+    let f2 = fs::metadata(dir.join("f2")).unwrap();
+    assert_eq!(f2.mode() & 0o777, 0o600, "the mode this mount set after opendir");
+    assert_eq!(fs::metadata(dir.join("f3")).unwrap().size(), 7, "the size this mount wrote after opendir");
+    assert_eq!(fs::metadata(dir.join("f4")).unwrap().size(), 400);
+}

@@ -73,6 +73,18 @@ impl DirHandle {
         Ok(Some((e.clone(), attr.clone().filter(|_| fresh))))
     }
 
+    /// Forgets the listing if its first batch's attributes no longer hold for the
+    /// client's metadata `epoch` (see [`DirHandle::entry_plus`]): a listing from the
+    /// start then fetches afresh, rather than look up each entry the kernel is given.
+    /// (`OPENDIR` fetches the first batch; the caller may change metadata before it
+    /// lists, as `cp -a` makes the copy's directory first.)
+    pub fn refresh_if_stale(&self, epoch: u64) {
+        let mut st = self.state.lock().expect("dir state");
+        if st.batches.first().is_some_and(|(_, at, e)| at.elapsed() >= ATTRS_FRESH || *e != epoch) {
+            *st = DirState { entries: Vec::new(), eof: false, batches: Vec::new() };
+        }
+    }
+
     /// Appends a batch fetched after `after` (at client metadata epoch `epoch`),
     /// unless another fetch of the same handle appended one first.
     pub fn extend(&self, after: Option<String>, batch: Vec<client::DirEntryPlus>, eof: bool, epoch: u64) {

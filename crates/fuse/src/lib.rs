@@ -155,6 +155,9 @@ enum Open {
     Busy,
 }
 
+/// Entries one listing request asks the MDS for.
+const READDIR_BATCH: u32 = 1024;
+
 /// Most files whose reported size and mtime are remembered.
 const REPORTED_MAX: usize = 65536;
 
@@ -1126,11 +1129,17 @@ impl fuser::Filesystem for BraidFs {
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: FuseOpenFlags, reply: ReplyOpen) {
         let c = self.creds(req);
         let fid = fid_of(ino);
-        // Check read permission and that it is a directory now, as opendir(2) does.
+        // Check read permission and that it is a directory now, as opendir(2) does,
+        // by fetching the first batch of the listing that nearly always follows: one
+        // round trip where there were two. (Entries made or removed after opendir(2)
+        // may or may not be listed, as POSIX has it.)
         self.serve(req, move |s| async move {
-            match s.client.readdir(&c, fid, None, 1).await {
-                Ok(_) => {
-                    let fh = s.handles.insert_dir(DirHandle::new(fid, c));
+            let epoch = s.client.metadata_epoch();
+            match s.client.readdir_plus(&c, fid, None, READDIR_BATCH).await {
+                Ok((batch, eof)) => {
+                    let d = DirHandle::new(fid, c);
+                    d.extend(None, batch, eof, epoch);
+                    let fh = s.handles.insert_dir(d);
                     reply.opened(FileHandle(fh), FopenFlags::empty());
                 }
                 Err(e) => reply.error(inode_errno(&e)),
@@ -1151,7 +1160,7 @@ impl fuser::Filesystem for BraidFs {
                     n => match d.entry((n - 2) as usize) {
                         Ok(Some(e)) => Some((ino_of(e.fid), file_type(e.kind), e.name)),
                         Ok(None) => None,
-                        Err(after) => match s.client.readdir(&d.creds, fid, after.as_deref(), 1024).await {
+                        Err(after) => match s.client.readdir(&d.creds, fid, after.as_deref(), READDIR_BATCH).await {
                             Ok((batch, eof)) => {
                                 d.extend(after, batch.into_iter().map(|e| (e, None)).collect(), eof, 0);
                                 continue;
@@ -1180,6 +1189,9 @@ impl fuser::Filesystem for BraidFs {
         let fid = d.fid;
         self.serve(req, move |s| async move {
             let ttl = s.opts.entry_ttl.min(s.opts.attr_ttl);
+            if offset == 0 {
+                d.refresh_if_stale(s.client.metadata_epoch());
+            }
             let mut next = offset;
             loop {
                 // Offsets: 1 = ".", 2 = "..", 3.. = entries in name order. The kernel
@@ -1199,7 +1211,7 @@ impl fuser::Filesystem for BraidFs {
                         Ok(None) => break,
                         Err(after) => {
                             let epoch = s.client.metadata_epoch();
-                            match s.client.readdir_plus(&d.creds, fid, after.as_deref(), 1024).await {
+                            match s.client.readdir_plus(&d.creds, fid, after.as_deref(), READDIR_BATCH).await {
                                 Ok((batch, eof)) => {
                                     d.extend(after, batch, eof, epoch);
                                     continue;
