@@ -425,6 +425,10 @@ impl rpc::CallbackHandler for Revocations {
 /// The one file or directory a request reads about, if it reads about one: a file's
 /// attributes, bytes, xattrs or open by FID, or a directory's entries (a lookup,
 /// listing or open by name there). Deferred work elsewhere cannot change its answer.
+/// A setattr too: what it must land after is deferred work naming its file (its
+/// create, its flushes) or directory (the creates there, which its mode and times
+/// must follow), so `tar x`'s and `cp -a`'s directory times and modes, set after
+/// their contents, do not wait for every other copy's flush.
 fn about(req: &Request) -> Option<Fid> {
     match req {
         Request::MdsGetattr { fid }
@@ -436,7 +440,8 @@ fn about(req: &Request) -> Option<Fid> {
         | Request::MdsDomGetattr { fid }
         | Request::MdsReaddir { fid, .. }
         | Request::MdsReaddirPlus { fid, .. }
-        | Request::MdsStatahead { fid, .. } => Some(*fid),
+        | Request::MdsStatahead { fid, .. }
+        | Request::MdsSetattr { fid, .. } => Some(*fid),
         Request::MdsLookup { parent, .. } | Request::MdsOpenAt { parent, .. } => Some(*parent),
         _ => None,
     }
