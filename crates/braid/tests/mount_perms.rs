@@ -353,3 +353,51 @@ fn a_write_by_a_non_owner_clears_set_id_bits_and_ftruncate_needs_only_the_descri
     assert_eq!(r.unwrap(), libc::EACCES, "reopening a mode-0 file for writing is refused");
     assert_eq!(fs::metadata(&g).unwrap().len(), 12345, "ftruncate through the creating descriptor");
 }
+
+/// A listing by a caller who may read the directory but not search it: the MDS lists
+/// the names without their attributes (a lookup would be refused), the mount's own
+/// lookups of them fail, and each entry goes to the kernel as a placeholder that it
+/// must not keep. The names and kinds are listed, a stat is refused, and once the
+/// caller may search the directory a stat gives the real attributes, not the
+/// placeholder's.
+#[test]
+fn a_listing_without_search_permission_gives_names_and_kinds_and_no_attributes_to_keep() {
+    let e = start("allow_other");
+    let dir = e.m.path("readable");
+    fs::create_dir(&dir).unwrap();
+    fs::write(dir.join("a"), b"hello").unwrap();
+    chmod(&dir.join("a"), 0o640);
+    fs::create_dir(dir.join("sub")).unwrap();
+    chmod(&dir, 0o744);
+
+    let listed = {
+        let dir = dir.clone();
+        as_user(1000, 1000, &[], move || {
+            let mut v: Vec<(String, bool)> = fs::read_dir(&dir)
+                .unwrap()
+                .map(|e| {
+                    let e = e.unwrap();
+                    (e.file_name().into_string().unwrap(), e.file_type().unwrap().is_dir())
+                })
+                .collect();
+            v.sort();
+            v
+        })
+    };
+    assert_eq!(listed, [("a".to_string(), false), ("sub".to_string(), true)]);
+    let refused = {
+        let a = dir.join("a");
+        as_user(1000, 1000, &[], move || code(fs::metadata(&a)))
+    };
+    assert_eq!(refused, libc::EACCES, "no search permission on the directory");
+
+    chmod(&dir, 0o755);
+    let (size, mode, uid) = {
+        let a = dir.join("a");
+        as_user(1000, 1000, &[], move || {
+            let m = fs::metadata(&a).expect("searchable now");
+            (m.size(), m.mode() & 0o7777, m.uid())
+        })
+    };
+    assert_eq!((size, mode, uid), (5, 0o640, 0), "the file's attributes, not the placeholder's");
+}
