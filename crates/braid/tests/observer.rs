@@ -154,6 +154,9 @@ fn every_operation() {
         calls.ok("rename", cl.rename(creds, dir.fid, "f2", dir.fid, "f3", RenameFlags::default())).await;
         let (batch, _) = calls.ok("readdir", cl.readdir(creds, dir.fid, None, 2)).await;
         assert_eq!(batch.len(), 2);
+        let (plus, _) = calls.ok("readdirplus", cl.readdir_plus(creds, dir.fid, None, 3)).await;
+        assert_eq!(plus.len(), 3);
+        assert!(plus.iter().all(|(_, a)| a.is_some()), "attributes with every entry of one MDT's directory");
         let all = calls.ok("readdir_all", cl.readdir_all(creds, dir.fid)).await;
         let names: BTreeSet<String> = all.into_iter().map(|e| e.name).collect();
         assert_eq!(names, ["f", "f3", "p", "s"].map(String::from).into());

@@ -223,6 +223,7 @@ pub const OPS: &[&str] = &[
     "rename",
     "readdir",
     "readdir_all",
+    "readdirplus",
     "setattr",
     "truncate",
     "setxattr",

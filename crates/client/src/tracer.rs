@@ -98,7 +98,8 @@ pub fn op_of(name: &str) -> Option<Op> {
         "unlink" => Op::Unlink,
         "rmdir" => Op::Rmdir,
         "rename" => Op::Rename,
-        "readdir" | "readdir_all" => Op::Readdir,
+        // A listing with its entries' attributes (the mount's READDIRPLUS) is a listing.
+        "readdir" | "readdir_all" | "readdirplus" => Op::Readdir,
         "setxattr" | "setstripe" | "layout_change" => Op::Setxattr,
         "getxattr" | "getstripe" => Op::Getxattr,
         "listxattr" => Op::Listxattr,
