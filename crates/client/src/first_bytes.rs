@@ -26,7 +26,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use layout::Layout;
-use proto::msg::{Attr, Creds, FileKind, OpenFlags, Request};
+use proto::msg::{Attr, Creds, FileKind, OpenFlags};
 use proto::Fid;
 
 use crate::{io, Client, OpenFile, Result};
@@ -101,28 +101,24 @@ impl Client {
             .flatten()
             .filter(|_| !self.inner.deferred.busy(fid) && self.file_inflights(fid).is_empty());
         let Some(Hint { layout, len }) = hint else { return self.open(creds, fid, flags).await };
+        // Taken before the read is sent: a write of this client from here on drops it.
+        let sent = self.open_sent();
         let (tx, rx) = tokio::sync::oneshot::channel();
         let (c, cut_by) = (self.clone(), layout.clone());
-        let sent = self.open_sent();
         tokio::spawn(async move {
             let _ = tx.send(io::read_extents(&c, fid, &cut_by, 0, len).await.map(|(data, _)| data));
         });
-        let req = Request::MdsOpen { creds: creds.clone(), fid, flags };
-        self.observe("open", Some(fid), 0, 0, async {
-            let reply = self.md_reply(fid, req).await?;
-            let (f, attr) = self.opened(creds, sent, reply, flags).await?;
-            // The bytes hold for this open if they were cut by its layout, cover its
-            // size, and no write of this client to the file was on its way meanwhile.
-            if *f.layout() == layout && attr.size <= len && !self.written_since(fid, sent) {
-                let gen = f.inflight.data_gen.load(Ordering::Acquire);
-                if let Ok(mut ra) = f.readahead.try_lock() {
-                    ra.seed(len, rx, gen);
-                    self.inner.first_bytes.kept.fetch_add(1, Ordering::Relaxed);
-                }
+        let (f, attr) = self.open(creds, fid, flags).await?;
+        // The bytes hold for this open if they were cut by its layout, cover its size,
+        // and no write of this client to the file was on its way meanwhile.
+        if *f.layout() == layout && attr.size <= len && !self.written_since(fid, sent) {
+            let gen = f.inflight.data_gen.load(Ordering::Acquire);
+            if let Ok(mut ra) = f.readahead.try_lock() {
+                ra.seed(len, rx, gen);
+                self.inner.first_bytes.kept.fetch_add(1, Ordering::Relaxed);
             }
-            Ok((f, attr))
-        })
-        .await
+        }
+        Ok((f, attr))
     }
 
     /// Opens whose small file's bytes, read beside the open, became the handle's

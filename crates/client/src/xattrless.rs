@@ -37,8 +37,9 @@ pub(crate) struct Sent {
 pub(crate) struct Xattrless {
     /// Moved by every xattr change of this client.
     epoch: AtomicU64,
-    /// File → when the open that found it bare was sent.
-    files: Mutex<HashMap<Fid, Sent>>,
+    /// File → when the open that found it bare was sent (an xattr change of this
+    /// client empties it).
+    files: Mutex<HashMap<Fid, Instant>>,
 }
 
 impl Xattrless {
@@ -56,7 +57,7 @@ impl Xattrless {
         if files.len() >= FILES_MAX {
             files.clear();
         }
-        files.insert(fid, sent);
+        files.insert(fid, sent.at);
     }
 
     /// An open found `fid` with extended attributes.
@@ -66,8 +67,7 @@ impl Xattrless {
 
     /// Whether `fid` is known, now, to have no extended attributes.
     pub fn bare(&self, fid: Fid) -> bool {
-        let files = self.files.lock().expect("xattrless files");
-        files.get(&fid).is_some_and(|s| s.epoch == self.epoch.load(Ordering::Acquire) && s.at.elapsed() < TTL)
+        self.files.lock().expect("xattrless files").get(&fid).is_some_and(|at| at.elapsed() < TTL)
     }
 
     /// This client is changing an extended attribute (called before the request is

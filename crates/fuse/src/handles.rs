@@ -38,6 +38,7 @@ pub struct DirHandle {
     state: Mutex<DirState>,
 }
 
+#[derive(Default)]
 struct DirState {
     entries: Vec<client::DirEntryPlus>,
     eof: bool,
@@ -48,8 +49,7 @@ struct DirState {
 
 impl DirHandle {
     pub fn new(fid: Fid, creds: Creds) -> DirHandle {
-        let state = DirState { entries: Vec::new(), eof: false, batches: Vec::new() };
-        DirHandle { fid, creds, state: Mutex::new(state) }
+        DirHandle { fid, creds, state: Mutex::new(DirState::default()) }
     }
 
     /// Entry `i` of the listing if it is known (`None` past the end), or else the
@@ -81,7 +81,7 @@ impl DirHandle {
     pub fn refresh_if_stale(&self, epoch: u64) {
         let mut st = self.state.lock().expect("dir state");
         if st.batches.first().is_some_and(|(_, at, e)| at.elapsed() >= ATTRS_FRESH || *e != epoch) {
-            *st = DirState { entries: Vec::new(), eof: false, batches: Vec::new() };
+            *st = DirState::default();
         }
     }
 
