@@ -525,8 +525,24 @@ while [ ! -e "$stop" ]; do
         rm -f "$p" && sync "$(dirname "$p")" && echo "G $p" || echo "error rm f$((i - 1))" >&2
     fi
     i=$((i + 1))
+    echo $i >"$stop.made"
 done
 "#;
+
+/// How many files the workload stopped by `stop` has gone through (made, or failed).
+fn everyday_progress(stop: &Path) -> u64 {
+    std::fs::read_to_string(format!("{}.made", stop.display())).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0)
+}
+
+/// Lets the workload stopped by `stop` go on until it went through `n` more files
+/// (the servers' recovery after a kill takes seconds, during which it may make none),
+/// for at most a minute.
+fn everyday_goes_on(stop: &Path, n: u64) {
+    let (from, start) = (everyday_progress(stop), std::time::Instant::now());
+    while everyday_progress(stop) < from + n && start.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
 
 /// Starts [`EVERYDAY_WORKLOAD`] in `root`; it runs until `stop` exists.
 fn start_everyday_workload(root: &Path, stop: &Path) -> std::process::Child {
@@ -546,6 +562,7 @@ fn finish_everyday_workload(stop: &Path, child: std::process::Child) -> (Vec<Ack
     std::fs::write(stop, b"").expect("the stop file");
     let out = child.wait_with_output().expect("the workload's end");
     let _ = std::fs::remove_file(stop);
+    let _ = std::fs::remove_file(format!("{}.made", stop.display()));
     let acked = String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| {
@@ -626,7 +643,8 @@ fn acknowledged_changes_through_a_mount_survive_servers_and_the_mount_killed() {
         c.restart(role);
         eprintln!("killing {role}: {killed:?} to die, {:?} to come back", at.elapsed());
     }
-    std::thread::sleep(Duration::from_millis(500));
+    // Enough files made after the last restart that the checks below mean something.
+    everyday_goes_on(&stop, 25);
     let (acked, errors) = finish_everyday_workload(&stop, work);
     assert!(errors.is_empty(), "the mount failed calls across the restarts: {errors:#?}");
     c.wait_osts_up(4, WAIT);
@@ -642,7 +660,8 @@ fn acknowledged_changes_through_a_mount_survive_servers_and_the_mount_killed() {
     // there, and every name left has its inode.
     std::fs::create_dir_all(mount.path("work2")).expect("the workload's root");
     let work = start_everyday_workload(&mount.path("work2"), &stop);
-    std::thread::sleep(Duration::from_millis(1000 + next(1000)));
+    everyday_goes_on(&stop, 10);
+    std::thread::sleep(Duration::from_millis(next(1000)));
     mount.kill();
     let (acked, _) = finish_everyday_workload(&stop, work);
     let files = check_acked(&acked, &mount.path("work2"), &other.path("work2"));

@@ -385,6 +385,13 @@ fn two_mounts_take_turns_in_one_directory() {
     });
 }
 
+/// Where `got` differs from `want`, for a failure message.
+fn differs(got: &[u8], want: &[u8]) -> String {
+    let at = got.iter().zip(want).position(|(g, w)| g != w).unwrap_or(got.len().min(want.len()));
+    let zeros = got[at.min(got.len())..].iter().take_while(|b| **b == 0).count();
+    format!("{} bytes of {}, first differing at {at}, {zeros} zero bytes from there", got.len(), want.len())
+}
+
 /// What file `i` of [`files_closed_in_a_leased_directory_are_whole_for_another_client_at_once`]
 /// holds: small ones and ones past a DoM component, each different.
 fn content(i: usize) -> Vec<u8> {
@@ -485,8 +492,40 @@ fn closes_that_did_not_wait_survive_an_mds_killed_under_them() {
     for dir in ["plain", "dom"] {
         for i in (0..FILES).rev() {
             let got = fs::read(b.path(&format!("{dir}/f{i}"))).unwrap();
-            assert!(got == content(i), "{dir}/f{i} read by the other mount after the restart has {} bytes", got.len());
+            assert!(
+                got == content(i),
+                "{dir}/f{i} read by the other mount after the restart: {}",
+                differs(&got, &content(i))
+            );
         }
+    }
+}
+
+/// As above, with flushes that outlast the MDS's recovery window: the mount's
+/// creates, sent again, go ahead of the window (they are its replay); another
+/// mount's lookups wait past it until the first mount acks that its deferred work has
+/// landed (the MDS's `recovery`), so they find every file whole, never empty nor
+/// without its bytes.
+#[test]
+fn flushes_that_outlast_a_restarted_mds_recovery_window_are_waited_for() {
+    const FILES: usize = 3;
+    let mut c = cluster();
+    // Each OST transfer longer than the 2 s window.
+    let a = Mount::new(&c, "ost_latency=2500");
+    fs::create_dir(a.path("plain")).unwrap();
+    for i in 0..FILES {
+        fs::write(a.path(&format!("plain/f{i}")), content(i)).unwrap();
+    }
+    c.kill("mds");
+    c.restart("mds");
+    let b = Mount::new(&c, "");
+    for i in (0..FILES).rev() {
+        let got = fs::read(b.path(&format!("plain/f{i}"))).unwrap();
+        assert!(
+            got == content(i),
+            "plain/f{i} read by the other mount after the restart: {}",
+            differs(&got, &content(i))
+        );
     }
 }
 

@@ -263,6 +263,8 @@ impl DirLeases {
             }
             // Only an OST's local socket sends it, never an MDS.
             Callback::ObjectDestroyed { .. } => {}
+            // Every lease of the previous run is gone with its connection already.
+            Callback::Recovered => {}
         }
     }
 }

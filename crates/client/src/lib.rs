@@ -402,7 +402,8 @@ const USAGE_WAIT: Duration = Duration::from_secs(2);
 const CLOSE_BATCH_MAX: usize = 512;
 
 /// What carries out the MDS's callbacks for a client: a revoked lease is dropped at
-/// once, and acked once every deferred flush and removal is done (see [`deferred`]).
+/// once, and acked once every deferred flush and removal is done (see [`deferred`]);
+/// so is a restarted MDS's call for what was deferred under its previous run's leases.
 struct Revocations {
     leases: Arc<lease::DirLeases>,
     deferred: Arc<deferred::Deferred>,

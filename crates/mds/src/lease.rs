@@ -14,8 +14,10 @@
 //! trusted ([`rpc::Session::trusted`]); so a lease whose connection closed, or
 //! whose holder did not ack a revocation (evicted), is dropped only
 //! [`CALLBACK_TIMEOUT`] after that. Leases are not stored: after a restart the MDS
-//! lets no change to any directory's entries through for [`CALLBACK_TIMEOUT`] (its
-//! recovery window), by which time no client trusts a lease of the previous run.
+//! lets no change to any directory's entries through but the holders' replay of what
+//! they did under leases, for [`CALLBACK_TIMEOUT`] (its recovery window, by which
+//! time no client trusts a lease of the previous run) and until that replay has
+//! landed (see `crate::recovery`).
 //! Leases are granted only on new directories (the holder saw them empty); one that
 //! was revoked is never granted again. A holder gives up leases it no longer wants
 //! (`MdsLeaseCancel`), and holds at most [`HOLDER_MAX`] per connection. A directory

@@ -18,7 +18,8 @@
 //! - [`workers`]: the named background work, and [`cluster`] what it learns of the
 //!   cluster;
 //! - [`inode`], [`lease`], [`locks`]: inode records and permissions, directory
-//!   leases, POSIX record locks.
+//!   leases, POSIX record locks; `recovery`: what a restarted MDT waits for before
+//!   other clients see directories that lease holders of its previous run changed.
 
 pub mod check;
 pub mod cluster;
@@ -30,6 +31,7 @@ pub mod journal;
 pub mod lease;
 pub mod locks;
 pub mod mdt;
+mod recovery;
 pub mod service;
 pub mod target;
 pub mod workers;

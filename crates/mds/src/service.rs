@@ -501,13 +501,17 @@ impl Mds {
             Removal::UnlinkAt(at) => Request::MdsUnlinkAt { creds: c, parent, name: n, at },
             Removal::Rmdir => Request::MdsRmdir { creds: c, parent, name: n },
         };
+        let replay = matches!(how, Removal::UnlinkAt(_));
         match self.mutate_here(&ctx, mdt, req).await {
             Ok(r) => r,
             Err(child) => {
-                self.across(mdt, ctx, move |dne, cb, m, ctx| async move {
+                let op = move |dne: Arc<Dne>, cb: Arc<Callbacks>, m: Arc<Mdt>, ctx: RequestCtx| async move {
                     dne.remove_remote(&cb, &ctx, &m, creds, parent, name, child).await
-                })
-                .await
+                };
+                match replay {
+                    true => self.across_now(mdt, ctx, op).await,
+                    false => self.across(mdt, ctx, op).await,
+                }
             }
         }
     }
@@ -521,9 +525,18 @@ impl Mds {
         F: FnOnce(Arc<Dne>, Arc<Callbacks>, Arc<Mdt>, RequestCtx) -> Fut,
         Fut: std::future::Future<Output = Response> + Send + 'static,
     {
-        if let Some(until) = mdt.recovery_until {
-            tokio::time::sleep_until(until).await;
+        if let Some(r) = &mdt.recovery {
+            r.wait(&ctx, &self.callbacks).await;
         }
+        self.across_now(mdt, ctx, op).await
+    }
+
+    /// As [`Mds::across`], without waiting for recovery: a lease holder's replay.
+    async fn across_now<F, Fut>(&self, mdt: &Arc<Mdt>, ctx: RequestCtx, op: F) -> Response
+    where
+        F: FnOnce(Arc<Dne>, Arc<Callbacks>, Arc<Mdt>, RequestCtx) -> Fut,
+        Fut: std::future::Future<Output = Response> + Send + 'static,
+    {
         let m = mdt.clone();
         let fut = op(self.dne.clone(), self.callbacks.clone(), mdt.clone(), ctx.clone());
         uncancelled(async move {
@@ -537,11 +550,11 @@ impl Mds {
     /// create by name), a lease another client holds on it is revoked: the holder
     /// may be flushing files it made there whose closes already returned (the
     /// client's `deferred`), and acks only once they are done. After a restart, such
-    /// reads wait out the recovery window as changes do, since a holder may still
-    /// rely on a lease of the previous run.
+    /// reads wait for what the lease holders of the previous run deferred, as changes
+    /// do (see [`crate::recovery`]).
     async fn reading_entries(&self, ctx: &RequestCtx, mdt: &Arc<Mdt>, dir: Fid) {
-        if let Some(until) = mdt.recovery_until.filter(|u| tokio::time::Instant::now() < *u) {
-            tokio::time::sleep_until(until).await;
+        if let Some(r) = &mdt.recovery {
+            r.wait(ctx, &self.callbacks).await;
         }
         if self.leased_by_other(ctx, mdt, dir) {
             mdt.revoke(dir, &self.callbacks).await;
@@ -565,12 +578,17 @@ impl Mds {
     /// inode, with nothing applied (see [`crate::mdt::OpError::Elsewhere`]).
     async fn mutate_here(&self, ctx: &RequestCtx, mdt: &Arc<Mdt>, mutation: Request) -> Result<Response, Fid> {
         let create = matches!(mutation, Request::MdsCreate { .. } | Request::MdsCreateGranted { .. });
+        // What a lease holder answered itself is its replay after a restart: it goes
+        // ahead of what the recovery holds up (and is what it waits for).
+        let replay = matches!(mutation, Request::MdsCreateGranted { .. } | Request::MdsUnlinkAt { .. });
+        if let Some(r) = mdt.recovery.as_ref().filter(|_| changes_entries(&mutation) && !replay) {
+            r.wait(ctx, &self.callbacks).await;
+        }
         if let Request::MdsCreate { parent, .. } | Request::MdsCreateGranted { parent, .. } = &mutation {
             // A create may open an existing entry: a read of the directory too.
-            self.reading_entries(ctx, mdt, *parent).await;
-        }
-        if let Some(until) = mdt.recovery_until.filter(|_| changes_entries(&mutation)) {
-            tokio::time::sleep_until(until).await;
+            if self.leased_by_other(ctx, mdt, *parent) {
+                mdt.revoke(*parent, &self.callbacks).await;
+            }
         }
         let mut req = mutation;
         let mut revoked = 0;

@@ -21,6 +21,7 @@ use crate::cluster::ClusterView;
 use crate::commit::{now_secs, Committer, GroupCommit, JobKind, Opens, Outcome};
 use crate::lease::DirLeases;
 use crate::mdt::{self, DestroyRecord, FidBlock, OpError, Tbl, View};
+use crate::recovery::Recovery;
 use crate::{journal, locks, MdsConfig, MdsError};
 
 pub struct Mdt {
@@ -41,9 +42,9 @@ pub struct Mdt {
     /// not answer holds up only changes in its own directories. Bounded by the
     /// requests in flight.
     revoking: Mutex<HashMap<Fid, Arc<tokio::sync::Mutex<()>>>>,
-    /// After a restart, changes to directory entries wait until then: a client may
-    /// still rely on a lease of the previous run until [`CALLBACK_TIMEOUT`] has passed.
-    pub(crate) recovery_until: Option<tokio::time::Instant>,
+    /// After a restart, what reads and changes of directory entries wait for (see
+    /// [`crate::recovery`]).
+    pub(crate) recovery: Option<Recovery>,
 }
 
 /// A request's part in the revocation of one directory's lease; the last one out,
@@ -130,7 +131,7 @@ impl Mdt {
             lock_released: tokio::sync::Notify::new(),
             leases,
             revoking: Mutex::default(),
-            recovery_until: (!formatted.fresh).then(|| tokio::time::Instant::now() + CALLBACK_TIMEOUT),
+            recovery: Recovery::starting(index, formatted.fresh),
         }))
     }
 

@@ -1123,6 +1123,10 @@ pub enum Callback {
     /// short-circuit client holds names a file no one will find again, and goes.
     /// Sent on an OST's local socket, never acknowledged.
     ObjectDestroyed { ost: u32, object: ObjectId },
+    /// The MDS restarted, and leases of its previous run are gone: ack once the
+    /// creates, flushes and unlinks deferred under them have landed, before other
+    /// clients read or change directory entries again (see the MDS's `recovery`).
+    Recovered,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

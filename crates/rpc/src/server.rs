@@ -82,6 +82,8 @@ pub enum CallbackError {
 /// One connection of a client, as callbacks reach it.
 struct ClientConn {
     id: u64,
+    /// What the peer said it is in the handshake: a client, or another server.
+    role: String,
     out: Out,
     /// The socket's descriptor, duplicated: an eviction shuts it down at once, even
     /// while an answer to a client that stopped reading holds `out`.
@@ -146,6 +148,14 @@ impl Callbacks {
         };
         conn.acks.lock().expect("callback acks").remove(&id);
         outcome
+    }
+
+    /// The connections of clients (not of other servers) open now, as (client id,
+    /// connection id).
+    pub fn clients(&self) -> Vec<(u64, u64)> {
+        let m = self.conns.lock().expect("callback connections");
+        let conns = m.iter().flat_map(|(client, l)| l.iter().map(move |c| (*client, c)));
+        conns.filter(|(_, c)| c.role == "client").map(|(client, c)| (client, c.id)).collect()
     }
 
     /// Closes connection `conn_id` of `client_id` (it did not answer a callback): the
@@ -246,7 +256,13 @@ async fn serve_conn<S: Service>(
     let out = Arc::new(tokio::sync::Mutex::new(BufWriter::with_capacity(64 * 1024, wr)));
     let conn_id = NEXT_CONN_ID.fetch_add(1, Ordering::Relaxed);
     let callbacks = svc.callbacks().zip(socket).map(|(registry, socket)| {
-        let conn = Arc::new(ClientConn { id: conn_id, out: out.clone(), socket, acks: Mutex::default() });
+        let conn = Arc::new(ClientConn {
+            id: conn_id,
+            role: hello.role.clone(),
+            out: out.clone(),
+            socket,
+            acks: Mutex::default(),
+        });
         registry.attach(hello.client_id, conn.clone());
         conn
     });

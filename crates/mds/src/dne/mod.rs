@@ -136,7 +136,7 @@ impl Dne {
             rr: AtomicU64::new(0),
             syncing: Mutex::new(HashMap::new()),
             serves_mdt0: mdt0.is_some(),
-            bfl: Arc::new(rename::Bfl::new(mdt0.is_some_and(|m| m.recovery_until.is_some()))),
+            bfl: Arc::new(rename::Bfl::new(mdt0.is_some_and(|m| m.recovery.is_some()))),
         }
     }
 

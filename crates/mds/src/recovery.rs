@@ -1,0 +1,93 @@
+//! After a restart: what the clients of the previous run may still owe an MDT.
+//!
+//! Directory leases are not stored (see [`crate::lease`]). A client that held one
+//! when the MDS died may have answered creates and unlinks in the directory itself
+//! and returned closes whose flushes it deferred (the client's `deferred`): that
+//! work reaches the MDT only once the client has reconnected, sent again by it. Until
+//! it has landed, another client that reads the directory would miss files whose
+//! close returned, or find them without their bytes; one that changes it could meet
+//! names it does not expect. So, after a restart (Lustre's recovery window, with the
+//! client's deferred work as its replay):
+//!
+//! - for [`CALLBACK_TIMEOUT`] (the window), while clients reconnect, reads and
+//!   changes of directory entries wait, except the changes only a lease holder makes
+//!   (`MdsCreateGranted`, `MdsUnlinkAt`): those are the holders' replay, and go ahead;
+//! - then every client connected is called ([`Callback::Recovered`]) and acks once
+//!   what it deferred has landed, as it acks a revocation. A request waits for the
+//!   acks of every client but its sender (whose deferred work waits for its own
+//!   requests, not the other way round), each for at most [`CALLBACK_TIMEOUT`]: a
+//!   client that does not answer is not evicted for it, only no longer waited for.
+//!
+//! A client that reconnects after the window is not waited for: its deferred work
+//! lands late, as it would after an eviction.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use proto::msg::Callback;
+use rpc::server::{Callbacks, RequestCtx, CALLBACK_TIMEOUT};
+use tokio::sync::{watch, OnceCell};
+
+/// The recovery of one MDT after a restart.
+pub(crate) struct Recovery {
+    mdt: u32,
+    /// The end of the window.
+    until: tokio::time::Instant,
+    /// Each client called at the window's end, and whether it acked (or gave up).
+    acks: OnceCell<Vec<(u64, watch::Receiver<bool>)>>,
+    /// Every client called has acked or was given up on: nothing is waited for.
+    over: AtomicBool,
+}
+
+impl Recovery {
+    /// The recovery of an MDT opened now; `None` for one just formatted, which no
+    /// client knew before.
+    pub(crate) fn starting(mdt: u32, fresh: bool) -> Option<Recovery> {
+        (!fresh).then(|| Recovery {
+            mdt,
+            until: tokio::time::Instant::now() + CALLBACK_TIMEOUT,
+            acks: OnceCell::new(),
+            over: AtomicBool::new(false),
+        })
+    }
+
+    /// Waits until the request `ctx` may read or change directory entries: the window
+    /// is over, and every other client connected at its end acked.
+    pub(crate) async fn wait(&self, ctx: &RequestCtx, callbacks: &Arc<Callbacks>) {
+        if self.over.load(Ordering::Acquire) {
+            return;
+        }
+        tokio::time::sleep_until(self.until).await;
+        let acks = self.acks.get_or_init(|| async { call_all(self.mdt, callbacks) }).await;
+        for (client, ack) in acks {
+            if *client != ctx.client_id {
+                let _ = ack.clone().wait_for(|acked| *acked).await;
+            }
+        }
+        if acks.iter().all(|(_, ack)| *ack.borrow()) {
+            self.over.store(true, Ordering::Release);
+        }
+    }
+}
+
+/// Calls every client connected now, each on a task of its own (so no caller that
+/// gives up cancels it); each one's receiver turns true when it acked, failed or
+/// timed out.
+fn call_all(mdt: u32, callbacks: &Arc<Callbacks>) -> Vec<(u64, watch::Receiver<bool>)> {
+    let clients = callbacks.clients();
+    tracing::info!(mdt, clients = clients.len(), "recovery window over: waiting for what clients deferred");
+    clients
+        .into_iter()
+        .map(|(client, conn)| {
+            let (tx, rx) = watch::channel(false);
+            let callbacks = callbacks.clone();
+            tokio::spawn(async move {
+                if let Err(e) = callbacks.call(client, conn, &Callback::Recovered).await {
+                    tracing::warn!(mdt, client, "not waiting for a client's deferred work after a restart: {e}");
+                }
+                let _ = tx.send(true);
+            });
+            (client, rx)
+        })
+        .collect()
+}
