@@ -313,6 +313,59 @@ fn a_holder_that_stops_answering_is_evicted_and_does_not_trust_its_lease_when_it
     assert_eq!(names, ["mine", "x", "y"]);
 }
 
+/// A holder cut off with a create and an unlink it answered itself still to send
+/// (its requests to the MDS held back longer than a revocation is waited for) is
+/// evicted when another client looks: the look goes on without them, the late
+/// changes are refused when they come, the holder reports them (the file's fsync,
+/// the directory's), and the other client never sees the name appear or go late.
+#[test]
+fn a_cut_off_holders_late_changes_are_refused_and_reported() {
+    let c = cluster();
+    let rt = runtime();
+    let creds = client::process_creds();
+    let holder = connect(&rt, &c, true);
+    let other = connect(&rt, &c, false);
+    let job = rt.block_on(holder.mkdir(&creds, Fid::ROOT, "job", 0o755)).unwrap();
+    // Creates until one is answered here (the first gives the template, and a FID
+    // grant comes back in the background), all landed.
+    let mut n = 0;
+    while holder.creates_answered_here() == 0 {
+        assert!(n < 50, "no create answered in the leased directory");
+        let (f, _, _) =
+            within(&rt, "create", holder.create(&creds, job.fid, &format!("f{n}"), 0o644, true, RW, None)).unwrap();
+        within(&rt, "close", holder.close(f)).unwrap();
+        n += 1;
+    }
+    rt.block_on(holder.deferred_idle());
+    let kept = format!("f{}", n - 1);
+
+    holder.set_mds_latency(Duration::from_secs(6));
+    let (unlinks, creates) = (holder.unlinks_answered_here(), holder.creates_answered_here());
+    within(&rt, "unlink", holder.unlink_vetted(&creds, job.fid, &kept)).unwrap();
+    let (late, _, _) = within(&rt, "create", holder.create(&creds, job.fid, "late", 0o644, true, RW, None)).unwrap();
+    assert_eq!(holder.unlinks_answered_here(), unlinks + 1, "the unlink is answered by the holder");
+    assert_eq!(holder.creates_answered_here(), creates + 1, "the create is answered by the holder");
+
+    let names = |what| {
+        let listed = within(&rt, what, other.readdir_all(&creds, job.fid)).unwrap();
+        let mut names: Vec<String> = listed.into_iter().map(|e| e.name).collect();
+        names.sort();
+        names
+    };
+    let first = names("the other client's listing, once the holder is evicted");
+    assert!(first.contains(&kept) && !first.contains(&"late".to_string()), "{first:?}");
+    // Past the holder's delay: its late changes came, and were refused.
+    std::thread::sleep(Duration::from_secs(7));
+    assert_eq!(names("a listing after the late changes"), first, "nothing appears or goes late");
+    assert!(within(&rt, "lookup", other.lookup(&creds, job.fid, &kept)).is_ok());
+
+    holder.set_mds_latency(Duration::ZERO);
+    let e = within(&rt, "fsync of the refused create", holder.fsync(&late)).expect_err("the create was refused");
+    assert!(e.to_string().contains("refused"), "{e}");
+    let e = within(&rt, "fsync of the directory", holder.sync_metadata(job.fid)).expect_err("the unlink was refused");
+    assert!(e.to_string().contains(&kept) && e.to_string().contains("refused"), "{e}");
+}
+
 #[test]
 fn a_dead_holder_does_not_hold_up_other_clients() {
     let c = cluster();

@@ -195,26 +195,28 @@ impl DirLeases {
     }
 
     /// Adds `name` to the lease on `dir` if the lease is trusted now and says the name
-    /// is new: true when this client may answer a create of it itself.
-    pub fn claim(&self, dir: Fid, name: &str) -> bool {
+    /// is new: the lease's id when this client may answer a create of it itself (the
+    /// create names it, see `proto::Request::MdsCreateGranted`).
+    pub fn claim(&self, dir: Fid, name: &str) -> Option<u64> {
         if !plain_name(name) {
-            return false;
+            return None;
         }
         let mut s = self.lock();
         if s.names >= NAMES_MAX {
-            return false;
+            return None;
         }
-        let Some(h) = s.by_dir.get_mut(&dir) else { return false };
+        let h = s.by_dir.get_mut(&dir)?;
         if !h.session.trusted() || h.names.contains(name) {
-            return false;
+            return None;
         }
         h.names.insert(name.to_string());
+        let id = h.id;
         s.clock += 1;
         let now = s.clock;
         let h = s.by_dir.get_mut(&dir).expect("checked above");
         h.used = now;
         s.names += 1;
-        true
+        Some(id)
     }
 
     /// Stops relying on the lease on `dir`, if any, and gives it back to the MDS.
@@ -245,7 +247,12 @@ impl DirLeases {
 
     /// Whether a lease on `dir` is held now and may be relied on.
     pub fn trusted(&self, dir: Fid) -> bool {
-        self.lock().by_dir.get(&dir).is_some_and(|h| h.session.trusted())
+        self.trusted_id(dir).is_some()
+    }
+
+    /// The id of the lease on `dir`, if it is held now and may be relied on.
+    pub fn trusted_id(&self, dir: Fid) -> Option<u64> {
+        self.lock().by_dir.get(&dir).filter(|h| h.session.trusted()).map(|h| h.id)
     }
 }
 

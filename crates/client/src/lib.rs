@@ -317,6 +317,9 @@ struct Inner {
     pub(crate) cache: Option<cache::Cache>,
     pub(crate) pages: Option<cache::mem::MemCache>,
     ost_throttle: Option<Arc<throttle::Throttle>>,
+    /// Microseconds each MDS request waits before it is sent (see
+    /// [`Client::set_mds_latency`]).
+    mds_latency_us: AtomicU64,
     tracer: Option<Arc<tracer::Tracer>>,
     /// Connections to the local sockets of OSTs on this machine, if short-circuit I/O
     /// is on.
@@ -408,6 +411,9 @@ struct Revocations {
     leases: Arc<lease::DirLeases>,
     deferred: Arc<deferred::Deferred>,
     removals: Arc<deferred::Deferred>,
+    /// Servers whose connection ended while deferred work was under way, for
+    /// [`keep_connected`] (bounded; one lost is made again by the next request).
+    lost: tokio::sync::mpsc::Sender<String>,
 }
 
 impl rpc::CallbackHandler for Revocations {
@@ -421,6 +427,39 @@ impl rpc::CallbackHandler for Revocations {
             deferred.idle().await;
             removals.idle().await
         }))
+    }
+
+    fn disconnected(&self, addr: &str) {
+        if self.deferred.running() > 0 || self.removals.running() > 0 {
+            let _ = self.lost.try_send(addr.to_string());
+        }
+    }
+}
+
+/// Most lost connections [`keep_connected`] has yet to look at.
+const LOST_MAX: usize = 64;
+
+/// Connects again at once to an MDS whose connection ended while deferred work was
+/// under way (its sending retries only now and then, and OST transfers may hold it
+/// back): a restarted MDS waits, at the end of its recovery window, only for the
+/// clients connected to it (see the MDS's `recovery`). Ends with the client.
+async fn keep_connected(inner: std::sync::Weak<Inner>, mut lost: tokio::sync::mpsc::Receiver<String>) {
+    let pinging: Arc<Mutex<std::collections::HashSet<String>>> = Arc::default();
+    while let Some(addr) = lost.recv().await {
+        let Some(inner) = inner.upgrade() else { return };
+        let is_mds = inner.config.read().expect("config").mdts.iter().any(|t| t.address == addr);
+        let server = inner.servers.lock().expect("servers").get(&addr).cloned();
+        let Some(server) = server.filter(|s| is_mds && !s.connected()) else { continue };
+        if !pinging.lock().expect("pinging").insert(addr.clone()) {
+            continue;
+        }
+        let pinging = pinging.clone();
+        tokio::spawn(async move {
+            if let Err(e) = server.call(&Request::Ping, vec![]).await {
+                tracing::debug!(%addr, "not connected again: {e}");
+            }
+            pinging.lock().expect("pinging").remove(&addr);
+        });
     }
 }
 
@@ -689,7 +728,8 @@ impl Client {
                 None
             }
         });
-        Ok(Client {
+        let (lost_tx, lost_rx) = tokio::sync::mpsc::channel(LOST_MAX);
+        let client = Client {
             inner: Arc::new(Inner {
                 cfg,
                 identity,
@@ -706,6 +746,7 @@ impl Client {
                     leases: leases.clone(),
                     deferred: deferred.clone(),
                     removals: removals.clone(),
+                    lost: lost_tx,
                 }),
                 leases,
                 leases_reachable: AtomicBool::new(true),
@@ -723,10 +764,20 @@ impl Client {
                 cache,
                 pages,
                 ost_throttle: throttle,
+                mds_latency_us: AtomicU64::new(0),
                 tracer,
                 local_osts,
             }),
-        })
+        };
+        tokio::spawn(keep_connected(Arc::downgrade(&client.inner), lost_rx));
+        Ok(client)
+    }
+
+    /// Has every MDS request from now on wait `latency` before it is sent: a far MDS,
+    /// or a client slow to send what it deferred, emulated (for tests of recovery and
+    /// eviction, and benchmarks of what leases hide).
+    pub fn set_mds_latency(&self, latency: Duration) {
+        self.inner.mds_latency_us.store(latency.as_micros() as u64, Ordering::Release);
     }
 
     /// The I/O tracer, if this client has a trace ring.
@@ -984,6 +1035,10 @@ impl Client {
             if self.inner.removals.running() > 0 {
                 self.inner.removals.idle().await;
             }
+        }
+        let latency = self.inner.mds_latency_us.load(Ordering::Acquire);
+        if latency > 0 {
+            tokio::time::sleep(Duration::from_micros(latency)).await;
         }
         let c = self.mdt(fid).await?;
         self.inner.rpcs.count_mds();

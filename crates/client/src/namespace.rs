@@ -181,10 +181,10 @@ impl Client {
             self.inner.creates.put_back(fid);
             return None;
         };
-        if !self.inner.leases.claim(dir, name) {
+        let Some(lease) = self.inner.leases.claim(dir, name) else {
             self.inner.creates.put_back(fid);
             return None;
-        }
+        };
         let attr = async_create::new_file_attr(fid, creds, mode, &tpl);
         self.inner.creates.answered.fetch_add(1, Ordering::Relaxed);
         let mut f = match OpenFile::new(&attr, flags, creds) {
@@ -207,7 +207,17 @@ impl Client {
             // Held back for the file's first bytes, if they go to its MDT (see
             // `async_create`); those of a file on OSTs go there after it.
             let data = if dom_first { async_create::first_bytes(held, hurry).await } else { Vec::new() };
-            let req = Request::MdsCreateGranted { creds, parent: dir, name, mode, flags, fid, layout, data };
+            let req = Request::MdsCreateGranted {
+                creds,
+                parent: dir,
+                name: name.clone(),
+                mode,
+                flags,
+                fid,
+                layout,
+                data,
+                lease,
+            };
             let r = deferred::exempt(c.md(dir, req)).await;
             let outcome = match r {
                 Ok(Response::Created { attr, dir: Some(d), .. }) if attr.fid == fid => {
@@ -218,6 +228,7 @@ impl Client {
                 Err(e) => Err(e),
             };
             if let Err(e) = &outcome {
+                tracing::warn!(%dir, name, %fid, "a create answered here was refused; the file's writes, flush and close fail: {e}");
                 // The lease's idea of the directory is in doubt (see `track_entries`).
                 c.inner.leases.forget(dir);
                 c.inner.creates.forget(dir);
@@ -493,28 +504,29 @@ impl Client {
         // The lease is checked after the ticket is counted: a revocation after the
         // check waits for the removal.
         let at = Timespec::now();
-        if !self.inner.leases.trusted(dir) || !self.touch_recent_dir(dir, at, async_create::TEMPLATE_AGE) {
+        let lease = self.inner.leases.trusted_id(dir);
+        let Some(lease) = lease.filter(|_| self.touch_recent_dir(dir, at, async_create::TEMPLATE_AGE)) else {
             // Given back first: the unlink waits for every removal under way.
             drop(ticket);
             return self.unlink(creds, parent, name).await;
-        }
+        };
         self.inner.statahead.changed();
         self.inner.unlinks_answered.fetch_add(1, Ordering::Relaxed);
         let (c, creds, name) = (self.clone(), creds.clone(), name.to_string());
         tokio::spawn(async move {
-            c.observe("unlink", Some(parent), 0, 0, c.finish_removal(&creds, parent, &name, at)).await.ok();
+            c.observe("unlink", Some(parent), 0, 0, c.finish_removal(&creds, parent, &name, at, lease)).await.ok();
             drop(ticket);
         });
         Ok(())
     }
 
-    /// Sends an unlink [`Client::unlink_vetted`] answered.
-    async fn finish_removal(&self, creds: &Creds, parent: Fid, name: &str, at: Timespec) -> Result<()> {
+    /// Sends an unlink [`Client::unlink_vetted`] answered under lease `lease`.
+    async fn finish_removal(&self, creds: &Creds, parent: Fid, name: &str, at: Timespec, lease: u64) -> Result<()> {
         // Flushes deferred before it land first (its request skips the wait, so as not
         // to wait for the removals sent with it).
         self.inner.deferred.idle().await;
         // At the time the kernel was told (the directory's times it now shows).
-        let req = |dir| Request::MdsUnlinkAt { creds: creds.clone(), parent: dir, name: name.to_string(), at };
+        let req = |dir| Request::MdsUnlinkAt { creds: creds.clone(), parent: dir, name: name.to_string(), at, lease };
         let r = deferred::exempt(async {
             self.settle_closes().await;
             self.md_change(parent, name, req).await
@@ -526,6 +538,7 @@ impl Client {
             // Removed meanwhile by a caller that looked before this client's lease.
             Err(e) if e.errno() == Errno::NoEnt => tracing::debug!(%parent, name, "unlinked already: {e}"),
             Err(e) => {
+                tracing::warn!(%parent, name, "an unlink answered here was refused; the next fsync of the directory fails: {e}");
                 self.forget_dir(self.shard(parent, name));
                 self.inner.removals.failed(parent, format!("unlink of {name:?}: {e}"));
             }

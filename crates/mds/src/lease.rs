@@ -25,10 +25,13 @@
 //! any more, and a lookup in it is ENOENT whoever answers.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Instant;
 
 use proto::Fid;
 use rpc::server::CALLBACK_TIMEOUT;
+
+use crate::recovery::Recovery;
 
 /// A lease on one directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,19 +56,59 @@ pub const HOLDER_MAX: usize = 8192;
 type Holder = (u64, u64);
 
 /// The leases of one MDT.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct DirLeases {
     by_dir: HashMap<Fid, Lease>,
     /// The directories leased to each holder: what a closed connection or an
     /// eviction drops, found without scanning every lease.
     by_holder: HashMap<Holder, HashSet<Fid>>,
     next_id: u64,
+    /// The first id of this run: lower ids are of leases an earlier run granted.
+    first_id: u64,
+    /// After a restart, whether a change made under a lease of the previous run is
+    /// still its holder's replay.
+    recovery: Option<Arc<Recovery>>,
     /// Holders whose connection closed while leases were granted on it, and when:
     /// those leases stay until [`CALLBACK_TIMEOUT`] has passed since.
     closed: HashMap<Holder, Instant>,
 }
 
+/// What becomes of a change a client answered itself under a lease (see
+/// [`DirLeases::answered_under`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answered {
+    /// The lease holds: the change is its holder's, on the connection it was granted on.
+    Held { conn: u64 },
+    /// The lease is of the previous run, and the recovery still waits for its holder.
+    Replay,
+    /// The lease is gone (revoked from a holder that did not answer), or it is of the
+    /// previous run and its holder came back too late: the change is refused.
+    Gone,
+}
+
 impl DirLeases {
+    /// The leases of an MDT opened now, with its `recovery` if it restarted. Ids
+    /// start from the clock, so that they rise across runs: those of an earlier run
+    /// are below [`DirLeases::first_id`]'s.
+    pub(crate) fn starting(recovery: Option<Arc<Recovery>>) -> DirLeases {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        let next_id = now.as_nanos() as u64;
+        DirLeases { next_id, first_id: next_id + 1, recovery, ..DirLeases::default() }
+    }
+
+    /// Whether a change `holder` made itself under lease `lease` on `dir` (a create
+    /// or an unlink it answered, sent later) may be applied: Lustre evicts a client
+    /// that does not answer a callback, and refuses what it sends afterwards.
+    pub fn answered_under(&self, dir: Fid, lease: u64, holder: u64) -> Answered {
+        match self.by_dir.get(&dir) {
+            Some(l) if l.id == lease && l.holder == holder => Answered::Held { conn: l.conn },
+            _ if lease < self.first_id && self.recovery.as_ref().is_some_and(|r| r.admits_replay(holder)) => {
+                Answered::Replay
+            }
+            _ => Answered::Gone,
+        }
+    }
+
     pub fn get(&self, dir: Fid) -> Option<Lease> {
         self.by_dir.get(&dir).copied()
     }
@@ -193,6 +236,23 @@ mod tests {
         t.sweep(t0 + CALLBACK_TIMEOUT);
         assert!(t.get(E).is_none() && t.closed_at(1, 11).is_none());
         assert!(t.is_empty());
+    }
+
+    #[test]
+    fn a_change_answered_under_a_lease_passes_while_its_holder_holds_it_or_replays_it() {
+        let mut t = DirLeases::starting(None);
+        let id = t.grant(D, 1, 10).unwrap();
+        assert_eq!(t.answered_under(D, id, 1), Answered::Held { conn: 10 });
+        assert_eq!(t.answered_under(D, id, 2), Answered::Gone, "another client's");
+        assert_eq!(t.answered_under(D, id + 1, 1), Answered::Gone, "another lease");
+        t.drop_connection(1, 10);
+        assert_eq!(t.answered_under(D, id, 1), Answered::Gone, "evicted");
+        assert_eq!(t.answered_under(E, 5, 1), Answered::Gone, "an earlier run's, with no recovery");
+
+        let recovery = Arc::new(Recovery::starting(0, false).expect("a restarted MDT's"));
+        let t = DirLeases::starting(Some(recovery));
+        assert_eq!(t.answered_under(E, 5, 1), Answered::Replay, "an earlier run's, in the window");
+        assert!(t.first_id > 5 && t.first_id > id, "ids rise across runs");
     }
 
     #[test]

@@ -18,8 +18,9 @@
 //!   requests, not the other way round), each for at most [`CALLBACK_TIMEOUT`]: a
 //!   client that does not answer is not evicted for it, only no longer waited for.
 //!
-//! A client that reconnects after the window is not waited for: its deferred work
-//! lands late, as it would after an eviction.
+//! A client that reconnects after the window's end is not waited for, and what it
+//! then sends under a lease of the previous run is refused (`crate::lease`'s
+//! `answered_under`), as after an eviction.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -49,6 +50,21 @@ impl Recovery {
             acks: OnceCell::new(),
             over: AtomicBool::new(false),
         })
+    }
+
+    /// Whether a change `client` made under a lease of the previous run is still its
+    /// replay: until the window's end, and after it while the recovery waits for that
+    /// client's ack (nobody else has looked yet, or the client is among those called
+    /// and has not acked). A client that came back later is refused: others may
+    /// have read the directories without its change by then.
+    pub(crate) fn admits_replay(&self, client: u64) -> bool {
+        if tokio::time::Instant::now() < self.until {
+            return true;
+        }
+        match self.acks.get() {
+            None => true,
+            Some(acks) => acks.iter().any(|(c, ack)| *c == client && !*ack.borrow()),
+        }
     }
 
     /// Waits until the request `ctx` may read or change directory entries: the window

@@ -474,8 +474,8 @@ impl Mds {
             Request::MdsUnlink { creds, parent, name } => {
                 self.remove(ctx, mdt, creds, parent, name, Removal::Unlink).await
             }
-            Request::MdsUnlinkAt { creds, parent, name, at } => {
-                self.remove(ctx, mdt, creds, parent, name, Removal::UnlinkAt(at)).await
+            Request::MdsUnlinkAt { creds, parent, name, at, lease } => {
+                self.remove(ctx, mdt, creds, parent, name, Removal::UnlinkAt(at, lease)).await
             }
             Request::MdsRmdir { creds, parent, name } => {
                 self.remove(ctx, mdt, creds, parent, name, Removal::Rmdir).await
@@ -498,10 +498,10 @@ impl Mds {
         let (c, n) = (creds.clone(), name.clone());
         let req = match how {
             Removal::Unlink => Request::MdsUnlink { creds: c, parent, name: n },
-            Removal::UnlinkAt(at) => Request::MdsUnlinkAt { creds: c, parent, name: n, at },
+            Removal::UnlinkAt(at, lease) => Request::MdsUnlinkAt { creds: c, parent, name: n, at, lease },
             Removal::Rmdir => Request::MdsRmdir { creds: c, parent, name: n },
         };
-        let replay = matches!(how, Removal::UnlinkAt(_));
+        let replay = matches!(how, Removal::UnlinkAt(..));
         match self.mutate_here(&ctx, mdt, req).await {
             Ok(r) => r,
             Err(child) => {
@@ -645,6 +645,7 @@ fn changes_entries(req: &Request) -> bool {
 enum Removal {
     Unlink,
     Rmdir,
-    /// An unlink at the client's time (see [`Request::MdsUnlinkAt`]).
-    UnlinkAt(proto::msg::Timespec),
+    /// An unlink at the client's time, answered under a lease (see
+    /// [`Request::MdsUnlinkAt`]).
+    UnlinkAt(proto::msg::Timespec, u64),
 }

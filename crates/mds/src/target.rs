@@ -44,7 +44,7 @@ pub struct Mdt {
     revoking: Mutex<HashMap<Fid, Arc<tokio::sync::Mutex<()>>>>,
     /// After a restart, what reads and changes of directory entries wait for (see
     /// [`crate::recovery`]).
-    pub(crate) recovery: Option<Recovery>,
+    pub(crate) recovery: Option<Arc<Recovery>>,
 }
 
 /// A request's part in the revocation of one directory's lease; the last one out,
@@ -98,7 +98,8 @@ impl Mdt {
             mdt::schema::upgrade(&store, index, formatted.format).map_err(|e| failed("cannot upgrade", e))?;
         }
         let opens: Opens = Default::default();
-        let leases: Arc<Mutex<DirLeases>> = Default::default();
+        let recovery = Recovery::starting(index, formatted.fresh).map(Arc::new);
+        let leases = Arc::new(Mutex::new(DirLeases::starting(recovery.clone())));
         // Counted once here (after the replay); every logged batch moves it since.
         let counted = {
             let view = View::new(store.snapshot().map_err(|e| failed("", e.into()))?, mem.read().expect("memtable"));
@@ -131,7 +132,7 @@ impl Mdt {
             lock_released: tokio::sync::Notify::new(),
             leases,
             revoking: Mutex::default(),
-            recovery: Recovery::starting(index, formatted.fresh),
+            recovery,
         }))
     }
 

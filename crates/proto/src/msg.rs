@@ -712,7 +712,11 @@ pub enum Request {
     /// of one that was applied answers it again. `data`, when not empty, is the file's first bytes: written at offset
     /// 0 of its DoM component (at most [`DOM_WRITE_MAX`] and within the component)
     /// and its size published, in the create's own transaction, so a small file
-    /// written after its create costs one request.
+    /// written after its create costs one request. `lease`: the id of the lease on
+    /// `parent` it was answered under; once that lease is gone (its holder did not
+    /// answer a revocation and was evicted) the create is refused, as a late change
+    /// of a client cut off, unless the lease is of the MDS's previous run and its
+    /// recovery still waits for this client (see the MDS's `recovery`).
     MdsCreateGranted {
         creds: Creds,
         parent: Fid,
@@ -723,6 +727,7 @@ pub enum Request {
         layout: Layout,
         #[serde(with = "crate::bytes_field")]
         data: Vec<u8>,
+        lease: u64,
     },
 
     // ---- OSS, continued ----
@@ -755,12 +760,13 @@ pub enum Request {
     /// lease on `parent`), at time `at` by the client's clock: the directory's mtime
     /// and ctime, and the file's ctime, take `at` (as Lustre's MDT takes the times a
     /// client's request carries), so they are what the client already told its
-    /// kernel.
+    /// kernel. `lease`: as [`Request::MdsCreateGranted`]'s.
     MdsUnlinkAt {
         creds: Creds,
         parent: Fid,
         name: String,
         at: Timespec,
+        lease: u64,
     },
 }
 

@@ -307,6 +307,11 @@ impl RpcClient {
         &self.opts
     }
 
+    /// Whether a connection to the server is up now (or being made).
+    pub fn connected(&self) -> bool {
+        self.local.is_some() || self.conn.try_lock().map_or(true, |c| c.as_ref().is_some_and(|c| c.shared.alive()))
+    }
+
     /// Sends a request and waits for its answer, retrying across reconnects until the
     /// recovery timeout. A server-side error comes back as [`RpcError::Remote`].
     pub async fn call(&self, req: &Request, payload: Vec<Bytes>) -> Result<Reply, RpcError> {
@@ -497,12 +502,20 @@ fn handle_callback(shared: &Arc<Shared>, frame: Frame) -> Result<(), String> {
     Ok(())
 }
 
+/// Reads the connection's frames until it ends, then tells the callback handler.
 async fn reader(rd: tokio::net::tcp::OwnedReadHalf, shared: Arc<Shared>, limits: FrameLimits) {
+    read_frames(rd, &shared, limits).await;
+    if let Some(h) = &shared.handler {
+        h.disconnected(&shared.session.addr);
+    }
+}
+
+async fn read_frames(rd: tokio::net::tcp::OwnedReadHalf, shared: &Arc<Shared>, limits: FrameLimits) {
     let mut r = BufReader::with_capacity(proto::frame::READ_BUFFER_BYTES, rd);
     loop {
         match read_frame(&mut r, &limits).await {
             Ok(Some(f)) if f.kind == FrameKind::Callback => {
-                if let Err(why) = handle_callback(&shared, f) {
+                if let Err(why) = handle_callback(shared, f) {
                     shared.fail_all(&why);
                     return;
                 }

@@ -47,6 +47,11 @@ pub type AckAfter = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
 /// connection.
 pub trait CallbackHandler: Send + Sync {
     fn callback(&self, cb: &Callback) -> Option<AckAfter>;
+
+    /// The connection to the server at `addr` ended (it is made again at the next
+    /// request). A client holding state there may want that at once: a restarted
+    /// server waits only for the clients connected to it (the MDS's recovery).
+    fn disconnected(&self, _addr: &str) {}
 }
 
 /// Runs a handler; one that panics is answered with an error instead of taking the

@@ -597,6 +597,7 @@ fn create_granted(name: &str, fid: Fid, layout: layout::Layout) -> Request {
         fid,
         layout,
         data: vec![],
+        lease: 0,
     }
 }
 
@@ -741,7 +742,7 @@ fn a_clients_create_may_carry_the_files_first_bytes_within_its_dom_component() {
         };
         let with_data = |name: &str, fid: Fid, data: Vec<u8>| match create_granted(name, fid, dom_layout()) {
             Request::MdsCreateGranted { creds, parent, name, mode, flags, fid, layout, .. } => {
-                Request::MdsCreateGranted { creds, parent, name, mode, flags, fid, layout, data }
+                Request::MdsCreateGranted { creds, parent, name, mode, flags, fid, layout, data, lease: 0 }
             }
             _ => unreachable!(),
         };

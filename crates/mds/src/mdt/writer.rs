@@ -10,7 +10,7 @@ use super::view::View;
 
 use super::error::{fail, OpError, OpResult};
 use crate::inode::Inode;
-use crate::lease::DirLeases;
+use crate::lease::{Answered, DirLeases};
 use layout::OstState;
 use store::memtable::{MemTable, Prior};
 use store::Snapshot;
@@ -168,6 +168,28 @@ impl<'a> Writer<'a> {
         match leases.get(dir) {
             Some(l) if l.holder != self.client || l.conn != self.conn => Err(OpError::Leased(dir)),
             _ => Ok(()),
+        }
+    }
+
+    /// Lets through a change the client answered itself under lease `lease` on `dir`
+    /// (see [`DirLeases::answered_under`]) or refuses it. One under a lease that holds
+    /// is the holder's, on the connection the lease is on (the client may have
+    /// reconnected since: the lease is still its own).
+    fn answered_under(&mut self, dir: Fid, lease: u64) -> OpResult<()> {
+        let Some(leases) = self.leases.as_deref() else { return Ok(()) };
+        match leases.answered_under(dir, lease, self.client) {
+            Answered::Held { conn } => {
+                self.conn = conn;
+                Ok(())
+            }
+            Answered::Replay => Ok(()),
+            Answered::Gone => fail(
+                Errno::Stale,
+                format!(
+                    "the lease on directory {dir} this change was answered under is gone (its holder did not \
+                     answer a revocation, or came back after the recovery): refused"
+                ),
+            ),
         }
     }
 
@@ -335,7 +357,8 @@ impl<'a> Writer<'a> {
             Request::MdsCreate { creds, parent, name, mode, exclusive, flags, layout } => {
                 self.create(creds, *parent, name, *mode, *exclusive, *flags, layout.clone(), place, now)
             }
-            Request::MdsCreateGranted { creds, parent, name, mode, fid, layout, data, .. } => {
+            Request::MdsCreateGranted { creds, parent, name, mode, fid, layout, data, lease, .. } => {
+                self.answered_under(*parent, *lease)?;
                 self.create_granted(creds, *parent, name, *mode, *fid, layout, data, place, now)
             }
             &Request::MdsFidGrant { mdt, count } => {
@@ -367,7 +390,8 @@ impl<'a> Writer<'a> {
             }
             Request::MdsLink { creds, fid, parent, name } => self.link(creds, *fid, *parent, name, now),
             Request::MdsUnlink { creds, parent, name } => self.remove(creds, *parent, name, false, place, now),
-            Request::MdsUnlinkAt { creds, parent, name, at } => {
+            Request::MdsUnlinkAt { creds, parent, name, at, lease } => {
+                self.answered_under(*parent, *lease)?;
                 // Never back in time (the client's clock may be behind): the later of
                 // its time and the directory's, as the client itself shows it.
                 let at = self.view.inode(*parent)?.map_or(*at, |d| (*at).max(d.attr.mtime));
