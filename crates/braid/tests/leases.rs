@@ -526,32 +526,8 @@ fn files_closed_in_a_leased_directory_are_whole_for_another_client_at_once() {
 /// file whole.
 #[test]
 fn closes_that_did_not_wait_survive_an_mds_killed_under_them() {
-    const FILES: usize = 40;
-    let mut c = cluster();
     // Slow OST transfers keep the plain files' flushes under way at the kill.
-    let a = Mount::new(&c, "ost_latency=100");
-    fs::create_dir(a.path("plain")).unwrap();
-    fs::create_dir(a.path("dom")).unwrap();
-    let out = c.braid(&["setstripe", "-E", "64K", "-L", "mdt", "-E", "-1", &c.url("/dom")]);
-    assert!(out.status.success(), "setstripe: {}", String::from_utf8_lossy(&out.stderr));
-    for i in 0..FILES {
-        for dir in ["dom", "plain"] {
-            fs::write(a.path(&format!("{dir}/f{i}")), content(i)).unwrap();
-        }
-    }
-    c.kill("mds");
-    c.restart("mds");
-    let b = Mount::new(&c, "");
-    for dir in ["plain", "dom"] {
-        for i in (0..FILES).rev() {
-            let got = fs::read(b.path(&format!("{dir}/f{i}"))).unwrap();
-            assert!(
-                got == content(i),
-                "{dir}/f{i} read by the other mount after the restart: {}",
-                differs(&got, &content(i))
-            );
-        }
-    }
+    files_closed_then_the_mds_restarted(100, &["dom", "plain"], 40);
 }
 
 /// As above, with flushes that outlast the MDS's recovery window: the mount's
@@ -561,24 +537,40 @@ fn closes_that_did_not_wait_survive_an_mds_killed_under_them() {
 /// without its bytes.
 #[test]
 fn flushes_that_outlast_a_restarted_mds_recovery_window_are_waited_for() {
-    const FILES: usize = 3;
-    let mut c = cluster();
     // Each OST transfer longer than the 2 s window.
-    let a = Mount::new(&c, "ost_latency=2500");
-    fs::create_dir(a.path("plain")).unwrap();
-    for i in 0..FILES {
-        fs::write(a.path(&format!("plain/f{i}")), content(i)).unwrap();
+    files_closed_then_the_mds_restarted(2500, &["plain"], 3);
+}
+
+/// Writes `files` files in each of `dirs` (a `dom` one is made Data-on-MDT) through a
+/// mount whose OST transfers take `ost_latency_ms` each, kills and restarts the MDS,
+/// and reads every file back whole through another mount.
+fn files_closed_then_the_mds_restarted(ost_latency_ms: u32, dirs: &[&str], files: usize) {
+    let mut c = cluster();
+    let a = Mount::new(&c, &format!("ost_latency={ost_latency_ms}"));
+    for dir in dirs {
+        fs::create_dir(a.path(dir)).unwrap();
+        if *dir == "dom" {
+            let out = c.braid(&["setstripe", "-E", "64K", "-L", "mdt", "-E", "-1", &c.url("/dom")]);
+            assert!(out.status.success(), "setstripe: {}", String::from_utf8_lossy(&out.stderr));
+        }
+    }
+    for i in 0..files {
+        for dir in dirs {
+            fs::write(a.path(&format!("{dir}/f{i}")), content(i)).unwrap();
+        }
     }
     c.kill("mds");
     c.restart("mds");
     let b = Mount::new(&c, "");
-    for i in (0..FILES).rev() {
-        let got = fs::read(b.path(&format!("plain/f{i}"))).unwrap();
-        assert!(
-            got == content(i),
-            "plain/f{i} read by the other mount after the restart: {}",
-            differs(&got, &content(i))
-        );
+    for dir in dirs.iter().rev() {
+        for i in (0..files).rev() {
+            let got = fs::read(b.path(&format!("{dir}/f{i}"))).unwrap();
+            assert!(
+                got == content(i),
+                "{dir}/f{i} read by the other mount after the restart: {}",
+                differs(&got, &content(i))
+            );
+        }
     }
 }
 
