@@ -1,4 +1,6 @@
-//! The data path: striped reads and writes, truncates and hole punches of a file.
+//! The data path: striped reads and writes, truncates and hole punches of a file,
+//! and what they keep in the client: the caches they drop and fill, the in-flight
+//! writes of each file's handles, the PFL components a write instantiates.
 //!
 //! A request is cut by the handle's current layout into extents of at most
 //! `max_rpc_bytes` (one RPC each, see [`crate::objio`], which alone knows where they
@@ -17,7 +19,7 @@ use proto::{Errno, Fid};
 use tokio::task::JoinSet;
 
 use crate::objio::{self, join_all, join_err};
-use crate::{Client, ClientError, OpenFile, Result};
+use crate::{cache_key, Client, ClientError, OpenFile, Result};
 
 /// Writes of one handle that are on their way to the OSTs (write-behind).
 ///
@@ -384,7 +386,7 @@ async fn read_through(
     layout: &Layout,
     offset: u64,
     len: u64,
-    ticket: crate::FillTickets,
+    ticket: FillTickets,
 ) -> Result<Bytes> {
     if let Some(data) = c.inner.cache.as_ref().and_then(|cache| cache.read(crate::cache_key(fid), version, offset, len))
     {
@@ -400,7 +402,7 @@ async fn read_and_fill(
     layout: &Layout,
     offset: u64,
     len: u64,
-    ticket: crate::FillTickets,
+    ticket: FillTickets,
 ) -> Result<Bytes> {
     let (data, local) = read_extents(c, fid, layout, offset, len).await?;
     c.fill_caches(ticket, offset, &data, local);
@@ -468,7 +470,7 @@ impl Readahead {
         offset: u64,
         len: u64,
         size: u64,
-        ticket: crate::FillTickets,
+        ticket: FillTickets,
     ) -> Result<Bytes> {
         let gen = f.inflight.data_gen.load(std::sync::atomic::Ordering::Acquire);
         if gen != self.gen {
@@ -673,6 +675,105 @@ pub(crate) async fn punch_hole(c: &Client, f: &OpenFile, offset: u64, len: u64) 
         set.spawn(async move { target.trim(extent.object_offset, extent.len).await });
     }
     join_all(set).await.map(|_| ())
+}
+
+/// The write path's bookkeeping in the client: the caches a write or a read touches, the
+/// in-flight writes of a file's handles, and the layout a write needs.
+impl Client {
+    /// This client changed `[off, off + len)` of `fid`: the SSD and memory caches drop
+    /// those bytes.
+    pub(crate) fn cache_invalidate(&self, fid: Fid, off: u64, len: u64) {
+        if let Some(c) = self.inner.cache.as_ref() {
+            c.invalidate(cache_key(fid), off, len);
+        }
+        if let Some(p) = self.inner.pages.as_ref() {
+            p.invalidate(cache_key(fid), off, len);
+        }
+    }
+
+    /// Claims of a read of `fid` at `version` beginning now to fill the caches with
+    /// what it brings back (taken before the read waits for this client's writes).
+    pub(crate) fn fill_tickets(&self, fid: Fid, version: u64) -> FillTickets {
+        FillTickets {
+            ssd: self.inner.cache.as_ref().map(|c| c.ticket(cache_key(fid), version)),
+            mem: self.inner.pages.as_ref().map(|p| p.ticket(cache_key(fid), version)),
+        }
+    }
+
+    /// Hands what a read brought back from `offset` to the caches.
+    ///
+    /// Bytes read through local descriptors (`local`, short-circuit I/O) are in the
+    /// kernel's page cache already and stay out of the memory cache, whose copy would
+    /// cost more than a reread from there.
+    pub(crate) fn fill_caches(&self, tickets: FillTickets, offset: u64, data: &Bytes, local: bool) {
+        if let (Some(cache), Some(t)) = (self.inner.cache.as_ref(), tickets.ssd) {
+            cache.fill(t, offset, data.clone());
+        }
+        if let (Some(pages), Some(t), false) = (self.inner.pages.as_ref(), tickets.mem, local) {
+            pages.fill(t, offset, data.clone());
+        }
+    }
+
+    /// Before a size change or hole punch of `fid`: waits for the in-flight writes of
+    /// every handle of the file in this client and drops their read-ahead.
+    pub(crate) async fn drain_file(&self, fid: Fid) -> Result<()> {
+        for i in self.file_inflights(fid) {
+            i.drain().await?;
+            i.data_gen.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        }
+        Ok(())
+    }
+
+    /// The in-flight write state of every handle of `fid` open in this client.
+    pub(crate) fn file_inflights(&self, fid: Fid) -> Vec<Arc<Inflight>> {
+        let m = self.inner.open_files.lock().expect("open files");
+        m.get(&fid).map(|l| l.iter().filter_map(|w| w.upgrade()).collect()).unwrap_or_default()
+    }
+
+    /// `layout`, of file `fid`, with objects for every byte below `end` (PFL
+    /// instantiation): as it is when it has them, else as the MDS makes it.
+    pub(crate) async fn layout_below(
+        &self,
+        creds: &proto::msg::Creds,
+        fid: Fid,
+        layout: Arc<Layout>,
+        end: u64,
+    ) -> Result<Arc<Layout>> {
+        if layout.instantiated_below(end) {
+            return Ok(layout);
+        }
+        let attr = self.change_layout(creds, fid, layout::LayoutChange::Instantiate { end }).await?;
+        let layout = attr.layout.ok_or_else(|| ClientError::Errno(Errno::Io, format!("{fid} lost its layout")))?;
+        Ok(Arc::new(layout))
+    }
+
+    /// The handle's layout with objects for every byte below `end`: where a write or
+    /// truncate reaching a component not instantiated yet has the MDS instantiate it
+    /// (or learns that another client did) and the handle takes the new generation.
+    pub(crate) async fn instantiate(&self, f: &OpenFile, end: u64) -> Result<Arc<Layout>> {
+        let layout = f.layout();
+        if layout.instantiated_below(end) {
+            return Ok(layout);
+        }
+        // Boxed: once per component, kept out of every write's future.
+        let fresh = Box::pin(self.layout_below(&f.creds, f.fid, layout, end)).await?;
+        f.replace_layout((*fresh).clone());
+        let layout = f.layout();
+        match layout.instantiated_below(end) {
+            true => Ok(layout),
+            false => Err(ClientError::Errno(
+                Errno::Io,
+                format!("{}: the MDS answered a layout without objects below {end}", f.fid),
+            )),
+        }
+    }
+}
+
+/// A read's claims on the SSD and memory caches (see `Client::fill_tickets`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FillTickets {
+    ssd: Option<cache::Ticket>,
+    mem: Option<cache::mem::Ticket>,
 }
 
 #[cfg(test)]

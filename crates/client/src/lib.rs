@@ -820,40 +820,6 @@ impl Client {
         self.inner.pages.as_ref().map(|p| p.stats())
     }
 
-    /// This client changed `[off, off + len)` of `fid`: the SSD and memory caches drop
-    /// those bytes.
-    pub(crate) fn cache_invalidate(&self, fid: Fid, off: u64, len: u64) {
-        if let Some(c) = self.inner.cache.as_ref() {
-            c.invalidate(cache_key(fid), off, len);
-        }
-        if let Some(p) = self.inner.pages.as_ref() {
-            p.invalidate(cache_key(fid), off, len);
-        }
-    }
-
-    /// Claims of a read of `fid` at `version` beginning now to fill the caches with
-    /// what it brings back (taken before the read waits for this client's writes).
-    pub(crate) fn fill_tickets(&self, fid: Fid, version: u64) -> FillTickets {
-        FillTickets {
-            ssd: self.inner.cache.as_ref().map(|c| c.ticket(cache_key(fid), version)),
-            mem: self.inner.pages.as_ref().map(|p| p.ticket(cache_key(fid), version)),
-        }
-    }
-
-    /// Hands what a read brought back from `offset` to the caches.
-    ///
-    /// Bytes read through local descriptors (`local`, short-circuit I/O) are in the
-    /// kernel's page cache already and stay out of the memory cache, whose copy would
-    /// cost more than a reread from there.
-    pub(crate) fn fill_caches(&self, tickets: FillTickets, offset: u64, data: &Bytes, local: bool) {
-        if let (Some(cache), Some(t)) = (self.inner.cache.as_ref(), tickets.ssd) {
-            cache.fill(t, offset, data.clone());
-        }
-        if let (Some(pages), Some(t), false) = (self.inner.pages.as_ref(), tickets.mem, local) {
-            pages.fill(t, offset, data.clone());
-        }
-    }
-
     /// How many requests this client has sent to MDTs and OSTs so far.
     pub fn rpc_counts(&self) -> RpcCounts {
         let r = &self.inner.rpcs;
@@ -955,22 +921,6 @@ impl Client {
         if m.len() > 4096 {
             m.retain(|_, l| l.iter().any(|w| w.strong_count() > 0));
         }
-    }
-
-    /// Before a size change or hole punch of `fid`: waits for the in-flight writes of
-    /// every handle of the file in this client and drops their read-ahead.
-    async fn drain_file(&self, fid: Fid) -> Result<()> {
-        for i in self.file_inflights(fid) {
-            i.drain().await?;
-            i.data_gen.fetch_add(1, Ordering::AcqRel);
-        }
-        Ok(())
-    }
-
-    /// The in-flight write state of every handle of `fid` open in this client.
-    pub(crate) fn file_inflights(&self, fid: Fid) -> Vec<Arc<io::Inflight>> {
-        let m = self.inner.open_files.lock().expect("open files");
-        m.get(&fid).map(|l| l.iter().filter_map(|w| w.upgrade()).collect()).unwrap_or_default()
     }
 
     fn server(&self, address: &str) -> Arc<RpcClient> {
@@ -1159,13 +1109,6 @@ impl BlockingClient {
 }
 
 /// A file's name in the SSD cache: its FID, packed.
-/// A read's claims on the SSD and memory caches (see `Client::fill_tickets`).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct FillTickets {
-    ssd: Option<cache::Ticket>,
-    mem: Option<cache::mem::Ticket>,
-}
-
 pub(crate) fn cache_key(fid: Fid) -> cache::Key {
     ((fid.seq as u128) << 64) | ((fid.oid as u128) << 32) | fid.ver as u128
 }

@@ -676,38 +676,6 @@ impl Client {
         md_op!(self, "layout_change", fid, req, Response::Attr(a) => a)
     }
 
-    /// `layout`, of file `fid`, with objects for every byte below `end` (PFL
-    /// instantiation): as it is when it has them, else as the MDS makes it.
-    async fn layout_below(&self, creds: &Creds, fid: Fid, layout: Arc<Layout>, end: u64) -> Result<Arc<Layout>> {
-        if layout.instantiated_below(end) {
-            return Ok(layout);
-        }
-        let attr = self.change_layout(creds, fid, LayoutChange::Instantiate { end }).await?;
-        let layout = attr.layout.ok_or_else(|| ClientError::Errno(Errno::Io, format!("{fid} lost its layout")))?;
-        Ok(Arc::new(layout))
-    }
-
-    /// The handle's layout with objects for every byte below `end`: where a write or
-    /// truncate reaching a component not instantiated yet has the MDS instantiate it
-    /// (or learns that another client did) and the handle takes the new generation.
-    pub(crate) async fn instantiate(&self, f: &OpenFile, end: u64) -> Result<Arc<Layout>> {
-        let layout = f.layout();
-        if layout.instantiated_below(end) {
-            return Ok(layout);
-        }
-        // Boxed: once per component, kept out of every write's future.
-        let fresh = Box::pin(self.layout_below(&f.creds, f.fid, layout, end)).await?;
-        f.replace_layout((*fresh).clone());
-        let layout = f.layout();
-        match layout.instantiated_below(end) {
-            true => Ok(layout),
-            false => Err(ClientError::Errno(
-                Errno::Io,
-                format!("{}: the MDS answered a layout without objects below {end}", f.fid),
-            )),
-        }
-    }
-
     /// Before a truncate or hole punch through a handle: a layout that may have grown
     /// since the handle took it (components instantiated or added by another client)
     /// is asked for again, so the cut reaches every object that holds bytes.
