@@ -469,7 +469,11 @@ async fn keep_connected(inner: std::sync::Weak<Inner>, mut lost: tokio::sync::mp
 /// A setattr too: what it must land after is deferred work naming its file (its
 /// create, its flushes) or directory (the creates there, which its mode and times
 /// must follow), so `tar x`'s and `cp -a`'s directory times and modes, set after
-/// their contents, do not wait for every other copy's flush.
+/// their contents, do not wait for every other copy's flush. And a create, mkdir,
+/// symlink or mknod by name: its answer depends on the names of its directory only
+/// (a file whose flush is deferred elsewhere has no other name: a link or rename
+/// waits for every deferred flush), so `tar x` making the next directory does not
+/// wait for the flushes of the files it just wrote in the last one.
 fn about(req: &Request) -> Option<Fid> {
     match req {
         Request::MdsGetattr { fid }
@@ -483,7 +487,12 @@ fn about(req: &Request) -> Option<Fid> {
         | Request::MdsReaddirPlus { fid, .. }
         | Request::MdsStatahead { fid, .. }
         | Request::MdsSetattr { fid, .. } => Some(*fid),
-        Request::MdsLookup { parent, .. } | Request::MdsOpenAt { parent, .. } => Some(*parent),
+        Request::MdsLookup { parent, .. }
+        | Request::MdsOpenAt { parent, .. }
+        | Request::MdsCreate { parent, .. }
+        | Request::MdsMkdir { parent, .. }
+        | Request::MdsSymlink { parent, .. }
+        | Request::MdsMknod { parent, .. } => Some(*parent),
         _ => None,
     }
 }
