@@ -339,7 +339,7 @@ fn a_cut_off_holders_late_changes_are_refused_and_reported() {
     rt.block_on(holder.deferred_idle());
     let kept = format!("f{}", n - 1);
 
-    holder.set_mds_latency(Duration::from_secs(6));
+    holder.set_mds_latency(Duration::from_secs(8));
     let (unlinks, creates) = (holder.unlinks_answered_here(), holder.creates_answered_here());
     within(&rt, "unlink", holder.unlink_vetted(&creds, job.fid, &kept)).unwrap();
     let (late, _, _) = within(&rt, "create", holder.create(&creds, job.fid, "late", 0o644, true, RW, None)).unwrap();
@@ -355,7 +355,7 @@ fn a_cut_off_holders_late_changes_are_refused_and_reported() {
     let first = names("the other client's listing, once the holder is evicted");
     assert!(first.contains(&kept) && !first.contains(&"late".to_string()), "{first:?}");
     // Past the holder's delay: its late changes came, and were refused.
-    std::thread::sleep(Duration::from_secs(7));
+    std::thread::sleep(Duration::from_secs(9));
     assert_eq!(names("a listing after the late changes"), first, "nothing appears or goes late");
     assert!(within(&rt, "lookup", other.lookup(&creds, job.fid, &kept)).is_ok());
 
