@@ -189,3 +189,44 @@ fn directory_attributes_after_own_creates_and_unlinks_are_the_mds_view() {
     }
     assert_eq!(view(&m.path("d")).5 & 0o7777, 0o750);
 }
+
+#[test]
+fn attributes_after_reads_and_listings_are_the_mds_view() {
+    // A read or a listing drops only the atime the kernel caches, and the mount
+    // answers its re-ask from what it last told it (the fuse crate's `told`): never
+    // across a change of this mount made since. A second mount without attribute
+    // caching asks the MDS each time.
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let c = cluster();
+    let m = Mount::new(&c, "");
+    let fresh = Mount::new(&c, "attr_timeout=0,entry_timeout=0");
+    fs::create_dir(m.path("d")).unwrap();
+    fs::write(m.path("d/f"), b"first").unwrap();
+    let view = |p: &Path| {
+        let md = fs::metadata(p).unwrap();
+        (md.mtime(), md.mtime_nsec(), md.ctime(), md.ctime_nsec(), md.nlink(), md.mode(), md.uid(), md.len())
+    };
+    let look = || {
+        // The root's listing tells the kernel d's attributes; d's listing and f's read
+        // then drop their atimes.
+        assert!(fs::read_dir(m.path("")).unwrap().count() >= 1);
+        fs::read_dir(m.path("d")).unwrap().for_each(drop);
+        fs::read(m.path("d/f")).unwrap();
+    };
+    let steps: [(&str, &dyn Fn()); 6] = [
+        ("chmod d", &|| fs::set_permissions(m.path("d"), fs::Permissions::from_mode(0o750)).unwrap()),
+        ("chmod f", &|| fs::set_permissions(m.path("d/f"), fs::Permissions::from_mode(0o600)).unwrap()),
+        ("rewrite f", &|| fs::write(m.path("d/f"), b"second and longer").unwrap()),
+        ("create in d", &|| fs::write(m.path("d/g"), b"g").unwrap()),
+        ("chown d", &|| std::os::unix::fs::chown(m.path("d"), Some(7), Some(8)).unwrap()),
+        ("unlink in d", &|| fs::remove_file(m.path("d/g")).unwrap()),
+    ];
+    for (what, change) in steps {
+        look();
+        std::thread::sleep(Duration::from_millis(5));
+        change();
+        look();
+        assert_eq!(view(&m.path("d")), view(&fresh.path("d")), "d after {what}");
+        assert_eq!(view(&m.path("d/f")), view(&fresh.path("d/f")), "f after {what}");
+    }
+}

@@ -43,7 +43,7 @@ async fn rewrite(c: &Client, creds: &Creds, fid: Fid, data: &[u8], cut: bool) {
 
 /// The whole file as an open for reading by `fid` then a read from 0 give it.
 async fn read_whole(c: &Client, creds: &Creds, fid: Fid) -> Vec<u8> {
-    let (f, attr) = c.open_to_read(creds, fid, RO).await.unwrap();
+    let (f, attr) = c.open_to_read(creds, fid, RO, None).await.unwrap();
     let data = c.read(&f, 0, attr.size.max(1 << 20)).await.unwrap();
     c.close(f).await.unwrap();
     data.to_vec()
@@ -104,6 +104,36 @@ fn a_small_files_bytes_read_beside_its_open_are_what_the_last_close_left() {
         reader.close(w).await.unwrap();
     });
     assert_eq!(reader.first_bytes_kept(), 4, "no bytes read beside an open while a write was open here");
+}
+
+#[test]
+fn bytes_are_read_beside_an_open_only_when_the_pages_held_are_of_another_version() {
+    let c = cluster();
+    let rt = testkit::runtime();
+    let creds = client::process_creds();
+    let writer = c.connect(&rt);
+    let reader = c.connect(&rt);
+    within(&rt, "opens", async {
+        let fid = put(&writer, &creds, Fid::ROOT, "f", &testkit::pattern(5000, 1)).await;
+        let told = reader.lookup(&creds, Fid::ROOT, "f").await.unwrap();
+        // The caller holds the file's pages at the version it was told: they serve
+        // its reads, nothing is read beside the open.
+        let (f, attr) = reader.open_to_read(&creds, fid, RO, Some(told.data_version)).await.unwrap();
+        assert_eq!(attr.data_version, told.data_version);
+        reader.close(f).await.unwrap();
+        assert_eq!(reader.first_bytes_kept(), 0, "pages held at the version told");
+        // Rewritten since the caller filled its pages (as a mount that wrote the file
+        // itself holds pages of the version before its close): read beside the open.
+        let now = testkit::pattern(5000, 2);
+        rewrite(&writer, &creds, fid, &now, false).await;
+        let told = reader.lookup(&creds, Fid::ROOT, "f").await.unwrap();
+        let (f, attr) = reader.open_to_read(&creds, fid, RO, Some(told.data_version - 1)).await.unwrap();
+        let got = reader.read(&f, 0, 1 << 20).await.unwrap();
+        reader.close(f).await.unwrap();
+        assert_eq!(attr.size, 5000);
+        assert!(got.as_ref() == now.as_slice(), "the bytes the last close left");
+        assert_eq!(reader.first_bytes_kept(), 1, "pages held at an older version");
+    });
 }
 
 #[test]

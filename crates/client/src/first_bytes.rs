@@ -47,13 +47,15 @@ pub const HINTS_MAX: usize = 16 * 1024;
 pub(crate) struct Hint {
     pub layout: Layout,
     pub len: u64,
+    /// The file's data version as told.
+    pub version: u64,
 }
 
 /// The layouts and sizes of small files with objects on OSTs, as this client was
 /// last told them.
 #[derive(Default)]
 pub(crate) struct Hints {
-    files: Mutex<HashMap<Fid, (Layout, u64, Instant)>>,
+    files: Mutex<HashMap<Fid, (Layout, u64, u64, Instant)>>,
     /// Opens whose bytes read beside them were kept for the handle.
     pub kept: AtomicU64,
 }
@@ -75,32 +77,41 @@ impl Hints {
         if files.len() >= HINTS_MAX {
             files.clear();
         }
-        files.insert(attr.fid, (layout.clone(), attr.size, Instant::now()));
+        files.insert(attr.fid, (layout.clone(), attr.size, attr.data_version, Instant::now()));
     }
 
     /// The hint for an open of `fid` now, taken (an open uses it once).
     pub fn take(&self, fid: Fid) -> Option<Hint> {
-        let (layout, size, at) = self.files.lock().expect("first-bytes hints").remove(&fid)?;
+        let (layout, size, version, at) = self.files.lock().expect("first-bytes hints").remove(&fid)?;
         let len = size.next_multiple_of(FIRST_BYTES_STEP).min(FIRST_BYTES_MAX);
-        (at.elapsed() < HINT_TTL && layout.instantiated_below(len)).then_some(Hint { layout, len })
+        (at.elapsed() < HINT_TTL && layout.instantiated_below(len)).then_some(Hint { layout, len, version })
     }
 }
 
 impl Client {
     /// Opens an existing file as [`Client::open`] does, for a caller about to read it
-    /// that holds none of its bytes (the mount, when the kernel has forgotten the
-    /// inode): a small file's first bytes are read beside the open when this client
-    /// was just told its layout (see [`first_bytes`](self)), and become the handle's
-    /// first chunk read ahead if the open's answer bears them out.
-    pub async fn open_to_read(&self, creds: &Creds, fid: Fid, flags: OpenFlags) -> Result<(OpenFile, Attr)> {
+    /// that holds none of its bytes, or holds them as of data version `held` (the
+    /// mount: the kernel's pages, kept only if the open finds the file at that
+    /// version): a small file's first bytes are read beside the open when this client
+    /// was just told its layout, at a version other than `held` (see
+    /// [`first_bytes`](self)), and become the handle's first chunk read ahead if the
+    /// open's answer bears them out.
+    pub async fn open_to_read(
+        &self,
+        creds: &Creds,
+        fid: Fid,
+        flags: OpenFlags,
+        held: Option<u64>,
+    ) -> Result<(OpenFile, Attr)> {
         let reading = flags.read && !flags.write && !flags.truncate;
         // The caches have their own read path; a write of this client to the file,
         // on its way or held back, would be missed by an OST read sent now.
         let hint = (reading && self.inner.cache.is_none() && self.inner.pages.is_none())
             .then(|| self.inner.first_bytes.take(fid))
             .flatten()
+            .filter(|h| held != Some(h.version))
             .filter(|_| !self.inner.deferred.busy(fid) && self.file_inflights(fid).is_empty());
-        let Some(Hint { layout, len }) = hint else { return self.open(creds, fid, flags).await };
+        let Some(Hint { layout, len, .. }) = hint else { return self.open(creds, fid, flags).await };
         // Taken before the read is sent: a write of this client from here on drops it.
         let sent = self.open_sent();
         let (tx, rx) = tokio::sync::oneshot::channel();

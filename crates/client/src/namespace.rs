@@ -186,6 +186,8 @@ impl Client {
             return None;
         };
         let attr = async_create::new_file_attr(fid, creds, mode, &tpl);
+        // Attributes fetched before (the directory's) may predate this create.
+        self.inner.statahead.changed();
         self.inner.creates.answered.fetch_add(1, Ordering::Relaxed);
         let mut f = match OpenFile::new(&attr, flags, creds) {
             Ok(f) => f,

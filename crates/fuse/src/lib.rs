@@ -22,6 +22,7 @@ pub mod mount;
 mod nocaps;
 mod serve;
 mod stale;
+mod told;
 
 pub use mount::{mount, unmount, Mounted, Unmounted, Unmounter};
 
@@ -143,6 +144,8 @@ pub struct State {
     passthrough: AtomicBool,
     /// Opens of unlinked files answered ESTALE, for the kernel's retry of them.
     stale_opens: stale::StaleOpens,
+    /// What the kernel was last told of each inode, for its re-asks (see [`told`]).
+    told: told::Told,
 }
 
 /// How an open is answered (see [`State::io_mode`]).
@@ -344,6 +347,7 @@ impl BraidFs {
             groups: Mutex::new(HashMap::new()),
             notifier: Arc::default(),
             reported: Mutex::new(HashMap::new()),
+            told: told::Told::default(),
             stale_opens: stale::StaleOpens::default(),
             nocaps: nocaps::NoCaps::new(opts.attr_ttl),
             cached_versions: Mutex::new(HashMap::new()),
@@ -390,6 +394,11 @@ impl State {
         }
         cache.insert(pid, (Instant::now(), groups.clone()));
         Creds { uid, gid, groups }
+    }
+
+    /// When attributes are asked for now (see [`told`]).
+    fn asked(&self) -> told::Asked {
+        told::Asked { epoch: self.client.metadata_epoch(), at: Instant::now() }
     }
 
     fn file_attr(&self, a: &Attr) -> FileAttr {
@@ -637,13 +646,18 @@ impl fuser::Filesystem for BraidFs {
         // The kernel dropped the inode, and its pages with it: the next open finds
         // none cached (see `BraidFs::keep_cache`).
         self.cached_versions.lock().expect("cached versions").remove(&fid_of(ino));
+        self.told.forget(fid_of(ino));
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let Ok(name) = name_str(name) else { return reply.error(Errno::ENOENT) };
         let (c, name) = (self.creds(req), name.to_owned());
         self.serve(req, move |s| async move {
+            let asked = s.asked();
             let r = s.client.lookup(&c, fid_of(parent), &name).await;
+            if let Ok(a) = &r {
+                s.told.note(a, asked);
+            }
             s.entry(reply, r)
         });
     }
@@ -660,9 +674,18 @@ impl fuser::Filesystem for BraidFs {
         if let Some(a) = self.client.attr_behind(fid_of(ino)) {
             return reply.attr(&self.opts.attr_ttl, &self.file_attr(&a));
         }
+        // The kernel dropped only the atime (after a read or a listing): what it was
+        // told moments ago holds (see `told`).
+        if let Some((a, ttl)) = self.told.recent(fid_of(ino), self.opts.attr_ttl, self.client.metadata_epoch()) {
+            return reply.attr(&ttl, &self.file_attr(&a));
+        }
         self.serve(req, move |s| async move {
+            let asked = s.asked();
             match s.client.getattr(fid_of(ino)).await {
-                Ok(a) => reply.attr(&s.opts.attr_ttl, &s.file_attr(&a)),
+                Ok(a) => {
+                    s.told.note(&a, asked);
+                    reply.attr(&s.opts.attr_ttl, &s.file_attr(&a))
+                }
                 Err(e) => reply.error(inode_errno(&e)),
             }
         });
@@ -884,14 +907,15 @@ impl fuser::Filesystem for BraidFs {
         }
         let (c, opener) = (self.creds(req), (req.pid(), req.uid(), req.gid()));
         let read_only = of.read && !of.write && !of.truncate;
-        // A reader of a file whose pages the kernel cannot hold (it forgot the inode,
-        // or never had it) will ask for its bytes: a small file's are read beside the
-        // open (see the client's `first_bytes`).
-        let none_cached =
-            read_only && !self.cached_versions.lock().expect("cached versions").contains_key(&fid_of(ino));
+        // A reader of a file whose pages the kernel does not hold at the version the
+        // open will find (it forgot the inode, never had it, or filled them before a
+        // write) will ask for its bytes: a small file's are read beside the open (see
+        // the client's `first_bytes`).
+        let held = self.cached_versions.lock().expect("cached versions").get(&fid_of(ino)).copied();
         self.serve(req, move |s| async move {
-            let opened = match none_cached {
-                true => s.client.open_to_read(&c, fid_of(ino), of).await,
+            let asked = s.asked();
+            let opened = match read_only {
+                true => s.client.open_to_read(&c, fid_of(ino), of, held).await,
                 false => s.client.open(&c, fid_of(ino), of).await,
             };
             match opened {
@@ -909,6 +933,9 @@ impl fuser::Filesystem for BraidFs {
                 }
                 Ok((f, a)) => {
                     s.stale_opens.opened(opener.0);
+                    if read_only {
+                        s.told.note(&a, asked);
+                    }
                     // Close-to-open: the kernel may still hold the size and mtime it
                     // cached before another client rewrote the file, and would read only
                     // up to that old size. Dropping its cached attributes (offset -1: the
@@ -1200,7 +1227,11 @@ impl fuser::Filesystem for BraidFs {
                     0 => (".".to_string(), placeholder_attr(ino.0, FileKind::Dir), Duration::ZERO),
                     1 => ("..".to_string(), placeholder_attr(ino.0, FileKind::Dir), Duration::ZERO),
                     n => match d.entry_plus((n - 2) as usize, s.client.metadata_epoch()) {
-                        Ok(Some((e, Some(a)))) => (e.name, s.file_attr(&a), ttl),
+                        Ok(Some((e, Some(a)))) => {
+                            // Fresh at the current epoch (see `entry_plus`).
+                            s.told.note(&a, s.asked());
+                            (e.name, s.file_attr(&a), ttl)
+                        }
                         Ok(Some((e, None))) => match s.client.lookup(&d.creds, fid, &e.name).await {
                             Ok(a) => (e.name, s.file_attr(&a), ttl),
                             // Gone meanwhile, or not to be looked up by the caller (a
