@@ -75,12 +75,22 @@ impl Client {
     pub async fn flush(&self, f: &OpenFile) -> Result<()> {
         self.observe("flush", Some(f.fid), 0, 0, async {
             f.created().await?;
-            self.send_behind_of(f).await?;
+            // The attribute changes answered here go with the size report, when there
+            // is one (one request where two were); otherwise first, alone. A file
+            // with a DoM component sends them alone: its writes set the mtime as they
+            // land, and must land before the times set after them.
+            let along = match self.report_due(f) && f.layout().dom_end().is_none() {
+                true => self.take_behind(f).await,
+                false => None,
+            };
+            if along.is_none() {
+                self.send_behind_of(f).await?;
+            }
             // Both at once: the size covers every write already issued, and close(2)
             // returns only when the data and the size are both where they belong. If
             // a write failed, flush reports it (the size may then cover bytes that
             // read back as zeros, which POSIX allows after a failed write).
-            let (drained, published) = tokio::join!(f.inflight.drain(), self.report_size(f));
+            let (drained, published) = tokio::join!(f.inflight.drain(), self.report_size_with(f, along));
             drained?;
             published?;
             // A DoM write that could not publish the size with its bytes (the file was
@@ -164,24 +174,54 @@ impl Client {
     /// Tells the MDS the size and mtime of a written handle, unless nothing was written
     /// since the last time.
     async fn report_size(&self, f: &OpenFile) -> Result<()> {
+        self.report_size_with(f, None).await
+    }
+
+    /// Whether the handle has writes whose size is still to report.
+    fn report_due(&self, f: &OpenFile) -> bool {
+        f.was_written()
+            && f.published_gen.load(Ordering::Acquire) != f.inflight.data_gen.load(Ordering::Acquire)
+            && f.needs_publish.load(Ordering::Acquire)
+    }
+
+    /// [`Client::report_size`], taking along the attribute changes answered here
+    /// that were taken from the file for it (`along`; sent alone if there is no size
+    /// to report after all).
+    async fn report_size_with(&self, f: &OpenFile, mut along: Option<set_behind::Pending>) -> Result<()> {
         // The generation before the size: a write bumps it again only once its end is in
         // the size (`io::write`), so the size read below covers every write this
         // generation counts.
         let gen = f.inflight.data_gen.load(Ordering::Acquire);
-        if !f.was_written() || f.published_gen.load(Ordering::Acquire) == gen {
-            return Ok(());
-        }
         // Taken before the size is read (one atomic step, so a write that sets it again
         // after growing the size is either seen here with its size, or left for the next
         // report).
-        if !f.needs_publish.swap(false, Ordering::AcqRel) {
-            return Ok(());
+        if !f.was_written()
+            || f.published_gen.load(Ordering::Acquire) == gen
+            || !f.needs_publish.swap(false, Ordering::AcqRel)
+        {
+            return match along {
+                Some(p) => self.send_taken_behind(f.fid, p).await,
+                None => Ok(()),
+            };
         }
         let epoch = f.inflight.trunc_epoch.load(Ordering::Acquire);
-        let req = Request::MdsSizeUpdate { fid: f.fid, size: f.size(), mtime: f.report_mtime(), trunc_epoch: epoch };
+        let behind = along.as_ref().map(|p| Box::new(p.to_send()));
+        let req =
+            Request::MdsSizeUpdate { fid: f.fid, size: f.size(), mtime: f.report_mtime(), trunc_epoch: epoch, behind };
         let reported = match self.md(f.fid, req).await {
-            Ok(Response::Attr(_)) => Ok(()),
-            Ok(Response::EpochMoved { trunc_epoch }) => self.report_size_from_objects(f, trunc_epoch).await,
+            Ok(Response::Attr(a)) => {
+                if let Some(p) = &along {
+                    self.sent_behind_with(p, &a);
+                }
+                Ok(())
+            }
+            Ok(Response::EpochMoved { trunc_epoch }) => {
+                // Nothing applied: the changes go alone, before the report.
+                if let Some(p) = along.take() {
+                    self.send_taken_behind(f.fid, p).await?;
+                }
+                self.report_size_from_objects(f, trunc_epoch).await
+            }
             Ok(r) => Err(unexpected("size update", &r)),
             Err(e) => Err(e),
         };
@@ -203,7 +243,8 @@ impl Client {
         }
         for _ in 0..EPOCH_RETRIES_MAX {
             let size = io::glimpse(self, f.fid, &f.layout()).await?;
-            let req = Request::MdsSizeUpdate { fid: f.fid, size, mtime: f.report_mtime(), trunc_epoch: epoch };
+            let req =
+                Request::MdsSizeUpdate { fid: f.fid, size, mtime: f.report_mtime(), trunc_epoch: epoch, behind: None };
             match self.md(f.fid, req).await? {
                 Response::Attr(a) => {
                     f.inflight.trunc_epoch.store(epoch, Ordering::Release);

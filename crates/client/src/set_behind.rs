@@ -32,10 +32,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use proto::msg::{Attr, Creds, Request, Response, SetAttr, TimeSet, Timespec};
+use proto::msg::{Attr, Creds, Request, Response, SetAttr, SetBehind, TimeSet, Timespec};
 use proto::Fid;
 
-use crate::{async_create, deferred, unexpected, Client, Result};
+use crate::{async_create, deferred, unexpected, Client, OpenFile, Result};
 
 /// Longest a change answered here waits before it is sent.
 pub const HOLD: Duration = Duration::from_millis(100);
@@ -60,11 +60,19 @@ pub(crate) struct Created {
     pending: tokio::sync::Mutex<Option<Pending>>,
 }
 
-struct Pending {
+/// Changes answered here, not sent yet.
+pub(crate) struct Pending {
     creds: Creds,
     set: SetAttr,
     /// Counts the changes as deferred work (see the module's note).
     _ticket: deferred::Ticket,
+}
+
+impl Pending {
+    /// As a size report carries them.
+    pub(crate) fn to_send(&self) -> SetBehind {
+        SetBehind { creds: self.creds.clone(), set: self.set.clone() }
+    }
 }
 
 /// The files of one client whose changes may be answered here.
@@ -225,6 +233,48 @@ impl Client {
         self.inner.statahead.changed();
         self.inner.sets_behind.answered.fetch_add(1, Ordering::Relaxed);
         Some(out)
+    }
+
+    /// The changes of `f`'s file answered here and not sent yet, taken to go with
+    /// its size report (see [`Request::MdsSizeUpdate`]), when they are its opener's.
+    pub(crate) async fn take_behind(&self, f: &OpenFile) -> Option<Pending> {
+        let c = f.behind.as_ref()?;
+        c.pending.lock().await.take_if(|p| p.creds == f.creds)
+    }
+
+    /// Sends changes taken from file `fid` (see [`Client::take_behind`]) alone.
+    pub(crate) async fn send_taken_behind(&self, fid: Fid, p: Pending) -> Result<()> {
+        let req = Request::MdsSetattr { creds: p.creds.clone(), fid, set: p.set.clone() };
+        match deferred::exempt(self.md(fid, req)).await? {
+            Response::Attr(a) => {
+                self.note_sent_behind(&a);
+                Ok(())
+            }
+            r => Err(unexpected("setattr", &r)),
+        }
+    }
+
+    /// Changes taken from a file went with its size report, answered `attr`: what
+    /// this client knows of the file now. A change the MDS left out is reported as a
+    /// refused setattr is (the file's next flush or fsync fails with it).
+    pub(crate) fn sent_behind_with(&self, p: &Pending, attr: &Attr) {
+        self.note_sent_behind(attr);
+        let set = &p.set;
+        let applied = set.mode.is_none_or(|m| m & 0o7777 == attr.mode & 0o7777)
+            && set.uid.is_none_or(|u| u == attr.uid)
+            && set.gid.is_none_or(|g| g == attr.gid);
+        if !applied {
+            let fid = attr.fid;
+            tracing::warn!(%fid, "attributes set after a create answered here were refused with its size report");
+            self.inner.deferred.failed(fid, "attributes set after its create were refused".to_string());
+        }
+    }
+
+    fn note_sent_behind(&self, attr: &Attr) {
+        if let Some(c) = self.inner.sets_behind.get(attr.fid) {
+            let mut known = c.attr.lock().expect("attributes set behind");
+            *known = Attr { size: known.size, ..attr.clone() };
+        }
     }
 
     /// Sends the changes of `fid` answered here, if any wait (and waits for a send

@@ -318,7 +318,8 @@ mod tests {
             fid,
             size: 1,
             mtime: Some(Timespec::default()),
-            trunc_epoch: 0
+            trunc_epoch: 0,
+            behind: None,
         }));
         assert!(!changes_nothing(&Request::MdsUnlink { creds: Creds::root(), parent: fid, name: "a".into() }));
     }

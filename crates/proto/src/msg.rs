@@ -277,6 +277,14 @@ impl Attr {
     }
 }
 
+/// Attribute changes a client answered itself and sends behind (see
+/// [`Request::MdsSizeUpdate`]), with whose they are.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetBehind {
+    pub creds: Creds,
+    pub set: SetAttr,
+}
+
 /// Which attributes a setattr changes.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SetAttr {
@@ -492,11 +500,19 @@ pub enum Request {
     /// the one the writer knows: otherwise nothing changes and the answer is
     /// [`Response::EpochMoved`] (a truncate came from elsewhere; the size the writer
     /// holds may predate it, and it must report what the objects say).
+    ///
+    /// `behind`: attribute changes the client answered itself since the file's
+    /// create (its owner, mode and times, as `tar x` and `cp -a` set them before the
+    /// close), applied first, as a setattr of their caller, in the same transaction:
+    /// one request for a small file's close where two were. A change the MDS refuses
+    /// is left out, and the report still applies (the answer's attributes show the
+    /// change missing, as a setattr sent alone would have failed).
     MdsSizeUpdate {
         fid: Fid,
         size: u64,
         mtime: Option<Timespec>,
         trunc_epoch: u64,
+        behind: Option<Box<SetBehind>>,
     },
 
     /// A handle is closed: the open count drops, a writer's size and mtime are

@@ -2,7 +2,7 @@
 //! or record version.
 
 use layout::{LayoutSpec, OstState};
-use proto::msg::{Creds, FileKind, OpenFlags, Request, Response, SetAttr};
+use proto::msg::{Creds, FileKind, OpenFlags, Request, Response, SetAttr, SetBehind, Timespec};
 use proto::Fid;
 use store::Store;
 
@@ -517,10 +517,14 @@ fn every_change_of_a_files_bytes_moves_its_data_version_and_nothing_else_does() 
                 Request::MdsDomWrite { fid, offset: 0, data: vec![2; 10], publish: Some(5) },
                 0,
             ),
-            ("a size report", Request::MdsSizeUpdate { fid, size: 10, mtime: Some(now), trunc_epoch: 0 }, 1),
+            (
+                "a size report",
+                Request::MdsSizeUpdate { fid, size: 10, mtime: Some(now), trunc_epoch: 0, behind: None },
+                1,
+            ),
             (
                 "a size report of an older epoch",
-                Request::MdsSizeUpdate { fid, size: 10, mtime: Some(now), trunc_epoch: 4 },
+                Request::MdsSizeUpdate { fid, size: 10, mtime: Some(now), trunc_epoch: 4, behind: None },
                 0,
             ),
             ("a close with a size", Request::MdsClose { fid, size: Some(10), mtime: Some(now), trunc_epoch: 0 }, 1),
@@ -771,6 +775,52 @@ fn a_clients_create_may_carry_the_files_first_bytes_within_its_dom_component() {
 }
 
 #[test]
+fn a_size_report_may_carry_the_attributes_set_behind_and_a_refused_change_is_left_out() {
+    on_fresh_mdt("report-behind", |w, place| {
+        let fid = create_dom_file(w, place, "f").fid;
+        let attr = |w: &Writer| w.view.must_inode(fid).unwrap().attr;
+        let old = Timespec { sec: 1_000_000, nsec: 0 };
+        // `tar x` as root: owner, mode and times set after the writes, then the close.
+        let set = SetAttr {
+            uid: Some(7),
+            gid: Some(8),
+            mode: Some(0o600),
+            mtime: Some(proto::msg::TimeSet::At(old)),
+            ..Default::default()
+        };
+        let version = attr(w).data_version;
+        let behind = Some(Box::new(SetBehind { creds: Creds::root(), set }));
+        let a = match w.apply(&Request::MdsSizeUpdate { fid, size: 12_345, mtime: None, trunc_epoch: 0, behind }, place)
+        {
+            Ok(Response::Attr(a)) => a,
+            r => panic!("{r:?}"),
+        };
+        assert_eq!((a.uid, a.gid, a.mode, a.size, a.mtime), (7, 8, 0o600, 12_345, old));
+        assert_eq!(a.data_version, version + 1, "the report moved the data version once");
+        assert_eq!(attr(w), a, "the answer is what the MDT holds");
+
+        // A user who may not give the file away: the report holds, the change of owner
+        // is left out, and the answer shows it.
+        let user = Creds { uid: 1000, gid: 1000, groups: vec![] };
+        let set = SetAttr { uid: Some(0), mode: Some(0o644), ..Default::default() };
+        let behind = Some(Box::new(SetBehind { creds: user, set }));
+        let b = match w
+            .apply(&Request::MdsSizeUpdate { fid, size: 20_000, mtime: Some(old), trunc_epoch: 0, behind }, place)
+        {
+            Ok(Response::Attr(a)) => a,
+            r => panic!("{r:?}"),
+        };
+        assert_eq!((b.uid, b.mode, b.size), (7, 0o600, 20_000));
+        // Truncated from elsewhere: nothing is applied, the set included.
+        let set = SetAttr { mode: Some(0o640), ..Default::default() };
+        let behind = Some(Box::new(SetBehind { creds: Creds::root(), set }));
+        let r = w.apply(&Request::MdsSizeUpdate { fid, size: 30, mtime: None, trunc_epoch: 9, behind }, place);
+        assert!(matches!(r, Ok(Response::EpochMoved { .. })), "{r:?}");
+        assert_eq!(attr(w), b);
+    })
+}
+
+#[test]
 fn a_writers_report_without_an_mtime_keeps_the_times_set_since_its_writes() {
     on_fresh_mdt("keep-mtime", |w, place| {
         let fid = create_dom_file(w, place, "f").fid;
@@ -781,7 +831,7 @@ fn a_writers_report_without_an_mtime_keeps_the_times_set_since_its_writes() {
         let set = SetAttr { mtime: Some(proto::msg::TimeSet::At(old)), ..Default::default() };
         w.apply(&Request::MdsSetattr { creds: Creds::root(), fid, set }, place).unwrap();
         let version = attr(w).data_version;
-        w.apply(&Request::MdsSizeUpdate { fid, size: 10, mtime: None, trunc_epoch: 0 }, place).unwrap();
+        w.apply(&Request::MdsSizeUpdate { fid, size: 10, mtime: None, trunc_epoch: 0, behind: None }, place).unwrap();
         w.apply(&Request::MdsClose { fid, size: Some(20), mtime: None, trunc_epoch: 0 }, place).unwrap();
         let a = attr(w);
         assert_eq!((a.size, a.mtime), (20, old), "the size grows, the mtime set stays");

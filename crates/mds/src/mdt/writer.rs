@@ -2,7 +2,7 @@
 //! file of its family of operations.
 
 use layout::LayoutSpec;
-use proto::msg::{FileKind, Request, Response, Timespec};
+use proto::msg::{FileKind, Request, Response, SetAttr, Timespec};
 use proto::{Errno, Fid};
 
 use super::schema::{Redo, Tbl};
@@ -426,13 +426,25 @@ impl<'a> Writer<'a> {
             Request::MdsDomWrite { fid, offset, data, publish } => self.dom_write(*fid, *offset, data, *publish, now),
             &Request::MdsDomTrim { fid, offset, len } => self.dom_trim(fid, offset, len),
             &Request::MdsDomPunch { fid, size } => self.dom_cut(fid, size),
-            &Request::MdsSizeUpdate { fid, size, mtime, trunc_epoch } => {
+            Request::MdsSizeUpdate { fid, size, mtime, trunc_epoch, behind } => {
+                let (fid, size, mtime) = (*fid, *size, *mtime);
                 let mut ino = self.view.must_inode(fid)?;
                 if ino.attr.kind != FileKind::File {
                     return fail(Errno::IsDir, "size update of a non-file");
                 }
-                if trunc_epoch != ino.attr.trunc_epoch {
+                if *trunc_epoch != ino.attr.trunc_epoch {
                     return Ok(Response::EpochMoved { trunc_epoch: ino.attr.trunc_epoch });
+                }
+                if let Some(b) = behind {
+                    let sp = self.savepoint();
+                    let set = SetAttr { size: None, by_writer: false, ..b.set.clone() };
+                    if let Err(e) = self.setattr(&b.creds, fid, set, now) {
+                        // Left out, as a setattr sent alone would have been refused: the
+                        // client finds the change missing from the answer.
+                        tracing::debug!(%fid, "attributes set behind, refused with a size report: {e}");
+                        self.undo_to(sp);
+                    }
+                    ino = self.view.must_inode(fid)?;
                 }
                 ino.attr.size = ino.attr.size.max(size);
                 written(&mut ino, mtime, now);
