@@ -192,10 +192,10 @@ fn directory_attributes_after_own_creates_and_unlinks_are_the_mds_view() {
 
 #[test]
 fn attributes_after_reads_and_listings_are_the_mds_view() {
-    // A read or a listing drops only the atime the kernel caches, and the mount
-    // answers its re-ask from what it last told it (the fuse crate's `told`): never
-    // across a change of this mount made since. A second mount without attribute
-    // caching asks the MDS each time.
+    // A read drops only the atime the kernel caches of a file, and the mount answers
+    // its re-ask from what it last told it (the fuse crate's `told`): never across a
+    // change of this mount made since, nor for a directory. A second mount without
+    // attribute caching asks the MDS each time.
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let c = cluster();
     let m = Mount::new(&c, "");
@@ -229,4 +229,19 @@ fn attributes_after_reads_and_listings_are_the_mds_view() {
         assert_eq!(view(&m.path("d")), view(&fresh.path("d")), "d after {what}");
         assert_eq!(view(&m.path("d/f")), view(&fresh.path("d/f")), "f after {what}");
     }
+    // Read through a descriptor opened before a change of this mount: the open's
+    // attributes are older than the change, and are not answered after it.
+    use std::io::{Read, Seek};
+    let mut f = fs::File::open(m.path("d/f")).unwrap();
+    let mut buf = Vec::new();
+    f.read_to_end(&mut buf).unwrap();
+    fs::set_permissions(m.path("d/f"), fs::Permissions::from_mode(0o604)).unwrap();
+    // Its pages dropped, the next read goes to the mount (and drops the atime).
+    use std::os::unix::io::AsRawFd;
+    // SAFETY: posix_fadvise on a descriptor this test holds.
+    assert_eq!(unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) }, 0);
+    f.rewind().unwrap();
+    f.read_to_end(&mut buf).unwrap();
+    assert_eq!(f.metadata().unwrap().mode() & 0o7777, 0o604, "the chmod after the open");
+    assert_eq!(view(&m.path("d/f")), view(&fresh.path("d/f")), "f after a chmod under an open descriptor");
 }

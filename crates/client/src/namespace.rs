@@ -410,6 +410,11 @@ impl Client {
                         self.inner.creates.inherit(tpl, &dir, &attr);
                     }
                     self.note_dir(dir);
+                    // The new directory's own attributes too: the kernel asks for them
+                    // after each create in it (and `tar x` creates in it next).
+                    if attr.stripes.is_none() {
+                        self.note_dir(attr.clone());
+                    }
                     self.learn_stripes(&attr);
                     // An answer to a request sent again may be the reply cache's, for a
                     // lease the MDS dropped with the connection the first try was on.
@@ -575,6 +580,9 @@ impl Client {
             self.inner.moves.fetch_add(1, Ordering::AcqRel);
             self.forget_dir(self.shard(parent, name));
             self.forget_dir(self.shard(new_parent, new_name));
+            // A directory moved (its ctime and `..` change) is named here, not known
+            // by FID: nothing known of any directory's attributes is handed on.
+            self.inner.recent_dirs.lock().expect("recent dirs").clear();
             self.settle_closes().await;
             let req = |from, to| Request::MdsRename {
                 creds: creds.clone(),

@@ -1,14 +1,15 @@
 //! The attributes this mount last told the kernel of each inode, for the kernel's
 //! re-asks that want nothing newer.
 //!
-//! The kernel drops an inode's cached atime after every read of a file and every
-//! listing of a directory (it cannot know the new atime), and the next `stat` of it
-//! then sends `GETATTR`, though the rest of what it cached still holds. `tar c`,
-//! `cp -a` and `du` stat each file and directory after reading it: one MDS round
-//! trip per entry for nothing. So what a lookup, a listing's entry or an open last
-//! brought is kept for the attribute cache time, and such a `GETATTR` is answered
-//! from it for what remains of that time: exactly as stale as the kernel's own cache
-//! would have been. What this mount changes in between is not missed: every request
+//! The kernel drops a file's cached atime after every read of it (it cannot know the
+//! new atime), and the next `stat` of it then sends `GETATTR`, though the rest of
+//! what it cached still holds. `tar c` stats each file after reading it: one MDS
+//! round trip per file for nothing. So what a lookup, a listing's entry or an open
+//! last brought of a regular file is kept for the attribute cache time, and such a
+//! `GETATTR` is answered from it for what remains of that time: exactly as stale as
+//! the kernel's own cache would have been. A directory's are asked for again (the
+//! kernel drops its atime after each listing): that is where a path walk finds a
+//! directory another client removed gone at once, as it did before. What this mount changes in between is not missed: every request
 //! of its client that may change metadata, and every write, moves the client's
 //! metadata epoch, and attributes fetched under an older epoch are never answered.
 //! An open fetches attributes afresh (close-to-open) and replaces what is kept, so
@@ -18,7 +19,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use client::{Attr, Fid};
+use client::{Attr, Fid, FileKind};
 
 /// Most inodes remembered; past it the memory starts over.
 const TOLD_MAX: usize = 64 * 1024;
@@ -37,8 +38,11 @@ pub struct Told {
 }
 
 impl Told {
-    /// The kernel was told `attr`, fetched as `asked` says.
+    /// The kernel was told `attr`, fetched as `asked` says (kept for a regular file).
     pub fn note(&self, attr: &Attr, asked: Asked) {
+        if attr.kind != FileKind::File {
+            return;
+        }
         let mut known = self.known.lock().expect("told attributes");
         if known.len() >= TOLD_MAX {
             known.clear();
@@ -65,7 +69,7 @@ impl Told {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use client::{Creds, FileKind, Timespec};
+    use client::{Creds, Timespec};
 
     fn attr(fid: Fid, mode: u32) -> Attr {
         Attr::new_inode(fid, FileKind::File, mode, &Creds::root(), 0, Timespec::now())
@@ -87,5 +91,11 @@ mod tests {
         told.note(&attr(fid, 0o600), Asked { epoch: 3, at: now });
         told.forget(fid);
         assert!(told.recent(fid, Duration::from_secs(1), 3).is_none(), "forgotten with the inode");
+        let dir = Fid::new(0, 1, 10);
+        told.note(
+            &Attr::new_inode(dir, FileKind::Dir, 0o755, &Creds::root(), 0, Timespec::now()),
+            Asked { epoch: 3, at: now },
+        );
+        assert!(told.recent(dir, Duration::from_secs(1), 3).is_none(), "a directory's are asked for again");
     }
 }
