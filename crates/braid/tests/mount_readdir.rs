@@ -208,3 +208,37 @@ fn a_listing_after_this_mount_changed_an_entry_since_opendir_gives_its_current_a
     assert_eq!(fs::metadata(dir.join("f3")).unwrap().size(), 7, "the size this mount wrote after opendir");
     assert_eq!(fs::metadata(dir.join("f4")).unwrap().size(), 400);
 }
+
+#[test]
+fn a_directory_opened_again_right_after_a_listing_lists_what_is_there_now() {
+    // `rm -rf` opens each directory twice; the mount serves the second open from the
+    // first's listing while no one can have changed it (its lease, its own epoch).
+    let c = Cluster::start(Path::new(env!("CARGO_BIN_EXE_braid")), ClusterSpec::default());
+    let m = Mount::new(&c, "");
+    let other = Mount::new(&c, "");
+    let d = m.path("d");
+    fs::create_dir(&d).unwrap();
+    for i in 0..10 {
+        fs::write(d.join(format!("f{i}")), b"x").unwrap();
+    }
+    let sorted = |mut v: Vec<String>| {
+        v.sort();
+        v
+    };
+    let first = sorted(names(&d));
+    assert_eq!(first.len(), 10);
+    assert_eq!(sorted(names(&d)), first, "opened again at once");
+    // This mount's own change in between.
+    fs::write(d.join("f10"), b"x").unwrap();
+    assert!(names(&d).contains(&"f10".to_string()), "a create of this mount since the listing");
+    fs::remove_file(d.join("f0")).unwrap();
+    assert!(!names(&d).contains(&"f0".to_string()), "an unlink of this mount since the listing");
+    // Another mount's change in between (it takes the lease back first).
+    let before = names(&d);
+    fs::write(other.path("d/g"), b"y").unwrap();
+    let after = names(&d);
+    assert!(
+        after.contains(&"g".to_string()),
+        "another mount's create since the listing: {after:?} (before: {before:?})"
+    );
+}

@@ -1001,7 +1001,14 @@ impl Client {
         }
         let c = self.mdt(fid).await?;
         self.inner.rpcs.count_mds();
-        if !statahead::changes_nothing(&req) {
+        // An unlink this client answered itself moved the epoch when it was answered,
+        // and every request of this client since has waited for it to land (above:
+        // a removal names no file, so all wait), so its sending moves nothing more
+        // (`rm -rf` listing the next directory while the last one's unlinks are sent
+        // keeps the listing's first batch). A create answered here does not qualify:
+        // a listing of its directory's parent does not wait for it.
+        let answered_here = matches!(req, Request::MdsUnlinkAt { .. });
+        if !statahead::changes_nothing(&req) && !answered_here {
             self.inner.statahead.changed();
         }
         Ok(c.call(&req, vec![]).await?)
@@ -1079,6 +1086,13 @@ impl Client {
     /// Whether this client holds a lease on directory `dir` now.
     pub fn holds_dir_lease(&self, dir: Fid) -> bool {
         self.inner.leases.holds(dir)
+    }
+
+    /// Whether this client holds a lease on directory `dir` it may rely on now (no
+    /// revocation on its way, its connection fresh): no other client has changed the
+    /// directory's entries since it was granted.
+    pub fn trusts_dir_lease(&self, dir: Fid) -> bool {
+        self.inner.leases.trusted(dir)
     }
 }
 

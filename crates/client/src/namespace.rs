@@ -65,8 +65,20 @@ impl Client {
     /// Attributes of `fid` (of a striped directory, summed over its shards).
     pub async fn getattr(&self, fid: Fid) -> Result<Attr> {
         self.observe("getattr", Some(fid), 0, 0, async {
+            let epoch = self.metadata_epoch();
             let attr = answer!("getattr", self.md(fid, Request::MdsGetattr { fid }).await?, Response::Attr(a) => a)?;
             self.inner.first_bytes.note(&attr);
+            // A directory whose entries no other client may change (this client holds
+            // its lease), as the MDS has it now: what this client's own unlinks in it
+            // start from (`rm -rf` stats each directory before emptying it), unless
+            // this client changed anything while the answer was on its way.
+            if attr.kind == FileKind::Dir
+                && attr.stripes.is_none()
+                && self.inner.leases.trusted(fid)
+                && self.metadata_epoch() == epoch
+            {
+                self.note_dir(attr.clone());
+            }
             self.dir_attr_merged(attr).await
         })
         .await

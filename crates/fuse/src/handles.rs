@@ -25,6 +25,9 @@ pub struct FileState {
     pub deferred: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
+/// Most released directory handles kept for a reopen (see [`Handles::dir_reopened`]).
+const RELEASED_DIRS_MAX: usize = 64;
+
 /// How long the attributes a listing brought are handed to the kernel with its
 /// entries (a lookup's answer is older than that only in the kernel's own cache).
 pub const ATTRS_FRESH: Duration = Duration::from_secs(1);
@@ -85,6 +88,22 @@ impl DirHandle {
         }
     }
 
+    /// A new handle of the same directory for `creds`, holding this one's listing, if
+    /// it is the caller's, whole, and fetched in one batch still fresh at client
+    /// metadata epoch `epoch` (see [`DirHandle::entry_plus`]).
+    pub fn reopened(&self, creds: &Creds, epoch: u64) -> Option<DirHandle> {
+        if self.creds != *creds {
+            return None;
+        }
+        let st = self.state.lock().expect("dir state");
+        let fresh = matches!(st.batches.as_slice(), [(0, at, e)] if at.elapsed() < ATTRS_FRESH && *e == epoch);
+        (st.eof && fresh).then(|| DirHandle {
+            fid: self.fid,
+            creds: creds.clone(),
+            state: Mutex::new(DirState { entries: st.entries.clone(), eof: true, batches: st.batches.clone() }),
+        })
+    }
+
     /// Appends a batch fetched after `after` (at client metadata epoch `epoch`),
     /// unless another fetch of the same handle appended one first.
     pub fn extend(&self, after: Option<String>, batch: Vec<client::DirEntryPlus>, eof: bool, epoch: u64) {
@@ -126,6 +145,9 @@ pub struct Handles {
     next: AtomicU64,
     files: Mutex<HashMap<u64, Arc<FileState>>>,
     dirs: Mutex<HashMap<u64, Arc<DirHandle>>>,
+    /// The last directory handles released, by directory, for an open of the same
+    /// directory right after (see [`Handles::dir_reopened`]).
+    released_dirs: Mutex<HashMap<Fid, Arc<DirHandle>>>,
     inodes: Mutex<HashMap<Fid, InodeState>>,
     /// Woken when the last handle of an inode passing through is released.
     passthrough_released: tokio::sync::Notify,
@@ -171,7 +193,23 @@ impl Handles {
     }
 
     pub fn remove_dir(&self, fh: u64) {
-        self.dirs.lock().expect("dirs").remove(&fh);
+        let Some(d) = self.dirs.lock().expect("dirs").remove(&fh) else { return };
+        let mut released = self.released_dirs.lock().expect("released dirs");
+        if released.len() >= RELEASED_DIRS_MAX {
+            released.clear();
+        }
+        released.insert(d.fid, d);
+    }
+
+    /// A new handle of directory `fid` for `creds` holding the listing of one open or
+    /// just released (see [`DirHandle::reopened`]): `rm -rf` opens each directory
+    /// twice, once to see whether it is empty and once to empty it, and the second
+    /// open then costs no round trip. The caller makes sure no other client can have
+    /// changed the directory's entries meanwhile (it holds the directory's lease).
+    pub fn dir_reopened(&self, fid: Fid, creds: &Creds, epoch: u64) -> Option<DirHandle> {
+        let open =
+            self.dirs.lock().expect("dirs").values().filter(|d| d.fid == fid).find_map(|d| d.reopened(creds, epoch));
+        open.or_else(|| self.released_dirs.lock().expect("released dirs").get(&fid)?.reopened(creds, epoch))
     }
 
     /// A handle of `fid` opened; returns the size cell all its handles share.

@@ -1156,6 +1156,14 @@ impl fuser::Filesystem for BraidFs {
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: FuseOpenFlags, reply: ReplyOpen) {
         let c = self.creds(req);
         let fid = fid_of(ino);
+        // Opened again right after a listing of it that still holds: no other client
+        // may have changed its entries (this mount holds its lease), nor this one.
+        if self.client.trusts_dir_lease(fid) {
+            if let Some(d) = self.handles.dir_reopened(fid, &c, self.client.metadata_epoch()) {
+                let fh = self.handles.insert_dir(d);
+                return reply.opened(FileHandle(fh), FopenFlags::empty());
+            }
+        }
         // Check read permission and that it is a directory now, as opendir(2) does,
         // by fetching the first batch of the listing that nearly always follows: one
         // round trip where there were two. (Entries made or removed after opendir(2)
