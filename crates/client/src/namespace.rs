@@ -532,10 +532,10 @@ impl Client {
         self.inner.statahead.changed();
         self.inner.unlinks_answered.fetch_add(1, Ordering::Relaxed);
         let (c, creds, name) = (self.clone(), creds.clone(), name.to_string());
-        tokio::spawn(async move {
+        tokio::spawn(tracer::as_caller(async move {
             c.observe("unlink", Some(parent), 0, 0, c.finish_removal(&creds, parent, &name, at, lease)).await.ok();
             drop(ticket);
-        });
+        }));
         Ok(())
     }
 

@@ -63,6 +63,17 @@ pub fn with_caller<T>(pid: u32, uid: u32, gid: u32, f: impl FnOnce() -> T) -> T 
     f()
 }
 
+/// `f`, run later (a task of its own) on behalf of the caller of now: its trace
+/// records name the process that made the change the client answered, not this one.
+pub(crate) fn as_caller<F: std::future::Future>(f: F) -> impl std::future::Future<Output = F::Output> {
+    let who = CALLER.get();
+    let mut f = Box::pin(f);
+    std::future::poll_fn(move |cx| match who {
+        Some((pid, uid, gid)) => with_caller(pid, uid, gid, || f.as_mut().poll(cx)),
+        None => f.as_mut().poll(cx),
+    })
+}
+
 fn caller() -> (u32, u32, u32) {
     // This process, asked once: three system calls an operation were most of what
     // tracing cost a native client.
