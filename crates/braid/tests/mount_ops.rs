@@ -162,20 +162,23 @@ fn mount_sets_the_kernel_readahead() {
     assert_eq!(kb.trim(), "2048");
 }
 
+/// What `stat` shows of `p` that the MDS holds: times, link count, mode, owner, size.
+fn view(p: &Path) -> (i64, i64, i64, i64, u64, u32, u32, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let md = fs::metadata(p).unwrap();
+    (md.mtime(), md.mtime_nsec(), md.ctime(), md.ctime_nsec(), md.nlink(), md.mode(), md.uid(), md.len())
+}
+
 #[test]
 fn directory_attributes_after_own_creates_and_unlinks_are_the_mds_view() {
     // The mount answers the kernel's re-read of a directory after its own create or
     // unlink from the attributes that operation returned; they must be exactly what
     // the MDS holds (a second mount without attribute caching asks the MDS each time).
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    use std::os::unix::fs::PermissionsExt;
     let c = cluster();
     let m = Mount::new(&c, "");
     let fresh = Mount::new(&c, "attr_timeout=0,entry_timeout=0");
     fs::create_dir(m.path("d")).unwrap();
-    let view = |p: &Path| {
-        let md = fs::metadata(p).unwrap();
-        (md.mtime(), md.mtime_nsec(), md.ctime(), md.ctime_nsec(), md.nlink(), md.mode())
-    };
     for i in 0..20 {
         fs::write(m.path(&format!("d/f{i}")), b"x").unwrap();
         if i % 3 == 0 {
@@ -202,10 +205,6 @@ fn attributes_after_reads_and_listings_are_the_mds_view() {
     let fresh = Mount::new(&c, "attr_timeout=0,entry_timeout=0");
     fs::create_dir(m.path("d")).unwrap();
     fs::write(m.path("d/f"), b"first").unwrap();
-    let view = |p: &Path| {
-        let md = fs::metadata(p).unwrap();
-        (md.mtime(), md.mtime_nsec(), md.ctime(), md.ctime_nsec(), md.nlink(), md.mode(), md.uid(), md.len())
-    };
     let look = || {
         // The root's listing tells the kernel d's attributes; d's listing and f's read
         // then drop their atimes.
