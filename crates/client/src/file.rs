@@ -217,10 +217,14 @@ impl Client {
             }
             Ok(Response::EpochMoved { trunc_epoch }) => {
                 // Nothing applied: the changes go alone, before the report.
-                if let Some(p) = along.take() {
-                    self.send_taken_behind(f.fid, p).await?;
+                let sent = match along.take() {
+                    Some(p) => self.send_taken_behind(f.fid, p).await,
+                    None => Ok(()),
+                };
+                match sent {
+                    Ok(()) => self.report_size_from_objects(f, trunc_epoch).await,
+                    Err(e) => Err(e),
                 }
-                self.report_size_from_objects(f, trunc_epoch).await
             }
             Ok(r) => Err(unexpected("size update", &r)),
             Err(e) => Err(e),

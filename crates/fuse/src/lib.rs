@@ -674,7 +674,7 @@ impl fuser::Filesystem for BraidFs {
         if let Some(a) = self.client.attr_behind(fid_of(ino)) {
             return reply.attr(&self.opts.attr_ttl, &self.file_attr(&a));
         }
-        // The kernel dropped only the atime (after a read or a listing): what it was
+        // The kernel dropped only a file's atime (after a read of it): what it was
         // told moments ago holds (see `told`).
         if let Some((a, ttl)) = self.told.recent(fid_of(ino), self.opts.attr_ttl, self.client.metadata_epoch()) {
             return reply.attr(&ttl, &self.file_attr(&a));
