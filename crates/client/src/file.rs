@@ -200,7 +200,7 @@ impl Client {
             || !f.needs_publish.swap(false, Ordering::AcqRel)
         {
             return match along {
-                Some(p) => self.send_taken_behind(f.fid, p).await,
+                Some(p) => self.send_taken_behind(f, p).await,
                 None => Ok(()),
             };
         }
@@ -211,14 +211,14 @@ impl Client {
         let reported = match self.md(f.fid, req).await {
             Ok(Response::Attr(a)) => {
                 if let Some(p) = &along {
-                    self.sent_behind_with(p, &a);
+                    self.sent_behind_with(f, p, &a);
                 }
                 Ok(())
             }
             Ok(Response::EpochMoved { trunc_epoch }) => {
                 // Nothing applied: the changes go alone, before the report.
                 let sent = match along.take() {
-                    Some(p) => self.send_taken_behind(f.fid, p).await,
+                    Some(p) => self.send_taken_behind(f, p).await,
                     None => Ok(()),
                 };
                 match sent {

@@ -60,6 +60,15 @@ pub(crate) struct Created {
     pending: tokio::sync::Mutex<Option<Pending>>,
 }
 
+impl Created {
+    /// The MDS answered a change of the file with `attr` (the size aside: the
+    /// creating handle's is newer).
+    fn answered(&self, attr: &Attr) {
+        let mut known = self.attr.lock().expect("attributes set behind");
+        *known = Attr { size: known.size, ..attr.clone() };
+    }
+}
+
 /// Changes answered here, not sent yet.
 pub(crate) struct Pending {
     creds: Creds,
@@ -242,23 +251,21 @@ impl Client {
         c.pending.lock().await.take_if(|p| p.creds == f.creds)
     }
 
-    /// Sends changes taken from file `fid` (see [`Client::take_behind`]) alone.
-    pub(crate) async fn send_taken_behind(&self, fid: Fid, p: Pending) -> Result<()> {
-        let req = Request::MdsSetattr { creds: p.creds.clone(), fid, set: p.set.clone() };
-        match deferred::exempt(self.md(fid, req)).await? {
-            Response::Attr(a) => {
-                self.note_sent_behind(&a);
-                Ok(())
-            }
-            r => Err(unexpected("setattr", &r)),
+    /// Sends changes taken from `f`'s file (see [`Client::take_behind`]) alone.
+    pub(crate) async fn send_taken_behind(&self, f: &OpenFile, p: Pending) -> Result<()> {
+        match &f.behind {
+            Some(c) => self.send_pending(f.fid, c, p).await,
+            None => Ok(()),
         }
     }
 
-    /// Changes taken from a file went with its size report, answered `attr`: what
+    /// Changes taken from `f`'s file went with its size report, answered `attr`: what
     /// this client knows of the file now. A change the MDS left out is reported as a
     /// refused setattr is (the file's next flush or fsync fails with it).
-    pub(crate) fn sent_behind_with(&self, p: &Pending, attr: &Attr) {
-        self.note_sent_behind(attr);
+    pub(crate) fn sent_behind_with(&self, f: &OpenFile, p: &Pending, attr: &Attr) {
+        if let Some(c) = &f.behind {
+            c.answered(attr);
+        }
         let set = &p.set;
         let applied = set.mode.is_none_or(|m| m & 0o7777 == attr.mode & 0o7777)
             && set.uid.is_none_or(|u| u == attr.uid)
@@ -267,13 +274,6 @@ impl Client {
             let fid = attr.fid;
             tracing::warn!(%fid, "attributes set after a create answered here were refused with its size report");
             self.inner.deferred.failed(fid, "attributes set after its create were refused".to_string());
-        }
-    }
-
-    fn note_sent_behind(&self, attr: &Attr) {
-        if let Some(c) = self.inner.sets_behind.get(attr.fid) {
-            let mut known = c.attr.lock().expect("attributes set behind");
-            *known = Attr { size: known.size, ..attr.clone() };
         }
     }
 
@@ -291,14 +291,19 @@ impl Client {
                 i.settle().await;
             }
         }
+        self.send_pending(fid, c, p).await
+    }
+
+    /// Sends changes answered here for `c`'s file as one `MdsSetattr`; its answer is
+    /// what this client knows of the file from then on.
+    async fn send_pending(&self, fid: Fid, c: &Created, p: Pending) -> Result<()> {
         let req = Request::MdsSetattr { creds: p.creds.clone(), fid, set: p.set.clone() };
         // Not waiting for deferred work: this is some (its ticket is `p`'s).
         let r = deferred::exempt(self.md(fid, req)).await;
         drop(p);
         match r? {
             Response::Attr(a) => {
-                let mut attr = c.attr.lock().expect("attributes set behind");
-                *attr = Attr { size: attr.size, ..a };
+                c.answered(&a);
                 Ok(())
             }
             r => Err(unexpected("setattr", &r)),
