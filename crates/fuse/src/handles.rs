@@ -104,6 +104,13 @@ impl DirHandle {
         })
     }
 
+    /// Whether the listing is whole and fetched in one batch, the only kind
+    /// [`DirHandle::reopened`] starts from.
+    fn whole_in_one(&self) -> bool {
+        let st = self.state.lock().expect("dir state");
+        st.eof && st.batches.len() == 1
+    }
+
     /// Appends a batch fetched after `after` (at client metadata epoch `epoch`),
     /// unless another fetch of the same handle appended one first.
     pub fn extend(&self, after: Option<String>, batch: Vec<client::DirEntryPlus>, eof: bool, epoch: u64) {
@@ -194,6 +201,10 @@ impl Handles {
 
     pub fn remove_dir(&self, fh: u64) {
         let Some(d) = self.dirs.lock().expect("dirs").remove(&fh) else { return };
+        // A listing a reopen could not start from is not kept (a large directory's).
+        if !d.whole_in_one() {
+            return;
+        }
         let mut released = self.released_dirs.lock().expect("released dirs");
         if released.len() >= RELEASED_DIRS_MAX {
             released.clear();
