@@ -439,6 +439,18 @@ fn locks_exclude_across_clients_and_die_with_them() {
     drop(g2);
 }
 
+/// Writes `data` as `fs::write` does (create or truncate, write, close), but fails
+/// on an error of close(2), which `fs::write` drops: the close is where a FUSE mount
+/// publishes the size for close-to-open readers.
+fn write_and_close(path: &Path, data: &[u8]) {
+    use std::os::unix::io::IntoRawFd;
+    let mut f = File::create(path).unwrap();
+    f.write_all(data).unwrap();
+    // SAFETY: the descriptor is ours, taken out of the File, closed once.
+    let r = unsafe { libc::close(f.into_raw_fd()) };
+    assert_eq!(r, 0, "close(2) of {}: errno {}", path.display(), last_errno());
+}
+
 #[test]
 fn close_to_open_and_disjoint_writes_across_clients() {
     let c = cluster();
@@ -450,13 +462,21 @@ fn close_to_open_and_disjoint_writes_across_clients() {
     assert_eq!(fs::metadata(b.path("f")).unwrap().len(), 11);
     for (i, len) in [(2u64, 3_000_000usize), (3, 100), (4, 1_500_000)] {
         let v = pattern(len, i);
-        fs::write(a.path("f"), &v).unwrap(); // open, write, close on A
+        write_and_close(&a.path("f"), &v); // open, write, close on A
         let got = fs::read(b.path("f")).unwrap(); // then open on B
-        assert!(got == v, "version {i}: B read {} bytes, A wrote {len}", got.len());
+        if got != v {
+            // What each side holds now tells a late size report from a stale reader.
+            let (on_a, on_b) = (fs::metadata(a.path("f")).unwrap().len(), fs::metadata(b.path("f")).unwrap().len());
+            let native = c.get("/f").len();
+            panic!(
+                "version {i}: B read {} bytes, A wrote {len}; now A stats {on_a}, B stats {on_b}, the native client reads {native}",
+                got.len()
+            );
+        }
     }
     // A new file created on A and closed is there, whole, for B.
     let v = pattern(777_777, 9);
-    fs::write(a.path("new"), &v).unwrap();
+    write_and_close(&a.path("new"), &v);
     assert!(fs::read(b.path("new")).unwrap() == v, "B reads A's new file whole");
 
     // ior-hard: interleaved 47,008-byte records of one shared file, even records from
@@ -751,7 +771,10 @@ fn a_file_created_chowned_chmodded_and_timed_on_one_mount_is_whole_for_the_other
     f.set_permissions(fs::Permissions::from_mode(0o710)).unwrap();
     set_times(&f, 7, 8);
     drop(f);
-    let m = fs::metadata(b.path("x/g")).unwrap();
+    // Opened on B (close-to-open): a stat alone may be answered from B's statahead,
+    // fetched up to a second earlier (see the client's `statahead`), as the kernel's
+    // own attribute cache may answer it.
+    let m = File::open(b.path("x/g")).unwrap().metadata().unwrap();
     assert_eq!((m.mode() & 0o7777, m.mtime(), m.len()), (0o710, 8, 2));
 
     // What an fsync acknowledged survives the mount's death.
@@ -761,6 +784,6 @@ fn a_file_created_chowned_chmodded_and_timed_on_one_mount_is_whole_for_the_other
     f.sync_all().unwrap();
     a.kill();
     drop(f);
-    let m = fs::metadata(b.path("x/h")).unwrap();
+    let m = File::open(b.path("x/h")).unwrap().metadata().unwrap();
     assert_eq!((m.mode() & 0o7777, m.mtime()), (0o604, 12), "the fsynced changes are on the MDS");
 }
