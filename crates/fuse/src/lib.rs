@@ -1094,6 +1094,10 @@ impl fuser::Filesystem for BraidFs {
                 Some(f) => s.client.flush(&f.file).await,
                 None => Ok(()),
             };
+            if let Err(e) = &flushed {
+                // Many programs never look at close(2)'s result: the log says it.
+                tracing::warn!(%fid, "the flush of a close failed: {e}");
+            }
             // The owner is no longer listed: its locks go now, even if the flush failed.
             let unlocked = match unlock {
                 true => s.client.set_lock(fid, unlock_all(lock_owner.0), false).await.map(|_| ()),
