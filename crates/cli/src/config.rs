@@ -91,8 +91,9 @@ pub struct OssSection {
     pub listen: Option<String>,
     pub advertise: Option<String>,
     pub mgs: Option<String>,
+    /// As `--ost`: `DIR` or `DIR:class=hdd,bw=150M,lat=4ms`.
     #[serde(default)]
-    pub osts: Vec<PathBuf>,
+    pub osts: Vec<String>,
     /// Users besides root and the OSS's own allowed short-circuit I/O.
     #[serde(default)]
     pub short_circuit_uids: Vec<u32>,

@@ -55,6 +55,10 @@ pub struct LocalArgs {
     /// Stripe the root directory over N of the MDTs (see `braid mds --root-stripes`).
     #[arg(long, value_name = "N")]
     pub root_stripes: Option<u32>,
+    /// Make OSTs emulate a medium (see `braid oss --ost`): `0-1:class=ssd,bw=2G`,
+    /// `2-3:class=hdd,bw=150M,lat=4ms` (repeat for several sets of OSTs).
+    #[arg(long, value_name = "OSTS:class=C,bw=RATE,lat=TIME")]
+    pub ost_media: Vec<String>,
 }
 
 /// Shape of a `braid local` cluster.
@@ -72,6 +76,8 @@ pub struct Local {
     pub default_layout: LayoutSpec,
     /// Stripe the root over this many MDTs while it is empty.
     pub root_stripes: u32,
+    /// The media OSTs emulate, by OST index.
+    pub ost_media: std::collections::HashMap<u32, proto::msg::Media>,
 }
 
 /// A local cluster's servers, serving on the runtime that started them.
@@ -97,8 +103,31 @@ pub fn run(a: LocalArgs) -> Result<()> {
         in_process: !a.tcp,
         default_layout: serve::default_layout(a.default_layout.as_deref(), None, None)?,
         root_stripes: serve::root_stripes(a.root_stripes)?,
+        ost_media: ost_media(&a.ost_media, a.osts)?,
     };
     local(&a.data, &l, a.mount.map(|m| (m, settings)))
+}
+
+/// `--ost-media OSTS:SPEC` arguments: the medium of each OST they name (of `osts`).
+pub fn ost_media(args: &[String], osts: u32) -> Result<std::collections::HashMap<u32, proto::msg::Media>> {
+    let mut out = std::collections::HashMap::new();
+    for a in args {
+        let Some((list, spec)) = a.split_once(':') else {
+            bail!("--ost-media {a}: want OSTS:class=C,bw=RATE,lat=TIME, e.g. 0-1:class=hdd,bw=150M");
+        };
+        let indices = layout::parse_ost_list(list).with_context(|| format!("--ost-media {a}: OSTs '{list}'"))?;
+        let (_, media) = oss::media::parse_ost_arg(&format!("ost:{spec}")).map_err(anyhow::Error::msg)?;
+        let media = media.with_context(|| format!("--ost-media {a}: no key=value after ':'"))?;
+        for i in indices {
+            if i >= osts {
+                bail!("--ost-media {a}: OST {i} is not one of the {osts} OSTs");
+            }
+            if out.insert(i, media.clone()).is_some() {
+                bail!("--ost-media {a}: OST {i} is given a medium twice");
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Starts the cluster `l` with its data under `data` on the current runtime: the
@@ -123,7 +152,9 @@ pub async fn start(data: &Path, l: &Local) -> Result<Started> {
     let timeout = Duration::from_millis(l.target_timeout_ms);
     let mgs = serve::start_mgs(&l.listen, &data.join("mgs"), &common, timeout).await?;
     let mdt_dirs: Vec<PathBuf> = (0..l.mdts).map(|i| data.join(format!("mdt{i}"))).collect();
-    let ost_dirs: Vec<PathBuf> = (0..l.osts).map(|i| data.join(format!("ost{i}"))).collect();
+    let ost_dirs: Vec<serve::OstDir> = (0..l.osts)
+        .map(|i| serve::OstDir { dir: data.join(format!("ost{i}")), media: l.ost_media.get(&i).cloned() })
+        .collect();
     if l.root_stripes > l.mdts {
         bail!("--root-stripes {} is more than the {} MDT(s) asked for", l.root_stripes, l.mdts);
     }

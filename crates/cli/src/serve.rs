@@ -8,6 +8,7 @@
 //! processes; the roles and the mount of that process reach each other in-process
 //! (`rpc::local`) unless `--tcp` asks for sockets all the way.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -96,9 +97,11 @@ pub struct OssArgs {
     pub advertise: Option<String>,
     #[arg(long)]
     pub mgs: Option<String>,
-    /// OST directory (repeat for several OSTs).
-    #[arg(long = "ost")]
-    pub osts: Vec<PathBuf>,
+    /// OST directory (repeat for several OSTs), optionally emulating a medium:
+    /// DIR:class=hdd,bw=150M,lat=4ms (bandwidth of reads and writes together, and a
+    /// latency added to each).
+    #[arg(long = "ost", value_name = "DIR[:class=C,bw=RATE,lat=TIME]")]
+    pub osts: Vec<String>,
     /// Users, besides root and the OSS's own, whose processes on this machine may
     /// read and write its object files directly (short-circuit I/O).
     #[arg(long, value_name = "UID,UID", value_delimiter = ',')]
@@ -188,7 +191,7 @@ pub fn run_oss(a: OssArgs) -> Result<()> {
     let listen = a.listen.or(file.oss.listen.clone()).unwrap_or_else(|| "127.0.0.1:0".into());
     let advertise = a.advertise.or(file.oss.advertise.clone());
     let mgs = a.mgs.or(file.oss.mgs.clone()).context("the OSS needs --mgs HOST:PORT")?;
-    let osts = if a.osts.is_empty() { file.oss.osts.clone() } else { a.osts };
+    let osts = ost_dirs(if a.osts.is_empty() { &file.oss.osts } else { &a.osts })?;
     let policy = oss::local::ShortCircuitPolicy {
         uids: if a.short_circuit_uids.is_empty() { file.oss.short_circuit_uids.clone() } else { a.short_circuit_uids },
         insecure: a.short_circuit_insecure || file.oss.short_circuit_insecure,
@@ -306,13 +309,29 @@ pub async fn start_mds(
     let list: Vec<(u32, PathBuf)> = targets.iter().map(|t| (t.index.expect("registered"), t.dir.clone())).collect();
     let cfg = mds::MdsConfig { config_refresh: common.heartbeat, ..cfg };
     let mds = mds::Mds::start(&list, cfg, Identity::new("mds", common.secret.clone()), mgs.clone())?;
-    let usage: Arc<dyn Fn(&TargetDir) -> proto::msg::Usage + Send + Sync> =
-        Arc::new(|t| rpc::target::dir_usage(&t.dir));
-    spawn_heartbeat(mgs, targets, addr.clone(), common.fsname.clone(), common.heartbeat, usage);
+    let report: rpc::target::TargetReport = Arc::new(|t| (rpc::target::dir_usage(&t.dir), None));
+    spawn_heartbeat(mgs, targets, addr.clone(), common.fsname.clone(), common.heartbeat, report);
     serve_in_process(common, &addr, &mds)?;
     tokio::spawn(mds::serve(mds, listener, ServerConfig::new("mds", common.secret.clone())));
     tracing::info!("MDS serving {} MDT(s) at {addr}", list.len());
     Ok(addr)
+}
+
+/// One OST of an OSS: its directory, and the medium it emulates, if any.
+#[derive(Debug, Clone)]
+pub struct OstDir {
+    pub dir: PathBuf,
+    pub media: Option<proto::msg::Media>,
+}
+
+/// The OSTs of `--ost` arguments (or `osts` in `braid.toml`).
+pub fn ost_dirs(args: &[String]) -> Result<Vec<OstDir>> {
+    args.iter()
+        .map(|a| {
+            let (dir, media) = oss::media::parse_ost_arg(a).map_err(anyhow::Error::msg)?;
+            Ok(OstDir { dir, media })
+        })
+        .collect()
 }
 
 /// Starts an OSS serving the OSTs in `dirs`, short-circuit I/O as `policy` allows;
@@ -321,7 +340,7 @@ pub async fn start_oss(
     listen: &str,
     advertise: Option<&str>,
     mgs_addr: &str,
-    dirs: &[PathBuf],
+    dirs: &[OstDir],
     common: &Common,
     policy: &oss::local::ShortCircuitPolicy,
 ) -> Result<String> {
@@ -329,15 +348,23 @@ pub async fn start_oss(
         bail!("an OSS needs at least one OST directory (--ost DIR)");
     }
     for d in dirs {
-        oss::Ost::format(d).with_context(|| format!("cannot prepare OST directory {}", d.display()))?;
+        oss::Ost::format(&d.dir).with_context(|| format!("cannot prepare OST directory {}", d.dir.display()))?;
     }
     let (listener, addr) = bind(listen, advertise).await?;
     let mgs = mgs_client(mgs_addr, common, "oss");
-    let targets = register_all(TargetKind::Ost, dirs, &mgs, &addr, &common.fsname).await?;
-    let service = Arc::new(oss::Oss::new(oss::Oss::targets(&targets)));
-    let usage: Arc<dyn Fn(&TargetDir) -> proto::msg::Usage + Send + Sync> = Arc::new(|t| oss::ost_usage(&t.dir));
+    let paths: Vec<PathBuf> = dirs.iter().map(|d| d.dir.clone()).collect();
+    let targets = register_all(TargetKind::Ost, &paths, &mgs, &addr, &common.fsname).await?;
+    let emulated: HashMap<u32, proto::msg::Media> =
+        targets.iter().zip(dirs).filter_map(|(t, d)| Some((t.index?, d.media.clone()?))).collect();
+    for (index, m) in &emulated {
+        tracing::info!("OST{index:04x} emulates {m}");
+    }
+    let service = Arc::new(oss::Oss::new(oss::Oss::targets(&targets)).with_media(emulated));
+    let s = service.clone();
+    let report: rpc::target::TargetReport =
+        Arc::new(move |t| (oss::ost_usage(&t.dir), t.index.and_then(|i| s.media_of(i))));
     let n = targets.len();
-    spawn_heartbeat(mgs, targets, addr.clone(), common.fsname.clone(), common.heartbeat, usage);
+    spawn_heartbeat(mgs, targets, addr.clone(), common.fsname.clone(), common.heartbeat, report);
     serve_in_process(common, &addr, &service)?;
     oss::local::listen(&service, &common.secret, policy);
     tokio::spawn(oss::serve(service, listener, ServerConfig::new("oss", common.secret.clone())));

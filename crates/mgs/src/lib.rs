@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use proto::msg::{ClusterConfig, Request, Response, TargetInfo, TargetKind, Usage};
+use proto::msg::{ClusterConfig, Media, PoolInfo, PoolOp, Request, Response, TargetInfo, TargetKind, Usage};
 use proto::Errno;
 use rpc::server::{Answer, RequestCtx, Service};
 use serde::{Deserialize, Serialize};
@@ -22,6 +22,8 @@ use store::{Batch, Record, Store, StoreError, Table};
 const TARGETS: Table = Table::new("targets", 0);
 /// `fsname` → the file system's name (UTF-8); `format` → u64 LE.
 const META: Table = Table::new("meta", 1);
+/// Pool name (UTF-8) → [`PoolRecord`].
+const POOLS: Table = Table::new("pools", 2);
 
 /// The database format this release writes. Format 0 (before versioned records)
 /// keyed both tables by strings and had no version byte in its records.
@@ -48,12 +50,23 @@ impl Record for TargetRecord {
     const VERSION: u8 = 1;
 }
 
+/// An OST pool: its OSTs, ascending.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct PoolRecord {
+    osts: Vec<u32>,
+}
+
+impl Record for PoolRecord {
+    const WHAT: &'static str = "pool";
+    const VERSION: u8 = 1;
+}
+
 /// Brings a registry of an earlier format to [`FORMAT`], or refuses a later one.
 fn upgrade(b: &mut Batch) -> Result<(), StoreError> {
     if b.has_string_keyed("meta")? {
         let meta = b.take_string_keyed("meta")?;
         let targets = b.take_string_keyed("targets")?;
-        b.create(&[TARGETS, META])?;
+        b.create(&[TARGETS, META, POOLS])?;
         for (k, v) in meta {
             b.put(META, k.as_bytes(), &v)?;
         }
@@ -64,7 +77,7 @@ fn upgrade(b: &mut Batch) -> Result<(), StoreError> {
         tracing::info!("upgraded the MGS registry from format 0 to {FORMAT}");
         return Ok(());
     }
-    b.create(&[TARGETS, META])?;
+    b.create(&[TARGETS, META, POOLS])?;
     match b.get(META, b"format")? {
         None => b.put(META, b"format", &FORMAT.to_le_bytes()),
         Some(v) => {
@@ -82,11 +95,13 @@ fn upgrade(b: &mut Batch) -> Result<(), StoreError> {
 struct Live {
     last_seen: Instant,
     usage: Usage,
+    media: Option<Media>,
 }
 
 struct State {
     targets: BTreeMap<(u8, u32), TargetRecord>,
     live: HashMap<(u8, u32), Live>,
+    pools: BTreeMap<String, PoolRecord>,
     generation: u64,
 }
 
@@ -136,14 +151,19 @@ impl Mgs {
             let rec: TargetRecord = store::decode_record(&v)?;
             targets.insert(key(rec.kind, rec.index), rec);
         }
+        let mut pools = BTreeMap::new();
+        for (k, v) in b.rows(POOLS)? {
+            pools.insert(String::from_utf8_lossy(&k).to_string(), store::decode_record::<PoolRecord>(&v)?);
+        }
         b.commit()?;
         tracing::info!(fsname = %cfg.fsname, targets = targets.len(), "MGS registry opened");
         // A restarted MGS has heard no heartbeat yet: presume every registered target
         // alive for one timeout, as it was before the restart; one that really stopped
         // is marked down when that timeout passes without a heartbeat.
         let now = Instant::now();
-        let live = targets.keys().map(|k| (*k, Live { last_seen: now, usage: Usage::default() })).collect();
-        Ok(Mgs { cfg, store, state: Mutex::new(State { targets, live, generation: 1 }) })
+        let live =
+            targets.keys().map(|k| (*k, Live { last_seen: now, usage: Usage::default(), media: None })).collect();
+        Ok(Mgs { cfg, store, state: Mutex::new(State { targets, live, pools, generation: 1 }) })
     }
 
     fn persist(&self, rec: &TargetRecord) -> Result<(), StoreError> {
@@ -201,13 +221,14 @@ impl Mgs {
         }
         tracing::info!(target = %format!("{}{:04x}", rec.kind.name(), rec.index), address = %rec.address, "target registered");
         let index = rec.index;
-        st.live.insert(key(kind, index), Live { last_seen: Instant::now(), usage: Usage::default() });
+        let media = st.live.get(&key(kind, index)).and_then(|l| l.media.clone());
+        st.live.insert(key(kind, index), Live { last_seen: Instant::now(), usage: Usage::default(), media });
         st.targets.insert(key(kind, index), rec);
         st.generation += 1;
         Response::Registered { index }
     }
 
-    fn heartbeat(&self, kind: TargetKind, index: u32, uuid: &str, usage: Usage) -> Response {
+    fn heartbeat(&self, kind: TargetKind, index: u32, uuid: &str, usage: Usage, media: Option<Media>) -> Response {
         let mut st = self.state.lock().expect("mgs state");
         match st.targets.get(&key(kind, index)) {
             Some(r) if r.uuid == uuid => {}
@@ -218,12 +239,100 @@ impl Mgs {
                 )
             }
         }
-        let was_up = st.live.get(&key(kind, index)).map(|l| l.last_seen.elapsed() < self.cfg.heartbeat_timeout);
+        let before = st.live.get(&key(kind, index));
+        let was_up = before.map(|l| l.last_seen.elapsed() < self.cfg.heartbeat_timeout);
+        let media_changed = before.is_none_or(|l| l.media != media);
         if was_up != Some(true) {
-            st.generation += 1;
             tracing::info!("{}{index:04x} is up", kind.name());
         }
-        st.live.insert(key(kind, index), Live { last_seen: Instant::now(), usage });
+        if was_up != Some(true) || media_changed {
+            st.generation += 1;
+        }
+        st.live.insert(key(kind, index), Live { last_seen: Instant::now(), usage, media });
+        Response::Ok
+    }
+
+    /// Creates, fills, empties or destroys an OST pool, as Lustre's `lctl pool_*`:
+    /// a pool is created empty; only registered OSTs join it, each once; a pool is
+    /// destroyed only once empty. Files placed in a pool keep their layouts whatever
+    /// happens to it later.
+    fn pool(&self, fsname: &str, name: &str, op: PoolOp, osts: &[u32]) -> Response {
+        if fsname != self.cfg.fsname {
+            return Response::error(
+                Errno::NoEnt,
+                format!("no file system '{fsname}' here: this MGS serves '{}'", self.cfg.fsname),
+            );
+        }
+        if let Err(e) = proto::msg::check_pool_name(name) {
+            return Response::error(Errno::Inval, e);
+        }
+        let mut st = self.state.lock().expect("mgs state");
+        let full = format!("{fsname}.{name}");
+        let mut pool = match (op, st.pools.get(name)) {
+            (PoolOp::Create, Some(_)) => return Response::error(Errno::Exist, format!("pool {full} already exists")),
+            (PoolOp::Create, None) => PoolRecord::default(),
+            (_, None) => return Response::error(Errno::NoEnt, format!("pool {full} does not exist")),
+            (_, Some(p)) => p.clone(),
+        };
+        match op {
+            PoolOp::Create => {}
+            PoolOp::Add => {
+                if osts.is_empty() {
+                    return Response::error(Errno::Inval, "name the OSTs to add");
+                }
+                for &i in osts {
+                    if !st.targets.contains_key(&key(TargetKind::Ost, i)) {
+                        return Response::error(Errno::NoEnt, format!("OST{i:04x} is not registered in {fsname}"));
+                    }
+                    if pool.osts.contains(&i) {
+                        return Response::error(Errno::Exist, format!("OST{i:04x} is already in pool {full}"));
+                    }
+                    pool.osts.push(i);
+                }
+                pool.osts.sort_unstable();
+                pool.osts.dedup();
+            }
+            PoolOp::Remove => {
+                if osts.is_empty() {
+                    return Response::error(Errno::Inval, "name the OSTs to remove");
+                }
+                for &i in osts {
+                    let Some(at) = pool.osts.iter().position(|&o| o == i) else {
+                        return Response::error(Errno::NoEnt, format!("OST{i:04x} is not in pool {full}"));
+                    };
+                    pool.osts.remove(at);
+                }
+            }
+            PoolOp::Destroy => {
+                if !pool.osts.is_empty() {
+                    return Response::error(
+                        Errno::NotEmpty,
+                        format!("pool {full} still has {} OST(s): remove them first", pool.osts.len()),
+                    );
+                }
+            }
+        }
+        let stored = (|| {
+            let mut b = self.store.batch(true)?;
+            match op {
+                PoolOp::Destroy => b.del(POOLS, name.as_bytes())?,
+                _ => b.put(POOLS, name.as_bytes(), &store::encode_record(&pool))?,
+            }
+            b.commit()
+        })();
+        if let Err(e) = stored {
+            return Response::error(Errno::Io, format!("cannot record pool {full}: {e}"));
+        }
+        match op {
+            PoolOp::Destroy => {
+                st.pools.remove(name);
+            }
+            _ => {
+                st.pools.insert(name.to_string(), pool);
+            }
+        }
+        st.generation += 1;
+        tracing::info!(pool = %full, "pool {op:?} {osts:?}");
         Response::Ok
     }
 
@@ -241,13 +350,15 @@ impl Mgs {
                 address: r.address.clone(),
                 up: live.is_some_and(|l| l.last_seen.elapsed() < self.cfg.heartbeat_timeout),
                 usage: live.map(|l| l.usage).unwrap_or_default(),
+                media: live.and_then(|l| l.media.clone()),
             };
             match r.kind {
                 TargetKind::Mdt => mdts.push(info),
                 TargetKind::Ost => osts.push(info),
             }
         }
-        ClusterConfig { fsname: self.cfg.fsname.clone(), generation: st.generation, mdts, osts }
+        let pools = st.pools.iter().map(|(name, p)| PoolInfo { name: name.clone(), osts: p.osts.clone() }).collect();
+        ClusterConfig { fsname: self.cfg.fsname.clone(), generation: st.generation, mdts, osts, pools }
     }
 }
 
@@ -258,8 +369,11 @@ impl Service for Mgs {
             Request::MgsRegister { kind, uuid, index, address, fsname } => {
                 self.register(kind, uuid, index, address, fsname)
             }
-            Request::MgsHeartbeat { kind, index, uuid, usage } => self.heartbeat(kind, index, &uuid, usage),
+            Request::MgsHeartbeat { kind, index, uuid, usage, media } => {
+                self.heartbeat(kind, index, &uuid, usage, media)
+            }
             Request::MgsGetConfig => Response::Config(self.config()),
+            Request::MgsPool { fsname, pool, op, osts } => self.pool(&fsname, &pool, op, &osts),
             other => Response::error(Errno::Proto, format!("the MGS does not serve {}", other.op_name())),
         };
         (resp, vec![])

@@ -10,6 +10,7 @@
 
 pub mod direct;
 pub mod local;
+pub mod media;
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -20,7 +21,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use proto::msg::{Request, Response, TargetKind, Usage};
+use proto::msg::{Media, Request, Response, TargetKind, Usage};
 use proto::{Errno, ObjectId};
 use rpc::server::{Answer, RequestCtx, Service};
 use rpc::target::TargetDir;
@@ -54,6 +55,8 @@ pub struct Oss {
     handles: Arc<ObjectHandles>,
     /// Small writes being served on a runtime thread (see [`INLINE_WRITES_MAX`]).
     inline_writes: Arc<AtomicUsize>,
+    /// The OSTs that emulate a medium, and their limits (see [`media`]).
+    media: Arc<HashMap<u32, Arc<media::Throttle>>>,
 }
 
 /// Most object descriptors kept open (well below the 1,024 descriptors a process may
@@ -140,7 +143,19 @@ impl Oss {
             osts: Arc::new(osts.into_iter().map(|o| (o.index, o)).collect()),
             handles: Arc::default(),
             inline_writes: Arc::default(),
+            media: Arc::default(),
         }
+    }
+
+    /// Makes the OSTs named in `media` emulate those media (see [`media`]).
+    pub fn with_media(mut self, media: HashMap<u32, Media>) -> Oss {
+        self.media = Arc::new(media.into_iter().map(|(i, m)| (i, Arc::new(media::Throttle::new(m)))).collect());
+        self
+    }
+
+    /// The medium OST `index` emulates, if any.
+    pub fn media_of(&self, index: u32) -> Option<Media> {
+        self.media.get(&index).map(|t| t.media().clone())
     }
 
     pub fn targets(dirs: &[TargetDir]) -> Vec<Ost> {
@@ -331,6 +346,16 @@ const INLINE_WRITES_MAX: usize = 1;
 
 impl Service for Oss {
     async fn handle(self: &Oss, _ctx: RequestCtx, req: Request, payload: Bytes) -> Answer {
+        // An emulated medium first takes the time it would (see `media`).
+        if let Some((ost, bytes)) = match &req {
+            Request::OstRead { ost, len, .. } => Some((*ost, u64::from(*len))),
+            Request::OstWrite { ost, .. } => Some((*ost, payload.len() as u64)),
+            _ => None,
+        } {
+            if let Some(t) = self.media.get(&ost) {
+                t.pass(bytes).await;
+            }
+        }
         // A small read is served inline: from the page cache it takes microseconds,
         // less than the two thread wake-ups of a trip through the blocking pool (which
         // were most of a 4 KiB random read's latency); a miss holds this thread for one
@@ -347,8 +372,12 @@ impl Service for Oss {
             }
         }
         // Other file I/O blocks: run it on the blocking pool with a cheap handle to the OSTs.
-        let oss =
-            Oss { osts: self.osts.clone(), handles: self.handles.clone(), inline_writes: self.inline_writes.clone() };
+        let oss = Oss {
+            osts: self.osts.clone(),
+            handles: self.handles.clone(),
+            inline_writes: self.inline_writes.clone(),
+            media: self.media.clone(),
+        };
         match tokio::task::spawn_blocking(move || oss.handle_blocking(req, payload)).await {
             Ok(a) => a,
             Err(e) => (Response::error(Errno::Io, format!("OSS worker failed: {e}")), vec![]),

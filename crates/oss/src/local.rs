@@ -144,6 +144,11 @@ pub fn listen(oss: &Arc<Oss>, secret: &Secret, policy: &ShortCircuitPolicy) {
     let me = unsafe { libc::geteuid() };
     let policy = Arc::new(policy.clone());
     for ost in oss.osts.values() {
+        if oss.media.contains_key(&ost.index) {
+            // Reading and writing the object files directly would bypass the emulation.
+            tracing::info!(ost = ost.index, "no short-circuit I/O: the OST emulates a medium");
+            continue;
+        }
         let name = rpc::short_circuit::socket_name(&ost.uuid);
         let listener = match rpc::short_circuit::listen(&name) {
             Ok(l) => l,

@@ -30,8 +30,10 @@ use crate::msg::{AuthProof, AuthResult, Challenge, Hello};
 /// directories (`Attr::stripes`, `MdsMkdir::spec`, `MdsReaddir::shard`, the shard
 /// updates), directory moves and exchanges across MDTs. 6: a file's data version
 /// (`Attr::data_version`). 7: a size report carries the attribute changes answered
-/// by the client since the file's create (`MdsSizeUpdate::behind`).
-pub const PROTOCOL_VERSION: u32 = 7;
+/// by the client since the file's create (`MdsSizeUpdate::behind`). 8: OST pools
+/// (`MgsPool`, `ClusterConfig::pools`) and emulated media (`MgsHeartbeat::media`,
+/// `TargetInfo::media`).
+pub const PROTOCOL_VERSION: u32 = 8;
 /// Shortest secret accepted, in bytes.
 pub const SECRET_MIN_BYTES: usize = 16;
 /// A peer that has not finished the handshake by then is dropped.

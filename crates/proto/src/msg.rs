@@ -84,16 +84,78 @@ pub struct TargetInfo {
     pub address: String,
     pub up: bool,
     pub usage: Usage,
+    /// The medium an OST emulates, as its OSS last reported it.
+    pub media: Option<Media>,
+}
+
+/// The medium an OST emulates (`braid oss --ost DIR:class=hdd,bw=150M,lat=4ms`): a
+/// class to label it by, and the limits its OSS enforces on reads and writes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Media {
+    /// A label: `hdd`, `ssd`, `nvme`, or what the admin calls it.
+    pub class: String,
+    /// Bandwidth of reads and writes together, in bytes per second.
+    pub bw_bytes: Option<u64>,
+    /// Added to each read and write, in microseconds.
+    pub lat_us: Option<u64>,
+}
+
+impl std::fmt::Display for Media {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.class)?;
+        if let Some(bw) = self.bw_bytes {
+            write!(f, " {}MiB/s", bw as f64 / (1u64 << 20) as f64)?;
+        }
+        if let Some(us) = self.lat_us {
+            write!(f, " {}ms", us as f64 / 1000.0)?;
+        }
+        write!(f, " emulated")
+    }
+}
+
+/// A named set of OSTs (Lustre's OST pool): placement of a component that names it
+/// stays on its OSTs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolInfo {
+    pub name: String,
+    /// OST indices, ascending.
+    pub osts: Vec<u32>,
+}
+
+/// A change to a pool (`braid pool create|add|remove|destroy`, Lustre's
+/// `lctl pool_new|pool_add|pool_remove|pool_destroy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PoolOp {
+    Create,
+    Add,
+    Remove,
+    Destroy,
+}
+
+/// Longest pool name (Lustre's `LOV_MAXPOOLNAME`).
+pub const POOL_NAME_MAX: usize = 15;
+
+/// Why `name` cannot name a pool, if it cannot.
+pub fn check_pool_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > POOL_NAME_MAX {
+        return Err(format!("a pool name has 1 to {POOL_NAME_MAX} characters, not {}", name.len()));
+    }
+    if let Some(c) = name.chars().find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-')) {
+        return Err(format!("a pool name has letters, digits, '_' and '-' only, not {c:?}"));
+    }
+    Ok(())
 }
 
 /// What a client needs to know of the cluster; fetched from the MGS only.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterConfig {
     pub fsname: String,
-    /// Bumped whenever a target registers or changes state.
+    /// Bumped whenever a target registers or changes state, or a pool changes.
     pub generation: u64,
     pub mdts: Vec<TargetInfo>,
     pub osts: Vec<TargetInfo>,
+    /// The OST pools, by name.
+    pub pools: Vec<PoolInfo>,
 }
 
 impl ClusterConfig {
@@ -103,6 +165,10 @@ impl ClusterConfig {
             TargetKind::Ost => &self.osts,
         };
         list.iter().find(|t| t.index == index)
+    }
+
+    pub fn pool(&self, name: &str) -> Option<&PoolInfo> {
+        self.pools.iter().find(|p| p.name == name)
     }
 }
 
@@ -360,8 +426,18 @@ pub enum Request {
         index: u32,
         uuid: String,
         usage: Usage,
+        /// The medium the target emulates, if any (OSTs).
+        media: Option<Media>,
     },
     MgsGetConfig,
+    /// Changes pool `pool` of file system `fsname`: `osts` are the OSTs added or
+    /// removed (empty for create and destroy).
+    MgsPool {
+        fsname: String,
+        pool: String,
+        op: PoolOp,
+        osts: Vec<u32>,
+    },
 
     // ---- MDS (the MDT is the FID's, or `mdt` where no FID is given) ----
     /// Lookup with attributes (Lustre's lookup+getattr intent).
@@ -794,6 +870,7 @@ impl Request {
             Request::MgsRegister { .. } => "mgs_register",
             Request::MgsHeartbeat { .. } => "mgs_heartbeat",
             Request::MgsGetConfig => "mgs_get_config",
+            Request::MgsPool { .. } => "mgs_pool",
             Request::MdsLookup { .. } => "lookup",
             Request::MdsGetattr { .. } => "getattr",
             Request::MdsCreate { .. } => "create",

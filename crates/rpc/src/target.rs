@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use proto::msg::{Request, Response, TargetKind, Usage};
+use proto::msg::{Media, Request, Response, TargetKind, Usage};
 use proto::{Errno, RpcError};
 
 use crate::client::RpcClient;
@@ -113,7 +113,11 @@ pub fn dir_usage(dir: &Path) -> Usage {
     }
 }
 
-/// Heartbeats every `interval` for each target; re-registers a target the MGS no
+/// What a heartbeat tells of a target: its usage, and the medium it emulates.
+pub type TargetReport = Arc<dyn Fn(&TargetDir) -> (Usage, Option<Media>) + Send + Sync>;
+
+/// Heartbeats every `interval` for each target, with what `report` says of it (its
+/// usage, and the medium it emulates); re-registers a target the MGS no
 /// longer knows (e.g. after the MGS lost its registry). Runs until the process ends.
 pub fn spawn_heartbeat(
     mgs: Arc<RpcClient>,
@@ -121,7 +125,7 @@ pub fn spawn_heartbeat(
     address: String,
     fsname: String,
     interval: Duration,
-    usage: Arc<dyn Fn(&TargetDir) -> Usage + Send + Sync>,
+    report: TargetReport,
 ) {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(interval);
@@ -130,7 +134,8 @@ pub fn spawn_heartbeat(
             tick.tick().await;
             for t in targets.iter_mut() {
                 let Some(index) = t.index else { continue };
-                let req = Request::MgsHeartbeat { kind: t.kind, index, uuid: t.uuid.clone(), usage: usage(t) };
+                let (usage, media) = report(t);
+                let req = Request::MgsHeartbeat { kind: t.kind, index, uuid: t.uuid.clone(), usage, media };
                 match mgs.call(&req, vec![]).await {
                     Ok(_) => {}
                     Err(RpcError::Remote(e)) if e.code == Errno::Stale => {

@@ -11,7 +11,7 @@
 //! starts a cluster per test.
 
 use std::future::Future;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use client::{Client, ClientConfig};
@@ -73,7 +73,9 @@ impl InProcessCluster {
                 let mgs = cli::serve::start_mgs("127.0.0.1:0", &root.join("mgs"), &common, WAIT).await?;
                 let mut ost = 0;
                 for n in &spec.osts_per_oss {
-                    let dirs: Vec<PathBuf> = (ost..ost + n).map(|k| root.join(format!("ost{k}"))).collect();
+                    let dirs: Vec<cli::serve::OstDir> = (ost..ost + n)
+                        .map(|k| cli::serve::OstDir { dir: root.join(format!("ost{k}")), media: None })
+                        .collect();
                     ost += n;
                     cli::serve::start_oss("127.0.0.1:0", None, &mgs, &dirs, &common, &Default::default()).await?;
                 }

@@ -413,9 +413,16 @@ impl Cluster {
 
     /// Starts an OSS process named `name` serving `dirs`.
     pub fn add_oss(&mut self, name: &str, dirs: &[PathBuf]) {
+        let osts: Vec<String> = dirs.iter().map(|d| path(d)).collect();
+        self.add_oss_with(name, &osts);
+    }
+
+    /// Starts an OSS process named `name` with these `--ost` arguments (a directory,
+    /// or one with an emulated medium: `DIR:class=hdd,bw=50M`).
+    pub fn add_oss_with(&mut self, name: &str, osts: &[String]) {
         let mut args = self.role_args("oss");
-        for d in dirs {
-            args.extend(["--ost".into(), path(d)]);
+        for o in osts {
+            args.extend(["--ost".into(), o.clone()]);
         }
         args.extend(self.spec.oss_args.iter().cloned());
         self.add_server(name, args);
