@@ -337,6 +337,23 @@ enum Command {
         hash: bool,
         path: String,
     },
+    /// OST pools (Lustre's lctl pool_new/pool_add/pool_remove/pool_destroy/pool_list):
+    /// `braid pool create braid.hot`, `braid pool add braid.hot OST0000 OST[1-2]`,
+    /// `braid pool list braid` or `braid pool list braid.hot`.
+    Pool {
+        #[command(flatten)]
+        client: ClientOpts,
+        /// create, add, remove, destroy or list.
+        op: String,
+        /// FSNAME.POOL (FSNAME alone for list).
+        name: String,
+        /// OSTs to add or remove: OST0003, braid-OST0003_UUID, OST[0-3] or 0,2-3.
+        osts: Vec<String>,
+        /// The cluster: a braid://MGS/ address or a path inside a mount (else
+        /// BRAID_CLUSTER, else the current directory).
+        #[arg(long)]
+        cluster: Option<String>,
+    },
     /// Show space and inode usage of every MDT and OST.
     #[command(disable_help_flag = true)]
     Df {
@@ -350,6 +367,9 @@ enum Command {
         /// Human-readable sizes.
         #[arg(short = 'h', long = "human-readable")]
         human: bool,
+        /// Only the OSTs of this pool (POOL or FSNAME.POOL), and the MDTs.
+        #[arg(short = 'p', long = "pool")]
+        pool: Option<String>,
         path: String,
     },
 }
@@ -430,7 +450,11 @@ fn run(command: Command) -> anyhow::Result<()> {
             };
             cli::stripe::getstripe(&client, &path, &o)
         }
-        Command::Df { client, inodes, human, path, .. } => tools::df(&client, &path, inodes, human),
+        Command::Df { client, inodes, human, pool, path, .. } => tools::df(&client, &path, inodes, human, pool),
+        Command::Pool { client, op, name, osts, cluster } => {
+            let cluster = cluster.or_else(|| std::env::var("BRAID_CLUSTER").ok()).unwrap_or_else(|| ".".into());
+            cli::pool::pool(&client, &cluster, cli::pool::PoolCommand::parse(&op)?, &name, &osts)
+        }
         Command::Cache(CacheCommand::Status { json, mountpoint }) => cli::mountctl::cache_status(&mountpoint, json),
         Command::Cache(CacheCommand::Drop { mountpoint }) => cli::mountctl::cache_drop(&mountpoint),
         Command::Trace(t) => trace_command(t),

@@ -7,6 +7,7 @@
 //! - [`local`]: `braid local`, every role (and optionally a mount) in one process.
 //! - [`mount`]: `braid mount` and `braid umount`, and which cluster a mounted path is in.
 //! - [`tools`]: the `lfs`-like tools over the native client (`cp`, `ls`, `setstripe`, ...).
+//! - [`pool`]: `braid pool`, OST pools as `lctl pool_*` keeps them.
 //! - [`native_bench`]: the benchmarks' storage interface over the native client.
 //! - [`config`]: `braid.toml`, the per-node configuration file.
 //! - [`url`]: `braid://HOST:PORT/path` addresses.
@@ -20,6 +21,7 @@ pub mod mount;
 pub mod mountctl;
 pub mod native_bench;
 pub mod nbd;
+pub mod pool;
 pub mod serve;
 pub mod stripe;
 pub mod tools;

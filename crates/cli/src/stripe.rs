@@ -53,6 +53,8 @@ STRIPE_OPTIONS (for the component the last -E began):
   -S, --stripe-size SIZE  bytes per stripe, a multiple of 64K (e.g. 1M)
   -i, --stripe-index IDX  first OST (-1: the MDS chooses)
   -o, --ost LIST          explicit OSTs, e.g. 0,2-3
+  -p, --pool NAME         place on the OSTs of pool NAME (or FSNAME.NAME; see braid pool);
+                          later components inherit it
   -L, --layout raid0|mdt  striped over OSTs, or kept on the MDT (Data-on-MDT: the
                           first component only, e.g. -E 64K -L mdt -E -1 -c 4)
   -E, --component-end END where the component ends: a size (64K multiple), or -1 / eof
@@ -117,6 +119,18 @@ pub fn parse_setstripe(args: &[String]) -> Result<Setstripe> {
                 };
             }
             "-o" | "--ost" => cur.ost_list = Some(layout::parse_ost_list(&value()?)?),
+            "-p" | "--pool" => {
+                let v = value()?;
+                let name = v.split_once('.').map_or(v.as_str(), |(_, pool)| pool);
+                cur.pool = match name {
+                    // Lustre's words for "no pool" on this component.
+                    "" | "none" | "ignore" => None,
+                    _ => {
+                        proto::msg::check_pool_name(name).map_err(|e| anyhow::anyhow!("-p {v}: {e}"))?;
+                        Some(name.to_string())
+                    }
+                };
+            }
             "-L" | "--layout" => {
                 cur.pattern = match value()?.as_str() {
                     "raid0" => Pattern::Raid0,
@@ -298,6 +312,9 @@ fn print_raid0(out: &mut impl Write, fid: Fid, layout_gen: u32, comp: &Component
     writeln!(out, "lmm_pattern:       {}", comp.pattern.name())?;
     writeln!(out, "lmm_layout_gen:    {layout_gen}")?;
     writeln!(out, "lmm_stripe_offset: {}", stripe_offset(comp))?;
+    if let Some(pool) = &comp.pool {
+        writeln!(out, "lmm_pool:          {pool}")?;
+    }
     if comp.is_instantiated() {
         writeln!(out, "\tobdidx\t\t objid\t\t objid\t\t group")?;
         for (stripe, ost) in comp.osts.iter().enumerate() {
@@ -322,6 +339,9 @@ fn print_component(out: &mut impl Write, fid: Fid, comp: &Component) -> Result<(
     // Lustre prints a component's own generation, 65535 before it is instantiated.
     writeln!(out, "      lmm_layout_gen:    {}", if comp.is_instantiated() { 0 } else { 65535 })?;
     writeln!(out, "      {}", index_line(comp, fid))?;
+    if let Some(pool) = &comp.pool {
+        writeln!(out, "      lmm_pool:          {pool}")?;
+    }
     if comp.is_instantiated() && !comp.is_dom() {
         writeln!(out, "      lmm_objects:")?;
         for (stripe, ost) in comp.osts.iter().enumerate() {
@@ -384,6 +404,9 @@ fn default_line(c: &ComponentSpec) -> String {
         format!("stripe_count:  {count} stripe_size:   {size} pattern:       {pattern} stripe_offset: {offset}");
     if let Some(list) = &c.ost_list {
         line += &format!(" ost_list: {}", list.iter().map(u32::to_string).collect::<Vec<_>>().join(","));
+    }
+    if let Some(pool) = &c.pool {
+        line += &format!(" pool:          {pool}");
     }
     line
 }

@@ -490,10 +490,17 @@ fn human(kib: u64) -> String {
     layout::format_size(kib * 1024)
 }
 
-pub fn df(opts: &ClientOpts, path: &str, inodes: bool, human_units: bool) -> Result<()> {
+pub fn df(opts: &ClientOpts, path: &str, inodes: bool, human_units: bool, pool: Option<String>) -> Result<()> {
     with_client(opts, path, |bc, p| {
-        let usage = bc.run(bc.client.target_usage())?;
-        let fsname = bc.client.config().fsname;
+        let mut usage = bc.run(bc.client.target_usage())?;
+        let config = bc.client.config();
+        let fsname = config.fsname.clone();
+        if let Some(name) = &pool {
+            // `lfs df --pool`: the MDTs and the pool's OSTs.
+            let name = name.split_once('.').map_or(name.as_str(), |(_, p)| p);
+            let members = &config.pool(name).with_context(|| format!("pool {fsname}.{name} does not exist"))?.osts;
+            usage.retain(|(t, _)| t.kind == TargetKind::Mdt || members.contains(&t.index));
+        }
         let mount = p.url();
         let mut out = std::io::stdout().lock();
         let cols =
@@ -518,9 +525,11 @@ pub fn df(opts: &ClientOpts, path: &str, inodes: bool, human_units: bool) -> Res
                         (u.total_bytes / 1024, (u.total_bytes - u.free_bytes) / 1024, u.avail_bytes / 1024)
                     };
                     let pct = if used + avail == 0 { 0 } else { (used * 100).div_ceil(used + avail) };
+                    // An emulated medium is labelled after the mount tag.
+                    let media = t.media.as_ref().map_or(String::new(), |m| format!(" [{m}]"));
                     writeln!(
                         out,
-                        "{uuid:<24} {:>12} {:>12} {:>12} {:>4}% {tag}",
+                        "{uuid:<24} {:>12} {:>12} {:>12} {:>4}% {tag}{media}",
                         fmt(total),
                         fmt(used),
                         fmt(avail),

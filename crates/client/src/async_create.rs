@@ -329,7 +329,7 @@ mod tests {
     use layout::LayoutSpec;
 
     fn dom() -> Layout {
-        let osts = [layout::OstState { index: 0, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30 }];
+        let osts = [layout::OstState { index: 0, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30, pools: vec![] }];
         LayoutSpec::template("seed-table5").unwrap().instantiate(&osts, 0).unwrap()
     }
 
@@ -365,7 +365,7 @@ mod tests {
     #[test]
     fn a_placed_template_serves_a_few_creates_then_the_mds_places_again_and_new_directories_share_it() {
         let a = AsyncCreates::default();
-        let osts = [layout::OstState { index: 0, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30 }];
+        let osts = [layout::OstState { index: 0, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30, pools: vec![] }];
         let plain = LayoutSpec::raid0(Some(1), Some(1 << 20)).instantiate(&osts, 0).unwrap();
         let (dir, child) = (Fid::new(0, 1, 5), Fid::new(0, 1, 6));
         let file = Attr { layout: Some(plain.clone()), kind: FileKind::File, ..dummy() };

@@ -1,11 +1,25 @@
 //! The cluster-wide operations of [`Client`]: every target's usage, asked of the
-//! target itself, and the file system's statfs summed from it.
+//! target itself, the file system's statfs summed from it, and changes to OST pools.
 
-use proto::msg::{Request, Response};
+use proto::msg::{PoolOp, Request, Response};
 
 use crate::*;
 
 impl Client {
+    /// Changes an OST pool on the MGS (`braid pool`), and takes the configuration
+    /// that results.
+    pub async fn pool_change(&self, pool: &str, op: PoolOp, osts: Vec<u32>) -> Result<ClusterConfig> {
+        self.observe("pool_change", None, 0, 0, async {
+            let fsname = self.config().fsname;
+            let req = Request::MgsPool { fsname, pool: pool.to_string(), op, osts };
+            match self.inner.mgs.call(&req, vec![]).await?.response {
+                Response::Ok => self.load_config().await,
+                r => Err(unexpected("pool change", &r)),
+            }
+        })
+        .await
+    }
+
     /// Usage of every target, asked of the target itself; `Err` for one that does not
     /// answer.
     pub async fn target_usage(&self) -> Result<Vec<(TargetInfo, std::result::Result<Usage, String>)>> {

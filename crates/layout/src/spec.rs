@@ -131,12 +131,20 @@ impl ComponentSpec {
 }
 
 /// What the placement needs to know of one OST.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OstState {
     pub index: u32,
     pub up: bool,
     pub free_bytes: u64,
     pub total_bytes: u64,
+    /// The pools it is in (see `braid pool`).
+    pub pools: Vec<String>,
+}
+
+impl OstState {
+    fn in_pool(&self, pool: Option<&str>) -> bool {
+        pool.is_none_or(|p| self.pools.iter().any(|q| q == p))
+    }
 }
 
 impl LayoutSpec {
@@ -417,6 +425,12 @@ pub enum PlacementError {
     OstDown(u32),
     #[error("no OST is up to place the file on")]
     NoOstUp,
+    #[error("pool '{0}' has no OSTs (or does not exist: see `braid pool list`)")]
+    EmptyPool(String),
+    #[error("no OST of pool '{0}' is up")]
+    NoOstUpInPool(String),
+    #[error("OST index {0} is not in pool '{1}'")]
+    NotInPool(u32, String),
 }
 
 /// Free-space imbalance above which placement weights by free space instead of plain
@@ -433,10 +447,14 @@ pub const QOS_THRESHOLD_PERCENT: u64 = 17;
 /// A stripe count above the number of up OSTs is reduced to it, as Lustre does.
 pub fn choose_osts(spec: &ComponentSpec, osts: &[OstState], cursor: u64) -> Result<Vec<u32>, PlacementError> {
     let find = |idx: u32| osts.iter().find(|o| o.index == idx);
+    let pool = spec.pool.as_deref();
     if let Some(list) = &spec.ost_list {
         for &idx in list {
             match find(idx) {
                 None => return Err(PlacementError::NoSuchOst(idx)),
+                Some(o) if !o.in_pool(pool) => {
+                    return Err(PlacementError::NotInPool(idx, pool.unwrap_or_default().to_string()))
+                }
                 Some(o) if !o.up => return Err(PlacementError::OstDown(idx)),
                 Some(_) => {}
             }
@@ -444,18 +462,30 @@ pub fn choose_osts(spec: &ComponentSpec, osts: &[OstState], cursor: u64) -> Resu
         let n = spec.stripe_count.filter(|&n| n > 0).map_or(list.len(), |n| n as usize);
         return Ok(list[..n.min(list.len())].to_vec());
     }
-    let mut up: Vec<&OstState> = osts.iter().filter(|o| o.up).collect();
+    // A pool's component stays on the pool's OSTs.
+    let members: Vec<&OstState> = osts.iter().filter(|o| o.in_pool(pool)).collect();
+    if let (Some(p), true) = (pool, members.is_empty()) {
+        return Err(PlacementError::EmptyPool(p.to_string()));
+    }
+    let mut up: Vec<&OstState> = members.into_iter().filter(|o| o.up).collect();
     up.sort_by_key(|o| o.index);
     if up.is_empty() {
-        return Err(PlacementError::NoOstUp);
+        return Err(match pool {
+            Some(p) => PlacementError::NoOstUpInPool(p.to_string()),
+            None => PlacementError::NoOstUp,
+        });
     }
     let want = match spec.stripe_count.unwrap_or(1) {
         -1 => up.len(),
         n => (n.max(1) as usize).min(up.len()),
     };
     if let Some(start) = spec.stripe_offset {
-        if find(start).is_none() {
-            return Err(PlacementError::NoSuchOst(start));
+        match find(start) {
+            None => return Err(PlacementError::NoSuchOst(start)),
+            Some(o) if !o.in_pool(pool) => {
+                return Err(PlacementError::NotInPool(start, pool.unwrap_or_default().to_string()))
+            }
+            Some(_) => {}
         }
         let first = up.iter().position(|o| o.index >= start).unwrap_or(0);
         return Ok((0..want).map(|k| up[(first + k) % up.len()].index).collect());
@@ -478,7 +508,40 @@ mod tests {
     use super::*;
 
     fn osts(n: u32) -> Vec<OstState> {
-        (0..n).map(|index| OstState { index, up: true, free_bytes: 100 << 30, total_bytes: 200 << 30 }).collect()
+        (0..n)
+            .map(|index| OstState { index, up: true, free_bytes: 100 << 30, total_bytes: 200 << 30, pools: vec![] })
+            .collect()
+    }
+
+    #[test]
+    fn a_pool_component_stays_on_the_pool_and_says_why_when_it_cannot() {
+        let mut t = osts(6);
+        for o in &mut t[2..5] {
+            o.pools = vec!["hot".into()];
+        }
+        t[5].pools = vec!["cool".into(), "hot".into()];
+        let hot =
+            ComponentSpec { extent_end: EOF, stripe_count: Some(2), pool: Some("hot".into()), ..Default::default() };
+        for cursor in 0..8 {
+            let chosen = choose_osts(&hot, &t, cursor).unwrap();
+            assert_eq!(chosen.len(), 2);
+            assert!(chosen.iter().all(|i| (2..6).contains(i)), "cursor {cursor}: {chosen:?}");
+        }
+        let all = ComponentSpec { stripe_count: Some(-1), ..hot.clone() };
+        assert_eq!(choose_osts(&all, &t, 0).unwrap().len(), 4, "-1 is every OST of the pool");
+        let listed = ComponentSpec { ost_list: Some(vec![2, 0]), ..hot.clone() };
+        assert_eq!(choose_osts(&listed, &t, 0), Err(PlacementError::NotInPool(0, "hot".into())));
+        let start = ComponentSpec { stripe_offset: Some(1), ..hot.clone() };
+        assert_eq!(choose_osts(&start, &t, 0), Err(PlacementError::NotInPool(1, "hot".into())));
+        let start = ComponentSpec { stripe_offset: Some(4), ..hot.clone() };
+        assert_eq!(choose_osts(&start, &t, 0).unwrap(), vec![4, 5]);
+        let none = ComponentSpec { pool: Some("warm".into()), ..hot.clone() };
+        assert_eq!(choose_osts(&none, &t, 0), Err(PlacementError::EmptyPool("warm".into())));
+        t[5].up = false;
+        let cool = ComponentSpec { pool: Some("cool".into()), ..hot.clone() };
+        assert_eq!(choose_osts(&cool, &t, 0), Err(PlacementError::NoOstUpInPool("cool".into())));
+        let plain = ComponentSpec { pool: None, ..hot };
+        assert_eq!(choose_osts(&plain, &t, 0).unwrap(), vec![0, 1], "no pool: any OST");
     }
 
     #[test]

@@ -121,6 +121,12 @@ impl Worker for ClusterRefresh {
                             up: t.up,
                             free_bytes: t.usage.avail_bytes,
                             total_bytes: t.usage.total_bytes,
+                            pools: c
+                                .pools
+                                .iter()
+                                .filter(|p| p.osts.contains(&t.index))
+                                .map(|p| p.name.clone())
+                                .collect(),
                         })
                         .collect();
                     let mut v = self.cluster.write().expect("cluster view");

@@ -66,7 +66,7 @@ impl Mdt {
 
     /// Runs `f` as one batch and keeps it (as a logged batch is kept).
     fn batch<T>(&mut self, f: impl FnOnce(&mut Writer<'_>, &mut Placement<'_>) -> T) -> T {
-        let osts = [OstState { index: 0, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30 }];
+        let osts = [OstState { index: 0, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30, pools: vec![] }];
         let default_layout = LayoutSpec::raid0(Some(1), Some(1 << 20));
         let open = self.open;
         let is_open = move |fid: Fid, _: Option<u64>| Some(fid) == open;

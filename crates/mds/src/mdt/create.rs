@@ -52,7 +52,7 @@ fn placed(wanted: &LayoutSpec, place: &Placement<'_>) -> OpResult<Layout> {
     }
     wanted.instantiate(place.osts, place.cursor).map_err(|e| {
         let code = match e {
-            layout::PlacementError::NoOstUp => Errno::NoSpc,
+            layout::PlacementError::NoOstUp | layout::PlacementError::NoOstUpInPool(_) => Errno::NoSpc,
             _ => Errno::Inval,
         };
         OpError::Errno(code, format!("cannot place file: {e}"))
@@ -228,8 +228,11 @@ impl Writer<'_> {
                 return refuse(format!("places component {} elsewhere than its default names", m.id));
             }
             for (i, ost) in c.osts.iter().enumerate() {
-                if c.osts[..i].contains(ost) || !place.osts.iter().any(|o| o.index == *ost && o.up) {
-                    return refuse(format!("places component {} on OST {ost}, twice or not up", m.id));
+                let fits = |o: &layout::OstState| {
+                    o.index == *ost && o.up && c.pool.as_ref().is_none_or(|p| o.pools.contains(p))
+                };
+                if c.osts[..i].contains(ost) || !place.osts.iter().any(fits) {
+                    return refuse(format!("places component {} on OST {ost}, twice, not up or out of its pool", m.id));
                 }
             }
         }

@@ -48,7 +48,7 @@ impl Writer<'_> {
         };
         let changed = layout.apply(change, place.osts, place.cursor).map_err(|e| {
             let code = match e {
-                layout::PlacementError::NoOstUp => Errno::NoSpc,
+                layout::PlacementError::NoOstUp | layout::PlacementError::NoOstUpInPool(_) => Errno::NoSpc,
                 layout::PlacementError::Layout(layout::LayoutError::BeyondLayout(_)) => Errno::NoData,
                 _ => Errno::Inval,
             };

@@ -47,7 +47,7 @@ fn on_fresh_mdt<T>(tag: &str, f: impl FnOnce(&mut Writer, &mut Placement) -> T) 
     let (_d, store) = fresh(tag);
     format(&store, 0, &LayoutSpec::raid0(Some(1), Some(1 << 20))).unwrap();
     let (_, default_layout) = no_placement();
-    let osts = [OstState { index: 0, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30 }];
+    let osts = [OstState { index: 0, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30, pools: vec![] }];
     let is_open = |_: Fid, _: Option<u64>| false;
     let mut place =
         Placement { osts: &osts, cursor: 0, default_layout: &default_layout, dom_max: 1 << 20, is_open: &is_open };
@@ -113,7 +113,7 @@ fn an_entry_change_in_a_directory_leased_by_another_client_is_refused_and_taken_
     let (_d, store) = fresh("lease");
     format(&store, 0, &LayoutSpec::raid0(Some(1), Some(1 << 20))).unwrap();
     let (_, default_layout) = no_placement();
-    let osts = [OstState { index: 0, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30 }];
+    let osts = [OstState { index: 0, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30, pools: vec![] }];
     let is_open = |_: Fid, _: Option<u64>| false;
     let mut place =
         Placement { osts: &osts, cursor: 0, default_layout: &default_layout, dom_max: 1 << 20, is_open: &is_open };
@@ -371,7 +371,7 @@ fn a_directory_being_removed_across_mdts_takes_no_new_entry_until_decided() {
     use proto::msg::{UpdateId, UpdateOp};
     let (_d, store) = fresh("dying");
     format(&store, 1, &LayoutSpec::raid0(Some(1), Some(1 << 20))).unwrap();
-    let osts = vec![OstState { index: 0, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30 }];
+    let osts = vec![OstState { index: 0, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30, pools: vec![] }];
     let default_layout = LayoutSpec::raid0(Some(1), Some(1 << 20));
     let is_open = |_: Fid, _: Option<u64>| false;
     let mut place =
@@ -457,7 +457,7 @@ fn an_entry_held_by_a_rename_across_mdts_is_neither_unlinked_nor_replaced_until_
     use proto::msg::{UpdateId, UpdateOp};
     let (_d, store) = fresh("held");
     format(&store, 0, &LayoutSpec::raid0(Some(1), Some(1 << 20))).unwrap();
-    let osts = vec![OstState { index: 0, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30 }];
+    let osts = vec![OstState { index: 0, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30, pools: vec![] }];
     let default_layout = LayoutSpec::raid0(Some(1), Some(1 << 20));
     let is_open = |_: Fid, _: Option<u64>| false;
     let mut place =
@@ -582,13 +582,13 @@ fn every_change_of_a_files_bytes_moves_its_data_version_and_nothing_else_does() 
 /// A DoM-only layout as a client's create carries it (seed 002's Table 5).
 fn dom_layout() -> layout::Layout {
     let spec = LayoutSpec::template("seed-table5").unwrap();
-    let osts = [OstState { index: 0, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30 }];
+    let osts = [OstState { index: 0, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30, pools: vec![] }];
     spec.instantiate(&osts, 0).unwrap()
 }
 
 /// Two OSTs up, for placements made outside the MDS's own.
 fn osts_up() -> Vec<OstState> {
-    (0..2).map(|index| OstState { index, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30 }).collect()
+    (0..2).map(|index| OstState { index, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30, pools: vec![] }).collect()
 }
 
 fn create_granted(name: &str, fid: Fid, layout: layout::Layout) -> Request {
@@ -610,7 +610,7 @@ fn a_clients_create_takes_granted_unused_fids_and_layouts_the_mds_could_have_giv
     let (_d, store) = fresh("granted");
     format(&store, 0, &LayoutSpec::raid0(Some(1), Some(1 << 20))).unwrap();
     let (_, default_layout) = no_placement();
-    let osts = [OstState { index: 0, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30 }];
+    let osts = [OstState { index: 0, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30, pools: vec![] }];
     let is_open = |_: Fid, _: Option<u64>| false;
     let mut place =
         Placement { osts: &osts, cursor: 0, default_layout: &default_layout, dom_max: 1 << 20, is_open: &is_open };
