@@ -19,7 +19,7 @@
 //! [oss]
 //! listen = "10.0.0.3:9402"
 //! mgs = "10.0.0.1:9400"
-//! osts = ["/srv/braid/ost0", "/srv/braid/ost1"]
+//! osts = ["/srv/braid/ost0", "/srv/braid/ost1:class=hdd,bw=150M,lat=4ms"]   # as --ost
 //! short_circuit_uids = [1000]    # optional: users besides root and the OSS's own
 //!
 //! [nbd]                                # braid nbd serve
