@@ -84,6 +84,8 @@ fn every_operation() {
         calls.ok("refresh_config", cl.refresh_config()).await;
         calls.ok("target_usage", cl.target_usage()).await;
         calls.ok("statfs", cl.statfs()).await;
+        let pools = calls.ok("pool_change", cl.pool_change("observed", proto::msg::PoolOp::Create, vec![])).await;
+        assert!(pools.pool("observed").is_some());
 
         // A directory whose files stripe over two OSTs, so I/O crosses targets.
         let dir = calls.ok("mkdir", cl.mkdir(creds, Fid::ROOT, "d", 0o755)).await;

@@ -245,6 +245,7 @@ pub const OPS: &[&str] = &[
     "glimpse_size",
     "target_usage",
     "statfs",
+    "pool_change",
 ];
 
 tokio::task_local! {
