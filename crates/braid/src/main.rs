@@ -277,6 +277,13 @@ enum Command {
         #[arg(allow_hyphen_values = true, trailing_var_arg = true, num_args = 0..)]
         args: Vec<String>,
     },
+    /// Move a file's bytes to a new layout, another pool (Lustre's `lfs migrate`).
+    #[command(disable_help_flag = true, override_help = cli::stripe::MIGRATE_HELP)]
+    Migrate {
+        /// setstripe's layout options and the file, in order (see `braid migrate --help`).
+        #[arg(allow_hyphen_values = true, trailing_var_arg = true, num_args = 0..)]
+        args: Vec<String>,
+    },
     /// Show the layout of files, or a directory's default.
     Getstripe {
         #[command(flatten)]
@@ -434,6 +441,13 @@ fn run(command: Command) -> anyhow::Result<()> {
                 return Ok(());
             }
             cli::stripe::setstripe(cli::stripe::parse_setstripe(&args)?)
+        }
+        Command::Migrate { args } => {
+            if args.iter().any(|a| a == "-h" || a == "--help") || args.is_empty() {
+                println!("{}", cli::stripe::MIGRATE_HELP);
+                return Ok(());
+            }
+            cli::stripe::migrate(&args)
         }
         Command::Getdirstripe { client, default, count, index, hash, path } => {
             cli::stripe::getdirstripe(&client, &path, &cli::stripe::DirstripeOpts { default, count, index, hash })

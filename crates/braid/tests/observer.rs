@@ -137,6 +137,10 @@ fn every_operation() {
         calls.ok("close", cl.close_shared(&f)).await;
         let (g, _) = calls.ok("open", cl.open(creds, f.fid, RW)).await;
         calls.ok("close", cl.close(g)).await;
+        // Its bytes moved to a layout of one stripe: the same FID and size.
+        let moved = calls.ok("migrate", cl.migrate(creds, dir.fid, "f", LayoutSpec::raid0(Some(1), None))).await;
+        let one = moved.layout.expect("a layout").components[0].osts.len();
+        assert_eq!((moved.fid, moved.size, one), (f.fid, 50 << 10, 1));
 
         // Attributes and extended attributes.
         assert_eq!(calls.ok("getattr", cl.getattr(f.fid)).await.size, 50 << 10);

@@ -32,6 +32,33 @@ fn osts_of(c: &Cluster, file: &str) -> Vec<u32> {
     getstripe_objects(&c.braid_ok(&["getstripe", &c.url(file)])).iter().map(|o| o.0).collect()
 }
 
+/// Waits until the MDS places files in `pool`: it learns a pool change with its next
+/// look at the configuration, within a heartbeat interval (as Lustre's clients learn
+/// one within seconds).
+fn wait_pool(c: &Cluster, pool: &str) {
+    let probe = c.url(&format!("/.probe-{pool}"));
+    wait_for(&format!("the MDS to place files in pool {pool}"), Duration::from_secs(30), || {
+        let ok = c.braid(&["setstripe", "-p", pool, &probe]).status.success();
+        if ok {
+            c.braid_ok(&["rm", &probe]);
+        }
+        ok
+    });
+}
+
+/// Object files on every OST of the cluster.
+fn object_files(c: &Cluster) -> usize {
+    (0..4)
+        .map(|k| {
+            let objects = c.dir.path().join(format!("ost{k}")).join("objects");
+            std::fs::read_dir(objects)
+                .unwrap()
+                .map(|b| std::fs::read_dir(b.unwrap().path()).unwrap().count())
+                .sum::<usize>()
+        })
+        .sum()
+}
+
 #[test]
 fn emulated_osts_are_labelled_and_hold_to_their_bandwidth() {
     let c = cluster();
@@ -75,6 +102,8 @@ fn pools_keep_files_on_their_osts_and_bad_input_is_a_clear_error() {
     pool(&c, &["create", "braid.disk"]);
     pool(&c, &["add", "braid.disk", "OST[2-3]"]);
     pool(&c, &["create", "braid.empty"]);
+    wait_pool(&c, "flash");
+    wait_pool(&c, "disk");
     assert_eq!(pool(&c, &["list", "braid"]), "Pools from braid:\nbraid.disk\nbraid.empty\nbraid.flash\n");
     assert_eq!(pool(&c, &["list", "braid.disk"]), "Pool: braid.disk\nbraid-OST0002_UUID\nbraid-OST0003_UUID\n");
 
@@ -180,4 +209,64 @@ fn pools_keep_files_on_their_osts_and_bad_input_is_a_clear_error() {
     let out = c.braid(&["setstripe", "-p", "disk", &c.url("/y")]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("pool 'disk' has no OSTs"));
     std::fs::write(m.path("elsewhere"), b"e").unwrap();
+}
+
+#[test]
+fn migrate_moves_a_files_bytes_into_another_pool_and_refuses_what_it_cannot_do_safely() {
+    let c = cluster();
+    let cl = c.url("/");
+    for (name, osts) in [("braid.flash", "0-1"), ("braid.disk", "2-3")] {
+        c.braid_ok(&["pool", "create", name, "--cluster", &cl]);
+        c.braid_ok(&["pool", "add", name, osts, "--cluster", &cl]);
+    }
+    wait_pool(&c, "flash");
+    wait_pool(&c, "disk");
+    let m = Mount::new(&c, "");
+    let data = pattern(5 << 20, 3);
+    c.braid_ok(&["setstripe", "-c", "1", "-p", "disk", &c.url("/f")]);
+    std::fs::write(m.path("f"), &data).unwrap();
+    let before = osts_of(&c, "/f");
+    assert!(matches!(before[..], [2] | [3]), "{before:?}");
+    let ino = std::fs::metadata(m.path("f")).unwrap();
+
+    // Into the other pool, wider: the same bytes, name and inode, on the pool's OSTs.
+    c.braid_ok(&["migrate", "-c", "2", "-p", "flash", &c.url("/f")]);
+    let mut after = osts_of(&c, "/f");
+    after.sort();
+    assert_eq!(after, vec![0, 1]);
+    assert!(c.braid_ok(&["getstripe", &c.url("/f")]).contains("lmm_pool:          flash"));
+    assert!(std::fs::read(m.path("f")).unwrap() == data, "the mount reads the same bytes");
+    assert!(c.get("/f") == data, "so does a native client");
+    let now = std::fs::metadata(m.path("f")).unwrap();
+    assert_eq!(
+        (now.len(), std::os::unix::fs::MetadataExt::ino(&now)),
+        (ino.len(), std::os::unix::fs::MetadataExt::ino(&ino))
+    );
+    // The old object is destroyed: the OSTs hold the two new ones only.
+    wait_for("the old object to be destroyed", Duration::from_secs(30), || object_files(&c) == 2);
+
+    // Refused, and nothing changed: a pool with no OSTs, a file open for writing on
+    // another client, a directory, a Data-on-MDT file.
+    fails_with(&c, &["migrate", "-p", "nosuch", &c.url("/f")], "pool 'nosuch' has no OSTs");
+    let held = std::fs::OpenOptions::new().write(true).open(m.path("f")).unwrap();
+    fails_with(&c, &["migrate", "-p", "disk", &c.url("/f")], "open on another client");
+    drop(held);
+    // The copy the refused migration made is destroyed again.
+    assert_eq!(object_files(&c), 2, "no object left of a refused copy");
+    let mut again = osts_of(&c, "/f");
+    again.sort();
+    assert_eq!(again, vec![0, 1], "the refused migrations left the layout alone");
+    assert!(std::fs::read(m.path("f")).unwrap() == data);
+    std::fs::create_dir(m.path("d")).unwrap();
+    fails_with(&c, &["migrate", "-p", "disk", &c.url("/d")], "a directory");
+    c.braid_ok(&["setstripe", "-E", "64K", "-L", "mdt", "-E", "-1", "-c", "1", &c.url("/dom")]);
+    std::fs::write(m.path("dom"), b"small").unwrap();
+    fails_with(&c, &["migrate", "-p", "disk", &c.url("/dom")], "Data-on-MDT");
+    // Once closed, the same migration goes through (the MDS learns the close within
+    // moments; the migration waits for it).
+    c.braid_ok(&["migrate", "-p", "disk", &c.url("/f")]);
+    let mut back = osts_of(&c, "/f");
+    back.sort();
+    assert!(back.iter().all(|o| *o >= 2) && !back.is_empty(), "{back:?}");
+    assert!(std::fs::read(m.path("f")).unwrap() == data);
 }

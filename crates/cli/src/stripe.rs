@@ -198,6 +198,41 @@ pub fn parse_setstripe(args: &[String]) -> Result<Setstripe> {
     Ok(Setstripe { action, path, secret_file, timeout_s })
 }
 
+/// Usage of `braid migrate`, for its `--help`.
+pub const MIGRATE_HELP: &str = "\
+Move a file's bytes to a new layout (another pool, stripe count or size), as Lustre's lfs migrate:
+the file keeps its name, FID and attributes; a write racing the copy makes it fail (run it again),
+and a file open on another client is refused.
+
+  braid migrate [STRIPE_OPTIONS] FILE       e.g. braid migrate -p cool -c 2 /mnt/braid/big.dat
+
+STRIPE_OPTIONS as braid setstripe's (-E ends a component; -p POOL, -c N, -S SIZE, -o LIST, ...);
+without any, the layout a new file in its directory gets. Not yet: files with a Data-on-MDT component.
+Also: --secret-file FILE, --timeout-s SECONDS.";
+
+/// Runs `braid migrate ARGS` (setstripe's layout options and one file).
+pub fn migrate(args: &[String]) -> Result<()> {
+    let s = parse_setstripe(args)?;
+    let SetstripeAction::Set(spec) = s.action else {
+        bail!("braid migrate takes a layout (setstripe's options), not -d or component changes");
+    };
+    let mut opts = ClientOpts { secret_file: s.secret_file.clone(), timeout_s: 60 };
+    if let Some(t) = s.timeout_s {
+        opts.timeout_s = t;
+    }
+    with_client(&opts, &s.path, |bc, p| {
+        let c = creds();
+        let client = &bc.client;
+        let a = bc.run(client.resolve(&c, &p.path, false)).map_err(|e| e.at(&p.url()))?;
+        if a.kind == FileKind::Dir {
+            bail!("{}: braid migrate moves a file's bytes; a directory's files are migrated one by one", p.url());
+        }
+        let (parent, name) = bc.run(client.resolve_parent(&c, &p.path))?;
+        bc.run(client.migrate(&c, parent.fid, &name, spec)).map_err(|e| e.at(&p.url()))?;
+        Ok(())
+    })
+}
+
 /// Runs a parsed `setstripe`.
 pub fn setstripe(s: Setstripe) -> Result<()> {
     let mut opts = ClientOpts { secret_file: s.secret_file.clone(), timeout_s: 60 };

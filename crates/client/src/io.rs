@@ -583,6 +583,40 @@ impl Readahead {
     }
 }
 
+/// Writes `data` at `offset` of file `fid` into the objects `layout` names, straight
+/// through object I/O: no handle, no size report, nothing in flight left behind (the
+/// copy `migrate` makes into components the file's layout does not have yet). Every
+/// component the range reaches must be instantiated. Returns the targets written.
+pub(crate) async fn write_extents(
+    c: &Client,
+    fid: Fid,
+    layout: &Layout,
+    offset: u64,
+    data: Bytes,
+) -> Result<Vec<objio::Target>> {
+    let extents = objio::extents(fid, layout, offset, data.len() as u64, c.inner.cfg.max_rpc_bytes)?;
+    let mut set = JoinSet::new();
+    let mut targets = Vec::with_capacity(extents.len());
+    for extent in extents {
+        let payload: Vec<Bytes> = extent.spans.iter().map(|&(b, n)| data.slice(b as usize..(b + n) as usize)).collect();
+        let target = c.object_io(extent.target).await?;
+        targets.push(extent.target);
+        set.spawn(async move { target.write(extent.object_offset, payload, extent.len, None).await.map(|_| ()) });
+    }
+    join_all(set).await?;
+    Ok(targets)
+}
+
+/// Every OST object of file `fid` that `layout` names.
+pub(crate) fn layout_objects(fid: Fid, layout: &Layout) -> Vec<(u32, proto::ObjectId)> {
+    objio::objects(fid, layout)
+        .filter_map(|o| match o.target {
+            objio::Target::Ost { ost, object } => Some((ost, object)),
+            objio::Target::Mdt { .. } => None,
+        })
+        .collect()
+}
+
 /// Reads `[offset, offset+len)` of a file; holes (bytes past an object's end, and
 /// components not instantiated) read as zeros. The flag says every byte came through
 /// a local descriptor (short-circuit I/O) or is a hole.

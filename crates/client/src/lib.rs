@@ -124,6 +124,7 @@ macro_rules! md_op {
 // The operation families, declared after the macros above, which they use.
 mod cluster;
 mod file;
+mod migrate;
 mod namespace;
 
 #[derive(Debug, Clone)]
@@ -246,6 +247,7 @@ pub const OPS: &[&str] = &[
     "target_usage",
     "statfs",
     "pool_change",
+    "migrate",
 ];
 
 tokio::task_local! {

@@ -291,6 +291,15 @@ impl ObjectIo {
         Ok(())
     }
 
+    /// Destroys an OST object no layout names (a copy abandoned by `migrate`). A
+    /// Data-on-MDT target has nothing to destroy apart from its file.
+    pub async fn destroy(&self) -> Result<()> {
+        if let Target::Ost { ost, object } = self.target {
+            self.call(&Request::OstDestroy { ost, object }, vec![]).await?;
+        }
+        Ok(())
+    }
+
     /// How many bytes the target holds (its end, holes included).
     pub async fn size(&self) -> Result<u64> {
         let req = match self.target {

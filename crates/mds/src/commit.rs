@@ -265,6 +265,11 @@ impl Committer {
                 Some(c) => holders.is_some_and(|h| h.contains_key(&c)),
             }
         };
+        let opens = self.opens.clone();
+        let open_elsewhere = move |fid: Fid, me: u64| {
+            let opens = opens.lock().expect("opens");
+            opens.get(&fid).is_some_and(|h| h.keys().any(|c| *c != me))
+        };
         let osts = self.cluster.read().expect("cluster view").osts.clone();
         let mut place = Placement {
             osts: &osts,
@@ -272,6 +277,7 @@ impl Committer {
             default_layout: &self.cfg.default_layout,
             dom_max: self.cfg.dom_max,
             is_open: &is_open,
+            open_elsewhere: &open_elsewhere,
         };
         // Readers wait while the batch applies, so they never see a change the
         // journal does not hold yet. A batch that panicked was undone by its writer.

@@ -289,6 +289,7 @@ impl Mds {
             | Request::MdsRemovexattr { fid, .. }
             | Request::MdsSetDirLayout { fid, .. }
             | Request::MdsLayoutChange { fid, .. }
+            | Request::MdsReplaceLayout { fid, .. }
             | Request::MdsDomWrite { fid, .. }
             | Request::MdsDomTrim { fid, .. }
             | Request::MdsDomPunch { fid, .. }

@@ -681,6 +681,17 @@ pub enum Request {
         fid: Fid,
         change: LayoutChange,
     },
+    /// Gives file `fid` the layout `layout` in place of its own (the end of `braid
+    /// migrate`): `layout`'s components, with ids above every id `fid`'s layout has,
+    /// hold a copy of its bytes written while it stayed at `data_version`; the objects
+    /// of its old components are destroyed. Refused if `fid` changed since (`Again`)
+    /// or another client holds it open (`Busy`). Answered with `fid`'s attributes.
+    MdsReplaceLayout {
+        creds: Creds,
+        fid: Fid,
+        layout: Layout,
+        data_version: u64,
+    },
     /// Data-on-MDT: the bytes of file `fid`'s DoM component, served by its MDT as an
     /// OST serves an object (at the file's own offsets). Answered with
     /// [`Response::Data`] and the bytes as payload, fewer at the object's end.
@@ -898,6 +909,7 @@ impl Request {
             Request::MdsGetLock { .. } => "getlk",
             Request::MdsSync { .. } => "md_sync",
             Request::MdsLayoutChange { .. } => "layout_change",
+            Request::MdsReplaceLayout { .. } => "replace_layout",
             Request::MdsDomRead { .. } => "dom_read",
             Request::MdsDomWrite { .. } => "dom_write",
             Request::MdsDomTrim { .. } => "dom_trim",

@@ -70,8 +70,14 @@ impl Mdt {
         let default_layout = LayoutSpec::raid0(Some(1), Some(1 << 20));
         let open = self.open;
         let is_open = move |fid: Fid, _: Option<u64>| Some(fid) == open;
-        let mut place =
-            Placement { osts: &osts, cursor: 0, default_layout: &default_layout, dom_max: 0, is_open: &is_open };
+        let mut place = Placement {
+            osts: &osts,
+            cursor: 0,
+            default_layout: &default_layout,
+            dom_max: 0,
+            is_open: &is_open,
+            open_elsewhere: &|_, _| false,
+        };
         let mut w = Writer::new(self.store.snapshot().unwrap(), &mut self.mem, self.index);
         let out = f(&mut w, &mut place);
         w.finish();

@@ -1,5 +1,6 @@
 //! Changes to the layout of an existing file: PFL instantiation (the components a
-//! write or truncate reaches get their OSTs) and `setstripe --component-add/-del`.
+//! write or truncate reaches get their OSTs), `setstripe --component-add/-del`, and
+//! the replacement of a file's layout that ends a `braid migrate`.
 //!
 //! Each change is one mutation of the batch like any other: journaled with it, so an
 //! instantiation survives a crash once acknowledged and is never half done, and kept in
@@ -11,6 +12,7 @@ use proto::msg::{Creds, FileKind, Response, Timespec};
 use proto::{Errno, Fid};
 
 use super::error::{fail, OpError, OpResult};
+use super::schema::Tbl;
 use super::writer::{Placement, Writer};
 use crate::inode::MAY_WRITE;
 
@@ -59,6 +61,84 @@ impl Writer<'_> {
             ino.attr.data_version += 1;
             self.put_inode(fid, &ino)?;
         }
+        Ok(Response::Attr(ino.attr))
+    }
+}
+
+impl Writer<'_> {
+    /// Replaces the layout of file `fid` with `layout` (see
+    /// [`Request::MdsReplaceLayout`]): a copy of its bytes the caller wrote to
+    /// `layout`'s objects while the file stayed at `data_version`. The old objects are
+    /// queued for destruction as an unlinked file's are; the data version moves, so
+    /// every cached byte of the file is dropped at its next open.
+    ///
+    /// [`Request::MdsReplaceLayout`]: proto::msg::Request::MdsReplaceLayout
+    pub(super) fn replace_layout(
+        &mut self,
+        creds: &Creds,
+        fid: Fid,
+        layout: &layout::Layout,
+        data_version: u64,
+        place: &Placement<'_>,
+        now: Timespec,
+    ) -> OpResult<Response> {
+        let mut ino = self.view.must_inode(fid)?;
+        if ino.attr.kind != FileKind::File {
+            return fail(Errno::Inval, format!("{fid} is not a regular file: only files have layouts"));
+        }
+        if !ino.may(creds, MAY_WRITE) {
+            return fail(Errno::Access, format!("replacing the layout of {fid} needs write permission on it"));
+        }
+        let Some(old) = ino.attr.layout.clone() else {
+            return fail(Errno::Inval, format!("{fid} has no layout"));
+        };
+        if old.dom_end().is_some() || layout.dom_end().is_some() {
+            return fail(Errno::NotSup, format!("{fid}: layouts with a Data-on-MDT component cannot be replaced"));
+        }
+        if ino.attr.data_version != data_version {
+            return fail(Errno::Again, format!("{fid} changed while its bytes were copied: migrate it again"));
+        }
+        if (place.open_elsewhere)(fid, self.client) {
+            return fail(Errno::Busy, format!("{fid} is open on another client: migrate it once it is closed"));
+        }
+        layout.validate().map_err(|e| OpError::Errno(Errno::Inval, format!("the new layout of {fid}: {e}")))?;
+        // The new objects must not share a name with an old one, which is destroyed.
+        let old_max = old.components.iter().map(|c| c.id).max().unwrap_or(0);
+        if layout.components.iter().any(|c| c.id <= old_max) {
+            return fail(Errno::Inval, format!("the new layout of {fid} reuses a component id of its old one"));
+        }
+        for c in &layout.components {
+            for (i, ost) in c.osts.iter().enumerate() {
+                let fits = |o: &layout::OstState| {
+                    o.index == *ost && o.up && c.pool.as_ref().is_none_or(|p| o.pools.contains(p))
+                };
+                if c.osts[..i].contains(ost) || !place.osts.iter().any(fits) {
+                    return fail(
+                        Errno::Inval,
+                        format!(
+                            "the new layout of {fid} places component {} on OST {ost}: twice, down or out of its pool",
+                            c.id
+                        ),
+                    );
+                }
+            }
+        }
+        let objects = super::schema::layout_objects(fid, &old);
+        if !objects.is_empty() {
+            let seq = self.meta_u64("destroy_seq")?.unwrap_or(0) + 1;
+            self.set_meta_u64("destroy_seq", seq)?;
+            self.put(
+                Tbl::Destroy,
+                &seq.to_be_bytes(),
+                &store::encode_record(&super::schema::DestroyRecord { objects }),
+            )?;
+        }
+        let mut new = layout.clone();
+        new.generation = old.generation.max(layout.generation).wrapping_add(1);
+        ino.attr.layout = Some(new);
+        ino.attr.data_version += 1;
+        ino.attr.ctime = now;
+        self.put_inode(fid, &ino)?;
         Ok(Response::Attr(ino.attr))
     }
 }

@@ -49,8 +49,14 @@ fn on_fresh_mdt<T>(tag: &str, f: impl FnOnce(&mut Writer, &mut Placement) -> T) 
     let (_, default_layout) = no_placement();
     let osts = [OstState { index: 0, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30, pools: vec![] }];
     let is_open = |_: Fid, _: Option<u64>| false;
-    let mut place =
-        Placement { osts: &osts, cursor: 0, default_layout: &default_layout, dom_max: 1 << 20, is_open: &is_open };
+    let mut place = Placement {
+        osts: &osts,
+        cursor: 0,
+        default_layout: &default_layout,
+        dom_max: 1 << 20,
+        is_open: &is_open,
+        open_elsewhere: &|_, _| false,
+    };
     let mut mem = new_memtable();
     let mut w = Writer::new(store.snapshot().unwrap(), &mut mem, 0);
     f(&mut w, &mut place)
@@ -62,8 +68,14 @@ fn a_writer_dropped_unfinished_takes_its_batch_back_and_a_finished_one_is_writte
     format(&store, 0, &LayoutSpec::raid0(Some(1), Some(1 << 20))).unwrap();
     let (osts, default_layout) = no_placement();
     let is_open = |_: Fid, _: Option<u64>| false;
-    let mut place =
-        Placement { osts: &osts, cursor: 0, default_layout: &default_layout, dom_max: 1 << 20, is_open: &is_open };
+    let mut place = Placement {
+        osts: &osts,
+        cursor: 0,
+        default_layout: &default_layout,
+        dom_max: 1 << 20,
+        is_open: &is_open,
+        open_elsewhere: &|_, _| false,
+    };
     let mut mem = new_memtable();
 
     // A batch that made a directory and was never logged leaves nothing behind.
@@ -115,8 +127,14 @@ fn an_entry_change_in_a_directory_leased_by_another_client_is_refused_and_taken_
     let (_, default_layout) = no_placement();
     let osts = [OstState { index: 0, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30, pools: vec![] }];
     let is_open = |_: Fid, _: Option<u64>| false;
-    let mut place =
-        Placement { osts: &osts, cursor: 0, default_layout: &default_layout, dom_max: 1 << 20, is_open: &is_open };
+    let mut place = Placement {
+        osts: &osts,
+        cursor: 0,
+        default_layout: &default_layout,
+        dom_max: 1 << 20,
+        is_open: &is_open,
+        open_elsewhere: &|_, _| false,
+    };
     let mut mem = new_memtable();
     let mut leases = DirLeases::default();
 
@@ -374,8 +392,14 @@ fn a_directory_being_removed_across_mdts_takes_no_new_entry_until_decided() {
     let osts = vec![OstState { index: 0, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30, pools: vec![] }];
     let default_layout = LayoutSpec::raid0(Some(1), Some(1 << 20));
     let is_open = |_: Fid, _: Option<u64>| false;
-    let mut place =
-        Placement { osts: &osts, cursor: 0, default_layout: &default_layout, dom_max: 1 << 20, is_open: &is_open };
+    let mut place = Placement {
+        osts: &osts,
+        cursor: 0,
+        default_layout: &default_layout,
+        dom_max: 1 << 20,
+        is_open: &is_open,
+        open_elsewhere: &|_, _| false,
+    };
     let mut mem = new_memtable();
     let mut w = Writer::new(store.snapshot().unwrap(), &mut mem, 1);
     let (made, removing) = (UpdateId { mdt: 0, seq: 1 }, UpdateId { mdt: 0, seq: 2 });
@@ -425,8 +449,14 @@ fn a_damaged_shard_table_makes_its_directory_unreadable_with_a_clear_error_and_p
     format(&store, 0, &LayoutSpec::raid0(Some(1), Some(1 << 20))).unwrap();
     let (osts, default_layout) = no_placement();
     let is_open = |_: Fid, _: Option<u64>| false;
-    let mut place =
-        Placement { osts: &osts, cursor: 0, default_layout: &default_layout, dom_max: 1 << 20, is_open: &is_open };
+    let mut place = Placement {
+        osts: &osts,
+        cursor: 0,
+        default_layout: &default_layout,
+        dom_max: 1 << 20,
+        is_open: &is_open,
+        open_elsewhere: &|_, _| false,
+    };
     let mut mem = new_memtable();
     let mut w = Writer::new(store.snapshot().unwrap(), &mut mem, 0);
     let Response::DirMade { attr: dir, .. } = w.apply(&mkdir("s"), &mut place).unwrap() else { panic!("no dir") };
@@ -460,8 +490,14 @@ fn an_entry_held_by_a_rename_across_mdts_is_neither_unlinked_nor_replaced_until_
     let osts = vec![OstState { index: 0, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30, pools: vec![] }];
     let default_layout = LayoutSpec::raid0(Some(1), Some(1 << 20));
     let is_open = |_: Fid, _: Option<u64>| false;
-    let mut place =
-        Placement { osts: &osts, cursor: 0, default_layout: &default_layout, dom_max: 1 << 20, is_open: &is_open };
+    let mut place = Placement {
+        osts: &osts,
+        cursor: 0,
+        default_layout: &default_layout,
+        dom_max: 1 << 20,
+        is_open: &is_open,
+        open_elsewhere: &|_, _| false,
+    };
     let mut mem = new_memtable();
     let mut w = Writer::new(store.snapshot().unwrap(), &mut mem, 0);
     // A directory of this MDT holding a file, which MDT 1 coordinates a rename of.
@@ -612,8 +648,14 @@ fn a_clients_create_takes_granted_unused_fids_and_layouts_the_mds_could_have_giv
     let (_, default_layout) = no_placement();
     let osts = [OstState { index: 0, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30, pools: vec![] }];
     let is_open = |_: Fid, _: Option<u64>| false;
-    let mut place =
-        Placement { osts: &osts, cursor: 0, default_layout: &default_layout, dom_max: 1 << 20, is_open: &is_open };
+    let mut place = Placement {
+        osts: &osts,
+        cursor: 0,
+        default_layout: &default_layout,
+        dom_max: 1 << 20,
+        is_open: &is_open,
+        open_elsewhere: &|_, _| false,
+    };
     let mut mem = new_memtable();
     let mut w = Writer::new(store.snapshot().unwrap(), &mut mem, 0);
 
@@ -705,8 +747,14 @@ fn a_clients_create_keeps_the_osts_a_directorys_default_names() {
     let (_, default_layout) = no_placement();
     let osts = osts_up();
     let is_open = |_: Fid, _: Option<u64>| false;
-    let mut place =
-        Placement { osts: &osts, cursor: 0, default_layout: &default_layout, dom_max: 1 << 20, is_open: &is_open };
+    let mut place = Placement {
+        osts: &osts,
+        cursor: 0,
+        default_layout: &default_layout,
+        dom_max: 1 << 20,
+        is_open: &is_open,
+        open_elsewhere: &|_, _| false,
+    };
     let mut mem = new_memtable();
     let mut w = Writer::new(store.snapshot().unwrap(), &mut mem, 0);
     let Ok(Response::FidGrant { first, .. }) = w.apply(&Request::MdsFidGrant { mdt: 0, count: 10 }, &mut place) else {
@@ -842,4 +890,59 @@ fn a_writers_report_without_an_mtime_keeps_the_times_set_since_its_writes() {
         w.apply(&Request::MdsClose { fid, size: Some(20), mtime: Some(now), trunc_epoch: 0 }, place).unwrap();
         assert_eq!(attr(w).mtime, now);
     })
+}
+
+#[test]
+fn a_replaced_layout_queues_the_old_objects_and_a_changed_open_or_dom_file_is_refused() {
+    on_fresh_mdt("replace", |w, place| {
+        let a = match w.apply(&create(Fid::ROOT, "a"), place) {
+            Ok(Response::Created { attr, .. }) => attr,
+            r => panic!("{r:?}"),
+        };
+        let old = a.layout.clone().unwrap();
+        // The copy's layout: the same shape under a new component id.
+        let mut copy = old.clone();
+        copy.components[0].id = 7;
+        let replace = |layout: &layout::Layout, data_version| Request::MdsReplaceLayout {
+            creds: Creds::root(),
+            fid: a.fid,
+            layout: layout.clone(),
+            data_version,
+        };
+        let code = |r: OpResult<Response>| match r {
+            Err(OpError::Errno(c, _)) => c,
+            r => panic!("{r:?}"),
+        };
+        assert_eq!(code(w.apply(&replace(&copy, a.data_version + 1), place)), proto::Errno::Again, "changed since");
+        assert_eq!(code(w.apply(&replace(&old, a.data_version), place)), proto::Errno::Inval, "an old component id");
+        let mut elsewhere = copy.clone();
+        elsewhere.components[0].osts = vec![5];
+        assert_eq!(code(w.apply(&replace(&elsewhere, a.data_version), place)), proto::Errno::Inval, "no such OST");
+        let busy_open = |_: Fid, _: u64| true;
+        let mut busy = Placement { open_elsewhere: &busy_open, ..*place };
+        assert_eq!(code(w.apply(&replace(&copy, a.data_version), &mut busy)), proto::Errno::Busy);
+        let queued = |w: &mut Writer| w.view.scan(Tbl::Destroy, std::ops::Bound::Unbounded).unwrap().count();
+        assert_eq!(queued(w), 0, "nothing queued by the refusals");
+
+        let Ok(Response::Attr(after)) = w.apply(&replace(&copy, a.data_version), place) else { panic!("replace") };
+        let got = after.layout.unwrap();
+        assert_eq!(got.components, copy.components, "the file has the copy's objects");
+        assert!(got.generation > old.generation, "a newer generation");
+        assert_eq!(after.data_version, a.data_version + 1);
+        assert_eq!((after.fid, after.size), (a.fid, a.size));
+        assert_eq!(queued(w), 1, "the old objects are queued for destruction");
+
+        // A Data-on-MDT file: refused (its bytes are kept under its FID).
+        let Ok(Response::FidGrant { first, .. }) = w.apply(&Request::MdsFidGrant { mdt: 0, count: 10 }, place) else {
+            panic!("no grant")
+        };
+        let dom = Fid { oid: first.oid + 1, ..first };
+        assert!(matches!(w.apply(&create_granted("dom", dom, dom_layout()), place), Ok(Response::Created { .. })));
+        let v = w.view.must_inode(dom).unwrap().attr.data_version;
+        let r = w.apply(
+            &Request::MdsReplaceLayout { creds: Creds::root(), fid: dom, layout: copy.clone(), data_version: v },
+            place,
+        );
+        assert_eq!(code(r), proto::Errno::NotSup);
+    });
 }

@@ -27,6 +27,8 @@ pub struct Placement<'a> {
     /// open file becomes an orphan instead of being destroyed, and a writer holding a
     /// file open may instantiate its components.
     pub is_open: &'a dyn Fn(Fid, Option<u64>) -> bool,
+    /// Whether a client other than the given one holds the FID open.
+    pub open_elsewhere: &'a dyn Fn(Fid, u64) -> bool,
 }
 
 /// The committer's write view of one batch. Every change goes through
@@ -423,6 +425,9 @@ impl<'a> Writer<'a> {
                 self.set_dir_layout(creds, *fid, spec.clone(), place.dom_max, now)
             }
             Request::MdsLayoutChange { creds, fid, change } => self.layout_change(creds, *fid, change, place, now),
+            Request::MdsReplaceLayout { creds, fid, layout, data_version } => {
+                self.replace_layout(creds, *fid, layout, *data_version, place, now)
+            }
             Request::MdsDomWrite { fid, offset, data, publish } => self.dom_write(*fid, *offset, data, *publish, now),
             &Request::MdsDomTrim { fid, offset, len } => self.dom_trim(fid, offset, len),
             &Request::MdsDomPunch { fid, size } => self.dom_cut(fid, size),

@@ -1,0 +1,157 @@
+//! `braid migrate`: a file's bytes moved to another layout (another pool, stripe
+//! count or size) while it keeps its name, FID, attributes and open-by-name identity,
+//! as Lustre's `lfs migrate`.
+//!
+//! Objects are named by the file's FID, a component id and a stripe, so the copy goes
+//! into objects of the same file under component ids its layout does not use yet:
+//! this client places the new components as the MDS would (the OSTs that are up, the
+//! pools the configuration names), writes the file's bytes into them straight through
+//! object I/O (no size report, no data version moved), makes them durable, and asks
+//! the MDS to replace the layout ([`Request::MdsReplaceLayout`]). The MDS checks that
+//! the file's data version has not moved since the copy began and that no other client
+//! holds it open, swaps the layout in one journaled step and queues the old objects
+//! for destruction: a writer racing the copy makes the migration fail (run it again),
+//! never lose a byte; readers that open the file afterwards read the new objects.
+//!
+//! If the copy fails or is refused, the objects written so far are destroyed again
+//! (best effort: a client killed mid-copy leaves them behind as orphans, which no
+//! layout names). Left for later: files with a Data-on-MDT component, whose bytes live
+//! under their FID in the MDT; holes, which the copy fills with zeros.
+
+use std::collections::HashSet;
+
+use layout::{Layout, LayoutSpec, OstState};
+use proto::msg::{Attr, Creds, FileKind, OpenFlags, Request, Response};
+use proto::Errno;
+
+use crate::*;
+
+/// Bytes copied per read and write.
+const COPY_CHUNK: u64 = 4 << 20;
+/// How long the replacement waits for other clients' closes to reach the MDS.
+const BUSY_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+impl Client {
+    /// Moves the bytes of file `name` in directory `parent` to a layout made from
+    /// `spec`, whose unset fields keep the file's current stripe count and size.
+    /// Returns the file's attributes with its new layout.
+    pub async fn migrate(&self, creds: &Creds, parent: Fid, name: &str, spec: LayoutSpec) -> Result<Attr> {
+        self.observe("migrate", Some(parent), 0, 0, async {
+            spec.validate()?;
+            if spec.components.iter().any(|c| c.pattern == layout::Pattern::Mdt) {
+                return Err(ClientError::Errno(Errno::NotSup, "migrating to a Data-on-MDT layout".into()));
+            }
+            let fid = self.lookup(creds, parent, name).await?.fid;
+            let read = OpenFlags { read: true, write: false, truncate: false };
+            let (src, attr) = self.open(creds, fid, read).await?;
+            let r = self.migrate_open(creds, name, &attr, spec).await;
+            let _ = self.close(src).await;
+            r
+        })
+        .await
+    }
+
+    async fn migrate_open(&self, creds: &Creds, name: &str, attr: &Attr, spec: LayoutSpec) -> Result<Attr> {
+        if attr.kind != FileKind::File {
+            return Err(ClientError::Errno(Errno::IsDir, format!("{name} is not a regular file")));
+        }
+        let Some(old) = attr.layout.as_ref() else {
+            return Err(ClientError::Errno(Errno::Inval, format!("{name} has no layout")));
+        };
+        if old.dom_end().is_some() {
+            return Err(ClientError::Errno(
+                Errno::NotSup,
+                format!("{name} has a Data-on-MDT component: such files cannot be migrated yet"),
+            ));
+        }
+        let new = self.placed_after(old, &spec, attr.size)?;
+        let written = self.copy_objects(attr.fid, old, &new, attr.size).await;
+        let r = match written {
+            Ok(()) => self.replace_layout(creds, attr, &new).await,
+            Err(e) => Err(e),
+        };
+        if r.is_err() {
+            // No layout names the copy: its objects go again.
+            for (ost, object) in crate::io::layout_objects(attr.fid, &new) {
+                if let Ok(t) = self.object_io(objio::Target::Ost { ost, object }).await {
+                    let _ = t.destroy().await;
+                }
+            }
+        }
+        r
+    }
+
+    /// `spec` placed as a new file's layout would be, filled from `old`'s first
+    /// component, with component ids after `old`'s and objects for every byte below
+    /// `size`.
+    fn placed_after(&self, old: &Layout, spec: &LayoutSpec, size: u64) -> Result<Layout> {
+        let first = &old.components[0];
+        let base = LayoutSpec::raid0(Some(first.stripe_count_wanted), Some(first.stripe_size));
+        let spec = spec.inherit(&base);
+        let config = self.config();
+        let osts: Vec<OstState> = config
+            .osts
+            .iter()
+            .map(|t| OstState {
+                index: t.index,
+                up: t.up,
+                free_bytes: t.usage.avail_bytes,
+                total_bytes: t.usage.total_bytes,
+                pools: config.pools.iter().filter(|p| p.osts.contains(&t.index)).map(|p| p.name.clone()).collect(),
+            })
+            .collect();
+        let cursor = rand_cursor();
+        let place =
+            |e: layout::PlacementError| ClientError::Errno(Errno::Inval, format!("cannot place the new layout: {e}"));
+        let mut new = spec.instantiate(&osts, cursor).map_err(place)?;
+        let after = old.components.iter().map(|c| c.id).max().unwrap_or(0);
+        for c in &mut new.components {
+            c.id += after;
+        }
+        new.instantiate_below(size.min(new.end()), &osts, cursor).map_err(place)?;
+        Ok(new)
+    }
+
+    /// Copies `size` bytes of file `fid` from `old`'s objects to `new`'s and makes them
+    /// durable.
+    async fn copy_objects(&self, fid: Fid, old: &Layout, new: &Layout, size: u64) -> Result<()> {
+        let mut touched = HashSet::new();
+        let mut offset = 0;
+        while offset < size {
+            let len = COPY_CHUNK.min(size - offset);
+            let (data, _) = io::read_extents(self, fid, old, offset, len).await?;
+            touched.extend(io::write_extents(self, fid, new, offset, data).await?);
+            offset += len;
+        }
+        let targets: Vec<objio::Target> = touched.into_iter().collect();
+        objio::sync(self, &targets).await
+    }
+
+    /// Asks the MDS to give the file `new` in place of its layout, waiting a moment
+    /// for other clients' closes still on their way.
+    async fn replace_layout(&self, creds: &Creds, attr: &Attr, new: &Layout) -> Result<Attr> {
+        let req = Request::MdsReplaceLayout {
+            creds: creds.clone(),
+            fid: attr.fid,
+            layout: new.clone(),
+            data_version: attr.data_version,
+        };
+        let deadline = tokio::time::Instant::now() + BUSY_WAIT;
+        loop {
+            match self.md(attr.fid, req.clone()).await {
+                Ok(Response::Attr(a)) => return Ok(a),
+                Ok(r) => return Err(unexpected("replace layout", &r)),
+                Err(e) if e.errno() == Errno::Busy && tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// A placement cursor that differs between calls, as the MDS's moves per file.
+fn rand_cursor() -> u64 {
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    t.subsec_nanos() as u64 ^ u64::from(std::process::id())
+}
