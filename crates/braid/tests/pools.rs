@@ -32,20 +32,6 @@ fn osts_of(c: &Cluster, file: &str) -> Vec<u32> {
     getstripe_objects(&c.braid_ok(&["getstripe", &c.url(file)])).iter().map(|o| o.0).collect()
 }
 
-/// Waits until the MDS places files in `pool`: it learns a pool change with its next
-/// look at the configuration, within a heartbeat interval (as Lustre's clients learn
-/// one within seconds).
-fn wait_pool(c: &Cluster, pool: &str) {
-    let probe = c.url(&format!("/.probe-{pool}"));
-    wait_for(&format!("the MDS to place files in pool {pool}"), Duration::from_secs(30), || {
-        let ok = c.braid(&["setstripe", "-p", pool, &probe]).status.success();
-        if ok {
-            c.braid_ok(&["rm", &probe]);
-        }
-        ok
-    });
-}
-
 /// Object files on every OST of the cluster.
 fn object_files(c: &Cluster) -> usize {
     (0..4)
@@ -102,8 +88,6 @@ fn pools_keep_files_on_their_osts_and_bad_input_is_a_clear_error() {
     pool(&c, &["create", "braid.disk"]);
     pool(&c, &["add", "braid.disk", "OST[2-3]"]);
     pool(&c, &["create", "braid.empty"]);
-    wait_pool(&c, "flash");
-    wait_pool(&c, "disk");
     assert_eq!(pool(&c, &["list", "braid"]), "Pools from braid:\nbraid.disk\nbraid.empty\nbraid.flash\n");
     assert_eq!(pool(&c, &["list", "braid.disk"]), "Pool: braid.disk\nbraid-OST0002_UUID\nbraid-OST0003_UUID\n");
 
@@ -184,15 +168,15 @@ fn pools_keep_files_on_their_osts_and_bad_input_is_a_clear_error() {
     });
     assert_eq!(pool(&c, &["list", "braid.disk"]), "Pool: braid.disk\nbraid-OST0002_UUID\nbraid-OST0003_UUID\n");
 
-    // A pool shrunk: new files take the OSTs it has now (the MDS learns within a
-    // heartbeat); files made before keep theirs.
+    // A pool shrunk: new files take the OSTs it has now (every MDS has the change
+    // when `braid pool` returns); files made before keep theirs.
     pool(&c, &["remove", "braid.disk", "OST0003"]);
-    wait_for("new files in the pool to avoid OST0003", Duration::from_secs(30), || {
-        std::fs::write(m.path("disk/probe"), b"p").unwrap();
-        let osts = osts_of(&c, "/disk/probe");
-        std::fs::remove_file(m.path("disk/probe")).unwrap();
-        osts == vec![2]
-    });
+    for k in 0..3 {
+        let probe = format!("disk/probe{k}");
+        std::fs::write(m.path(&probe), b"p").unwrap();
+        assert_eq!(osts_of(&c, &format!("/{probe}")), vec![2], "{probe}");
+        std::fs::remove_file(m.path(&probe)).unwrap();
+    }
     // Emptied and destroyed while files use it: they stay whole, a new file there is
     // refused with a clear error, and a file elsewhere is made as ever.
     pool(&c, &["remove", "braid.disk", "OST0002"]);
@@ -201,11 +185,7 @@ fn pools_keep_files_on_their_osts_and_bad_input_is_a_clear_error() {
     for i in 0..6 {
         assert!(std::fs::read(m.path(&format!("disk/f{i}"))).unwrap() == pattern(100_000, i), "f{i} whole");
     }
-    wait_for("new files in the destroyed pool to be refused", Duration::from_secs(30), || {
-        let r = std::fs::write(m.path("disk/late"), b"l");
-        let _ = std::fs::remove_file(m.path("disk/late"));
-        r.is_err()
-    });
+    assert!(std::fs::write(m.path("disk/late"), b"l").is_err(), "a new file in the destroyed pool is refused");
     let out = c.braid(&["setstripe", "-p", "disk", &c.url("/y")]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("pool 'disk' has no OSTs"));
     std::fs::write(m.path("elsewhere"), b"e").unwrap();
@@ -219,8 +199,6 @@ fn migrate_moves_a_files_bytes_into_another_pool_and_refuses_what_it_cannot_do_s
         c.braid_ok(&["pool", "create", name, "--cluster", &cl]);
         c.braid_ok(&["pool", "add", name, osts, "--cluster", &cl]);
     }
-    wait_pool(&c, "flash");
-    wait_pool(&c, "disk");
     let m = Mount::new(&c, "");
     let data = pattern(5 << 20, 3);
     c.braid_ok(&["setstripe", "-c", "1", "-p", "disk", &c.url("/f")]);

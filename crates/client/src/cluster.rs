@@ -13,9 +13,27 @@ impl Client {
             let fsname = self.config().fsname;
             let req = Request::MgsPool { fsname, pool: pool.to_string(), op, osts };
             match self.inner.mgs.call(&req, vec![]).await?.response {
-                Response::Ok => self.load_config().await,
-                r => Err(unexpected("pool change", &r)),
+                Response::Ok => {}
+                r => return Err(unexpected("pool change", &r)),
             }
+            // Every MDS places by the new pools once this returns (as Lustre's
+            // `lctl pool_*` waits for the change to reach the servers); one that does
+            // not answer soon learns it at its next look at the configuration.
+            let config = self.load_config().await?;
+            let mut addresses: Vec<&str> = config.mdts.iter().filter(|t| t.up).map(|t| t.address.as_str()).collect();
+            addresses.sort_unstable();
+            addresses.dedup();
+            for a in addresses {
+                let server = self.server(a);
+                match tokio::time::timeout(USAGE_WAIT, server.call(&Request::MdsRefreshConfig, vec![])).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => tracing::warn!("the MDS at {a} did not take the pool change yet: {e}"),
+                    Err(_) => {
+                        tracing::warn!("the MDS at {a} did not answer; it takes the pool change within its refresh")
+                    }
+                }
+            }
+            Ok(config)
         })
         .await
     }

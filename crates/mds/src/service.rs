@@ -31,6 +31,9 @@ pub struct Mds {
     dne: Arc<Dne>,
     /// Stopped when the MDS is dropped.
     workers: Workers,
+    /// What this MDS knows of the cluster, and where it learns it.
+    cluster: Arc<RwLock<ClusterView>>,
+    mgs: Arc<RpcClient>,
 }
 
 impl Mds {
@@ -51,7 +54,7 @@ impl Mds {
         }
         let workers = Workers::default();
         let dne = Arc::new(Dne::new(identity.clone(), cluster.clone(), mgs.clone(), mdts.get(&0).map(|m| &**m)));
-        workers.spawn(ClusterRefresh { mgs, cluster: cluster.clone(), every: cfg.config_refresh });
+        workers.spawn(ClusterRefresh { mgs: mgs.clone(), cluster: cluster.clone(), every: cfg.config_refresh });
         for m in mdts.values() {
             // Open counts do not survive a restart: orphans left by the previous run
             // are destroyed once clients had a grace period to come back.
@@ -69,7 +72,7 @@ impl Mds {
         if let (Some(m), true) = (mdts.get(&0), cfg.root_stripes > 1) {
             workers.spawn(RootStripe { mdt: m.clone(), dne: dne.clone(), count: cfg.root_stripes, done: false });
         }
-        Ok(Arc::new(Mds { mdts, dirs, callbacks: Arc::default(), dne, workers }))
+        Ok(Arc::new(Mds { mdts, dirs, callbacks: Arc::default(), dne, workers, cluster, mgs }))
     }
 
     /// Stops the background workers (dropping the MDS does too).
@@ -251,6 +254,12 @@ impl Mds {
                 return Response::Ok;
             }
             Request::MdsRenameLock { hold, holder } => return self.dne.rename_lock_for(*hold, *holder).await,
+            Request::MdsRefreshConfig => {
+                return match crate::workers::refresh_cluster(&self.mgs, &self.cluster).await {
+                    Ok(()) => Response::Ok,
+                    Err(e) => Response::error(Errno::Again, format!("cannot fetch configuration from the MGS: {e}")),
+                };
+            }
             Request::MdsStatfs { mdt } => {
                 return match (self.dirs.get(mdt), self.mdts.get(mdt)) {
                     (Some(d), Some(m)) => Response::Usage(m.usage(d)),

@@ -110,33 +110,33 @@ impl Worker for ClusterRefresh {
         true
     }
     async fn tick(&mut self) {
-        match self.mgs.call(&Request::MgsGetConfig, vec![]).await {
-            Ok(r) => {
-                if let Response::Config(c) = r.response {
-                    let osts = c
-                        .osts
-                        .iter()
-                        .map(|t| OstState {
-                            index: t.index,
-                            up: t.up,
-                            free_bytes: t.usage.avail_bytes,
-                            total_bytes: t.usage.total_bytes,
-                            pools: c
-                                .pools
-                                .iter()
-                                .filter(|p| p.osts.contains(&t.index))
-                                .map(|p| p.name.clone())
-                                .collect(),
-                        })
-                        .collect();
-                    let mut v = self.cluster.write().expect("cluster view");
-                    v.osts = osts;
-                    v.config = Some(c);
-                }
-            }
-            Err(e) => tracing::warn!("cannot fetch configuration from the MGS: {e}"),
+        if let Err(e) = refresh_cluster(&self.mgs, &self.cluster).await {
+            tracing::warn!("cannot fetch configuration from the MGS: {e}");
         }
     }
+}
+
+/// Fetches the configuration from the MGS into `cluster`: the OSTs new files are
+/// placed on, with their state and pools.
+pub async fn refresh_cluster(mgs: &RpcClient, cluster: &RwLock<ClusterView>) -> Result<(), proto::RpcError> {
+    let r = mgs.call(&Request::MgsGetConfig, vec![]).await?;
+    if let Response::Config(c) = r.response {
+        let osts = c
+            .osts
+            .iter()
+            .map(|t| OstState {
+                index: t.index,
+                up: t.up,
+                free_bytes: t.usage.avail_bytes,
+                total_bytes: t.usage.total_bytes,
+                pools: c.pools.iter().filter(|p| p.osts.contains(&t.index)).map(|p| p.name.clone()).collect(),
+            })
+            .collect();
+        let mut v = cluster.write().expect("cluster view");
+        v.osts = osts;
+        v.config = Some(c);
+    }
+    Ok(())
 }
 
 /// Most destroy-queue entries one pass handles.

@@ -31,8 +31,8 @@ use crate::msg::{AuthProof, AuthResult, Challenge, Hello};
 /// updates), directory moves and exchanges across MDTs. 6: a file's data version
 /// (`Attr::data_version`). 7: a size report carries the attribute changes answered
 /// by the client since the file's create (`MdsSizeUpdate::behind`). 8: OST pools
-/// (`MgsPool`, `ClusterConfig::pools`) and emulated media (`MgsHeartbeat::media`,
-/// `TargetInfo::media`).
+/// (`MgsPool`, `ClusterConfig::pools`, `MdsRefreshConfig`), emulated media
+/// (`MgsHeartbeat::media`, `TargetInfo::media`) and migration (`MdsReplaceLayout`).
 pub const PROTOCOL_VERSION: u32 = 8;
 /// Shortest secret accepted, in bytes.
 pub const SECRET_MIN_BYTES: usize = 16;

@@ -681,6 +681,9 @@ pub enum Request {
         fid: Fid,
         change: LayoutChange,
     },
+    /// Has the MDS fetch the configuration from the MGS now (after a pool change, so
+    /// that it places files by the new pools at once). Answered with `Ok`.
+    MdsRefreshConfig,
     /// Gives file `fid` the layout `layout` in place of its own (the end of `braid
     /// migrate`): `layout`'s components, with ids above every id `fid`'s layout has,
     /// hold a copy of its bytes written while it stayed at `data_version`; the objects
@@ -910,6 +913,7 @@ impl Request {
             Request::MdsSync { .. } => "md_sync",
             Request::MdsLayoutChange { .. } => "layout_change",
             Request::MdsReplaceLayout { .. } => "replace_layout",
+            Request::MdsRefreshConfig => "refresh_config",
             Request::MdsDomRead { .. } => "dom_read",
             Request::MdsDomWrite { .. } => "dom_write",
             Request::MdsDomTrim { .. } => "dom_trim",
