@@ -150,6 +150,16 @@ fn frame_seeds() -> Vec<(String, Vec<u8>)> {
                     total_inodes: 1 << 20,
                     free_inodes: 1 << 19,
                 },
+                media: Some(proto::msg::Media { class: "hdd".into(), bw_bytes: Some(150 << 20), lat_us: Some(4000) }),
+            },
+        ),
+        (
+            "mgs-pool",
+            Request::MgsPool {
+                fsname: "braid".into(),
+                pool: "flash".into(),
+                op: proto::msg::PoolOp::Add,
+                osts: vec![0, 2, 3],
             },
         ),
         ("lookup", Request::MdsLookup { creds: creds.clone(), parent: fid, name: "a file".into() }),

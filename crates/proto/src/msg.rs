@@ -430,14 +430,6 @@ pub enum Request {
         media: Option<Media>,
     },
     MgsGetConfig,
-    /// Changes pool `pool` of file system `fsname`: `osts` are the OSTs added or
-    /// removed (empty for create and destroy).
-    MgsPool {
-        fsname: String,
-        pool: String,
-        op: PoolOp,
-        osts: Vec<u32>,
-    },
 
     // ---- MDS (the MDT is the FID's, or `mdt` where no FID is given) ----
     /// Lookup with attributes (Lustre's lookup+getattr intent).
@@ -681,20 +673,6 @@ pub enum Request {
         fid: Fid,
         change: LayoutChange,
     },
-    /// Has the MDS fetch the configuration from the MGS now (after a pool change, so
-    /// that it places files by the new pools at once). Answered with `Ok`.
-    MdsRefreshConfig,
-    /// Gives file `fid` the layout `layout` in place of its own (the end of `braid
-    /// migrate`): `layout`'s components, with ids above every id `fid`'s layout has,
-    /// hold a copy of its bytes written while it stayed at `data_version`; the objects
-    /// of its old components are destroyed. Refused if `fid` changed since (`Again`)
-    /// or another client holds it open (`Busy`). Answered with `fid`'s attributes.
-    MdsReplaceLayout {
-        creds: Creds,
-        fid: Fid,
-        layout: Layout,
-        data_version: u64,
-    },
     /// Data-on-MDT: the bytes of file `fid`'s DoM component, served by its MDT as an
     /// OST serves an object (at the file's own offsets). Answered with
     /// [`Response::Data`] and the bytes as payload, fewer at the object's end.
@@ -873,6 +851,29 @@ pub enum Request {
         name: String,
         at: Timespec,
         lease: u64,
+    },
+    // ---- Added in protocol 8 (at the end, so earlier variants keep their codes) ----
+    /// Changes pool `pool` of file system `fsname`: `osts` are the OSTs added or
+    /// removed (empty for create and destroy).
+    MgsPool {
+        fsname: String,
+        pool: String,
+        op: PoolOp,
+        osts: Vec<u32>,
+    },
+    /// Has the MDS fetch the configuration from the MGS now (after a pool change, so
+    /// that it places files by the new pools at once). Answered with `Ok`.
+    MdsRefreshConfig,
+    /// Gives file `fid` the layout `layout` in place of its own (the end of `braid
+    /// migrate`): `layout`'s components, with ids above every id `fid`'s layout has,
+    /// hold a copy of its bytes written while it stayed at `data_version`; the objects
+    /// of its old components are destroyed. Refused if `fid` changed since (`Again`)
+    /// or another client holds it open (`Busy`). Answered with `fid`'s attributes.
+    MdsReplaceLayout {
+        creds: Creds,
+        fid: Fid,
+        layout: Layout,
+        data_version: u64,
     },
 }
 
