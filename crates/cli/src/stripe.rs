@@ -37,6 +37,13 @@ pub struct Setstripe {
     pub timeout_s: Option<u64>,
 }
 
+impl Setstripe {
+    /// The client options its `--secret-file` and `--timeout-s` give.
+    fn client_opts(&self) -> ClientOpts {
+        ClientOpts { secret_file: self.secret_file.clone(), timeout_s: self.timeout_s.unwrap_or(60) }
+    }
+}
+
 /// Usage of `braid setstripe`, for its `--help`.
 pub const SETSTRIPE_HELP: &str = "\
 Create an empty file with a layout, set a directory's default layout, or change a file's components.
@@ -213,14 +220,10 @@ Also: --secret-file FILE, --timeout-s SECONDS.";
 /// Runs `braid migrate ARGS` (setstripe's layout options and one file).
 pub fn migrate(args: &[String]) -> Result<()> {
     let s = parse_setstripe(args)?;
-    let SetstripeAction::Set(spec) = s.action else {
+    let SetstripeAction::Set(spec) = s.action.clone() else {
         bail!("braid migrate takes a layout (setstripe's options), not -d or component changes");
     };
-    let mut opts = ClientOpts { secret_file: s.secret_file.clone(), timeout_s: 60 };
-    if let Some(t) = s.timeout_s {
-        opts.timeout_s = t;
-    }
-    with_client(&opts, &s.path, |bc, p| {
+    with_client(&s.client_opts(), &s.path, |bc, p| {
         let c = creds();
         let client = &bc.client;
         let a = bc.run(client.resolve(&c, &p.path, false)).map_err(|e| e.at(&p.url()))?;
@@ -235,11 +238,7 @@ pub fn migrate(args: &[String]) -> Result<()> {
 
 /// Runs a parsed `setstripe`.
 pub fn setstripe(s: Setstripe) -> Result<()> {
-    let mut opts = ClientOpts { secret_file: s.secret_file.clone(), timeout_s: 60 };
-    if let Some(t) = s.timeout_s {
-        opts.timeout_s = t;
-    }
-    with_client(&opts, &s.path, |bc, p| {
+    with_client(&s.client_opts(), &s.path, |bc, p| {
         let c = creds();
         let client = &bc.client;
         let found = bc.run(client.resolve(&c, &p.path, true));
@@ -633,7 +632,7 @@ mod tests {
     #[test]
     fn plain_options_make_one_component() {
         let s = parse("-c 4 -S 1M -i -1 f").unwrap();
-        let SetstripeAction::Set(spec) = s.action else { panic!("{s:?}") };
+        let SetstripeAction::Set(spec) = s.action.clone() else { panic!("{s:?}") };
         assert_eq!(spec.components.len(), 1);
         assert_eq!(spec.components[0].stripe_count, Some(4));
         assert_eq!(spec.components[0].stripe_size, Some(1 << 20));
@@ -648,7 +647,7 @@ mod tests {
     fn each_dash_e_ends_a_component() {
         let s = parse("-E 4M -c 1 -S 1M -E 512M -c 2 -E -1 -c 4 --timeout-s 20 dir").unwrap();
         assert_eq!((s.path.as_str(), s.timeout_s), ("dir", Some(20)));
-        let SetstripeAction::Set(spec) = s.action else { panic!() };
+        let SetstripeAction::Set(spec) = s.action.clone() else { panic!() };
         let ends: Vec<u64> = spec.components.iter().map(|c| c.extent_end).collect();
         assert_eq!(ends, vec![4 << 20, 512 << 20, EOF]);
         let counts: Vec<Option<i64>> = spec.components.iter().map(|c| c.stripe_count).collect();

@@ -20,7 +20,7 @@
 
 use std::collections::HashSet;
 
-use layout::{Layout, LayoutSpec, OstState};
+use layout::{Layout, LayoutSpec};
 use proto::msg::{Attr, Creds, FileKind, OpenFlags, Request, Response};
 use proto::Errno;
 
@@ -88,18 +88,7 @@ impl Client {
         let first = &old.components[0];
         let base = LayoutSpec::raid0(Some(first.stripe_count_wanted), Some(first.stripe_size));
         let spec = spec.inherit(&base);
-        let config = self.config();
-        let osts: Vec<OstState> = config
-            .osts
-            .iter()
-            .map(|t| OstState {
-                index: t.index,
-                up: t.up,
-                free_bytes: t.usage.avail_bytes,
-                total_bytes: t.usage.total_bytes,
-                pools: config.pools.iter().filter(|p| p.osts.contains(&t.index)).map(|p| p.name.clone()).collect(),
-            })
-            .collect();
+        let osts = self.config().ost_states();
         let cursor = rand_cursor();
         let place =
             |e: layout::PlacementError| ClientError::Errno(Errno::Inval, format!("cannot place the new layout: {e}"));

@@ -14,7 +14,6 @@ use std::future::Future;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use layout::OstState;
 use proto::msg::{Request, Response, TargetKind};
 use proto::Fid;
 use rpc::{Identity, RpcClient, RpcOptions};
@@ -121,17 +120,7 @@ impl Worker for ClusterRefresh {
 pub async fn refresh_cluster(mgs: &RpcClient, cluster: &RwLock<ClusterView>) -> Result<(), proto::RpcError> {
     let r = mgs.call(&Request::MgsGetConfig, vec![]).await?;
     if let Response::Config(c) = r.response {
-        let osts = c
-            .osts
-            .iter()
-            .map(|t| OstState {
-                index: t.index,
-                up: t.up,
-                free_bytes: t.usage.avail_bytes,
-                total_bytes: t.usage.total_bytes,
-                pools: c.pools.iter().filter(|p| p.osts.contains(&t.index)).map(|p| p.name.clone()).collect(),
-            })
-            .collect();
+        let osts = c.ost_states();
         let mut v = cluster.write().expect("cluster view");
         v.osts = osts;
         v.config = Some(c);

@@ -170,6 +170,21 @@ impl ClusterConfig {
     pub fn pool(&self, name: &str) -> Option<&PoolInfo> {
         self.pools.iter().find(|p| p.name == name)
     }
+
+    /// What placement needs to know of each OST: whether it is up, its space, and
+    /// the pools it is in.
+    pub fn ost_states(&self) -> Vec<layout::OstState> {
+        self.osts
+            .iter()
+            .map(|t| layout::OstState {
+                index: t.index,
+                up: t.up,
+                free_bytes: t.usage.avail_bytes,
+                total_bytes: t.usage.total_bytes,
+                pools: self.pools.iter().filter(|p| p.osts.contains(&t.index)).map(|p| p.name.clone()).collect(),
+            })
+            .collect()
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -17,6 +17,15 @@ use super::writer::{Placement, Writer};
 use crate::inode::MAY_WRITE;
 
 impl Writer<'_> {
+    /// The inode of `fid`, a regular file (only files have layouts).
+    fn file_inode(&self, fid: Fid) -> OpResult<crate::inode::Inode> {
+        let ino = self.view.must_inode(fid)?;
+        if ino.attr.kind != FileKind::File {
+            return fail(Errno::Inval, format!("{fid} is not a regular file: only files have layouts"));
+        }
+        Ok(ino)
+    }
+
     pub(super) fn layout_change(
         &mut self,
         creds: &Creds,
@@ -25,10 +34,7 @@ impl Writer<'_> {
         place: &Placement<'_>,
         now: Timespec,
     ) -> OpResult<Response> {
-        let mut ino = self.view.must_inode(fid)?;
-        if ino.attr.kind != FileKind::File {
-            return fail(Errno::Inval, format!("{fid} is not a regular file: only files have layouts"));
-        }
+        let mut ino = self.file_inode(fid)?;
         // Adding or deleting components is a change of the file, as Lustre's setstripe
         // on a file: it needs write permission. An instantiation chooses OSTs and
         // changes no byte; it comes from a writer or a truncate, so it needs write
@@ -82,10 +88,7 @@ impl Writer<'_> {
         place: &Placement<'_>,
         now: Timespec,
     ) -> OpResult<Response> {
-        let mut ino = self.view.must_inode(fid)?;
-        if ino.attr.kind != FileKind::File {
-            return fail(Errno::Inval, format!("{fid} is not a regular file: only files have layouts"));
-        }
+        let mut ino = self.file_inode(fid)?;
         if !ino.may(creds, MAY_WRITE) {
             return fail(Errno::Access, format!("replacing the layout of {fid} needs write permission on it"));
         }

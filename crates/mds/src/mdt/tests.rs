@@ -36,6 +36,19 @@ fn mkdir(name: &str) -> Request {
     }
 }
 
+/// A placement with `osts`, `default_layout`, DoM up to 1 MiB, the cursor at 0,
+/// `is_open` for opens and no file open on another client.
+fn placement<'a>(
+    osts: &'a [OstState],
+    default_layout: &'a LayoutSpec,
+    is_open: &'a dyn Fn(Fid, Option<u64>) -> bool,
+) -> Placement<'a> {
+    fn nowhere_else(_: Fid, _: u64) -> bool {
+        false
+    }
+    Placement { osts, cursor: 0, default_layout, dom_max: 1 << 20, is_open, open_elsewhere: &nowhere_else }
+}
+
 fn no_placement() -> (Vec<OstState>, LayoutSpec) {
     (vec![], LayoutSpec::raid0(Some(1), Some(1 << 20)))
 }
@@ -49,14 +62,7 @@ fn on_fresh_mdt<T>(tag: &str, f: impl FnOnce(&mut Writer, &mut Placement) -> T) 
     let (_, default_layout) = no_placement();
     let osts = [OstState { index: 0, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30, pools: vec![] }];
     let is_open = |_: Fid, _: Option<u64>| false;
-    let mut place = Placement {
-        osts: &osts,
-        cursor: 0,
-        default_layout: &default_layout,
-        dom_max: 1 << 20,
-        is_open: &is_open,
-        open_elsewhere: &|_, _| false,
-    };
+    let mut place = placement(&osts, &default_layout, &is_open);
     let mut mem = new_memtable();
     let mut w = Writer::new(store.snapshot().unwrap(), &mut mem, 0);
     f(&mut w, &mut place)
@@ -68,14 +74,7 @@ fn a_writer_dropped_unfinished_takes_its_batch_back_and_a_finished_one_is_writte
     format(&store, 0, &LayoutSpec::raid0(Some(1), Some(1 << 20))).unwrap();
     let (osts, default_layout) = no_placement();
     let is_open = |_: Fid, _: Option<u64>| false;
-    let mut place = Placement {
-        osts: &osts,
-        cursor: 0,
-        default_layout: &default_layout,
-        dom_max: 1 << 20,
-        is_open: &is_open,
-        open_elsewhere: &|_, _| false,
-    };
+    let mut place = placement(&osts, &default_layout, &is_open);
     let mut mem = new_memtable();
 
     // A batch that made a directory and was never logged leaves nothing behind.
@@ -127,14 +126,7 @@ fn an_entry_change_in_a_directory_leased_by_another_client_is_refused_and_taken_
     let (_, default_layout) = no_placement();
     let osts = [OstState { index: 0, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30, pools: vec![] }];
     let is_open = |_: Fid, _: Option<u64>| false;
-    let mut place = Placement {
-        osts: &osts,
-        cursor: 0,
-        default_layout: &default_layout,
-        dom_max: 1 << 20,
-        is_open: &is_open,
-        open_elsewhere: &|_, _| false,
-    };
+    let mut place = placement(&osts, &default_layout, &is_open);
     let mut mem = new_memtable();
     let mut leases = DirLeases::default();
 
@@ -392,14 +384,7 @@ fn a_directory_being_removed_across_mdts_takes_no_new_entry_until_decided() {
     let osts = vec![OstState { index: 0, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30, pools: vec![] }];
     let default_layout = LayoutSpec::raid0(Some(1), Some(1 << 20));
     let is_open = |_: Fid, _: Option<u64>| false;
-    let mut place = Placement {
-        osts: &osts,
-        cursor: 0,
-        default_layout: &default_layout,
-        dom_max: 1 << 20,
-        is_open: &is_open,
-        open_elsewhere: &|_, _| false,
-    };
+    let mut place = placement(&osts, &default_layout, &is_open);
     let mut mem = new_memtable();
     let mut w = Writer::new(store.snapshot().unwrap(), &mut mem, 1);
     let (made, removing) = (UpdateId { mdt: 0, seq: 1 }, UpdateId { mdt: 0, seq: 2 });
@@ -449,14 +434,7 @@ fn a_damaged_shard_table_makes_its_directory_unreadable_with_a_clear_error_and_p
     format(&store, 0, &LayoutSpec::raid0(Some(1), Some(1 << 20))).unwrap();
     let (osts, default_layout) = no_placement();
     let is_open = |_: Fid, _: Option<u64>| false;
-    let mut place = Placement {
-        osts: &osts,
-        cursor: 0,
-        default_layout: &default_layout,
-        dom_max: 1 << 20,
-        is_open: &is_open,
-        open_elsewhere: &|_, _| false,
-    };
+    let mut place = placement(&osts, &default_layout, &is_open);
     let mut mem = new_memtable();
     let mut w = Writer::new(store.snapshot().unwrap(), &mut mem, 0);
     let Response::DirMade { attr: dir, .. } = w.apply(&mkdir("s"), &mut place).unwrap() else { panic!("no dir") };
@@ -490,14 +468,7 @@ fn an_entry_held_by_a_rename_across_mdts_is_neither_unlinked_nor_replaced_until_
     let osts = vec![OstState { index: 0, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30, pools: vec![] }];
     let default_layout = LayoutSpec::raid0(Some(1), Some(1 << 20));
     let is_open = |_: Fid, _: Option<u64>| false;
-    let mut place = Placement {
-        osts: &osts,
-        cursor: 0,
-        default_layout: &default_layout,
-        dom_max: 1 << 20,
-        is_open: &is_open,
-        open_elsewhere: &|_, _| false,
-    };
+    let mut place = placement(&osts, &default_layout, &is_open);
     let mut mem = new_memtable();
     let mut w = Writer::new(store.snapshot().unwrap(), &mut mem, 0);
     // A directory of this MDT holding a file, which MDT 1 coordinates a rename of.
@@ -648,14 +619,7 @@ fn a_clients_create_takes_granted_unused_fids_and_layouts_the_mds_could_have_giv
     let (_, default_layout) = no_placement();
     let osts = [OstState { index: 0, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30, pools: vec![] }];
     let is_open = |_: Fid, _: Option<u64>| false;
-    let mut place = Placement {
-        osts: &osts,
-        cursor: 0,
-        default_layout: &default_layout,
-        dom_max: 1 << 20,
-        is_open: &is_open,
-        open_elsewhere: &|_, _| false,
-    };
+    let mut place = placement(&osts, &default_layout, &is_open);
     let mut mem = new_memtable();
     let mut w = Writer::new(store.snapshot().unwrap(), &mut mem, 0);
 
@@ -747,14 +711,7 @@ fn a_clients_create_keeps_the_osts_a_directorys_default_names() {
     let (_, default_layout) = no_placement();
     let osts = osts_up();
     let is_open = |_: Fid, _: Option<u64>| false;
-    let mut place = Placement {
-        osts: &osts,
-        cursor: 0,
-        default_layout: &default_layout,
-        dom_max: 1 << 20,
-        is_open: &is_open,
-        open_elsewhere: &|_, _| false,
-    };
+    let mut place = placement(&osts, &default_layout, &is_open);
     let mut mem = new_memtable();
     let mut w = Writer::new(store.snapshot().unwrap(), &mut mem, 0);
     let Ok(Response::FidGrant { first, .. }) = w.apply(&Request::MdsFidGrant { mdt: 0, count: 10 }, &mut place) else {
