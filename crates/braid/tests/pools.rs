@@ -224,7 +224,7 @@ fn migrate_moves_a_files_bytes_into_another_pool_and_refuses_what_it_cannot_do_s
     wait_for("the old object to be destroyed", Duration::from_secs(30), || object_files(&c) == 2);
 
     // Refused, and nothing changed: a pool with no OSTs, a file open for writing on
-    // another client, a directory, a Data-on-MDT file.
+    // another client, a directory.
     fails_with(&c, &["migrate", "-p", "nosuch", &c.url("/f")], "pool 'nosuch' has no OSTs");
     let held = std::fs::OpenOptions::new().write(true).open(m.path("f")).unwrap();
     fails_with(&c, &["migrate", "-p", "disk", &c.url("/f")], "open on another client");
@@ -237,9 +237,18 @@ fn migrate_moves_a_files_bytes_into_another_pool_and_refuses_what_it_cannot_do_s
     assert!(std::fs::read(m.path("f")).unwrap() == data);
     std::fs::create_dir(m.path("d")).unwrap();
     fails_with(&c, &["migrate", "-p", "disk", &c.url("/d")], "a directory");
+    // A Data-on-MDT file moves onto the pool's OSTs (its bytes on the MDT go); a
+    // DoM layout is no migration's target.
     c.braid_ok(&["setstripe", "-E", "64K", "-L", "mdt", "-E", "-1", "-c", "1", &c.url("/dom")]);
-    std::fs::write(m.path("dom"), b"small").unwrap();
-    fails_with(&c, &["migrate", "-p", "disk", &c.url("/dom")], "Data-on-MDT");
+    let small = pattern(100_000, 11);
+    std::fs::write(m.path("dom"), &small).unwrap();
+    fails_with(&c, &["migrate", "-E", "64K", "-L", "mdt", "-E", "-1", &c.url("/dom")], "Data-on-MDT");
+    c.braid_ok(&["migrate", "-c", "1", "-p", "disk", &c.url("/dom")]);
+    let layout = c.braid_ok(&["getstripe", &c.url("/dom")]);
+    assert!(!layout.contains("mdt") && layout.contains("lmm_pool:          disk"), "{layout}");
+    assert!(matches!(osts_of(&c, "/dom")[..], [2] | [3]), "{layout}");
+    assert!(std::fs::read(m.path("dom")).unwrap() == small, "the DoM file's bytes, now on an OST");
+    assert!(c.get("/dom") == small);
     // Once closed, the same migration goes through (the MDS learns the close within
     // moments; the migration waits for it).
     c.braid_ok(&["migrate", "-p", "disk", &c.url("/f")]);

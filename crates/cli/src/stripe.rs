@@ -214,7 +214,8 @@ and a file open on another client is refused.
   braid migrate [STRIPE_OPTIONS] FILE       e.g. braid migrate -p cool -c 2 /mnt/braid/big.dat
 
 STRIPE_OPTIONS as braid setstripe's (-E ends a component; -p POOL, -c N, -S SIZE, -o LIST, ...);
-without any, the layout a new file in its directory gets. Not yet: files with a Data-on-MDT component.
+unset ones keep the file's stripe count and size. A file with a Data-on-MDT component moves onto OSTs;
+a DoM layout is not a migration's target.
 Also: --secret-file FILE, --timeout-s SECONDS.";
 
 /// Runs `braid migrate ARGS` (setstripe's layout options and one file).

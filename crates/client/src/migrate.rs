@@ -13,10 +13,13 @@
 //! for destruction: a writer racing the copy makes the migration fail (run it again),
 //! never lose a byte; readers that open the file afterwards read the new objects.
 //!
+//! A file with a Data-on-MDT component is read from its MDT like any other and moves
+//! onto OSTs (the MDS drops its bytes there with the switch); a layout with a DoM
+//! component is not a migration's target (`setstripe` makes such files).
+//!
 //! If the copy fails or is refused, the objects written so far are destroyed again
 //! (best effort: a client killed mid-copy leaves them behind as orphans, which no
-//! layout names). Left for later: files with a Data-on-MDT component, whose bytes live
-//! under their FID in the MDT; holes, which the copy fills with zeros.
+//! layout names). Left for later: holes, which the copy fills with zeros.
 
 use std::collections::HashSet;
 
@@ -58,12 +61,6 @@ impl Client {
         let Some(old) = attr.layout.as_ref() else {
             return Err(ClientError::Errno(Errno::Inval, format!("{name} has no layout")));
         };
-        if old.dom_end().is_some() {
-            return Err(ClientError::Errno(
-                Errno::NotSup,
-                format!("{name} has a Data-on-MDT component: such files cannot be migrated yet"),
-            ));
-        }
         let new = self.placed_after(old, &spec, attr.size)?;
         let written = self.copy_objects(attr.fid, old, &new, attr.size).await;
         let r = match written {
@@ -82,11 +79,13 @@ impl Client {
     }
 
     /// `spec` placed as a new file's layout would be, filled from `old`'s first
-    /// component, with component ids after `old`'s and objects for every byte below
-    /// `size`.
+    /// component on OSTs, with component ids after `old`'s and objects for every byte
+    /// below `size`.
     fn placed_after(&self, old: &Layout, spec: &LayoutSpec, size: u64) -> Result<Layout> {
-        let first = &old.components[0];
-        let base = LayoutSpec::raid0(Some(first.stripe_count_wanted), Some(first.stripe_size));
+        let base = match old.components.iter().find(|c| !c.is_dom()) {
+            Some(c) => LayoutSpec::raid0(Some(c.stripe_count_wanted.max(1)), Some(c.stripe_size)),
+            None => LayoutSpec::raid0(Some(1), Some(1 << 20)),
+        };
         let spec = spec.inherit(&base);
         let osts = self.config().ost_states();
         let cursor = rand_cursor();

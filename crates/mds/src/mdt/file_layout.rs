@@ -75,8 +75,9 @@ impl Writer<'_> {
     /// Replaces the layout of file `fid` with `layout` (see
     /// [`Request::MdsReplaceLayout`]): a copy of its bytes the caller wrote to
     /// `layout`'s objects while the file stayed at `data_version`. The old objects are
-    /// queued for destruction as an unlinked file's are; the data version moves, so
-    /// every cached byte of the file is dropped at its next open.
+    /// queued for destruction as an unlinked file's are, and its bytes on this MDT (a
+    /// Data-on-MDT component) dropped; the data version moves, so every cached byte of
+    /// the file is dropped at its next open. The new layout has no DoM component.
     ///
     /// [`Request::MdsReplaceLayout`]: proto::msg::Request::MdsReplaceLayout
     pub(super) fn replace_layout(
@@ -95,8 +96,8 @@ impl Writer<'_> {
         let Some(old) = ino.attr.layout.clone() else {
             return fail(Errno::Inval, format!("{fid} has no layout"));
         };
-        if old.dom_end().is_some() || layout.dom_end().is_some() {
-            return fail(Errno::NotSup, format!("{fid}: layouts with a Data-on-MDT component cannot be replaced"));
+        if layout.dom_end().is_some() {
+            return fail(Errno::NotSup, format!("{fid}: a new layout with a Data-on-MDT component"));
         }
         if ino.attr.data_version != data_version {
             return fail(Errno::Again, format!("{fid} changed while its bytes were copied: migrate it again"));
@@ -125,6 +126,10 @@ impl Writer<'_> {
                     );
                 }
             }
+        }
+        // Bytes kept on this MDT (a DoM component) were copied to the new objects.
+        if old.dom_end().is_some() {
+            self.drop_dom_from(fid, 0)?;
         }
         let objects = super::schema::layout_objects(fid, &old);
         if !objects.is_empty() {

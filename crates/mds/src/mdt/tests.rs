@@ -850,7 +850,7 @@ fn a_writers_report_without_an_mtime_keeps_the_times_set_since_its_writes() {
 }
 
 #[test]
-fn a_replaced_layout_queues_the_old_objects_and_a_changed_open_or_dom_file_is_refused() {
+fn a_replaced_layout_queues_the_old_objects_drops_dom_bytes_and_a_changed_or_open_file_is_refused() {
     on_fresh_mdt("replace", |w, place| {
         let a = match w.apply(&create(Fid::ROOT, "a"), place) {
             Ok(Response::Created { attr, .. }) => attr,
@@ -889,17 +889,29 @@ fn a_replaced_layout_queues_the_old_objects_and_a_changed_open_or_dom_file_is_re
         assert_eq!((after.fid, after.size), (a.fid, a.size));
         assert_eq!(queued(w), 1, "the old objects are queued for destruction");
 
-        // A Data-on-MDT file: refused (its bytes are kept under its FID).
+        // A Data-on-MDT file moves onto OSTs: its bytes on the MDT go. A new layout
+        // with a DoM component is refused.
         let Ok(Response::FidGrant { first, .. }) = w.apply(&Request::MdsFidGrant { mdt: 0, count: 10 }, place) else {
             panic!("no grant")
         };
         let dom = Fid { oid: first.oid + 1, ..first };
         assert!(matches!(w.apply(&create_granted("dom", dom, dom_layout()), place), Ok(Response::Created { .. })));
+        let write = Request::MdsDomWrite { fid: dom, offset: 0, data: vec![7; 5000], publish: None };
+        assert!(w.apply(&write, place).is_ok());
+        assert_eq!(w.view.dom_size(dom).unwrap(), 5000);
         let v = w.view.must_inode(dom).unwrap().attr.data_version;
-        let r = w.apply(
-            &Request::MdsReplaceLayout { creds: Creds::root(), fid: dom, layout: copy.clone(), data_version: v },
-            place,
-        );
-        assert_eq!(code(r), proto::Errno::NotSup);
+        let onto = |layout: layout::Layout| Request::MdsReplaceLayout {
+            creds: Creds::root(),
+            fid: dom,
+            layout,
+            data_version: v,
+        };
+        let mut with_dom = dom_layout();
+        with_dom.components.iter_mut().for_each(|c| c.id += 10);
+        let r = w.apply(&onto(with_dom), place);
+        assert_eq!(code(r), proto::Errno::NotSup, "a new layout with a DoM component");
+        let Ok(Response::Attr(moved)) = w.apply(&onto(copy.clone()), place) else { panic!("DoM onto OSTs") };
+        assert_eq!(moved.layout.unwrap().components, copy.components);
+        assert_eq!(w.view.dom_size(dom).unwrap(), 0, "its bytes on the MDT are dropped");
     });
 }
