@@ -58,6 +58,14 @@ pub enum Preset {
     /// to 4 MiB), one task, on each target: a braid mount with tracing off, on, and
     /// with a synchronous logger, for the tracer's overhead.
     Tracer,
+    /// Seed 000's aggregate bandwidth by OSTs: N tasks, file per process, each file on
+    /// one OST, for N = 1, 2, 4, 8 (on a file system whose OSTs are bandwidth-limited,
+    /// `braid local --ost-media 0-7:bw=200M`, it shows how the OSTs add up).
+    Osts,
+    /// Seed 000 figure 3-12: the tasks sweep on each target, the targets being
+    /// directories placed in pools of OSTs that emulate different media (e.g. an
+    /// `hdd` pool and an `ssd` pool: `braid setstripe -p hdd DIR`).
+    Media,
     /// Seed 004 Table 1 and figures 1, 3 and 4: NBD exports (targets `LABEL=nbd://...`)
     /// measured through the protocol: latency of one request in flight by size,
     /// sequential bandwidth with and without FUA, write bandwidth by amount written
@@ -69,6 +77,8 @@ impl Preset {
     fn describe(self) -> &'static str {
         match self {
             Preset::Tasks => "Seed 000 figure 3-5: aggregate write and read bandwidth as the number of tasks grows; file per process, 1 MiB transfers, sequential.",
+            Preset::Osts => "Seed 000's scaling with storage targets: N tasks write then read a file each (1 MiB transfers, sequential), every file with one stripe (`braid setstripe -c 1` on the work directory), so round-robin placement puts the N files on N different OSTs: the aggregate bandwidth of 1, 2, 4 and 8 OSTs. On OSTs with an emulated bandwidth limit (`braid oss --ost DIR:bw=200M`, `braid local --ost-media 0-7:bw=200M`) it should grow with N until the client or the machine runs out; the `ideal` series is N times the one-OST figure.",
+            Preset::Media => "Seed 000 figure 3-12: aggregate write and read bandwidth by number of tasks (file per process, 1 MiB transfers) on each target, where each target is a directory whose files go to OSTs of one emulated medium (`braid pool` an `hdd` and an `ssd` set of OSTs started with `--ost DIR:class=hdd,bw=150M,lat=4ms` and the like, then `braid setstripe -p hdd DIR`). The same workload shows what each medium delivers.",
             Preset::Filesize => "Seed 000 figure 3-6: bandwidth by file size for one task with 1 MiB records (IOzone-style write, rewrite, read, reread). Files that fit in the client's memory are read back from its cache, so read and reread rise well above what the storage delivers; past the cache size they fall to the storage's speed.",
             Preset::Blocksize => "Seed 000 figure 3-7: bandwidth by transfer (block) size for one task, file per process, sequential. Small transfers pay a per-call cost.",
             Preset::Pattern => "Seed 000 figure 3-8: bandwidth by access pattern for one task with 1 MiB transfers: sequential, strided with an interval of 17 transfers, random. Write-back hides the pattern from writes; reads pay for it.",
@@ -191,6 +201,14 @@ impl SweepArgs {
         Ok(counts)
     }
 
+    /// The OST (and task) counts of the osts preset: `--values`, or 1, 2, 4 and 8.
+    fn ost_counts(&self) -> Result<Vec<u64>> {
+        if self.values.is_empty() {
+            return Ok(vec![1, 2, 4, 8]);
+        }
+        self.task_counts()
+    }
+
     /// The MDT counts of the dne preset: `--values`, or 1, 2 and 4.
     fn mdt_counts(&self) -> Result<Vec<u32>> {
         if self.values.is_empty() {
@@ -285,6 +303,20 @@ pub fn execute(args: &SweepArgs, native: Option<NativeConnect>) -> Result<SweepR
             Preset::Tasks => {
                 vec![figure("tasks", "Bandwidth by number of tasks (file per process)", "tasks", "MiB/s", XAxis::Log2)]
             }
+            Preset::Osts => vec![figure(
+                "osts",
+                "Aggregate bandwidth by OSTs (N tasks, a one-stripe file each)",
+                "OSTs (= tasks)",
+                "MiB/s",
+                XAxis::Log2,
+            )],
+            Preset::Media => vec![figure(
+                "media",
+                "Bandwidth by number of tasks on each medium (file per process)",
+                "tasks",
+                "MiB/s",
+                XAxis::Log2,
+            )],
             Preset::Filesize => vec![figure(
                 "filesize",
                 "Bandwidth by file size (one task, 1 MiB records)",
@@ -396,7 +428,10 @@ pub fn execute(args: &SweepArgs, native: Option<NativeConnect>) -> Result<SweepR
     // Every point as (figure, x, x label, engine arguments) before anything runs, so bad
     // --values fail at once.
     let task_counts = match args.preset {
-        Preset::Tasks | Preset::Metadata | Preset::Pfl | Preset::Dom | Preset::Dne => args.task_counts()?,
+        Preset::Tasks | Preset::Media | Preset::Metadata | Preset::Pfl | Preset::Dom | Preset::Dne => {
+            args.task_counts()?
+        }
+        Preset::Osts => args.ost_counts()?,
         _ => Vec::new(),
     };
     let mdt_counts = if args.preset == Preset::Dne { args.mdt_counts()? } else { Vec::new() };
@@ -408,7 +443,7 @@ pub fn execute(args: &SweepArgs, native: Option<NativeConnect>) -> Result<SweepR
         args.sizes(&["1m", "4m", "16m", "64m", "256m", "1g", "4g"], &["1m", "4m", "16m", "64m", "256m"])?;
     let total_points = targets.len()
         * match args.preset {
-            Preset::Tasks => task_counts.len(),
+            Preset::Tasks | Preset::Media | Preset::Osts => task_counts.len(),
             Preset::Metadata | Preset::Pfl => task_counts.len() * 2,
             Preset::Dom => DOM_CASES.len() * 2,
             Preset::Cache => 1,
@@ -456,7 +491,35 @@ pub fn execute(args: &SweepArgs, native: Option<NativeConnect>) -> Result<SweepR
             Ok((report, format!("braid bench {}", words(&argv))))
         };
         match args.preset {
-            Preset::Tasks => {
+            Preset::Osts => {
+                let size = args.bytes_per_task(32 << 20);
+                let (block, transfer) = (format_size(size), format_size(size.min(1 << 20)));
+                let sub = layout_dir(&mut *driver, &work.path, &dir, "one stripe", &["-c", "1"])?;
+                let mut one = None;
+                for &n in &task_counts {
+                    status(&mut progress, &format!("{n} OSTs"));
+                    let extra: Vec<String> =
+                        ["-F", "-w", "-r", "-t", &transfer, "-b", &block, "-N", &n.to_string(), "-o"]
+                            .iter()
+                            .map(|s| s.to_string())
+                            .chain([crate::backend::join(&sub.0, "testFile")])
+                            .collect();
+                    let (report, command) = run_ior(&extra)?;
+                    // N times what one OST gave: where perfect scaling would be.
+                    if n == 1 {
+                        one = Some(
+                            report.summary.iter().map(|r| (r.operation, r.bandwidth_mib_s.mean)).collect::<Vec<_>>(),
+                        );
+                    }
+                    for (op, bw) in one.iter().flatten() {
+                        figures.add("osts", format!("ideal {op}"), n as f64, n.to_string(), bw * n as f64);
+                    }
+                    add_ior_run(&mut figures, &mut runs, "osts", label, (n as f64, n.to_string()), report, command);
+                }
+                let _ = driver.rmdir(&sub.1);
+            }
+            Preset::Tasks | Preset::Media => {
+                let fig = if args.preset == Preset::Media { "media" } else { "tasks" };
                 let size = args.bytes_per_task(32 << 20);
                 let (block, transfer) = (format_size(size), format_size(size.min(1 << 20)));
                 for &n in &task_counts {
@@ -478,7 +541,7 @@ pub fn execute(args: &SweepArgs, native: Option<NativeConnect>) -> Result<SweepR
                     .map(|s| s.to_string())
                     .collect();
                     let (report, command) = run_ior(&extra)?;
-                    add_ior_run(&mut figures, &mut runs, "tasks", label, (n as f64, n.to_string()), report, command);
+                    add_ior_run(&mut figures, &mut runs, fig, label, (n as f64, n.to_string()), report, command);
                 }
             }
             Preset::Blocksize | Preset::Tracer => {
@@ -721,8 +784,8 @@ pub fn execute(args: &SweepArgs, native: Option<NativeConnect>) -> Result<SweepR
             Preset::Pfl => {
                 let size = args.bytes_per_task(32 << 20);
                 let block = format_size(size);
-                for (name, template) in [("plain", None), ("Table 4", Some("seed-table4"))] {
-                    let sub = layout_dir(&mut *driver, &work.path, &dir, name, template)?;
+                for (name, setstripe) in [("plain", &[][..]), ("Table 4", &["--template", "seed-table4"][..])] {
+                    let sub = layout_dir(&mut *driver, &work.path, &dir, name, setstripe)?;
                     for &n in &task_counts {
                         status(&mut progress, &format!("{name}: {n} tasks"));
                         let extra: Vec<String> = ["-w", "-r", "-t", "1m", "-b", &block, "-N", &n.to_string(), "-o"]
@@ -748,8 +811,8 @@ pub fn execute(args: &SweepArgs, native: Option<NativeConnect>) -> Result<SweepR
             Preset::Nbd => {}
             Preset::Dom => {
                 let n = *task_counts.last().expect("task counts are never empty");
-                for (name, template) in [("plain", None), ("DoM", Some("seed-table5"))] {
-                    let sub = layout_dir(&mut *driver, &work.path, &dir, name, template)?;
+                for (name, setstripe) in [("plain", &[][..]), ("DoM", &["--template", "seed-table5"][..])] {
+                    let sub = layout_dir(&mut *driver, &work.path, &dir, name, setstripe)?;
                     for (index, &(case, block, transfer)) in DOM_CASES.iter().enumerate() {
                         status(&mut progress, &format!("{name}: {case}"));
                         let extra: Vec<String> =
@@ -843,16 +906,16 @@ const CACHE_RANDOM: [&str; 2] = ["random read", "random write"];
 
 const DOM_CASES: [(&str, &str, &str); 2] = [("1 KiB / 1 KiB", "1k", "1k"), ("1000 KiB / 100 KiB", "1000k", "100k")];
 
-/// Makes the directory `name` (spaces become dashes) in the work directory and, for a
-/// `template`, gives it that layout as its default with `braid setstripe --template`
-/// (this binary: the bench runs inside `braid`). Returns its location as the engines
-/// take it (a path or URL) and as the driver does.
+/// Makes the directory `name` (spaces become dashes) in the work directory and, with
+/// `setstripe` options (`--template seed-table4`, `-c 1`), gives it that default
+/// layout with `braid setstripe` (this binary: the bench runs inside `braid`). Returns
+/// its location as the engines take it (a path or URL) and as the driver does.
 fn layout_dir(
     driver: &mut dyn crate::backend::FileBackend,
     work_path: &str,
     work_display: &str,
     name: &str,
-    template: Option<&str>,
+    setstripe: &[&str],
 ) -> Result<(String, String)> {
     let leaf = name.replace(' ', "-").to_lowercase();
     let path = crate::backend::join(work_path, &leaf);
@@ -862,15 +925,18 @@ fn layout_dir(
         Err(e) => return Err(BenchError::io("mkdir", &path, e)),
     }
     let display = crate::backend::join(work_display, &leaf);
-    if let Some(template) = template {
+    if !setstripe.is_empty() {
         let exe = std::env::current_exe().map_err(|e| BenchError::Other(format!("cannot find this binary: {e}")))?;
         let out = std::process::Command::new(exe)
-            .args(["setstripe", "--template", template, &display])
+            .arg("setstripe")
+            .args(setstripe)
+            .arg(&display)
             .output()
             .map_err(|e| BenchError::Other(format!("cannot run braid setstripe: {e}")))?;
         if !out.status.success() {
             return Err(BenchError::Usage(format!(
-                "this preset needs a braid target: `braid setstripe --template {template} {display}` failed: {}",
+                "this preset needs a braid target: `braid setstripe {} {display}` failed: {}",
+                setstripe.join(" "),
                 String::from_utf8_lossy(&out.stderr).trim()
             )));
         }
