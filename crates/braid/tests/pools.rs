@@ -257,3 +257,34 @@ fn migrate_moves_a_files_bytes_into_another_pool_and_refuses_what_it_cannot_do_s
     assert!(back.iter().all(|o| *o >= 2) && !back.is_empty(), "{back:?}");
     assert!(std::fs::read(m.path("f")).unwrap() == data);
 }
+
+#[test]
+fn a_burst_of_creates_through_a_mount_spreads_over_the_osts_the_layout_allows() {
+    let c = cluster();
+    let cl = c.url("/");
+    c.braid_ok(&["pool", "create", "braid.flash", "--cluster", &cl]);
+    c.braid_ok(&["pool", "add", "braid.flash", "0-1", "--cluster", &cl]);
+    let m = Mount::new(&c, "");
+    // Most of these creates are answered by the mount (the directory's lease), from
+    // the layout of the last file the MDS placed there: they still take every OST in
+    // turn, as the MDS's round robin does, within what the layout allows.
+    for (dir, setstripe, want) in [
+        ("free", vec!["-c", "1"], vec![0, 1, 2, 3]),
+        ("pool", vec!["-c", "1", "-p", "flash"], vec![0, 1]),
+        ("start", vec!["-c", "1", "-i", "2"], vec![2]),
+    ] {
+        std::fs::create_dir(m.path(dir)).unwrap();
+        let mut args = vec!["setstripe"];
+        args.extend(setstripe);
+        let url = c.url(&format!("/{dir}"));
+        args.push(&url);
+        c.braid_ok(&args);
+        for i in 0..12 {
+            std::fs::write(m.path(&format!("{dir}/f{i}")), b"x").unwrap();
+        }
+        let mut seen: Vec<u32> = (0..12).flat_map(|i| osts_of(&c, &format!("/{dir}/f{i}"))).collect();
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen, want, "{dir}: the OSTs its 12 files are on");
+    }
+}

@@ -14,11 +14,13 @@
 //!   this one in. A layout that places nothing on OSTs (a Data-on-MDT component first
 //!   and the rest uninstantiated, seed 002's Table 5) is taken as it is. One with OST
 //!   objects is taken with the same OSTs, which the MDS accepts if it could have
-//!   chosen them itself (the directory's default, on OSTs that are up, and on those
-//!   it names if it names any); so that a burst of creates does not pile onto the
-//!   OSTs of one file, such a template serves [`PLACEMENT_REUSE`] creates at most, and
-//!   the next create goes to the MDS, which places it by its round robin and gives
-//!   the next template;
+//!   chosen them itself (the directory's default, on OSTs that are up, in its pools,
+//!   and on those it names if it names any). So that a burst of creates does not pile
+//!   onto the OSTs of one file, each create such a template serves moves on to the
+//!   next OSTs up, as the MDS's round robin would, when the MDS said its placement
+//!   was free (no `-o` or `-i`: [`rotate`]); and a template serves
+//!   [`PLACEMENT_REUSE`] creates at most, then the next create goes to the MDS, which
+//!   places it and gives the next template;
 //! - it has a FID to give the file, from a grant of the directory's MDT
 //!   ([`proto::Request::MdsFidGrant`]), which records it durably so a create naming
 //!   it is accepted after a restart too;
@@ -92,9 +94,19 @@ pub(crate) struct Template {
     /// For a layout with OST objects: creates it may still serve, shared with the
     /// templates of directories made from it (see [`AsyncCreates::inherit`]).
     left: Option<Arc<AtomicU32>>,
+    /// The MDS chose its OSTs freely (no `-o`, `-i`): each create it serves moves on
+    /// to the next OSTs (see [`rotate`]).
+    free: bool,
+    /// Creates it served so far: how far the next one moves on.
+    pub(crate) served: u32,
 }
 
 impl Template {
+    /// Whether the MDS placed it freely (see [`rotate`]).
+    pub(crate) fn free(&self) -> bool {
+        self.free
+    }
+
     /// Whether the file's first bytes go to its MDT (and may go with its create).
     pub(crate) fn dom_first(&self) -> bool {
         self.layout.components.first().is_some_and(|c| c.is_dom())
@@ -166,14 +178,15 @@ pub struct AsyncCreates {
 impl AsyncCreates {
     /// Remembers what a create in `dir` returned, if its layout lets the next ones be
     /// answered here (a new file's layout).
-    pub(crate) fn learn(&self, dir: Fid, file: &Attr, dir_attr: &Attr) {
+    pub(crate) fn learn(&self, dir: Fid, file: &Attr, dir_attr: &Attr, free: bool) {
         let Some(layout) = file.layout.as_ref().filter(|l| answerable(l)) else {
             self.forget(dir);
             return;
         };
         let placed = layout.components.iter().any(|c| !c.osts.is_empty());
         let left = placed.then(|| Arc::new(AtomicU32::new(PLACEMENT_REUSE)));
-        self.keep(dir, Template { layout: layout.clone(), dir: dir_attr.clone(), at: Instant::now(), left });
+        let tpl = Template { layout: layout.clone(), dir: dir_attr.clone(), at: Instant::now(), left, free, served: 0 };
+        self.keep(dir, tpl);
     }
 
     fn keep(&self, dir: Fid, tpl: Template) {
@@ -217,14 +230,19 @@ impl AsyncCreates {
         if !tpl.dir.may(creds, MAY_WRITE_EXEC) {
             return None;
         }
+        let mut served = 0;
         if let Some(left) = &tpl.left {
-            let took = left.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1)).is_ok();
-            if !took {
-                t.remove(&dir);
-                return None;
+            match left.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1)) {
+                Ok(n) => served = PLACEMENT_REUSE - n + 1,
+                Err(_) => {
+                    t.remove(&dir);
+                    return None;
+                }
             }
         }
-        Some(tpl.clone())
+        let mut tpl = tpl.clone();
+        tpl.served = served;
+        Some(tpl)
     }
 
     /// A FID of MDT `mdt` for a create answered here, if a grant has one left; and
@@ -323,6 +341,29 @@ pub(crate) async fn first_bytes(mut held: oneshot::Receiver<Vec<u8>>, mut hurry:
     held.try_recv().unwrap_or_default()
 }
 
+/// The template's layout for the `k`-th create it serves, as the MDS's round robin
+/// would place it: a component the MDS placed freely (see [`Template::free`]) moves on
+/// `k` times its stripe count over the OSTs that are up in its pool (`osts`, in index
+/// order), starting where the template's first OST is. A component with no OSTs, or
+/// one whose OSTs are not all among those up, stays as it is.
+pub(crate) fn rotate(layout: &mut Layout, k: u32, osts: &[layout::OstState]) {
+    for c in layout.components.iter_mut().filter(|c| !c.osts.is_empty()) {
+        let mut up: Vec<u32> = osts
+            .iter()
+            .filter(|o| o.up && c.pool.as_ref().is_none_or(|p| o.pools.contains(p)))
+            .map(|o| o.index)
+            .collect();
+        up.sort_unstable();
+        let n = up.len();
+        let Some(first) = up.iter().position(|&i| i == c.osts[0]) else { continue };
+        if c.osts.len() > n || c.osts.iter().any(|o| !up.contains(o)) {
+            continue;
+        }
+        let start = first + k as usize * c.osts.len();
+        c.osts = (0..c.osts.len()).map(|j| up[(start + j) % n]).collect();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -337,6 +378,44 @@ mod tests {
         Attr { mode, uid, gid, ..dummy() }
     }
 
+    #[test]
+    fn a_free_template_moves_on_over_the_osts_up_in_its_pool() {
+        let ost = |index: u32, up: bool, pools: &[&str]| layout::OstState {
+            index,
+            up,
+            free_bytes: 1 << 30,
+            total_bytes: 1 << 30,
+            pools: pools.iter().map(|p| p.to_string()).collect(),
+        };
+        let osts = vec![ost(0, true, &[]), ost(1, true, &["hot"]), ost(2, false, &["hot"]), ost(3, true, &["hot"])];
+        let spec = LayoutSpec::raid0(Some(1), Some(1 << 20));
+        let placed = spec.instantiate(&osts, 1).unwrap();
+        assert_eq!(placed.components[0].osts, vec![1]);
+        let at = |k| {
+            let mut l = placed.clone();
+            rotate(&mut l, k, &osts);
+            l.components[0].osts.clone()
+        };
+        assert_eq!((at(0), at(1), at(2), at(3)), (vec![1], vec![3], vec![0], vec![1]), "round robin over OSTs up");
+        // In a pool: its OSTs that are up only.
+        let mut hot = placed.clone();
+        hot.components[0].pool = Some("hot".into());
+        let mut next = hot.clone();
+        rotate(&mut next, 1, &osts);
+        assert_eq!(next.components[0].osts, vec![3]);
+        rotate(&mut next, 1, &osts);
+        assert_eq!(next.components[0].osts, vec![1], "OST 2 is down");
+        // Two stripes move on by two; more stripes than OSTs up stay as they are.
+        let two = LayoutSpec::raid0(Some(2), Some(1 << 20)).instantiate(&osts, 0).unwrap();
+        let mut moved = two.clone();
+        rotate(&mut moved, 1, &osts);
+        assert_eq!((two.components[0].osts.clone(), moved.components[0].osts.clone()), (vec![0, 1], vec![3, 0]));
+        let mut dom = dom();
+        let before = dom.clone();
+        rotate(&mut dom, 5, &osts[..1]);
+        assert_eq!(dom, before, "a component without OSTs, or more stripes than OSTs up, stays");
+    }
+
     fn dummy() -> Attr {
         Attr::new_inode(Fid::new(0, 1, 1), FileKind::Dir, 0o755, &Creds::root(), 0, Timespec::default())
     }
@@ -346,7 +425,7 @@ mod tests {
         let a = AsyncCreates::default();
         let dir = Fid::new(0, 1, 5);
         let file = Attr { layout: Some(dom()), kind: FileKind::File, ..dummy() };
-        a.learn(dir, &file, &dir_attr(0o755, 1000, 1000));
+        a.learn(dir, &file, &dir_attr(0o755, 1000, 1000), true);
         let owner = Creds { uid: 1000, gid: 1000, groups: vec![] };
         let other = Creds { uid: 1001, gid: 1001, groups: vec![] };
         assert!(a.template(dir, &owner).is_some());
@@ -354,10 +433,10 @@ mod tests {
 
         let mut grown = dom();
         grown.generation += 1;
-        a.learn(dir, &Attr { layout: Some(grown), ..file.clone() }, &dir_attr(0o755, 1000, 1000));
+        a.learn(dir, &Attr { layout: Some(grown), ..file.clone() }, &dir_attr(0o755, 1000, 1000), true);
         assert!(a.template(dir, &owner).is_none(), "a layout changed since the create is not a new file's");
 
-        a.learn(dir, &file, &dir_attr(0o755, 1000, 1000));
+        a.learn(dir, &file, &dir_attr(0o755, 1000, 1000), true);
         a.templates.lock().unwrap().get_mut(&dir).unwrap().at -= TEMPLATE_AGE;
         assert!(a.template(dir, &owner).is_none(), "too old");
     }
@@ -369,7 +448,7 @@ mod tests {
         let plain = LayoutSpec::raid0(Some(1), Some(1 << 20)).instantiate(&osts, 0).unwrap();
         let (dir, child) = (Fid::new(0, 1, 5), Fid::new(0, 1, 6));
         let file = Attr { layout: Some(plain.clone()), kind: FileKind::File, ..dummy() };
-        a.learn(dir, &file, &Attr { fid: dir, ..dir_attr(0o755, 0, 0) });
+        a.learn(dir, &file, &Attr { fid: dir, ..dir_attr(0o755, 0, 0) }, true);
         let root = Creds::root();
         for _ in 0..3 {
             assert_eq!(a.template(dir, &root).unwrap().layout, plain);
@@ -385,7 +464,7 @@ mod tests {
         assert!(a.template(dir, &root).is_none(), "the next create goes to the MDS");
 
         // On another MDT the child gets none (another MDS may place otherwise).
-        a.learn(dir, &file, &Attr { fid: dir, ..dir_attr(0o755, 0, 0) });
+        a.learn(dir, &file, &Attr { fid: dir, ..dir_attr(0o755, 0, 0) }, true);
         let elsewhere = Fid::new(1, 1, 6);
         a.inherit(
             a.forget(dir).unwrap(),
@@ -399,8 +478,14 @@ mod tests {
     #[test]
     fn the_set_group_id_directory_gives_its_group() {
         let creds = Creds { uid: 1000, gid: 1000, groups: vec![] };
-        let tpl =
-            Template { layout: dom(), dir: Attr { mode: 0o2775, gid: 50, ..dummy() }, at: Instant::now(), left: None };
+        let tpl = Template {
+            layout: dom(),
+            dir: Attr { mode: 0o2775, gid: 50, ..dummy() },
+            at: Instant::now(),
+            left: None,
+            free: false,
+            served: 0,
+        };
         let a = new_file_attr(Fid::new(0, 1, 9), &creds, 0o100644, &tpl);
         assert_eq!((a.uid, a.gid, a.mode, a.size, a.nlink), (1000, 50, 0o644, 0, 1));
         let tpl = Template { dir: Attr { mode: 0o775, gid: 50, ..dummy() }, ..tpl };

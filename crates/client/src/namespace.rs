@@ -135,11 +135,11 @@ impl Client {
                 self.inner.leases.forget(dir);
             }
             match r? {
-                Response::Created { attr, existed, dir } => {
+                Response::Created { attr, existed, dir, free } => {
                     match dir {
                         Some(d) => {
                             if !existed && unknown && self.inner.cfg.dir_leases {
-                                self.inner.creates.learn(self.shard(parent, name), &attr, &d);
+                                self.inner.creates.learn(self.shard(parent, name), &attr, &d, free);
                             }
                             self.note_dir(d)
                         }
@@ -181,7 +181,11 @@ impl Client {
         if !self.inner.cfg.dir_leases || name.len() > async_create::NAME_MAX || name.contains('/') {
             return None;
         }
-        let tpl = self.inner.creates.template(dir, creds)?;
+        let mut tpl = self.inner.creates.template(dir, creds)?;
+        if tpl.free() && tpl.served > 0 {
+            // As the MDS's round robin would: a burst of creates spreads over the OSTs.
+            async_create::rotate(&mut tpl.layout, tpl.served, &self.config().ost_states());
+        }
         let (fid, ask) = self.inner.creates.take_fid(dir.mdt());
         if ask {
             self.spawn_fid_grant(dir.mdt());

@@ -982,6 +982,11 @@ pub enum Response {
         existed: bool,
         /// The parent directory's attributes after the create (`None` if it existed).
         dir: Option<Attr>,
+        /// Whether the new file's OSTs were the MDS's free choice (no `-o` or `-i` in
+        /// the layout it asked for): a client answering creates in the directory
+        /// itself may then place them on other OSTs up (in the same pools), as the
+        /// MDS's round robin would (see `client::async_create`).
+        free: bool,
     },
     Dirents {
         entries: Vec<DirEntry>,

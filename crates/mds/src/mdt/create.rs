@@ -95,13 +95,15 @@ impl Writer<'_> {
                 return fail(Errno::IsDir, format!("{name} is a directory"));
             }
             check_open(&ino, creds, flags)?;
-            return Ok(Response::Created { attr: ino.attr.clone(), existed: true, dir: None });
+            return Ok(Response::Created { attr: ino.attr.clone(), existed: true, dir: None, free: false });
         }
         if !dir.may(creds, MAY_WRITE | MAY_EXEC) {
             return fail(Errno::Access, "permission denied creating in this directory");
         }
         self.view.takes_entries(parent)?;
-        let layout = self.choose_layout(&dir, spec, place)?;
+        let wanted = self.new_file_spec(&dir, spec, place)?;
+        let free = wanted.components.iter().all(|c| !c.placed_explicitly());
+        let layout = placed(&wanted, place)?;
         let fid = self.new_fid()?;
         let gid = if dir.attr.mode & S_ISGID != 0 { dir.attr.gid } else { creds.gid };
         let mut ino = Inode::new(fid, FileKind::File, mode, creds, gid, now);
@@ -109,7 +111,7 @@ impl Writer<'_> {
         self.put_inode(fid, &ino)?;
         self.put(Tbl::Dentries, &dentry_key(parent, name), &dentry_value(fid, FileKind::File))?;
         self.touch_dir(parent, &mut dir, now, 0)?;
-        Ok(Response::Created { attr: ino.attr.clone(), existed: false, dir: Some(dir.attr.clone()) })
+        Ok(Response::Created { attr: ino.attr.clone(), existed: false, dir: Some(dir.attr.clone()), free })
     }
 
     /// A create a client answered itself (`MdsCreateGranted`): `fid` must come from a
@@ -137,7 +139,12 @@ impl Writer<'_> {
         if let Some((existing, _)) = self.view.entry(parent, name)? {
             if existing == fid {
                 let ino = self.view.must_inode(fid)?;
-                return Ok(Response::Created { attr: ino.attr, existed: false, dir: Some(dir.attr.clone()) });
+                return Ok(Response::Created {
+                    attr: ino.attr,
+                    existed: false,
+                    dir: Some(dir.attr.clone()),
+                    free: false,
+                });
             }
             return fail(Errno::Exist, format!("{name} exists (the client's directory lease said it did not)"));
         }
@@ -188,7 +195,7 @@ impl Writer<'_> {
         self.put_inode(fid, &ino)?;
         self.put(Tbl::Dentries, &dentry_key(parent, name), &dentry_value(fid, FileKind::File))?;
         self.touch_dir(parent, &mut dir, now, 0)?;
-        Ok(Response::Created { attr: ino.attr.clone(), existed: false, dir: Some(dir.attr.clone()) })
+        Ok(Response::Created { attr: ino.attr.clone(), existed: false, dir: Some(dir.attr.clone()), free: false })
     }
 
     /// Whether `layout`, with OST objects, which a client chose for a new file in `dir`
@@ -237,17 +244,6 @@ impl Writer<'_> {
             }
         }
         Ok(())
-    }
-
-    /// The layout of a new file: the request, filled from the parent directory's
-    /// default, then from the file system default.
-    pub(super) fn choose_layout(
-        &self,
-        dir: &Inode,
-        spec: Option<LayoutSpec>,
-        place: &Placement<'_>,
-    ) -> OpResult<Layout> {
-        placed(&self.new_file_spec(dir, spec, place)?, place)
     }
 
     /// What a new file's layout asks for, before it is placed: the request, filled

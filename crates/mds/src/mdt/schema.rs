@@ -135,12 +135,14 @@ pub struct Reply {
     pub response: Response,
 }
 
-/// Version 2: answers carrying attributes gained `Attr::data_version`. Answers of
-/// version 1 are not upgraded: only a client of the release before could resend their
-/// requests, and the protocol version keeps it out (the pruner drops them).
+/// Version 2: answers carrying attributes gained `Attr::data_version`. Version 3: a
+/// create's answer says whether its placement was free (`Response::Created::free`).
+/// Answers of earlier versions are not upgraded: only a client of a release before
+/// could resend their requests, and the protocol version keeps it out (the pruner
+/// drops them).
 impl Record for Reply {
     const WHAT: &'static str = "reply";
-    const VERSION: u8 = 2;
+    const VERSION: u8 = 3;
 }
 
 /// An inode this MDT changed for an operation that spans MDTs, until the coordinator
