@@ -77,7 +77,7 @@ impl Preset {
     fn describe(self) -> &'static str {
         match self {
             Preset::Tasks => "Seed 000 figure 3-5: aggregate write and read bandwidth as the number of tasks grows; file per process, 1 MiB transfers, sequential.",
-            Preset::Osts => "Seed 000's scaling with storage targets: N tasks write then read a file each (1 MiB transfers, sequential), every file with one stripe (`braid setstripe -c 1` on the work directory), so round-robin placement puts the N files on N different OSTs: the aggregate bandwidth of 1, 2, 4 and 8 OSTs. On OSTs with an emulated bandwidth limit (`braid oss --ost DIR:bw=200M`, `braid local --ost-media 0-7:bw=200M`) it should grow with N until the client or the machine runs out; the `ideal` series is N times the one-OST figure.",
+            Preset::Osts => "Seed 000's scaling with storage targets: N tasks write then read a file each (1 MiB transfers, sequential), every file with one stripe (`braid setstripe -c 1` on the work directory), so round-robin placement puts the N files on N different OSTs: the aggregate bandwidth of 1, 2, 4 and 8 OSTs. On OSTs with an emulated bandwidth limit (`braid oss --ost DIR:bw=200M`, `braid local --ost-media 0-7:bw=200M`) it should grow with N until the client or the machine runs out; each target's `ideal` series is N times its one-OST figure.",
             Preset::Media => "Seed 000 figure 3-12: aggregate write and read bandwidth by number of tasks (file per process, 1 MiB transfers) on each target, where each target is a directory whose files go to OSTs of one emulated medium (`braid pool` an `hdd` and an `ssd` set of OSTs started with `--ost DIR:class=hdd,bw=150M,lat=4ms` and the like, then `braid setstripe -p hdd DIR`). The same workload shows what each medium delivers.",
             Preset::Filesize => "Seed 000 figure 3-6: bandwidth by file size for one task with 1 MiB records (IOzone-style write, rewrite, read, reread). Files that fit in the client's memory are read back from its cache, so read and reread rise well above what the storage delivers; past the cache size they fall to the storage's speed.",
             Preset::Blocksize => "Seed 000 figure 3-7: bandwidth by transfer (block) size for one task, file per process, sequential. Small transfers pay a per-call cost.",
@@ -512,7 +512,7 @@ pub fn execute(args: &SweepArgs, native: Option<NativeConnect>) -> Result<SweepR
                         );
                     }
                     for (op, bw) in one.iter().flatten() {
-                        figures.add("osts", format!("ideal {op}"), n as f64, n.to_string(), bw * n as f64);
+                        figures.add("osts", format!("{label} ideal {op}"), n as f64, n.to_string(), bw * n as f64);
                     }
                     add_ior_run(&mut figures, &mut runs, "osts", label, (n as f64, n.to_string()), report, command);
                 }
