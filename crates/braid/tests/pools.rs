@@ -256,6 +256,30 @@ fn migrate_moves_a_files_bytes_into_another_pool_and_refuses_what_it_cannot_do_s
     back.sort();
     assert!(back.iter().all(|o| *o >= 2) && !back.is_empty(), "{back:?}");
     assert!(std::fs::read(m.path("f")).unwrap() == data);
+
+    // A sparse file stays sparse: 64 MiB long, 3 bytes written at its end.
+    c.braid_ok(&["setstripe", "-c", "1", "-p", "disk", &c.url("/sparse")]);
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().write(true).open(m.path("sparse")).unwrap();
+        f.write_all_at(b"end", 64 << 20).unwrap();
+    }
+    c.braid_ok(&["migrate", "-p", "flash", &c.url("/sparse")]);
+    let bytes = std::fs::read(m.path("sparse")).unwrap();
+    assert_eq!(bytes.len(), (64 << 20) + 3);
+    assert!(bytes[..64 << 20].iter().all(|&b| b == 0) && &bytes[64 << 20..] == b"end");
+    // (The objects `f` had on these OSTs are destroyed in the background.)
+    let allocated = || -> u64 {
+        (0..2)
+            .flat_map(|k| {
+                let objects = c.dir.path().join(format!("ost{k}")).join("objects");
+                std::fs::read_dir(objects).unwrap().flat_map(|b| std::fs::read_dir(b.unwrap().path()).unwrap())
+            })
+            .filter_map(|e| e.ok()?.metadata().ok())
+            .map(|m| std::os::unix::fs::MetadataExt::blocks(&m) * 512)
+            .sum()
+    };
+    wait_for("the new OSTs to hold only a few KiB", Duration::from_secs(30), || allocated() < 1 << 20);
 }
 
 #[test]

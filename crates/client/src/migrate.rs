@@ -19,7 +19,8 @@
 //!
 //! If the copy fails or is refused, the objects written so far are destroyed again
 //! (best effort: a client killed mid-copy leaves them behind as orphans, which no
-//! layout names). Left for later: holes, which the copy fills with zeros.
+//! layout names). Chunks of zeros are not written, so holes stay holes (and zeros
+//! written as data become holes, which read the same).
 
 use std::collections::HashSet;
 
@@ -108,7 +109,11 @@ impl Client {
         while offset < size {
             let len = COPY_CHUNK.min(size - offset);
             let (data, _) = io::read_extents(self, fid, old, offset, len).await?;
-            touched.extend(io::write_extents(self, fid, new, offset, data).await?);
+            // Zeros need no writing: objects read as zeros where nothing was written,
+            // so a sparse file stays sparse.
+            if data.iter().any(|&b| b != 0) {
+                touched.extend(io::write_extents(self, fid, new, offset, data).await?);
+            }
             offset += len;
         }
         let targets: Vec<objio::Target> = touched.into_iter().collect();
