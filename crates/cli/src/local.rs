@@ -116,8 +116,7 @@ pub fn ost_media(args: &[String], osts: u32) -> Result<std::collections::HashMap
             bail!("--ost-media {a}: want OSTS:class=C,bw=RATE,lat=TIME, e.g. 0-1:class=hdd,bw=150M");
         };
         let indices = layout::parse_ost_list(list).with_context(|| format!("--ost-media {a}: OSTs '{list}'"))?;
-        let (_, media) = oss::media::parse_ost_arg(&format!("ost:{spec}")).map_err(anyhow::Error::msg)?;
-        let media = media.with_context(|| format!("--ost-media {a}: no key=value after ':'"))?;
+        let media = oss::media::parse_media(spec).map_err(|e| anyhow::anyhow!("--ost-media {a}: {e}"))?;
         for i in indices {
             if i >= osts {
                 bail!("--ost-media {a}: OST {i} is not one of the {osts} OSTs");

@@ -66,12 +66,13 @@ pub fn parse_osts(args: &[String]) -> Result<Vec<u32>> {
 /// Runs `braid pool OP NAME [OST...]` against the cluster `cluster` names.
 pub fn pool(opts: &ClientOpts, cluster: &str, cmd: PoolCommand, name: &str, osts: &[String]) -> Result<()> {
     let (fsname, pool) = split_name(name);
+    // What the MGS is asked; `None` lists.
     let op = match cmd {
-        PoolCommand::Create => PoolOp::Create,
-        PoolCommand::Add => PoolOp::Add,
-        PoolCommand::Remove => PoolOp::Remove,
-        PoolCommand::Destroy => PoolOp::Destroy,
-        PoolCommand::List => PoolOp::Create, // not sent
+        PoolCommand::Create => Some(PoolOp::Create),
+        PoolCommand::Add => Some(PoolOp::Add),
+        PoolCommand::Remove => Some(PoolOp::Remove),
+        PoolCommand::Destroy => Some(PoolOp::Destroy),
+        PoolCommand::List => None,
     };
     let listed = parse_osts(osts)?;
     match (&cmd, pool, listed.is_empty()) {
@@ -89,10 +90,7 @@ pub fn pool(opts: &ClientOpts, cluster: &str, cmd: PoolCommand, name: &str, osts
         if config.fsname != fsname {
             bail!("no file system '{fsname}' at {cluster}: it serves '{}'", config.fsname);
         }
-        let mut out = std::io::stdout().lock();
-        if cmd == PoolCommand::List {
-            return print_list(&mut out, &config, pool);
-        }
+        let Some(op) = op else { return print_list(&mut std::io::stdout().lock(), &config, pool) };
         let pool = pool.expect("checked above");
         bc.run(bc.client.pool_change(pool, op, listed.clone())).map_err(|e| anyhow::anyhow!("pool {name}: {e}"))?;
         Ok(())

@@ -128,7 +128,7 @@ pub fn parse_setstripe(args: &[String]) -> Result<Setstripe> {
             "-o" | "--ost" => cur.ost_list = Some(layout::parse_ost_list(&value()?)?),
             "-p" | "--pool" => {
                 let v = value()?;
-                let name = v.split_once('.').map_or(v.as_str(), |(_, pool)| pool);
+                let name = proto::msg::pool_part(&v);
                 cur.pool = match name {
                     // Lustre's words for "no pool" on this component.
                     "" | "none" | "ignore" => None,

@@ -497,7 +497,7 @@ pub fn df(opts: &ClientOpts, path: &str, inodes: bool, human_units: bool, pool: 
         let fsname = config.fsname.clone();
         if let Some(name) = &pool {
             // `lfs df --pool`: the MDTs and the pool's OSTs.
-            let name = name.split_once('.').map_or(name.as_str(), |(_, p)| p);
+            let name = proto::msg::pool_part(name);
             let members = &config.pool(name).with_context(|| format!("pool {fsname}.{name} does not exist"))?.osts;
             usage.retain(|(t, _)| t.kind == TargetKind::Mdt || members.contains(&t.index));
         }

@@ -55,7 +55,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use layout::Layout;
-use proto::msg::{Attr, Creds, FileKind, Timespec};
+use proto::msg::{Attr, ClusterConfig, Creds, FileKind, Timespec};
 use proto::{Errno, Fid};
 use tokio::sync::{oneshot, watch};
 
@@ -96,17 +96,12 @@ pub(crate) struct Template {
     left: Option<Arc<AtomicU32>>,
     /// The MDS chose its OSTs freely (no `-o`, `-i`): each create it serves moves on
     /// to the next OSTs (see [`rotate`]).
-    free: bool,
+    pub(crate) free: bool,
     /// Creates it served so far: how far the next one moves on.
     pub(crate) served: u32,
 }
 
 impl Template {
-    /// Whether the MDS placed it freely (see [`rotate`]).
-    pub(crate) fn free(&self) -> bool {
-        self.free
-    }
-
     /// Whether the file's first bytes go to its MDT (and may go with its create).
     pub(crate) fn dom_first(&self) -> bool {
         self.layout.components.first().is_some_and(|c| c.is_dom())
@@ -343,15 +338,18 @@ pub(crate) async fn first_bytes(mut held: oneshot::Receiver<Vec<u8>>, mut hurry:
 
 /// The template's layout for the `k`-th create it serves, as the MDS's round robin
 /// would place it: a component the MDS placed freely (see [`Template::free`]) moves on
-/// `k` times its stripe count over the OSTs that are up in its pool (`osts`, in index
-/// order), starting where the template's first OST is. A component with no OSTs, or
-/// one whose OSTs are not all among those up, stays as it is.
-pub(crate) fn rotate(layout: &mut Layout, k: u32, osts: &[layout::OstState]) {
+/// `k` times its stripe count over the OSTs that `config` says are up in its pool (in
+/// index order), starting where the template's first OST is. A component with no
+/// OSTs, or one whose OSTs are not all among those up, stays as it is. (It runs for
+/// most creates answered here: it reads the configuration in place.)
+pub(crate) fn rotate(layout: &mut Layout, k: u32, config: &ClusterConfig) {
     for c in layout.components.iter_mut().filter(|c| !c.osts.is_empty()) {
-        let mut up: Vec<u32> = osts
+        let pool = c.pool.as_ref().map(|p| config.pool(p).map_or(&[][..], |p| &p.osts[..]));
+        let mut up: Vec<u32> = config
+            .osts
             .iter()
-            .filter(|o| o.up && c.pool.as_ref().is_none_or(|p| o.pools.contains(p)))
-            .map(|o| o.index)
+            .filter(|t| t.up && pool.is_none_or(|members| members.contains(&t.index)))
+            .map(|t| t.index)
             .collect();
         up.sort_unstable();
         let n = up.len();
@@ -380,20 +378,29 @@ mod tests {
 
     #[test]
     fn a_free_template_moves_on_over_the_osts_up_in_its_pool() {
-        let ost = |index: u32, up: bool, pools: &[&str]| layout::OstState {
+        let target = |index: u32, up: bool| proto::msg::TargetInfo {
+            kind: proto::msg::TargetKind::Ost,
             index,
+            uuid: format!("ost{index}"),
+            address: "127.0.0.1:1".into(),
             up,
-            free_bytes: 1 << 30,
-            total_bytes: 1 << 30,
-            pools: pools.iter().map(|p| p.to_string()).collect(),
+            usage: proto::msg::Usage { avail_bytes: 1 << 30, total_bytes: 1 << 30, ..Default::default() },
+            media: None,
         };
-        let osts = vec![ost(0, true, &[]), ost(1, true, &["hot"]), ost(2, false, &["hot"]), ost(3, true, &["hot"])];
+        let config = ClusterConfig {
+            fsname: "braid".into(),
+            generation: 1,
+            mdts: vec![],
+            osts: vec![target(0, true), target(1, true), target(2, false), target(3, true)],
+            pools: vec![proto::msg::PoolInfo { name: "hot".into(), osts: vec![1, 2, 3] }],
+        };
+        let osts = config.ost_states();
         let spec = LayoutSpec::raid0(Some(1), Some(1 << 20));
         let placed = spec.instantiate(&osts, 1).unwrap();
         assert_eq!(placed.components[0].osts, vec![1]);
         let at = |k| {
             let mut l = placed.clone();
-            rotate(&mut l, k, &osts);
+            rotate(&mut l, k, &config);
             l.components[0].osts.clone()
         };
         assert_eq!((at(0), at(1), at(2), at(3)), (vec![1], vec![3], vec![0], vec![1]), "round robin over OSTs up");
@@ -401,19 +408,23 @@ mod tests {
         let mut hot = placed.clone();
         hot.components[0].pool = Some("hot".into());
         let mut next = hot.clone();
-        rotate(&mut next, 1, &osts);
+        rotate(&mut next, 1, &config);
         assert_eq!(next.components[0].osts, vec![3]);
-        rotate(&mut next, 1, &osts);
+        rotate(&mut next, 1, &config);
         assert_eq!(next.components[0].osts, vec![1], "OST 2 is down");
         // Two stripes move on by two; more stripes than OSTs up stay as they are.
         let two = LayoutSpec::raid0(Some(2), Some(1 << 20)).instantiate(&osts, 0).unwrap();
         let mut moved = two.clone();
-        rotate(&mut moved, 1, &osts);
+        rotate(&mut moved, 1, &config);
         assert_eq!((two.components[0].osts.clone(), moved.components[0].osts.clone()), (vec![0, 1], vec![3, 0]));
         let mut dom = dom();
         let before = dom.clone();
-        rotate(&mut dom, 5, &osts[..1]);
-        assert_eq!(dom, before, "a component without OSTs, or more stripes than OSTs up, stays");
+        rotate(&mut dom, 5, &config);
+        assert_eq!(dom, before, "a component without OSTs stays");
+        let mut wide = LayoutSpec::raid0(Some(-1), Some(1 << 20)).instantiate(&osts, 0).unwrap();
+        let all = wide.clone();
+        rotate(&mut wide, 1, &ClusterConfig { osts: config.osts[..2].to_vec(), ..config.clone() });
+        assert_eq!(wide, all, "more stripes than OSTs up: it stays");
     }
 
     fn dummy() -> Attr {

@@ -63,13 +63,19 @@ impl Client {
             return Err(ClientError::Errno(Errno::Inval, format!("{name} has no layout")));
         };
         let new = self.placed_after(old, &spec, attr.size)?;
-        let written = self.copy_objects(attr.fid, old, &new, attr.size).await;
-        let r = match written {
-            Ok(()) => self.replace_layout(creds, attr, &new).await,
-            Err(e) => Err(e),
+        // The copy's objects go again once no layout can name them: the copy failed
+        // (nothing was asked of the MDS), or the MDS refused the replacement. One
+        // whose answer was lost (the MDS away past the timeout) may have been
+        // applied: then they are the file's, and stay.
+        let (r, unnamed) = match self.copy_objects(attr.fid, old, &new, attr.size).await {
+            Err(e) => (Err(e), true),
+            Ok(()) => {
+                let r = self.replace_layout(creds, attr, &new).await;
+                let refused = matches!(&r, Err(ClientError::Rpc(proto::RpcError::Remote(_))));
+                (r, refused)
+            }
         };
-        if r.is_err() {
-            // No layout names the copy: its objects go again.
+        if unnamed {
             for (ost, object) in crate::io::layout_objects(attr.fid, &new) {
                 if let Ok(t) = self.object_io(objio::Target::Ost { ost, object }).await {
                     let _ = t.destroy().await;

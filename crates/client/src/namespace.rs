@@ -182,9 +182,10 @@ impl Client {
             return None;
         }
         let mut tpl = self.inner.creates.template(dir, creds)?;
-        if tpl.free() && tpl.served > 0 {
+        if tpl.free && tpl.served > 0 {
             // As the MDS's round robin would: a burst of creates spreads over the OSTs.
-            async_create::rotate(&mut tpl.layout, tpl.served, &self.config().ost_states());
+            let config = self.inner.config.read().expect("config");
+            async_create::rotate(&mut tpl.layout, tpl.served, &config);
         }
         let (fid, ask) = self.inner.creates.take_fid(dir.mdt());
         if ask {

@@ -71,28 +71,34 @@ pub fn parse_ost_arg(arg: &str) -> Result<(PathBuf, Option<Media>), String> {
     if dir.is_empty() {
         return Err(format!("--ost {arg}: no directory before ':'"));
     }
+    let media = parse_media(spec).map_err(|e| format!("--ost {arg}: {e}"))?;
+    Ok((PathBuf::from(dir), Some(media)))
+}
+
+/// A medium as `class=hdd,bw=150M,lat=4ms` gives it (`bw` or `lat` without `class`
+/// is class `emulated`).
+pub fn parse_media(spec: &str) -> Result<Media, String> {
     let mut media = Media::default();
     for item in spec.split(',') {
-        let (key, value) =
-            item.split_once('=').ok_or_else(|| format!("--ost {arg}: '{item}' is not key=value (class, bw, lat)"))?;
+        let (key, value) = item.split_once('=').ok_or_else(|| format!("'{item}' is not key=value (class, bw, lat)"))?;
         match key.trim() {
             "class" => {
                 let v = value.trim();
                 if v.is_empty() || v.len() > 16 || !v.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
                 {
-                    return Err(format!("--ost {arg}: class '{v}' is not a short name (letters, digits, '-', '_')"));
+                    return Err(format!("class '{v}' is not a short name (letters, digits, '-', '_')"));
                 }
                 media.class = v.to_string();
             }
-            "bw" => media.bw_bytes = Some(parse_rate(value).map_err(|e| format!("--ost {arg}: bw: {e}"))?),
-            "lat" => media.lat_us = Some(parse_latency(value).map_err(|e| format!("--ost {arg}: lat: {e}"))?),
-            other => return Err(format!("--ost {arg}: unknown key '{other}' (class, bw, lat)")),
+            "bw" => media.bw_bytes = Some(parse_rate(value).map_err(|e| format!("bw: {e}"))?),
+            "lat" => media.lat_us = Some(parse_latency(value).map_err(|e| format!("lat: {e}"))?),
+            other => return Err(format!("unknown key '{other}' (class, bw, lat)")),
         }
     }
     if media.class.is_empty() {
         media.class = "emulated".to_string();
     }
-    Ok((PathBuf::from(dir), Some(media)))
+    Ok(media)
 }
 
 /// `150M`, `1G`, `512K`, `1048576` (bytes per second; a trailing `/s` or `B` is

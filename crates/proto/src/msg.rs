@@ -135,6 +135,11 @@ pub enum PoolOp {
 /// Longest pool name (Lustre's `LOV_MAXPOOLNAME`).
 pub const POOL_NAME_MAX: usize = 15;
 
+/// The pool's own name in `FSNAME.POOL` (or `POOL` as it is).
+pub fn pool_part(name: &str) -> &str {
+    name.split_once('.').map_or(name, |(_, pool)| pool)
+}
+
 /// Why `name` cannot name a pool, if it cannot.
 pub fn check_pool_name(name: &str) -> Result<(), String> {
     if name.is_empty() || name.len() > POOL_NAME_MAX {

@@ -59,6 +59,17 @@ fn placed(wanted: &LayoutSpec, place: &Placement<'_>) -> OpResult<Layout> {
     })
 }
 
+/// An OST that component `c` names twice, or that is not up or not in the
+/// component's pool by `place`: where a layout this MDS did not place itself (a
+/// client's async create, a migration's copy) may not put objects.
+pub(super) fn misplaced_ost(c: &layout::Component, place: &Placement<'_>) -> Option<u32> {
+    c.osts.iter().enumerate().find_map(|(i, ost)| {
+        let fits =
+            |o: &layout::OstState| o.index == *ost && o.up && c.pool.as_ref().is_none_or(|p| o.pools.contains(p));
+        (c.osts[..i].contains(ost) || !place.osts.iter().any(fits)).then_some(*ost)
+    })
+}
+
 /// Most links a file may have.
 pub const LINK_MAX: u32 = 65000;
 
@@ -234,13 +245,8 @@ impl Writer<'_> {
             if s.placed_explicitly() && c.osts != m.osts {
                 return refuse(format!("places component {} elsewhere than its default names", m.id));
             }
-            for (i, ost) in c.osts.iter().enumerate() {
-                let fits = |o: &layout::OstState| {
-                    o.index == *ost && o.up && c.pool.as_ref().is_none_or(|p| o.pools.contains(p))
-                };
-                if c.osts[..i].contains(ost) || !place.osts.iter().any(fits) {
-                    return refuse(format!("places component {} on OST {ost}, twice, not up or out of its pool", m.id));
-                }
+            if let Some(ost) = misplaced_ost(c, place) {
+                return refuse(format!("places component {} on OST {ost}, twice, not up or out of its pool", m.id));
             }
         }
         Ok(())

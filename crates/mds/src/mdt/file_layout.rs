@@ -11,8 +11,8 @@ use layout::LayoutChange;
 use proto::msg::{Creds, FileKind, Response, Timespec};
 use proto::{Errno, Fid};
 
+use super::create::misplaced_ost;
 use super::error::{fail, OpError, OpResult};
-use super::schema::Tbl;
 use super::writer::{Placement, Writer};
 use crate::inode::MAY_WRITE;
 
@@ -112,35 +112,17 @@ impl Writer<'_> {
             return fail(Errno::Inval, format!("the new layout of {fid} reuses a component id of its old one"));
         }
         for c in &layout.components {
-            for (i, ost) in c.osts.iter().enumerate() {
-                let fits = |o: &layout::OstState| {
-                    o.index == *ost && o.up && c.pool.as_ref().is_none_or(|p| o.pools.contains(p))
-                };
-                if c.osts[..i].contains(ost) || !place.osts.iter().any(fits) {
-                    return fail(
-                        Errno::Inval,
-                        format!(
-                            "the new layout of {fid} places component {} on OST {ost}: twice, down or out of its pool",
-                            c.id
-                        ),
-                    );
-                }
+            if let Some(ost) = misplaced_ost(c, place) {
+                return fail(
+                    Errno::Inval,
+                    format!(
+                        "the new layout of {fid} places component {} on OST {ost}: twice, down or out of its pool",
+                        c.id
+                    ),
+                );
             }
         }
-        // Bytes kept on this MDT (a DoM component) were copied to the new objects.
-        if old.dom_end().is_some() {
-            self.drop_dom_from(fid, 0)?;
-        }
-        let objects = super::schema::layout_objects(fid, &old);
-        if !objects.is_empty() {
-            let seq = self.meta_u64("destroy_seq")?.unwrap_or(0) + 1;
-            self.set_meta_u64("destroy_seq", seq)?;
-            self.put(
-                Tbl::Destroy,
-                &seq.to_be_bytes(),
-                &store::encode_record(&super::schema::DestroyRecord { objects }),
-            )?;
-        }
+        self.discard_bytes(fid, &old)?;
         let mut new = layout.clone();
         new.generation = old.generation.max(layout.generation).wrapping_add(1);
         ino.attr.layout = Some(new);

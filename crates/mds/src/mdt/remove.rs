@@ -123,15 +123,23 @@ impl Writer<'_> {
             self.del(Tbl::Xattrs, &k)?;
         }
         if let Some(layout) = &ino.attr.layout {
-            if layout.dom_end().is_some() {
-                self.drop_dom_from(fid, 0)?;
-            }
-            let objects = layout_objects(fid, layout);
-            if !objects.is_empty() {
-                let seq = self.meta_u64("destroy_seq")?.unwrap_or(0) + 1;
-                self.set_meta_u64("destroy_seq", seq)?;
-                self.put(Tbl::Destroy, &seq.to_be_bytes(), &store::encode_record(&DestroyRecord { objects }))?;
-            }
+            self.discard_bytes(fid, layout)?;
+        }
+        Ok(())
+    }
+
+    /// Lets go of the bytes `layout` holds for file `fid` (an inode removed, or a
+    /// layout replaced): those on this MDT (a DoM component) now, its OST objects
+    /// through the destroy queue.
+    pub(super) fn discard_bytes(&mut self, fid: Fid, layout: &layout::Layout) -> OpResult<()> {
+        if layout.dom_end().is_some() {
+            self.drop_dom_from(fid, 0)?;
+        }
+        let objects = layout_objects(fid, layout);
+        if !objects.is_empty() {
+            let seq = self.meta_u64("destroy_seq")?.unwrap_or(0) + 1;
+            self.set_meta_u64("destroy_seq", seq)?;
+            self.put(Tbl::Destroy, &seq.to_be_bytes(), &store::encode_record(&DestroyRecord { objects }))?;
         }
         Ok(())
     }
