@@ -82,6 +82,9 @@ pub enum LayoutError {
     BadSize(String),
     #[error("invalid OST list '{0}' (examples: 0,2,5 or 1-3)")]
     BadOstList(String),
+    /// A mirrored layout against the rules, or a mirror that cannot do what was asked.
+    #[error("{0}")]
+    Mirror(String),
 }
 
 /// How a component stores its bytes. New patterns go at the end: the order is part
@@ -126,9 +129,52 @@ pub struct Component {
     /// Stripe count asked for, used when a non-instantiated component is instantiated.
     pub stripe_count_wanted: i64,
     pub pool: Option<String>,
+    /// The mirror the component belongs to (Lustre's `lcme_mirror_id`); 0 in a
+    /// layout without mirrors.
+    pub mirror: u16,
+    /// [`Component::STALE`] and [`Component::PREFER`] (Lustre's `lcme_flags`, less
+    /// `init`, which is whether the component has objects).
+    pub flags: u16,
 }
 
 impl Component {
+    /// The component's bytes are older than another mirror's: not read, and brought
+    /// back by `braid mirror resync`.
+    pub const STALE: u16 = 1;
+    /// Reads go to this mirror first.
+    pub const PREFER: u16 = 2;
+
+    pub fn is_stale(&self) -> bool {
+        self.flags & Component::STALE != 0
+    }
+
+    pub fn is_prefer(&self) -> bool {
+        self.flags & Component::PREFER != 0
+    }
+
+    /// Whether the component covers some byte of `[start, end)`.
+    pub fn overlaps(&self, start: u64, end: u64) -> bool {
+        self.extent_start < end && start < self.extent_end
+    }
+
+    /// Lustre's `lcme_flags` as `lfs getstripe` prints them (`init,stale,prefer`).
+    pub fn flag_names(&self) -> String {
+        let mut names = Vec::new();
+        if self.is_instantiated() {
+            names.push("init");
+        }
+        if self.is_stale() {
+            names.push("stale");
+        }
+        if self.is_prefer() {
+            names.push("prefer");
+        }
+        match names.is_empty() {
+            true => "0".to_string(),
+            false => names.join(","),
+        }
+    }
+
     /// Whether the component has somewhere to keep its bytes: OST objects, or the
     /// MDT for Data-on-MDT (always).
     pub fn is_instantiated(&self) -> bool {
@@ -239,10 +285,11 @@ pub struct ObjectExtent {
 }
 
 impl Layout {
-    /// Checks the invariants every stored layout must keep.
     /// Checks the invariants every stored layout must keep: components follow each
     /// other from 0 (the last may end before EOF: a write past it fails until a
-    /// component is added), extents 64 KiB aligned, ids unique.
+    /// component is added), extents 64 KiB aligned, ids unique. A mirrored layout
+    /// (FLR) is its mirrors one after the other, by mirror id, each such a run of
+    /// components from 0 to EOF, none of them Data-on-MDT.
     pub fn validate(&self) -> Result<(), LayoutError> {
         if self.components.is_empty() {
             return Err(LayoutError::Empty);
@@ -250,9 +297,26 @@ impl Layout {
         if self.components.len() > COMPONENTS_MAX {
             return Err(LayoutError::TooManyComponents(self.components.len()));
         }
+        let mirrored = self.is_mirrored();
         let mut start = 0;
         let mut ids = std::collections::HashSet::new();
+        let mut mirror = self.components[0].mirror;
         for c in &self.components {
+            if mirrored && (c.mirror == 0 || c.is_dom()) {
+                return Err(LayoutError::Mirror(format!(
+                    "component {} of a mirrored layout has no mirror id or is Data-on-MDT",
+                    c.id
+                )));
+            }
+            if c.mirror != mirror {
+                if c.mirror < mirror || start != EOF {
+                    return Err(LayoutError::Mirror(format!(
+                        "mirror {mirror} must reach EOF and mirror {} follow it in id order",
+                        c.mirror
+                    )));
+                }
+                (mirror, start) = (c.mirror, 0);
+            }
             if c.extent_start != start || c.extent_end <= c.extent_start {
                 return Err(LayoutError::Extents(format!(
                     "component {} covers [{}, {}) but should start at {}",
@@ -282,7 +346,86 @@ impl Layout {
             }
             start = c.extent_end;
         }
+        if mirrored && start != EOF {
+            return Err(LayoutError::Mirror(format!("mirror {mirror} must reach EOF")));
+        }
         Ok(())
+    }
+
+    /// Whether the layout holds mirrors (FLR): its components carry mirror ids.
+    pub fn is_mirrored(&self) -> bool {
+        self.components.iter().any(|c| c.mirror != 0)
+    }
+
+    /// The mirror ids, in order (`[0]` for a layout without mirrors).
+    pub fn mirror_ids(&self) -> Vec<u16> {
+        let mut ids: Vec<u16> = self.components.iter().map(|c| c.mirror).collect();
+        ids.dedup();
+        ids
+    }
+
+    /// Lustre's `lcm_mirror_count`: 1 for a layout without mirrors.
+    pub fn mirror_count(&self) -> usize {
+        self.mirror_ids().len()
+    }
+
+    /// The components of mirror `id` as a layout of their own, the generation kept:
+    /// what a read or write through that mirror cuts its range by. A layout without
+    /// mirrors is its own only mirror (0).
+    pub fn mirror(&self, id: u16) -> Layout {
+        let components = self.components.iter().filter(|c| c.mirror == id).cloned().collect();
+        Layout { generation: self.generation, components }
+    }
+
+    /// Whether mirror `id` has no stale component over `[start, end)`.
+    pub fn in_sync_over(&self, id: u16, start: u64, end: u64) -> bool {
+        self.components.iter().filter(|c| c.mirror == id && c.overlaps(start, end)).all(|c| !c.is_stale())
+    }
+
+    /// The mirrors a read of `[start, end)` may use, best first: those in sync over
+    /// the range, the `prefer` ones before the others, then by id.
+    pub fn read_order(&self, start: u64, end: u64) -> Vec<u16> {
+        let mut ids: Vec<u16> = self.mirror_ids().into_iter().filter(|&m| self.in_sync_over(m, start, end)).collect();
+        let prefer = |m: u16| self.components.iter().any(|c| c.mirror == m && c.is_prefer());
+        ids.sort_by_key(|&m| (!prefer(m), m));
+        ids
+    }
+
+    /// Whether a write of `[start, end)` through mirror `id` needs no stale marking
+    /// first: every other mirror's component over the range is already stale.
+    pub fn others_stale_over(&self, id: u16, start: u64, end: u64) -> bool {
+        self.components.iter().filter(|c| c.mirror != id && c.overlaps(start, end)).all(Component::is_stale)
+    }
+
+    /// Marks stale every component of the mirrors other than `id` over `[start,
+    /// end)`: what a write there through mirror `id` makes of them (Lustre's write
+    /// intent). Mirror `id` must exist and be in sync over the range. Returns whether
+    /// anything changed (the generation is then bumped).
+    pub fn mark_write(&mut self, id: u16, start: u64, end: u64) -> Result<bool, LayoutError> {
+        if !self.components.iter().any(|c| c.mirror == id) {
+            return Err(LayoutError::Mirror(format!("the file has no mirror {id}")));
+        }
+        if !self.in_sync_over(id, start, end) {
+            return Err(LayoutError::Mirror(format!("mirror {id} is stale over [{start}, {end}): write another one")));
+        }
+        let mut changed = false;
+        for c in self.components.iter_mut().filter(|c| c.mirror != id && c.overlaps(start, end)) {
+            changed |= !c.is_stale();
+            c.flags |= Component::STALE;
+        }
+        if changed {
+            self.generation = self.generation.wrapping_add(1);
+        }
+        Ok(changed)
+    }
+
+    /// The first component id a new component of this file may take: above every id
+    /// the layout holds and above its generation, which a replacement that drops
+    /// components raises past their ids (see the MDS's `replace_layout`), so an id
+    /// whose objects may still be waiting for destruction is never taken again.
+    pub fn next_component_id(&self) -> u32 {
+        let max = self.components.iter().map(|c| c.id).max().unwrap_or(0);
+        max.max(self.generation).saturating_add(1)
     }
 
     /// Whether this is a composite layout (more than one component), printed as such.
@@ -332,6 +475,10 @@ impl Layout {
 
     fn chunks_of(&self, offset: u64, len: u64, skip_holes: bool) -> Result<Vec<Chunk>, LayoutError> {
         let end = offset.checked_add(len).ok_or(LayoutError::Overflow { offset, len })?;
+        if self.components.first().is_some_and(|f| self.components.iter().any(|c| c.mirror != f.mirror)) {
+            // Each byte has a place in every mirror: the caller picks one (`mirror`).
+            return Err(LayoutError::Mirror("a mirrored layout is cut through one of its mirrors".into()));
+        }
         let mut out = Vec::new();
         let mut x = offset;
         while x < end {
@@ -458,6 +605,8 @@ mod tests {
                 stripe_count_wanted: osts.len() as i64,
                 osts,
                 pool: None,
+                mirror: 0,
+                flags: 0,
             }],
         }
     }
@@ -503,6 +652,8 @@ mod tests {
             osts: vec![],
             stripe_count_wanted: 2,
             pool: None,
+            mirror: 0,
+            flags: 0,
         });
         l.validate().unwrap();
         assert!(l.chunks(0, 4 << 20).is_ok());
@@ -526,6 +677,58 @@ mod tests {
         l.components[0].extent_end = 4 << 20;
         l.validate().expect("a layout may end before EOF");
         assert_eq!(l.chunks(4 << 20, 1), Err(LayoutError::BeyondLayout(4 << 20)));
+    }
+
+    /// Two mirrors of one component each: mirror 1 on OST 0, mirror 2 on OST 1.
+    fn two_mirrors() -> Layout {
+        let mut a = raid0(1 << 20, vec![0]).components.remove(0);
+        a.mirror = 1;
+        let b = Component { id: 65538, mirror: 2, osts: vec![1], ..a.clone() };
+        Layout { generation: 3, components: vec![a, b] }
+    }
+
+    #[test]
+    fn mirrors_are_runs_of_components_from_zero_to_eof_in_id_order() {
+        let l = two_mirrors();
+        l.validate().unwrap();
+        assert!(l.is_mirrored() && !raid0(1 << 20, vec![0]).is_mirrored());
+        assert_eq!((l.mirror_ids(), l.mirror_count()), (vec![1, 2], 2));
+        assert_eq!(raid0(1 << 20, vec![0]).mirror_count(), 1);
+        assert_eq!(l.mirror(2).components, vec![l.components[1].clone()]);
+        // Out of order, short of EOF, or mixed with a component of no mirror: refused.
+        let mut bad = l.clone();
+        bad.components.swap(0, 1);
+        assert!(matches!(bad.validate(), Err(LayoutError::Mirror(_))), "{:?}", bad.validate());
+        let mut bad = l.clone();
+        bad.components[0].extent_end = 4 << 20;
+        assert!(bad.validate().is_err());
+        let mut bad = l.clone();
+        bad.components[1].mirror = 0;
+        assert!(matches!(bad.validate(), Err(LayoutError::Mirror(_))));
+        // A range is cut through one mirror, never the whole layout.
+        assert!(matches!(l.chunks(0, 10), Err(LayoutError::Mirror(_))));
+        assert_eq!(l.mirror(2).chunks(0, 10).unwrap()[0].ost, Some(1));
+    }
+
+    #[test]
+    fn a_write_makes_the_other_mirrors_stale_and_reads_avoid_them() {
+        let mut l = two_mirrors();
+        assert_eq!(l.read_order(0, 100), vec![1, 2]);
+        l.components[1].flags |= Component::PREFER;
+        assert_eq!(l.read_order(0, 100), vec![2, 1], "the preferred mirror first");
+        assert_eq!(l.components[1].flag_names(), "init,prefer");
+        assert!(!l.others_stale_over(2, 0, 100));
+        assert!(l.mark_write(2, 0, 100).unwrap(), "mirror 1 goes stale");
+        assert_eq!((l.generation, l.components[0].flag_names().as_str()), (4, "init,stale"));
+        assert!(l.others_stale_over(2, 0, 100));
+        assert!(!l.mark_write(2, 5, 6).unwrap(), "nothing more to mark");
+        assert_eq!(l.read_order(0, 100), vec![2]);
+        assert!(matches!(l.mark_write(1, 0, 100), Err(LayoutError::Mirror(_))), "a stale mirror takes no write");
+        assert!(matches!(l.mark_write(9, 0, 100), Err(LayoutError::Mirror(_))));
+        // Ids of new components pass every id and the generation.
+        assert_eq!(l.next_component_id(), 65539);
+        l.generation = 70_000;
+        assert_eq!(l.next_component_id(), 70_001);
     }
 
     fn arb_layout() -> impl Strategy<Value = Layout> {

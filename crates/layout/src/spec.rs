@@ -44,6 +44,10 @@ pub enum LayoutChange {
     /// --component-del`): the one with this id and those after it, or, without an id,
     /// every such component at the end.
     DelComponents { id: Option<u32> },
+    /// Before a write of `[start, end)` through mirror `mirror` of a mirrored file:
+    /// the other mirrors' components over the range become stale (Lustre's write
+    /// intent on an FLR file), persistently, before any byte is written.
+    WriteIntent { mirror: u16, start: u64, end: u64 },
 }
 
 /// The names [`LayoutSpec::template`] knows.
@@ -298,6 +302,8 @@ impl Layout {
                     stripe_count_wanted: 0,
                     osts: Vec::new(),
                     pool: None,
+                    mirror: 0,
+                    flags: 0,
                 });
                 start = c.extent_end;
                 continue;
@@ -316,6 +322,8 @@ impl Layout {
                 stripe_count_wanted: c.stripe_count.unwrap_or(if chosen.is_empty() { 1 } else { chosen.len() as i64 }),
                 osts: chosen,
                 pool: c.pool.clone(),
+                mirror: 0,
+                flags: 0,
             });
             start = c.extent_end;
         }
@@ -330,15 +338,46 @@ impl Layout {
         if end > self.end() {
             return Err(LayoutError::BeyondLayout(self.end()).into());
         }
+        let self_is_mirrored = self.is_mirrored();
         let mut changed = false;
+        // (mirror, extent, OSTs) of the instantiated components of a mirrored layout.
+        let mut others: Vec<(u16, u64, u64, Vec<u32>)> = match self.is_mirrored() {
+            true => self
+                .components
+                .iter()
+                .filter(|c| c.is_instantiated())
+                .map(|c| (c.mirror, c.extent_start, c.extent_end, c.osts.clone()))
+                .collect(),
+            false => Vec::new(),
+        };
         for (i, c) in self.components.iter_mut().enumerate() {
             if c.extent_start >= end {
+                if self_is_mirrored {
+                    continue;
+                }
                 break;
             }
             if c.is_instantiated() {
                 continue;
             }
-            c.osts = choose_osts(&ComponentSpec::asked_by(c), osts, cursor.wrapping_add(i as u64))?;
+            // A mirror's objects go where the other mirrors' of the same bytes are
+            // not, while enough OSTs are left, so one OST down leaves a copy.
+            let spec = ComponentSpec::asked_by(c);
+            let at = cursor.wrapping_add(i as u64);
+            let apart: Vec<OstState> = osts
+                .iter()
+                .filter(|o| {
+                    !others
+                        .iter()
+                        .any(|(m, s, e, list)| *m != c.mirror && c.overlaps(*s, *e) && list.contains(&o.index))
+                })
+                .cloned()
+                .collect();
+            c.osts = match others.is_empty() {
+                true => choose_osts(&spec, osts, at)?,
+                false => choose_osts(&spec, &apart, at).or_else(|_| choose_osts(&spec, osts, at))?,
+            };
+            others.push((c.mirror, c.extent_start, c.extent_end, c.osts.clone()));
             changed = true;
         }
         if changed {
@@ -353,6 +392,13 @@ impl Layout {
         let mut next = self.clone();
         let changed = match change {
             LayoutChange::Instantiate { end } => return self.instantiate_below(*end, osts, cursor),
+            LayoutChange::WriteIntent { mirror, start, end } => return Ok(self.mark_write(*mirror, *start, *end)?),
+            LayoutChange::AddComponents(_) | LayoutChange::DelComponents { .. } if self.is_mirrored() => {
+                return Err(LayoutError::Mirror(
+                    "a mirrored file's components change with braid mirror extend and split".into(),
+                )
+                .into());
+            }
             LayoutChange::AddComponents(spec) => {
                 let start = self.end();
                 if start == EOF {

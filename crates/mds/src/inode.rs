@@ -5,7 +5,7 @@
 //! parent. One struct for the attributes, so a field added for clients (DoM size, a
 //! mirror's state) is stored by adding it once.
 
-use layout::{ComponentSpec, Layout, LayoutSpec, Pattern};
+use layout::{Component, ComponentSpec, Layout, LayoutSpec, Pattern};
 use proto::msg::{Attr, Creds, DirStripes, FileKind, Timespec};
 use proto::Fid;
 use serde::{Deserialize, Serialize};
@@ -67,6 +67,48 @@ impl From<LayoutSpecV1> for LayoutSpec {
     }
 }
 
+/// A file's layout as records of versions 1 to 4 stored it, before mirrors (FLR):
+/// components without a mirror id and flags. Frozen, as [`LayoutSpecV1`].
+#[derive(Deserialize)]
+struct LayoutV1 {
+    generation: u32,
+    components: Vec<ComponentV1>,
+}
+
+#[derive(Deserialize)]
+struct ComponentV1 {
+    id: u32,
+    extent_start: u64,
+    extent_end: u64,
+    pattern: Pattern,
+    stripe_size: u64,
+    osts: Vec<u32>,
+    stripe_count_wanted: i64,
+    pool: Option<String>,
+}
+
+impl From<LayoutV1> for Layout {
+    fn from(v: LayoutV1) -> Layout {
+        let components = v
+            .components
+            .into_iter()
+            .map(|c| Component {
+                id: c.id,
+                extent_start: c.extent_start,
+                extent_end: c.extent_end,
+                pattern: c.pattern,
+                stripe_size: c.stripe_size,
+                osts: c.osts,
+                stripe_count_wanted: c.stripe_count_wanted,
+                pool: c.pool,
+                mirror: 0,
+                flags: 0,
+            })
+            .collect();
+        Layout { generation: v.generation, components }
+    }
+}
+
 /// The attributes as records of versions 1 and 2 stored them, before striped
 /// directories. Frozen, as [`LayoutSpecV1`].
 #[derive(Deserialize)]
@@ -81,7 +123,7 @@ struct AttrV2 {
     atime: Timespec,
     mtime: Timespec,
     ctime: Timespec,
-    layout: Option<Layout>,
+    layout: Option<LayoutV1>,
     rdev: u64,
     trunc_epoch: u64,
 }
@@ -102,7 +144,7 @@ impl From<AttrV2> for Attr {
             atime,
             mtime,
             ctime,
-            layout,
+            layout: layout.map(Layout::from),
             rdev,
             trunc_epoch,
             data_version,
@@ -125,7 +167,7 @@ struct AttrV3 {
     atime: Timespec,
     mtime: Timespec,
     ctime: Timespec,
-    layout: Option<Layout>,
+    layout: Option<LayoutV1>,
     rdev: u64,
     trunc_epoch: u64,
     stripes: Option<Box<DirStripes>>,
@@ -147,7 +189,67 @@ impl From<AttrV3> for Attr {
             atime,
             mtime,
             ctime,
+            layout: layout.map(Layout::from),
+            rdev,
+            trunc_epoch,
+            data_version,
+            stripes,
+        }
+    }
+}
+
+/// The attributes as records of version 4 stored them, before mirrors. Frozen, as
+/// [`LayoutSpecV1`].
+#[derive(Deserialize)]
+struct AttrV4 {
+    fid: Fid,
+    kind: FileKind,
+    mode: u32,
+    nlink: u32,
+    uid: u32,
+    gid: u32,
+    size: u64,
+    atime: Timespec,
+    mtime: Timespec,
+    ctime: Timespec,
+    layout: Option<LayoutV1>,
+    rdev: u64,
+    trunc_epoch: u64,
+    data_version: u64,
+    stripes: Option<Box<DirStripes>>,
+}
+
+impl From<AttrV4> for Attr {
+    fn from(a: AttrV4) -> Attr {
+        let AttrV4 {
+            fid,
+            kind,
+            mode,
+            nlink,
+            uid,
+            gid,
+            size,
+            atime,
+            mtime,
+            ctime,
             layout,
+            rdev,
+            trunc_epoch,
+            data_version,
+            stripes,
+        } = a;
+        Attr {
+            fid,
+            kind,
+            mode,
+            nlink,
+            uid,
+            gid,
+            size,
+            atime,
+            mtime,
+            ctime,
+            layout: layout.map(Layout::from),
             rdev,
             trunc_epoch,
             data_version,
@@ -183,6 +285,15 @@ struct InodeV3 {
     parent: Option<Fid>,
 }
 
+/// An inode record of version 4: layouts without mirrors.
+#[derive(Deserialize)]
+struct InodeV4 {
+    attr: AttrV4,
+    symlink: Option<String>,
+    dir_default: Option<LayoutSpec>,
+    parent: Option<Fid>,
+}
+
 /// An inode as database format 0 stored it (no version byte, no FID), in its last
 /// encoding: the one before special files and truncate epochs, then those two.
 /// (postcard writes a nested struct as its fields in order, so this reads the same
@@ -206,7 +317,7 @@ struct InodeV0 {
     atime: Timespec,
     mtime: Timespec,
     ctime: Timespec,
-    layout: Option<Layout>,
+    layout: Option<LayoutV1>,
     symlink: Option<String>,
     dir_default: Option<LayoutSpecV1>,
     parent: Option<Fid>,
@@ -233,7 +344,7 @@ impl Inode {
                 atime: v.atime,
                 mtime: v.mtime,
                 ctime: v.ctime,
-                layout: v.layout,
+                layout: v.layout.map(Layout::from),
                 rdev,
                 trunc_epoch,
                 data_version: 0,
@@ -265,6 +376,12 @@ impl Inode {
     /// Decodes the body of an inode record of version 3 (see [`InodeV3`]).
     pub fn decode_v3(body: &[u8]) -> Result<Inode, store::StoreError> {
         let v: InodeV3 = store::decode_exact(body, "inode")?;
+        Ok(Inode { attr: v.attr.into(), symlink: v.symlink, dir_default: v.dir_default, parent: v.parent })
+    }
+
+    /// Decodes the body of an inode record of version 4 (see [`InodeV4`]).
+    pub fn decode_v4(body: &[u8]) -> Result<Inode, store::StoreError> {
+        let v: InodeV4 = store::decode_exact(body, "inode")?;
         Ok(Inode { attr: v.attr.into(), symlink: v.symlink, dir_default: v.dir_default, parent: v.parent })
     }
 

@@ -32,7 +32,8 @@ use crate::msg::{AuthProof, AuthResult, Challenge, Hello};
 /// (`Attr::data_version`). 7: a size report carries the attribute changes answered
 /// by the client since the file's create (`MdsSizeUpdate::behind`). 8: OST pools
 /// (`MgsPool`, `ClusterConfig::pools`, `MdsRefreshConfig`), emulated media
-/// (`MgsHeartbeat::media`, `TargetInfo::media`) and migration (`MdsReplaceLayout`).
+/// (`MgsHeartbeat::media`, `TargetInfo::media`), migration (`MdsReplaceLayout`) and
+/// file-level mirrors (`Component::mirror` and `flags`, `LayoutChange::WriteIntent`).
 pub const PROTOCOL_VERSION: u32 = 8;
 /// Shortest secret accepted, in bytes.
 pub const SECRET_MIN_BYTES: usize = 16;

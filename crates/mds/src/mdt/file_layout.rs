@@ -41,9 +41,10 @@ impl Writer<'_> {
         // permission too, or the file open by this client (permission was checked at
         // open, and a mode changed since must not fail its writes), or the owner (who
         // may write a file created read-only through the descriptor that created it,
-        // also after an MDS restart forgot the opens).
+        // also after an MDS restart forgot the opens). A write intent on a mirrored
+        // file comes from such a writer too, before its first write.
         let writer = ino.may(creds, MAY_WRITE)
-            || matches!(change, LayoutChange::Instantiate { .. })
+            || matches!(change, LayoutChange::Instantiate { .. } | LayoutChange::WriteIntent { .. })
                 && ((place.is_open)(fid, Some(self.client)) || ino.is_owner_or_root(creds));
         if !writer {
             return fail(Errno::Access, format!("changing the layout of {fid} needs write permission on it"));
@@ -58,6 +59,13 @@ impl Writer<'_> {
             let code = match e {
                 layout::PlacementError::NoOstUp | layout::PlacementError::NoOstUpInPool(_) => Errno::NoSpc,
                 layout::PlacementError::Layout(layout::LayoutError::BeyondLayout(_)) => Errno::NoData,
+                // A write intent on a mirror another writer made stale: the layout
+                // the client holds is old; it takes this one and writes another mirror.
+                layout::PlacementError::Layout(layout::LayoutError::Mirror(_))
+                    if matches!(change, LayoutChange::WriteIntent { .. }) =>
+                {
+                    Errno::Stale
+                }
                 _ => Errno::Inval,
             };
             OpError::Errno(code, format!("cannot change the layout of {fid}: {e}"))
@@ -73,11 +81,15 @@ impl Writer<'_> {
 
 impl Writer<'_> {
     /// Replaces the layout of file `fid` with `layout` (see
-    /// [`Request::MdsReplaceLayout`]): a copy of its bytes the caller wrote to
-    /// `layout`'s objects while the file stayed at `data_version`. The old objects are
-    /// queued for destruction as an unlinked file's are, and its bytes on this MDT (a
-    /// Data-on-MDT component) dropped; the data version moves, so every cached byte of
-    /// the file is dropped at its next open. The new layout has no DoM component.
+    /// [`Request::MdsReplaceLayout`]), made by a client that wrote the bytes of its new
+    /// components while the file stayed at `data_version`: a migration (every
+    /// component new), or a mirror extended, resynced or split (components kept, by
+    /// id, objects and extent unchanged, their mirror id and flags may change). The
+    /// objects of components the new layout drops are queued for destruction as an
+    /// unlinked file's are, and its bytes on this MDT (a Data-on-MDT component)
+    /// dropped; the data version moves, so every cached byte of the file is dropped at
+    /// its next open. The new layout has no DoM component, and keeps an in-sync copy
+    /// of every byte the old one had one of.
     ///
     /// [`Request::MdsReplaceLayout`]: proto::msg::Request::MdsReplaceLayout
     pub(super) fn replace_layout(
@@ -100,18 +112,34 @@ impl Writer<'_> {
             return fail(Errno::NotSup, format!("{fid}: a new layout with a Data-on-MDT component"));
         }
         if ino.attr.data_version != data_version {
-            return fail(Errno::Again, format!("{fid} changed while its bytes were copied: migrate it again"));
+            return fail(Errno::Again, format!("{fid} changed while its bytes were copied: run the command again"));
         }
         if (place.open_elsewhere)(fid, self.client) {
-            return fail(Errno::Busy, format!("{fid} is open on another client: migrate it once it is closed"));
+            return fail(Errno::Busy, format!("{fid} is open on another client: try again once it is closed"));
         }
         layout.validate().map_err(|e| OpError::Errno(Errno::Inval, format!("the new layout of {fid}: {e}")))?;
-        // The new objects must not share a name with an old one, which is destroyed.
-        let old_max = old.components.iter().map(|c| c.id).max().unwrap_or(0);
-        if layout.components.iter().any(|c| c.id <= old_max) {
-            return fail(Errno::Inval, format!("the new layout of {fid} reuses a component id of its old one"));
-        }
+        // A component kept is the same objects over the same bytes; a new one takes an
+        // id no object of the file had, so none shares a name with an old one being
+        // destroyed (see `Layout::next_component_id`).
+        let first_new = old.next_component_id();
         for c in &layout.components {
+            let kept = old.components.iter().find(|o| o.id == c.id);
+            match kept {
+                Some(o) if same_objects(o, c) => continue,
+                Some(_) => {
+                    return fail(
+                        Errno::Inval,
+                        format!("the new layout of {fid} changes the objects of component {}", c.id),
+                    )
+                }
+                None if c.id < first_new => {
+                    return fail(
+                        Errno::Inval,
+                        format!("the new layout of {fid} gives component {} an id the file used before", c.id),
+                    )
+                }
+                None => {}
+            }
             if let Some(ost) = misplaced_ost(c, place) {
                 return fail(
                     Errno::Inval,
@@ -122,13 +150,45 @@ impl Writer<'_> {
                 );
             }
         }
-        self.discard_bytes(fid, &old)?;
+        if let Some((start, end)) = uncovered(&old, layout, ino.attr.size) {
+            return fail(
+                Errno::Inval,
+                format!("the new layout of {fid} holds no in-sync copy of bytes [{start}, {end}) (the last one)"),
+            );
+        }
+        let dropped: Vec<layout::Component> =
+            old.components.iter().filter(|o| !layout.components.iter().any(|c| c.id == o.id)).cloned().collect();
+        let dropped_max = dropped.iter().map(|c| c.id).max().unwrap_or(0);
+        self.discard_bytes(fid, &layout::Layout { generation: old.generation, components: dropped })?;
         let mut new = layout.clone();
-        new.generation = old.generation.max(layout.generation).wrapping_add(1);
+        // Past every id dropped: see `Layout::next_component_id`.
+        new.generation = old.generation.max(layout.generation).max(dropped_max).wrapping_add(1);
         ino.attr.layout = Some(new);
         ino.attr.data_version += 1;
         ino.attr.ctime = now;
         self.put_inode(fid, &ino)?;
         Ok(Response::Attr(ino.attr))
     }
+}
+
+/// Whether `a` and `b` name the same objects over the same bytes (a component kept
+/// by a replaced layout; only its mirror id and flags may change).
+fn same_objects(a: &layout::Component, b: &layout::Component) -> bool {
+    let strip = |c: &layout::Component| layout::Component { mirror: 0, flags: 0, ..c.clone() };
+    strip(a) == strip(b)
+}
+
+/// The first range of the file's `size` bytes `old` holds an in-sync copy of (an
+/// instantiated component that is not stale) and `new` does not, if any.
+fn uncovered(old: &layout::Layout, new: &layout::Layout, size: u64) -> Option<(u64, u64)> {
+    let in_sync = |l: &layout::Layout, s: u64, e: u64| {
+        l.components.iter().any(|c| c.is_instantiated() && !c.is_stale() && c.extent_start <= s && e <= c.extent_end)
+    };
+    let mut cuts: Vec<u64> =
+        old.components.iter().chain(&new.components).flat_map(|c| [c.extent_start, c.extent_end]).collect();
+    cuts.push(size);
+    cuts.retain(|&x| x <= size);
+    cuts.sort_unstable();
+    cuts.dedup();
+    cuts.windows(2).map(|w| (w[0], w[1])).find(|&(s, e)| in_sync(old, s, e) && !in_sync(new, s, e))
 }

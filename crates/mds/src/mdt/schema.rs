@@ -102,16 +102,18 @@ pub fn new_memtable() -> MemTable {
 /// default layout (Data-on-MDT); version 1 records are read as all-RAID-0. Version 3
 /// added a striped directory's shard table (`Attr::stripes`); older records have none.
 /// Version 4 added a file's data version (`Attr::data_version`); older records start
-/// at 0.
+/// at 0. Version 5 added each layout component's mirror id and flags (FLR); older
+/// layouts have no mirrors.
 impl Record for Inode {
     const WHAT: &'static str = "inode";
-    const VERSION: u8 = 4;
+    const VERSION: u8 = 5;
 
     fn upgrade(version: u8, body: &[u8]) -> Result<Inode, StoreError> {
         match version {
             1 => Inode::decode_v1(body),
             2 => Inode::decode_v2(body),
             3 => Inode::decode_v3(body),
+            4 => Inode::decode_v4(body),
             v => Err(StoreError::Corrupt { what: "inode", detail: format!("no upgrade from version {v}") }),
         }
     }
@@ -137,12 +139,13 @@ pub struct Reply {
 
 /// Version 2: answers carrying attributes gained `Attr::data_version`. Version 3: a
 /// create's answer says whether its placement was free (`Response::Created::free`).
+/// Version 4: layouts in answers carry mirror ids and flags.
 /// Answers of earlier versions are not upgraded: only a client of a release before
 /// could resend their requests, and the protocol version keeps it out (the pruner
 /// drops them).
 impl Record for Reply {
     const WHAT: &'static str = "reply";
-    const VERSION: u8 = 3;
+    const VERSION: u8 = 4;
 }
 
 /// An inode this MDT changed for an operation that spans MDTs, until the coordinator

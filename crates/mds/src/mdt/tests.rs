@@ -284,8 +284,12 @@ fn attr_v2(a: &proto::msg::Attr) -> impl serde::Serialize + '_ {
     (a.fid, a.kind, a.mode, a.nlink, a.uid, a.gid, a.size, a.atime, a.mtime, a.ctime, &a.layout, a.rdev, a.trunc_epoch)
 }
 
+fn four_osts() -> Vec<OstState> {
+    (0..4).map(|index| OstState { index, up: true, free_bytes: 1 << 30, total_bytes: 1 << 30, pools: vec![] }).collect()
+}
+
 #[test]
-fn inode_records_of_versions_1_2_and_3_are_read() {
+fn inode_records_of_versions_1_to_4_are_read() {
     // Version 1 as it was written: the body of an inode whose directory default has
     // components without a pattern.
     #[derive(serde::Serialize)]
@@ -344,6 +348,31 @@ fn inode_records_of_versions_1_2_and_3_are_read() {
     let v3 = postcard::to_allocvec(&(attr_v3, None::<String>, None::<LayoutSpec>, None::<Fid>)).unwrap();
     let read: Inode = store::decode_record(&store::seal(3, &v3)).expect("version 3");
     assert_eq!(read, striped, "a version 3 inode reads with data version 0");
+    // Version 4: a file's layout whose components have no mirror id and flags.
+    let mut file = Inode::new(Fid::new(0, 1, 9), FileKind::File, 0o644, &Creds::root(), 0, now);
+    file.attr.data_version = 3;
+    let mut l = layout::LayoutSpec::raid0(Some(2), Some(1 << 20)).instantiate(&four_osts(), 1).unwrap();
+    l.generation = 5;
+    file.attr.layout = Some(l.clone());
+    let comps_v4: Vec<_> = l
+        .components
+        .iter()
+        .map(|c| {
+            let (id, s, e, p, ss, o, w, pool) =
+                (c.id, c.extent_start, c.extent_end, c.pattern, c.stripe_size, &c.osts, c.stripe_count_wanted, &c.pool);
+            (id, s, e, p, ss, o, w, pool)
+        })
+        .collect();
+    let a = &file.attr;
+    let attr_v4 = (
+        (a.fid, a.kind, a.mode, a.nlink, a.uid, a.gid, a.size, a.atime, a.mtime, a.ctime),
+        Some((l.generation, comps_v4)),
+        (a.rdev, a.trunc_epoch, a.data_version, &a.stripes),
+    );
+    let v4 = postcard::to_allocvec(&(attr_v4, None::<String>, None::<LayoutSpec>, None::<Fid>)).unwrap();
+    let read: Inode = store::decode_record(&store::seal(4, &v4)).expect("version 4");
+    assert_eq!(read, file, "a version 4 inode reads with a layout without mirrors");
+    assert!(!read.attr.layout.unwrap().is_mirrored());
     // And today's records read back as written.
     let mut now_ino = ino;
     now_ino.attr.data_version = 17;
@@ -871,7 +900,13 @@ fn a_replaced_layout_queues_the_old_objects_drops_dom_bytes_and_a_changed_or_ope
             r => panic!("{r:?}"),
         };
         assert_eq!(code(w.apply(&replace(&copy, a.data_version + 1), place)), proto::Errno::Again, "changed since");
-        assert_eq!(code(w.apply(&replace(&old, a.data_version), place)), proto::Errno::Inval, "an old component id");
+        let mut reused = old.clone();
+        reused.components[0].stripe_size *= 2;
+        assert_eq!(
+            code(w.apply(&replace(&reused, a.data_version), place)),
+            proto::Errno::Inval,
+            "an old id, new objects"
+        );
         let mut elsewhere = copy.clone();
         elsewhere.components[0].osts = vec![5];
         assert_eq!(code(w.apply(&replace(&elsewhere, a.data_version), place)), proto::Errno::Inval, "no such OST");
@@ -913,5 +948,76 @@ fn a_replaced_layout_queues_the_old_objects_drops_dom_bytes_and_a_changed_or_ope
         let Ok(Response::Attr(moved)) = w.apply(&onto(copy.clone()), place) else { panic!("DoM onto OSTs") };
         assert_eq!(moved.layout.unwrap().components, copy.components);
         assert_eq!(w.view.dom_size(dom).unwrap(), 0, "its bytes on the MDT are dropped");
+    });
+}
+
+#[test]
+fn mirrors_are_added_marked_stale_before_a_write_and_split_without_losing_the_last_in_sync_copy() {
+    on_fresh_mdt("mirrors", |w, place| {
+        let a = match w.apply(&create(Fid::ROOT, "a"), place) {
+            Ok(Response::Created { attr, .. }) => attr,
+            r => panic!("{r:?}"),
+        };
+        let set = SetAttr { size: Some(1000), ..Default::default() };
+        w.apply(&Request::MdsSetattr { creds: Creds::root(), fid: a.fid, set }, place).unwrap();
+        let version = |w: &mut Writer| w.view.must_inode(a.fid).unwrap().attr.data_version;
+        let layout_now = |w: &mut Writer| w.view.must_inode(a.fid).unwrap().attr.layout.unwrap();
+        let replace = |layout: &layout::Layout, data_version| Request::MdsReplaceLayout {
+            creds: Creds::root(),
+            fid: a.fid,
+            layout: layout.clone(),
+            data_version,
+        };
+        let code = |r: OpResult<Response>| match r {
+            Err(OpError::Errno(c, _)) => c,
+            r => panic!("{r:?}"),
+        };
+        let queued = |w: &mut Writer| w.view.scan(Tbl::Destroy, std::ops::Bound::Unbounded).unwrap().count();
+        // Extended: the file's component becomes mirror 1, a copy mirror 2.
+        let old = a.layout.clone().unwrap();
+        let mut two = old.clone();
+        two.components[0].mirror = 1;
+        let second = layout::Component { id: 65538, mirror: 2, ..two.components[0].clone() };
+        two.components.push(second);
+        let v = version(w);
+        w.apply(&replace(&two, v), place).unwrap();
+        assert_eq!(layout_now(w).mirror_count(), 2);
+        assert_eq!(queued(w), 0, "a component kept keeps its objects");
+
+        // A write through mirror 1 makes mirror 2 stale, in the stored inode.
+        let intent = |mirror| Request::MdsLayoutChange {
+            creds: Creds::root(),
+            fid: a.fid,
+            change: layout::LayoutChange::WriteIntent { mirror, start: 0, end: 100 },
+        };
+        w.apply(&intent(1), place).unwrap();
+        let l = layout_now(w);
+        assert!(!l.components[0].is_stale() && l.components[1].is_stale(), "{l:?}");
+        assert_eq!(code(w.apply(&intent(2), place)), proto::Errno::Stale, "a stale mirror takes no write");
+
+        // Mirror 1 holds the only in-sync copy: it stays.
+        let mut only_stale = l.clone();
+        only_stale.components.remove(0);
+        let v = version(w);
+        assert_eq!(code(w.apply(&replace(&only_stale, v), place)), proto::Errno::Inval);
+        assert_eq!(layout_now(w).mirror_count(), 2, "refused: nothing changed");
+        // Mirror 2 goes, its objects with it; its ids are never taken again.
+        let mut first = l.clone();
+        first.components.remove(1);
+        w.apply(&replace(&first, v), place).unwrap();
+        let l = layout_now(w);
+        assert_eq!((l.mirror_count(), queued(w)), (1, 1));
+        assert!(l.next_component_id() > 65538, "{l:?}");
+        let mut again = l.clone();
+        again.components.push(layout::Component { id: 65538, mirror: 2, flags: 0, ..l.components[0].clone() });
+        let v = version(w);
+        assert_eq!(code(w.apply(&replace(&again, v), place)), proto::Errno::Inval, "an id the file used before");
+        // Nor are a mirrored file's components added by setstripe.
+        let add = Request::MdsLayoutChange {
+            creds: Creds::root(),
+            fid: a.fid,
+            change: layout::LayoutChange::AddComponents(LayoutSpec::raid0(Some(1), None)),
+        };
+        assert_eq!(code(w.apply(&add, place)), proto::Errno::Inval);
     });
 }
