@@ -284,6 +284,13 @@ enum Command {
         #[arg(allow_hyphen_values = true, trailing_var_arg = true, num_args = 0..)]
         args: Vec<String>,
     },
+    /// File-level mirrors: create, extend, resync, split, verify (Lustre's `lfs mirror`).
+    #[command(disable_help_flag = true, override_help = cli::mirror::MIRROR_HELP)]
+    Mirror {
+        /// The mirror command, its options and files, in order (see `braid mirror --help`).
+        #[arg(allow_hyphen_values = true, trailing_var_arg = true, num_args = 0..)]
+        args: Vec<String>,
+    },
     /// Show the layout of files, or a directory's default.
     Getstripe {
         #[command(flatten)]
@@ -448,6 +455,13 @@ fn run(command: Command) -> anyhow::Result<()> {
                 return Ok(());
             }
             cli::stripe::migrate(&args)
+        }
+        Command::Mirror { args } => {
+            if args.is_empty() || args.iter().any(|a| a == "-h" || a == "--help") {
+                println!("{}", cli::mirror::MIRROR_HELP);
+                return Ok(());
+            }
+            cli::mirror::run(&args)
         }
         Command::Getdirstripe { client, default, count, index, hash, path } => {
             cli::stripe::getdirstripe(&client, &path, &cli::stripe::DirstripeOpts { default, count, index, hash })

@@ -141,6 +141,10 @@ fn every_operation() {
         let moved = calls.ok("migrate", cl.migrate(creds, dir.fid, "f", LayoutSpec::raid0(Some(1), None))).await;
         let one = moved.layout.expect("a layout").components[0].osts.len();
         assert_eq!((moved.fid, moved.size, one), (f.fid, 50 << 10, 1));
+        // And got a second copy (a mirror).
+        let spec = client::mirror::MirrorSpec { layout: LayoutSpec::raid0(Some(1), None), prefer: false };
+        let mirrored = calls.ok("mirror", cl.mirror_extend(creds, dir.fid, "f", &[spec])).await;
+        assert_eq!(mirrored.layout.expect("a layout").mirror_count(), 2);
 
         // Attributes and extended attributes.
         assert_eq!(calls.ok("getattr", cl.getattr(f.fid)).await.size, 50 << 10);

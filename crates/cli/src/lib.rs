@@ -17,6 +17,7 @@
 
 pub mod config;
 pub mod local;
+pub mod mirror;
 pub mod mount;
 pub mod mountctl;
 pub mod native_bench;

@@ -363,8 +363,8 @@ fn print_raid0(out: &mut impl Write, fid: Fid, layout_gen: u32, comp: &Component
 /// One component of a composite layout, as `lfs getstripe` prints it.
 fn print_component(out: &mut impl Write, fid: Fid, comp: &Component) -> Result<()> {
     writeln!(out, "    lcme_id:             {}", comp.id)?;
-    writeln!(out, "    lcme_mirror_id:      0")?;
-    writeln!(out, "    lcme_flags:          {}", if comp.is_instantiated() { "init" } else { "0" })?;
+    writeln!(out, "    lcme_mirror_id:      {}", comp.mirror)?;
+    writeln!(out, "    lcme_flags:          {}", comp.flag_names())?;
     writeln!(out, "    lcme_extent.e_start: {}", comp.extent_start)?;
     let end = if comp.extent_end == EOF { "EOF".to_string() } else { comp.extent_end.to_string() };
     writeln!(out, "    lcme_extent.e_end:   {end}")?;
@@ -417,7 +417,7 @@ pub fn print_layout(out: &mut impl Write, name: &str, fid: Fid, l: &Layout, o: &
     }
     if o.component.is_none() {
         writeln!(out, "  lcm_layout_gen:    {}", l.generation)?;
-        writeln!(out, "  lcm_mirror_count:  1")?;
+        writeln!(out, "  lcm_mirror_count:  {}", l.mirror_count())?;
         writeln!(out, "  lcm_entry_count:   {}", l.components.len())?;
     }
     for c in chosen {

@@ -159,6 +159,8 @@ mod tests {
             stripe_count_wanted: osts.len() as i64,
             osts,
             pool: None,
+            mirror: 0,
+            flags: 0,
         };
         attr.layout = Some(Layout { generation: 1, components: vec![c] });
         attr

@@ -159,7 +159,11 @@ pub(crate) async fn write(c: &Client, f: &OpenFile, offset: u64, data: Bytes) ->
     c.cache_invalidate(f.fid, offset, len);
     // A component not instantiated yet gets its objects first (PFL): the MDS
     // instantiates, the handle takes the layout of the new generation.
-    let layout = c.instantiate(f, end).await?;
+    let mut layout = c.instantiate(f, end).await?;
+    if layout.is_mirrored() {
+        // Boxed: kept out of the future of every write of a file without mirrors.
+        layout = Box::pin(c.write_mirror(f, layout, offset, end)).await?;
+    }
     let extents = objio::extents(f.fid, &layout, offset, len, c.inner.cfg.max_rpc_bytes)?;
     let limit = c.inner.cfg.max_dirty_bytes;
     let behind = limit > 0;
@@ -326,7 +330,7 @@ pub(crate) async fn local_ranges(
     offset: u64,
     len: u64,
 ) -> Result<Option<Vec<crate::LocalRange>>> {
-    if c.inner.local_osts.is_none() || c.inner.cache.is_some() || len == 0 {
+    if c.inner.local_osts.is_none() || c.inner.cache.is_some() || len == 0 || f.layout().is_mirrored() {
         return Ok(None);
     }
     let end = offset.saturating_add(len);
@@ -627,6 +631,20 @@ pub(crate) async fn read_extents(
     offset: u64,
     len: u64,
 ) -> Result<(Bytes, bool)> {
+    match layout.is_mirrored() {
+        true => Box::pin(c.read_mirrored(fid, layout, offset, len)).await,
+        false => read_extents_of(c, fid, layout, offset, len).await,
+    }
+}
+
+/// [`read_extents`] of a layout without mirrors, or of one mirror of a layout.
+pub(crate) async fn read_extents_of(
+    c: &Client,
+    fid: Fid,
+    layout: &Layout,
+    offset: u64,
+    len: u64,
+) -> Result<(Bytes, bool)> {
     let extents = objio::extents_to_read(fid, layout, offset, len, c.inner.cfg.max_rpc_bytes)?;
     if extents.is_empty() {
         return Ok((Bytes::from(vec![0u8; len as usize]), true));
@@ -701,8 +719,12 @@ pub(crate) async fn punch_hole(c: &Client, f: &OpenFile, offset: u64, len: u64) 
     f.written.store(true, std::sync::atomic::Ordering::Release);
     f.needs_publish.store(true, std::sync::atomic::Ordering::Release);
     f.inflight.data_gen.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-    // Nothing to deallocate where no component has objects.
-    let extents = objio::extents_to_read(f.fid, &f.layout(), offset, len, u64::MAX)?;
+    // Nothing to deallocate where no component has objects; every mirror's bytes.
+    let layout = f.layout();
+    let mut extents = Vec::new();
+    for m in layout.mirror_ids() {
+        extents.extend(objio::extents_to_read(f.fid, &layout.mirror(m), offset, len, u64::MAX)?);
+    }
     let mut set = JoinSet::new();
     for extent in extents {
         let target = c.object_io(extent.target).await?;

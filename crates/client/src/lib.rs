@@ -20,6 +20,8 @@
 //! - [`async_create`]: creates answered here under a lease, sent in the background.
 //! - [`statahead`]: entries' attributes fetched in bulk ahead of lookups.
 //! - [`path`]: path resolution over lookups, symlinks included.
+//! - [`mirror`]: file-level mirrors (reads that fall back, writes that mark stale,
+//!   extend, resync, split, verify); `migrate`: a file's bytes moved to a new layout.
 //! - `striped`: striped directories (which shard holds a name, merged listings).
 //! - `short_circuit`: reads and writes of objects whose OSS runs on this machine
 //!   through descriptors it hands over.
@@ -30,6 +32,7 @@ pub mod deferred;
 pub mod first_bytes;
 pub mod io;
 mod lease;
+pub mod mirror;
 pub mod objio;
 pub mod path;
 pub mod set_behind;
@@ -248,6 +251,7 @@ pub const OPS: &[&str] = &[
     "statfs",
     "pool_change",
     "migrate",
+    "mirror",
 ];
 
 tokio::task_local! {
@@ -314,6 +318,8 @@ struct Inner {
     first_bytes: first_bytes::Hints,
     /// Files an open just found without extended attributes (see [`xattrless`]).
     xattrless: xattrless::Xattrless,
+    /// OSTs mirrored reads failed on lately (see [`mirror`]).
+    failed_osts: mirror::FailedOsts,
     /// The shard tables of striped directories met so far.
     stripes: striped::StripeTables,
     /// The SSD read cache, if configured and usable.
@@ -771,6 +777,7 @@ impl Client {
                 statahead: Arc::default(),
                 first_bytes: Default::default(),
                 xattrless: Default::default(),
+                failed_osts: Default::default(),
                 creates: Default::default(),
                 stripes: Default::default(),
                 cache,

@@ -76,11 +76,7 @@ impl Client {
             }
         };
         if unnamed {
-            for (ost, object) in crate::io::layout_objects(attr.fid, &new) {
-                if let Ok(t) = self.object_io(objio::Target::Ost { ost, object }).await {
-                    let _ = t.destroy().await;
-                }
-            }
+            self.destroy_objects(attr.fid, &new).await;
         }
         r
     }
@@ -99,7 +95,7 @@ impl Client {
         let place =
             |e: layout::PlacementError| ClientError::Errno(Errno::Inval, format!("cannot place the new layout: {e}"));
         let mut new = spec.instantiate(&osts, cursor).map_err(place)?;
-        let after = old.components.iter().map(|c| c.id).max().unwrap_or(0);
+        let after = old.next_component_id() - 1;
         for c in &mut new.components {
             c.id += after;
         }
@@ -110,15 +106,21 @@ impl Client {
     /// Copies `size` bytes of file `fid` from `old`'s objects to `new`'s and makes them
     /// durable.
     async fn copy_objects(&self, fid: Fid, old: &Layout, new: &Layout, size: u64) -> Result<()> {
+        self.copy_range(fid, old, new, 0, size).await
+    }
+
+    /// Copies bytes `[start, end)` of file `fid` from `from`'s objects (any mirror in
+    /// sync) to `to`'s, which has objects for all of them, and makes them durable.
+    pub(crate) async fn copy_range(&self, fid: Fid, from: &Layout, to: &Layout, start: u64, end: u64) -> Result<()> {
         let mut touched = HashSet::new();
-        let mut offset = 0;
-        while offset < size {
-            let len = COPY_CHUNK.min(size - offset);
-            let (data, _) = io::read_extents(self, fid, old, offset, len).await?;
+        let mut offset = start;
+        while offset < end {
+            let len = COPY_CHUNK.min(end - offset);
+            let (data, _) = io::read_extents(self, fid, from, offset, len).await?;
             // Zeros need no writing: objects read as zeros where nothing was written,
             // so a sparse file stays sparse.
             if data.iter().any(|&b| b != 0) {
-                touched.extend(io::write_extents(self, fid, new, offset, data).await?);
+                touched.extend(io::write_extents(self, fid, to, offset, data).await?);
             }
             offset += len;
         }
@@ -126,9 +128,18 @@ impl Client {
         objio::sync(self, &targets).await
     }
 
+    /// Destroys the OST objects `layout` names (best effort): a copy no layout names.
+    pub(crate) async fn destroy_objects(&self, fid: Fid, layout: &Layout) {
+        for (ost, object) in crate::io::layout_objects(fid, layout) {
+            if let Ok(t) = self.object_io(objio::Target::Ost { ost, object }).await {
+                let _ = t.destroy().await;
+            }
+        }
+    }
+
     /// Asks the MDS to give the file `new` in place of its layout, waiting a moment
     /// for other clients' closes still on their way.
-    async fn replace_layout(&self, creds: &Creds, attr: &Attr, new: &Layout) -> Result<Attr> {
+    pub(crate) async fn replace_layout(&self, creds: &Creds, attr: &Attr, new: &Layout) -> Result<Attr> {
         let req = Request::MdsReplaceLayout {
             creds: creds.clone(),
             fid: attr.fid,

@@ -370,6 +370,8 @@ mod tests {
             osts: vec![3, 1],
             stripe_count_wanted: 2,
             pool: None,
+            mirror: 0,
+            flags: 0,
         };
         Layout { generation: 0, components: vec![comp] }
     }

@@ -111,7 +111,7 @@ pub fn op_of(name: &str) -> Option<Op> {
         "rename" => Op::Rename,
         // A listing with its entries' attributes (the mount's READDIRPLUS) is a listing.
         "readdir" | "readdir_all" | "readdirplus" => Op::Readdir,
-        "setxattr" | "setstripe" | "layout_change" | "migrate" => Op::Setxattr,
+        "setxattr" | "setstripe" | "layout_change" | "migrate" | "mirror" => Op::Setxattr,
         "getxattr" | "getstripe" => Op::Getxattr,
         "listxattr" => Op::Listxattr,
         "removexattr" => Op::Removexattr,
