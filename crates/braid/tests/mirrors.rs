@@ -115,7 +115,7 @@ fn a_mirrored_file_keeps_a_copy_per_pool_goes_stale_on_write_resyncs_and_stays_r
 
 #[test]
 fn a_preferred_mirror_takes_the_writes_and_bad_mirror_commands_are_clear_errors() {
-    let c = cluster();
+    let mut c = cluster();
     let m = Mount::new(&c, "");
     c.braid_ok(&["mirror", "create", "-N", "-p", "hot", "-N", "-p", "cool", "--flags=prefer", &c.url("/p")]);
     let comps = mirrors_of(&c, "/p");
@@ -143,7 +143,17 @@ fn a_preferred_mirror_takes_the_writes_and_bad_mirror_commands_are_clear_errors(
     fails_with(&c, &["setstripe", "--component-add", "-E", "-1", &c.url("/p")], "braid mirror extend and split");
     let comps = mirrors_of(&c, "/p");
     assert_eq!((comps[0].1.as_str(), comps[1].1.as_str()), ("init,stale", "init,prefer"), "unchanged: {comps:?}");
-    // Resync once it is closed (the close reaches the MDS within moments).
+    // A resync that cannot write its copy (the stale mirror's OSS is down) fails and
+    // leaves the file as it was, readable; run again once the OSS is back, it works.
+    c.kill("oss0");
+    let out = c.braid(&["mirror", "resync", "--timeout-s", "2", &c.url("/p")]);
+    assert!(!out.status.success(), "a resync onto a stopped OSS: {}", String::from_utf8_lossy(&out.stdout));
+    let comps = mirrors_of(&c, "/p");
+    assert_eq!((comps[0].1.as_str(), comps[1].1.as_str()), ("init,stale", "init,prefer"), "unchanged: {comps:?}");
+    assert!(c.get("/p") == data, "read from the in-sync mirror meanwhile");
+    c.restart("oss0");
+    // The MDS checks a new layout's OSTs against what the MGS tells it: up again.
+    c.wait_placement(4, Duration::from_secs(30));
     c.braid_ok(&["mirror", "resync", &c.url("/p")]);
     assert!(mirrors_of(&c, "/p").iter().all(|c| !c.1.contains("stale")));
     c.braid_ok(&["mirror", "verify", &c.url("/p")]);
