@@ -38,6 +38,23 @@ impl Client {
         .await
     }
 
+    /// The opens MDT `mdt` logged after number `after` (see
+    /// [`Request::MdsOpenLog`]): the oldest number it holds, the next one, and the
+    /// opens.
+    pub async fn open_log(&self, mdt: u32, after: u64) -> Result<(u64, u64, Vec<proto::msg::LoggedOpen>)> {
+        self.observe("open_log", None, 0, 0, async {
+            let config = self.config();
+            let Some(t) = config.mdts.iter().find(|t| t.index == mdt) else {
+                return Err(ClientError::Errno(Errno::NoEnt, format!("no MDT {mdt} in the configuration")));
+            };
+            match self.server(&t.address).call(&Request::MdsOpenLog { mdt, after }, vec![]).await?.response {
+                Response::OpenLog { first, next, opens } => Ok((first, next, opens)),
+                r => Err(unexpected("open log", &r)),
+            }
+        })
+        .await
+    }
+
     /// Usage of every target, asked of the target itself; `Err` for one that does not
     /// answer.
     pub async fn target_usage(&self) -> Result<Vec<(TargetInfo, std::result::Result<Usage, String>)>> {

@@ -61,8 +61,8 @@ pub use layout::DirHash;
 pub use proto::auth::Secret;
 pub use proto::msg::{
     Attr, ClusterConfig, Creds, DirEntry, DirEntryPlus, DirSpec, DirStripes, FileKind, LockInfo, LockRequest, LockType,
-    OpenFlags, RenameFlags, SetAttr, TargetInfo, TargetKind, TimeSet, Timespec, Usage, XattrMode, DIR_STRIPES_ALL,
-    MDT_BALANCED,
+    LoggedOpen, OpenFlags, RenameFlags, SetAttr, TargetInfo, TargetKind, TimeSet, Timespec, Usage, XattrMode,
+    DIR_STRIPES_ALL, MDT_BALANCED,
 };
 pub use proto::{Errno, Fid, ObjectId};
 
@@ -252,6 +252,7 @@ pub const OPS: &[&str] = &[
     "pool_change",
     "migrate",
     "mirror",
+    "open_log",
 ];
 
 tokio::task_local! {
@@ -847,6 +848,11 @@ impl Client {
             ost: r.ost.load(Ordering::Relaxed),
             local: r.local.load(Ordering::Relaxed),
         }
+    }
+
+    /// This client's id, as servers know it (see [`LoggedOpen::client`]).
+    pub fn client_id(&self) -> u64 {
+        self.inner.identity.client_id
     }
 
     pub fn config(&self) -> ClusterConfig {

@@ -260,6 +260,12 @@ impl Mds {
                     Err(e) => Response::error(Errno::Again, format!("cannot fetch configuration from the MGS: {e}")),
                 };
             }
+            Request::MdsOpenLog { mdt, after } => {
+                return match self.mdts.get(mdt) {
+                    Some(m) => m.open_log(*after),
+                    None => Response::error(Errno::NoEnt, format!("MDT {mdt} is not served here")),
+                }
+            }
             Request::MdsStatfs { mdt } => {
                 return match (self.dirs.get(mdt), self.mdts.get(mdt)) {
                     (Some(d), Some(m)) => Response::Usage(m.usage(d)),

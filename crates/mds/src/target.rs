@@ -45,6 +45,22 @@ pub struct Mdt {
     /// After a restart, what reads and changes of directory entries wait for (see
     /// [`crate::recovery`]).
     pub(crate) recovery: Option<Arc<Recovery>>,
+    /// The latest opens, for a tiering service (see [`OpenLog`]).
+    open_log: Mutex<OpenLog>,
+}
+
+/// Most opens [`OpenLog`] keeps: a reader further behind loses the oldest.
+const OPEN_LOG_MAX: usize = 65_536;
+
+/// The latest opens of an MDT's files, numbered from 1 (Lustre's changelog `OPEN`
+/// records, in memory and bounded): what `braid tier` reads to stage a purged file
+/// back to the hot pool once it is read again (`Request::MdsOpenLog`).
+#[derive(Default)]
+struct OpenLog {
+    /// The number the next open gets, less one.
+    last: u64,
+    /// Each open with its number, oldest first.
+    entries: std::collections::VecDeque<(u64, proto::msg::LoggedOpen)>,
 }
 
 /// A request's part in the revocation of one directory's lease; the last one out,
@@ -133,6 +149,7 @@ impl Mdt {
             leases,
             revoking: Mutex::default(),
             recovery,
+            open_log: Mutex::default(),
         }))
     }
 
@@ -248,12 +265,36 @@ impl Mdt {
         Ok(out)
     }
 
-    /// Counts a handle of `client` (for writing with `write`).
+    /// Counts a handle of `client` (for writing with `write`), and logs the open.
     pub(crate) fn opened(&self, fid: Fid, client: u64, write: bool) {
-        let mut opens = self.opens.lock().expect("opens");
-        let holds = opens.entry(fid).or_default().entry(client).or_default();
-        holds.handles += 1;
-        holds.writer |= write;
+        {
+            let mut opens = self.opens.lock().expect("opens");
+            let holds = opens.entry(fid).or_default().entry(client).or_default();
+            holds.handles += 1;
+            holds.writer |= write;
+        }
+        let mut log = self.open_log.lock().expect("open log");
+        log.last += 1;
+        let n = log.last;
+        if log.entries.len() == OPEN_LOG_MAX {
+            log.entries.pop_front();
+        }
+        log.entries.push_back((n, proto::msg::LoggedOpen { fid, at: proto::msg::Timespec::now(), client }));
+    }
+
+    /// The logged opens numbered after `after` (see [`Request::MdsOpenLog`]).
+    ///
+    /// [`Request::MdsOpenLog`]: proto::msg::Request::MdsOpenLog
+    pub(crate) fn open_log(&self, after: u64) -> Response {
+        let log = self.open_log.lock().expect("open log");
+        let first = log.entries.front().map_or(log.last + 1, |e| e.0);
+        // A reader ahead of the log read it before this MDS restarted: all of it is new.
+        let after = if after > log.last { 0 } else { after };
+        let skip = after.saturating_sub(first.saturating_sub(1)) as usize;
+        let opens: Vec<proto::msg::LoggedOpen> =
+            log.entries.iter().skip(skip).take(proto::msg::OPEN_LOG_BATCH).map(|&(_, o)| o).collect();
+        let next = first + (skip + opens.len()) as u64;
+        Response::OpenLog { first, next, opens }
     }
 
     /// Drops one handle of `client`.

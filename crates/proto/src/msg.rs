@@ -895,6 +895,13 @@ pub enum Request {
         layout: Layout,
         data_version: u64,
     },
+    /// The opens MDT `mdt` logged after number `after` (Lustre's changelog `OPEN`
+    /// records, kept in memory and bounded: a tiering service learns from them which
+    /// files are read). Answered with [`Response::OpenLog`].
+    MdsOpenLog {
+        mdt: u32,
+        after: u64,
+    },
 }
 
 impl Request {
@@ -934,6 +941,7 @@ impl Request {
             Request::MdsSync { .. } => "md_sync",
             Request::MdsLayoutChange { .. } => "layout_change",
             Request::MdsReplaceLayout { .. } => "replace_layout",
+            Request::MdsOpenLog { .. } => "open_log",
             Request::MdsRefreshConfig => "refresh_config",
             Request::MdsDomRead { .. } => "dom_read",
             Request::MdsDomWrite { .. } => "dom_write",
@@ -1081,6 +1089,28 @@ pub enum Response {
     OpenedWithoutXattrs {
         attr: Attr,
     },
+    /// Answer to [`Request::MdsOpenLog`]: the opens numbered `after + 1` up to
+    /// `next - 1` that the log still holds, oldest first, at most [`OPEN_LOG_BATCH`].
+    /// `first` is the oldest number the log holds: opens between `after` and it were
+    /// dropped (a reader that fell behind, or an MDS restart, which starts the log
+    /// again).
+    OpenLog {
+        first: u64,
+        next: u64,
+        opens: Vec<LoggedOpen>,
+    },
+}
+
+/// Most opens one [`Response::OpenLog`] carries.
+pub const OPEN_LOG_BATCH: usize = 4096;
+
+/// One open an MDT logged (see [`Request::MdsOpenLog`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoggedOpen {
+    pub fid: Fid,
+    pub at: Timespec,
+    /// The client that opened it.
+    pub client: u64,
 }
 
 /// `braid mkdir -i -1`: the MDS chooses the MDT (Lustre's `-1` as an unsigned index).
