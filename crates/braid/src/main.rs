@@ -291,6 +291,13 @@ enum Command {
         #[arg(allow_hyphen_values = true, trailing_var_arg = true, num_args = 0..)]
         args: Vec<String>,
     },
+    /// Automated hot/cool tiering: the service, its status, and explicit moves.
+    #[command(disable_help_flag = true, override_help = cli::tier::TIER_HELP)]
+    Tier {
+        /// The tier command, its options and paths, in order (see `braid tier --help`).
+        #[arg(allow_hyphen_values = true, trailing_var_arg = true, num_args = 0..)]
+        args: Vec<String>,
+    },
     /// Show the layout of files, or a directory's default.
     Getstripe {
         #[command(flatten)]
@@ -455,6 +462,13 @@ fn run(command: Command) -> anyhow::Result<()> {
                 return Ok(());
             }
             cli::stripe::migrate(&args)
+        }
+        Command::Tier { args } => {
+            if args.is_empty() || args.iter().any(|a| a == "-h" || a == "--help") {
+                println!("{}", cli::tier::TIER_HELP);
+                return Ok(());
+            }
+            cli::tier::main(&args)
         }
         Command::Mirror { args } => {
             if args.is_empty() || args.iter().any(|a| a == "-h" || a == "--help") {

@@ -145,6 +145,10 @@ fn every_operation() {
         let spec = client::mirror::MirrorSpec { layout: LayoutSpec::raid0(Some(1), None), prefer: false };
         let mirrored = calls.ok("mirror", cl.mirror_extend(creds, dir.fid, "f", &[spec])).await;
         assert_eq!(mirrored.layout.expect("a layout").mirror_count(), 2);
+        // The MDT logged the opens (among them the mirror's own).
+        let (_, next, opens) = calls.ok("open_log", cl.open_log(0, 0)).await;
+        assert!(opens.iter().any(|o| o.fid == f.fid && o.client == cl.client_id()), "{opens:?}");
+        assert!(next > opens.len() as u64, "numbered from 1: {next}");
 
         // Attributes and extended attributes.
         assert_eq!(calls.ok("getattr", cl.getattr(f.fid)).await.size, 50 << 10);

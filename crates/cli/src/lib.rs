@@ -25,6 +25,7 @@ pub mod nbd;
 pub mod pool;
 pub mod serve;
 pub mod stripe;
+pub mod tier;
 pub mod tools;
 pub mod trace;
 pub mod url;
