@@ -32,6 +32,8 @@ use crate::*;
 
 /// Bytes copied per read and write.
 const COPY_CHUNK: u64 = 4 << 20;
+/// Chunks copied at once (each read, then written).
+const COPY_IN_FLIGHT: usize = 4;
 /// How long the replacement waits for other clients' closes to reach the MDS.
 const BUSY_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
@@ -112,17 +114,31 @@ impl Client {
     /// Copies bytes `[start, end)` of file `fid` from `from`'s objects (any mirror in
     /// sync) to `to`'s, which has objects for all of them, and makes them durable.
     pub(crate) async fn copy_range(&self, fid: Fid, from: &Layout, to: &Layout, start: u64, end: u64) -> Result<()> {
+        let (from, to) = (Arc::new(from.clone()), Arc::new(to.clone()));
         let mut touched = HashSet::new();
+        // A few chunks at once, each read then written: the slower side (a cool pool's
+        // bandwidth, a latency per request) always has work queued.
+        let mut set = tokio::task::JoinSet::new();
         let mut offset = start;
-        while offset < end {
-            let len = COPY_CHUNK.min(end - offset);
-            let (data, _) = io::read_extents(self, fid, from, offset, len).await?;
-            // Zeros need no writing: objects read as zeros where nothing was written,
-            // so a sparse file stays sparse.
-            if data.iter().any(|&b| b != 0) {
-                touched.extend(io::write_extents(self, fid, to, offset, data).await?);
+        loop {
+            while offset < end && set.len() < COPY_IN_FLIGHT {
+                let len = COPY_CHUNK.min(end - offset);
+                let (c, from, to) = (self.clone(), from.clone(), to.clone());
+                set.spawn(async move {
+                    let (data, _) = io::read_extents(&c, fid, &from, offset, len).await?;
+                    // Zeros need no writing: objects read as zeros where nothing was
+                    // written, so a sparse file stays sparse.
+                    match data.iter().any(|&b| b != 0) {
+                        true => io::write_extents(&c, fid, &to, offset, data).await,
+                        false => Ok(Vec::new()),
+                    }
+                });
+                offset += len;
             }
-            offset += len;
+            match set.join_next().await {
+                Some(r) => touched.extend(r.map_err(objio::join_err)??),
+                None => break,
+            }
         }
         let targets: Vec<objio::Target> = touched.into_iter().collect();
         objio::sync(self, &targets).await

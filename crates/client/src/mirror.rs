@@ -292,7 +292,8 @@ impl Client {
                     // counting on over the mirrors; an id the file used is never reused.
                     let lustre_id = (u32::from(m) << 16) | (new.components.len() as u32 + 1);
                     let first_id = next_id.max(lustre_id);
-                    let mirror = self.placed_apart(&new, &s.layout, attr.size, first_id, m, s.prefer)?;
+                    let cursor = u64::from(attr.fid.oid) + u64::from(m);
+                    let mirror = self.placed_apart(&new, &s.layout, attr.size, (first_id, cursor), m, s.prefer)?;
                     next_id = mirror.next_component_id();
                     new.components.extend(mirror.components.iter().cloned());
                     added.push(mirror);
@@ -350,7 +351,8 @@ impl Client {
                             pool: comp.pool.clone(),
                             ..Default::default()
                         };
-                        comp.osts = choose_apart(&spec, &osts, &others_osts(&new, &comp))?;
+                        let cursor = u64::from(attr.fid.oid) + u64::from(comp.mirror);
+                        comp.osts = choose_apart(&spec, &osts, &others_osts(&new, &comp), cursor)?;
                     }
                     new.components[i] = comp.clone();
                     fresh.push(Layout { generation: 0, components: vec![comp] });
@@ -419,13 +421,14 @@ impl Client {
     /// Mirror `m` made from `spec` for a file of `size` bytes: filled from the
     /// layout's first component, placed away from the OSTs of its other mirrors
     /// while enough are left, component ids from `first_id`, objects for every byte
-    /// below `size`.
+    /// below `size`. The placement cursor is the file's own (its FID): consecutive
+    /// files' mirrors spread over the pool as the MDS's round robin spreads files.
     fn placed_apart(
         &self,
         layout: &Layout,
         spec: &LayoutSpec,
         size: u64,
-        first_id: u32,
+        (first_id, cursor): (u32, u64),
         m: u16,
         prefer: bool,
     ) -> Result<Layout> {
@@ -439,7 +442,6 @@ impl Client {
         let osts = self.config().ost_states();
         let used: Vec<u32> = layout.components.iter().flat_map(|c| c.osts.iter().copied()).collect();
         let apart: Vec<layout::OstState> = osts.iter().filter(|o| !used.contains(&o.index)).cloned().collect();
-        let cursor = first_id as u64;
         let place =
             |e: layout::PlacementError| ClientError::Errno(Errno::Inval, format!("cannot place mirror {m}: {e}"));
         let mut new = match spec.instantiate(&apart, cursor) {
@@ -502,9 +504,13 @@ fn others_osts(layout: &Layout, c: &Component) -> Vec<u32> {
 }
 
 /// OSTs for `spec` away from `others` while enough are left.
-fn choose_apart(spec: &layout::ComponentSpec, osts: &[layout::OstState], others: &[u32]) -> Result<Vec<u32>> {
+fn choose_apart(
+    spec: &layout::ComponentSpec,
+    osts: &[layout::OstState],
+    others: &[u32],
+    cursor: u64,
+) -> Result<Vec<u32>> {
     let apart: Vec<layout::OstState> = osts.iter().filter(|o| !others.contains(&o.index)).cloned().collect();
-    let cursor = others.len() as u64;
     layout::choose_osts(spec, &apart, cursor)
         .or_else(|_| layout::choose_osts(spec, osts, cursor))
         .map_err(|e| ClientError::Errno(Errno::NoSpc, format!("cannot place a resynced component: {e}")))
