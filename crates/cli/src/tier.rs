@@ -442,10 +442,13 @@ async fn read_open_logs(cl: &Client, state: &mut State) -> client::Result<()> {
         }
     }
     for t in cl.config().mdts.iter().filter(|t| t.up) {
+        // A service that never read this MDT's log starts at its end, as a changelog
+        // reader registered now would: opens from before it ran are not its business.
+        let fresh = !state.open_log.contains_key(&t.index);
         let mut after = state.open_log.get(&t.index).copied().unwrap_or(0);
         loop {
             let (_, next, opens) = cl.open_log(t.index, after).await?;
-            for o in opens.iter().filter(|o| !state.clients.contains(&o.client)) {
+            for o in opens.iter().filter(|o| !fresh && !state.clients.contains(&o.client)) {
                 let at = state.opened.entry(o.fid.to_string()).or_default();
                 *at = (*at).max(millis(o.at));
             }
