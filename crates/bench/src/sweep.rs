@@ -66,6 +66,11 @@ pub enum Preset {
     /// directories placed in pools of OSTs that emulate different media (e.g. an
     /// `hdd` pool and an `ssd` pool: `braid setstripe -p hdd DIR`).
     Media,
+    /// Seed 002 figure 13: read bandwidth of a shared file and of files per process
+    /// in four states: in the hot pool, purged to the cool pool, just purged with the
+    /// tiering service staging them back as they are read, and after staging (braid,
+    /// pools named `hot` and `cool`).
+    Tiering,
     /// Seed 004 Table 1 and figures 1, 3 and 4: NBD exports (targets `LABEL=nbd://...`)
     /// measured through the protocol: latency of one request in flight by size,
     /// sequential bandwidth with and without FUA, write bandwidth by amount written
@@ -88,6 +93,7 @@ impl Preset {
             Preset::Tracer => "Seed 001 figures 4 and 5: IOR read and write bandwidth by transfer size (4 KiB to 4 MiB), one task, file per process, sequential, O_DIRECT so that every transfer is one operation of the client. Run it on a braid mount with tracing off, one with it on (`-o trace`: a record into the shared-memory ring per operation, drained by a collector process), and one with a synchronous logger (`-o trace_sync=FILE`: each record formatted and written to a file before the operation returns, as the seed's PVFS logging): the overhead of each is its distance from tracing off.",
             Preset::Cache => "Seed 003 figures 3 and 4 (its Table 2 options, one task): IOzone sequential write, rewrite, read and reread with 64 KiB records, then random read and write with 4 KiB records on the same file, O_DIRECT so the client's page cache hides nothing. Run it on a braid mount without the SSD cache, one with it (`-o cache_dir=...`), and the cache's own directory: the cached mount's reread and random read come from the SSD cache, and its write and first read should match the mount without it.",
             Preset::Nbd => "Seed 004 Table 1 and figures 1, 3 and 4, on NBD exports (targets LABEL=nbd://HOST:PORT/EXPORT: `braid nbd serve` on a braid file, and for the seed's local reference nbdkit's file plugin on a local file), measured through the NBD protocol by braid's own client: the latency of one request in flight by request size (random reads and writes, Table 1); sequential write, write with FUA on every request (the seed's synchronous server) and read bandwidth (figure 1); write bandwidth by amount written, one 64 KiB request in flight, beside the seed's model b/t_b until the server's dirty memory limit and then the disk's pace, with t_b and t_d measured (figure 3); and sequential bandwidth by requests in flight from 1 to 32 (figure 4). The write-model figure's model series uses this machine's memory and vm.dirty_ratio.",
+            Preset::Tiering => "Seed 002 figure 13 (its Table 7 hot/cool tiering): N tasks (--max-tasks, default 2) write a shared file and a file each into a directory of the hot pool (`braid setstripe -p hot`), then read them back in four states: in hot; purged to cool (`braid tier purge`: a cool mirror made, the hot one dropped); just purged, read while `braid tier run` notices the reads and stages the files back to hot (the reads are served from cool); and after that staging. The file system needs OST pools named `hot` and `cool` (e.g. `braid local --ost-media 2-3:class=hdd,bw=150M` and `braid pool`); the policy the preset gives the service is written beside the report.",
             Preset::Dom => "Seed 002 figure 10: IOR file per process with the block and transfer sizes of its Table 6 (1 KiB blocks of 1 KiB transfers; 1,000 KiB blocks of 100 KiB transfers), in a directory whose default is its Table 5 Data-on-MDT layout (`braid setstripe --template seed-table5`: the first 64 KiB on the MDT) and in a plain one.",
         }
     }
@@ -403,6 +409,13 @@ pub fn execute(args: &SweepArgs, native: Option<NativeConnect>) -> Result<SweepR
                 ),
             ],
             // Measured by crate::nbd, which returned above.
+            Preset::Tiering => vec![figure(
+                "tiering",
+                "Read bandwidth by tiering state (shared file and file per process)",
+                "state",
+                "MiB/s",
+                XAxis::Categories(TIERING_STATES.iter().map(|s| s.to_string()).collect()),
+            )],
             Preset::Nbd => Vec::new(),
             Preset::Dom => {
                 let cases = XAxis::Categories(DOM_CASES.iter().map(|c| c.0.to_string()).collect());
@@ -451,6 +464,7 @@ pub fn execute(args: &SweepArgs, native: Option<NativeConnect>) -> Result<SweepR
             Preset::Pattern => 3,
             Preset::Filesize => file_sizes.len(),
             Preset::Blocksize | Preset::Tracer => transfer_sizes.len(),
+            Preset::Tiering => TIERING_STATES.len(),
             Preset::Nbd => 0,
         };
     let mut done_points = 0;
@@ -808,6 +822,76 @@ pub fn execute(args: &SweepArgs, native: Option<NativeConnect>) -> Result<SweepR
                     let _ = driver.rmdir(&sub.1);
                 }
             }
+            Preset::Tiering => {
+                let n = args.max_tasks.unwrap_or(2).max(1);
+                let size = args.bytes_per_task(32 << 20);
+                let (block, transfer) = (format_size(size), format_size(size.min(1 << 20)));
+                let sub = layout_dir(&mut *driver, &work.path, &dir, "tiering", &["-p", "hot"])?;
+                let policy = out.join(format!("tier-policy-{}.toml", label.replace(' ', "-")));
+                write_file(
+                    &policy,
+                    &format!(
+                        "# braid bench sweep --preset tiering: stage what is read, nothing else\n\
+                         hot_pool = \"hot\"\ncool_pool = \"cool\"\nmirror_age_s = 86400\n\
+                         high_watermark = 100\nlow_watermark = 99\nscan_interval_ms = 200\n\
+                         hot_layout = \"-c 1\"\ncool_layout = \"-c 1\"\nstate = \"tier-state-{}.json\"\n",
+                        label.replace(' ', "-")
+                    ),
+                )?;
+                let policy = policy.display().to_string();
+                let base = |shared: bool| crate::backend::join(&sub.0, if shared { "shared" } else { "fpp" });
+                let files: Vec<String> =
+                    std::iter::once(base(true)).chain((0..n).map(|r| format!("{}.{r:08}", base(false)))).collect();
+                let ior = |shared: bool, op: &str| -> Result<(ior::IorReport, String)> {
+                    let mut extra: Vec<String> = [op, "-k", "-t", &transfer, "-b", &block, "-N", &n.to_string(), "-o"]
+                        .iter()
+                        .map(|s| s.to_string())
+                        .chain([base(shared)])
+                        .collect();
+                    if !shared {
+                        extra.insert(0, "-F".into());
+                    }
+                    run_ior(&extra)
+                };
+                for shared in [true, false] {
+                    let (report, command) = ior(shared, "-w")?;
+                    runs.push(SweepRun { target: format!("{label} write"), command, report: to_json(&report) });
+                }
+                let mut service: Option<std::process::Child> = None;
+                let mut r = Ok(());
+                for (i, state) in TIERING_STATES.iter().enumerate() {
+                    status(&mut progress, state);
+                    let step = match i {
+                        1 => {
+                            files.iter().try_for_each(|f| braid(&["tier", "purge", "--policy", &policy, f]).map(|_| ()))
+                        }
+                        2 => tier_service(&policy, &sub.0, out, label).map(|c| service = Some(c)),
+                        3 => wait_staged(&files),
+                        _ => Ok(()),
+                    };
+                    if let Err(e) = step {
+                        r = Err(e);
+                        break;
+                    }
+                    for (shared, what) in [(true, "shared file"), (false, "file per process")] {
+                        let (report, command) = ior(shared, "-r")?;
+                        for row in report.summary.iter().filter(|r| r.operation == "read") {
+                            let series = format!("{label} {what} read");
+                            figures.add("tiering", series, i as f64, state.to_string(), row.bandwidth_mib_s.mean);
+                        }
+                        runs.push(SweepRun { target: format!("{label} {state}"), command, report: to_json(&report) });
+                    }
+                }
+                if let Some(mut c) = service {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                }
+                r?;
+                for f in &files {
+                    let _ = driver.unlink(&f.replacen(&sub.0, &sub.1, 1));
+                }
+                let _ = driver.rmdir(&sub.1);
+            }
             Preset::Nbd => {}
             Preset::Dom => {
                 let n = *task_counts.last().expect("task counts are never empty");
@@ -897,6 +981,65 @@ pub fn execute(args: &SweepArgs, native: Option<NativeConnect>) -> Result<SweepR
     let report = args.report(began, sweep_targets, figures.figures, runs);
     write_outputs(out, &report)?;
     Ok(report)
+}
+
+/// The states of the tiering preset's files, in the order they are read.
+const TIERING_STATES: [&str; 4] = ["in hot", "in cool", "just purged", "after staging"];
+
+/// Runs this binary (`braid`) with `args`; its stdout.
+fn braid(args: &[&str]) -> Result<String> {
+    let exe = std::env::current_exe().map_err(|e| BenchError::Other(format!("cannot find this binary: {e}")))?;
+    let out = std::process::Command::new(exe)
+        .args(args)
+        .output()
+        .map_err(|e| BenchError::Other(format!("cannot run braid {}: {e}", args.join(" "))))?;
+    if !out.status.success() {
+        return Err(BenchError::Usage(format!(
+            "this preset needs a braid target: `braid {}` failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Starts `braid tier run` over `dir` with `policy`, its log beside the report; the
+/// caller kills it (by its PID, through the child).
+fn tier_service(policy: &str, dir: &str, out: &Path, label: &str) -> Result<std::process::Child> {
+    let exe = std::env::current_exe().map_err(|e| BenchError::Other(format!("cannot find this binary: {e}")))?;
+    let log_path = out.join(format!("tier-{}.log", label.replace(' ', "-")));
+    let log =
+        std::fs::File::create(&log_path).map_err(|e| BenchError::io("create", log_path.display().to_string(), e))?;
+    let mut child = std::process::Command::new(exe)
+        .args(["tier", "run", "--policy", policy, dir])
+        .stdout(std::process::Stdio::piped())
+        .stderr(log)
+        .spawn()
+        .map_err(|e| BenchError::Other(format!("cannot start braid tier run: {e}")))?;
+    // Ready once it says so (it has set up the directory and read its state).
+    let mut line = String::new();
+    let stdout = child.stdout.take().expect("piped");
+    let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line);
+    if !line.starts_with("tiering") {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(BenchError::Other(format!("braid tier run did not start: see {}", log_path.display())));
+    }
+    Ok(child)
+}
+
+/// Waits until every file of `files` has its hot copy back (two mirrors again).
+fn wait_staged(files: &[String]) -> Result<()> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    for f in files {
+        while !braid(&["getstripe", f])?.contains("lcm_mirror_count:  2") {
+            if std::time::Instant::now() > deadline {
+                return Err(BenchError::Other(format!("{f} was not staged back to hot within 5 minutes")));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    }
+    Ok(())
 }
 
 /// The cases of seed 002's Table 6: (label, IOR block, IOR transfer).
