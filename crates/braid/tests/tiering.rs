@@ -69,10 +69,11 @@ fn the_service_mirrors_idle_files_purges_the_coldest_above_the_watermark_and_sta
     for (name, data) in &files {
         std::fs::write(m.path(name), data).unwrap();
         assert_eq!(copies(&c, &format!("/{name}"))[0].0, "hot", "{name} lands in the hot pool");
-        std::thread::sleep(Duration::from_millis(1100)); // each its own second: an LRU order
+        std::thread::sleep(Duration::from_millis(50)); // an LRU order, to the millisecond
     }
     // Idle for a second, each gets a cool copy; 3 MiB of a 4 MiB hot pool is above
-    // 60%, so the two least recently used lose their hot copy (down to 30%).
+    // 60%, so the two least recently used lose their hot copy (down to 30%), also
+    // if the first of them were mirrored a pass before the others.
     wait_for("two files purged to cool and one kept hot", WAIT, || {
         let now: Vec<Vec<(String, bool)>> = files.iter().map(|(n, _)| copies(&c, &format!("/{n}"))).collect();
         now[0] == [("cool".to_string(), true)]

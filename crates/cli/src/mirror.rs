@@ -7,7 +7,7 @@ use client::mirror::MirrorSpec;
 use client::FileKind;
 
 use crate::stripe::{parse_setstripe, SetstripeAction};
-use crate::tools::{creds, with_client};
+use crate::tools::{creds, take_client_opts, with_client};
 use crate::ClientOpts;
 
 /// Usage of `braid mirror`, for its `--help`.
@@ -95,30 +95,6 @@ pub fn parse_mirror_args(args: &[String]) -> Result<MirrorArgs> {
     Ok(MirrorArgs { mirrors, path: path.clone(), client })
 }
 
-/// Takes `--secret-file` and `--timeout-s` out of `args`, and the rest.
-fn client_opts(args: &[String]) -> Result<(ClientOpts, Vec<String>)> {
-    let mut opts = ClientOpts { secret_file: None, timeout_s: 60 };
-    let mut rest = Vec::new();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let (flag, inline) = match a.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
-            _ => (a.as_str(), None),
-        };
-        let mut value =
-            || inline.clone().or_else(|| it.next().cloned()).with_context(|| format!("{flag} needs a value"));
-        match flag {
-            "--secret-file" => opts.secret_file = Some(value()?.into()),
-            "--timeout-s" => {
-                let v = value()?;
-                opts.timeout_s = v.parse().with_context(|| format!("invalid --timeout-s '{v}'"))?;
-            }
-            _ => rest.push(a.clone()),
-        }
-    }
-    Ok((opts, rest))
-}
-
 /// Runs `braid mirror ARGS`.
 pub fn run(args: &[String]) -> Result<()> {
     let Some((sub, rest)) = args.split_first() else { bail!("{MIRROR_HELP}") };
@@ -138,7 +114,7 @@ pub fn run(args: &[String]) -> Result<()> {
             })
         }
         "resync" => {
-            let (opts, files) = client_opts(rest)?;
+            let (opts, files) = take_client_opts(rest)?;
             if files.is_empty() || files.iter().any(|f| f.starts_with('-')) {
                 bail!("braid mirror resync takes files (see braid mirror --help)");
             }
@@ -148,7 +124,7 @@ pub fn run(args: &[String]) -> Result<()> {
             Ok(())
         }
         "split" => {
-            let (opts, rest) = client_opts(rest)?;
+            let (opts, rest) = take_client_opts(rest)?;
             let (mut id, mut destroy, mut file) = (None, false, None);
             let mut it = rest.iter();
             while let Some(a) = it.next() {
@@ -178,7 +154,7 @@ pub fn run(args: &[String]) -> Result<()> {
             on_file(&opts, &file, |bc, c, parent, name| bc.run(bc.client.mirror_split(c, parent, name, id)).map(|_| ()))
         }
         "verify" => {
-            let (opts, rest) = client_opts(rest)?;
+            let (opts, rest) = take_client_opts(rest)?;
             let verbose = rest.iter().any(|a| a == "-v" || a == "--verbose");
             let files: Vec<&String> = rest.iter().filter(|a| !(*a == "-v" || *a == "--verbose")).collect();
             if files.is_empty() || files.iter().any(|f| f.starts_with('-')) {

@@ -246,8 +246,16 @@ impl Seen {
 
 /// The moves a pass makes, in order: resyncs, mirrors and stages first, then the
 /// purges that bring the hot pool from above its high watermark to its low one
-/// (`hot_used` of `hot_total` bytes), least recently used first.
-pub fn plan(files: &[Seen], hot_used: u64, hot_total: u64, policy: &Policy, now: u64) -> Vec<(Move, usize)> {
+/// (`hot_used` of `hot_total` bytes), least recently used first. Once above the high
+/// watermark the pool is `purging` until it is down to the low one, also across
+/// passes (files mirrored later are purged then), as lpurge's two thresholds work.
+pub fn plan(
+    files: &[Seen],
+    (hot_used, hot_total): (u64, u64),
+    purging: bool,
+    policy: &Policy,
+    now: u64,
+) -> Vec<(Move, usize)> {
     let idle = |f: &Seen| now.saturating_sub(f.changed) >= policy.mirror_age.as_millis() as u64;
     let mut moves = Vec::new();
     for (i, f) in files.iter().enumerate() {
@@ -260,8 +268,9 @@ pub fn plan(files: &[Seen], hot_used: u64, hot_total: u64, policy: &Policy, now:
             moves.push((Move::Stage, i));
         }
     }
-    if hot_total > 0 && hot_used * 100 > hot_total * u64::from(policy.high_watermark) {
-        let goal = hot_total * u64::from(policy.low_watermark) / 100;
+    let goal = hot_total * u64::from(policy.low_watermark) / 100;
+    let above_high = hot_used * 100 > hot_total * u64::from(policy.high_watermark);
+    if hot_total > 0 && (above_high || purging && hot_used > goal) {
         let mut candidates: Vec<usize> = (0..files.len())
             .filter(|&i| {
                 let c = files[i].copies;
@@ -309,6 +318,9 @@ pub struct State {
     pub hot_total: u64,
     /// Moves the last pass planned, by kind, and those left when it ended.
     pub queued: HashMap<String, usize>,
+    /// The hot pool went above its high watermark and is not down to its low one yet.
+    #[serde(default)]
+    pub purging: bool,
     pub latest: VecDeque<Done>,
 }
 
@@ -530,7 +542,9 @@ async fn pass(
         state.opened.retain(|fid, _| seen.contains(fid));
     }
     let (hot_used, hot_total) = hot_usage(cl, policy, &files).await?;
-    let moves = plan(&files, hot_used, hot_total, policy, now_ms());
+    let moves = plan(&files, (hot_used, hot_total), state.purging, policy, now_ms());
+    let goal = hot_total * u64::from(policy.low_watermark) / 100;
+    state.purging = (state.purging || hot_used * 100 > hot_total * u64::from(policy.high_watermark)) && hot_used > goal;
     state.files = files.len();
     (state.hot_used, state.hot_total) = (hot_used, hot_total);
     state.queued.clear();
@@ -563,6 +577,8 @@ async fn pass(
     }
     // Past this pass's own opens, so that a restart does not take them for reads.
     read_open_logs(cl, state).await?;
+    // Down to the low watermark: purging stops until the high one is passed again.
+    state.purging &= state.hot_used > goal;
     state.updated = now_secs();
     Ok(())
 }
@@ -642,24 +658,14 @@ pub fn explicit(policy: &Policy, bc: &BlockingClient, what: &str, path: &str) ->
 /// Runs `braid tier ARGS`.
 pub fn main(args: &[String]) -> Result<()> {
     let Some((sub, rest)) = args.split_first() else { bail!("{TIER_HELP}") };
+    let (client, rest) = crate::tools::take_client_opts(rest)?;
     let mut policy = None;
-    let mut client = crate::ClientOpts { secret_file: None, timeout_s: 60 };
     let mut paths = Vec::new();
     let mut it = rest.iter();
     while let Some(a) = it.next() {
-        let (flag, inline) = match a.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
-            _ => (a.as_str(), None),
-        };
-        let mut value =
-            || inline.clone().or_else(|| it.next().cloned()).with_context(|| format!("{flag} needs a value"));
-        match flag {
-            "--policy" => policy = Some(PathBuf::from(value()?)),
-            "--secret-file" => client.secret_file = Some(value()?.into()),
-            "--timeout-s" => {
-                let v = value()?;
-                client.timeout_s = v.parse().with_context(|| format!("invalid --timeout-s '{v}'"))?;
-            }
+        match a.as_str() {
+            "--policy" => policy = Some(PathBuf::from(it.next().context("--policy needs a value")?)),
+            p if p.starts_with("--policy=") => policy = Some(PathBuf::from(&p["--policy=".len()..])),
             f if f.starts_with('-') => bail!("unknown tier option '{f}' (see braid tier --help)"),
             p => paths.push(p.to_string()),
         }
@@ -750,17 +756,20 @@ mod tests {
         ];
         files[3].opened = Some(1_000_000); // read as it was purged: not after
         files[4].opened = Some(1_000_001);
-        let moves = plan(&files, 0, 100, &p, 2_000_000);
+        let moves = plan(&files, (0, 100), false, &p, 2_000_000);
         assert_eq!(moves, vec![(Move::Mirror, 0), (Move::Resync, 2), (Move::Stage, 4)]);
 
         // Above 80% of 100: the least recently used purged first, down to 60%.
         let mut files: Vec<Seen> = (0..5).map(|i| seen(i, 10, 1000 + i, both)).collect();
         files[0].opened = Some(5000); // read lately: kept
-        let moves = plan(&files, 90, 100, &p, 9000);
+        let moves = plan(&files, (90, 100), false, &p, 9000);
         assert_eq!(moves, vec![(Move::Purge, 1), (Move::Purge, 2), (Move::Purge, 3)]);
-        assert!(plan(&files, 80, 100, &p, 9000).is_empty(), "at the high watermark, not above it");
+        assert!(plan(&files, (80, 100), false, &p, 9000).is_empty(), "at the high watermark, not above it");
+        // Once purging, below the high watermark and above the low one it goes on.
+        assert_eq!(plan(&files, (70, 100), true, &p, 9000), vec![(Move::Purge, 1)]);
+        assert!(plan(&files, (60, 100), true, &p, 9000).is_empty(), "down to the low watermark");
         // Only files with both copies in sync lose their hot one.
         files.iter_mut().for_each(|f| f.copies = stale);
-        assert!(plan(&files, 90, 100, &p, 1010).iter().all(|(m, _)| *m != Move::Purge));
+        assert!(plan(&files, (90, 100), false, &p, 1010).iter().all(|(m, _)| *m != Move::Purge));
     }
 }

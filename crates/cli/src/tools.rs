@@ -280,6 +280,31 @@ pub fn cluster_path(path: &str) -> Result<BraidPath> {
     }
 }
 
+/// Takes `--secret-file` and `--timeout-s` out of `args` (of a command that reads
+/// its own arguments in order), and the rest.
+pub(crate) fn take_client_opts(args: &[String]) -> Result<(ClientOpts, Vec<String>)> {
+    let mut opts = ClientOpts { secret_file: None, timeout_s: 60 };
+    let mut rest = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let (flag, inline) = match a.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
+            _ => (a.as_str(), None),
+        };
+        let mut value =
+            || inline.clone().or_else(|| it.next().cloned()).with_context(|| format!("{flag} needs a value"));
+        match flag {
+            "--secret-file" => opts.secret_file = Some(value()?.into()),
+            "--timeout-s" => {
+                let v = value()?;
+                opts.timeout_s = v.parse().with_context(|| format!("invalid --timeout-s '{v}'"))?;
+            }
+            _ => rest.push(a.clone()),
+        }
+    }
+    Ok((opts, rest))
+}
+
 pub(crate) fn with_client<T>(
     opts: &ClientOpts,
     path: &str,

@@ -65,11 +65,32 @@ impl Client {
             return Err(ClientError::Errno(Errno::Inval, format!("{name} has no layout")));
         };
         let new = self.placed_after(old, &spec, attr.size)?;
-        // The copy's objects go again once no layout can name them: the copy failed
-        // (nothing was asked of the MDS), or the MDS refused the replacement. One
-        // whose answer was lost (the MDS away past the timeout) may have been
-        // applied: then they are the file's, and stay.
-        let (r, unnamed) = match self.copy_objects(attr.fid, old, &new, attr.size).await {
+        self.copy_and_replace(creds, attr, old, new.clone(), &[new]).await
+    }
+
+    /// Copies the file's bytes into each layout of `targets` (a new mirror, a fresh
+    /// component) over the extent it covers, then has the MDS swap `old` for `new`;
+    /// the copies' objects are destroyed again once no layout can name them: the
+    /// copy failed (nothing was asked of the MDS), or the MDS refused the
+    /// replacement. One whose answer was lost (the MDS away past the timeout) may
+    /// have been applied: then they are the file's, and stay.
+    pub(crate) async fn copy_and_replace(
+        &self,
+        creds: &Creds,
+        attr: &Attr,
+        old: &Layout,
+        new: Layout,
+        targets: &[Layout],
+    ) -> Result<Attr> {
+        let copied = async {
+            for t in targets {
+                let start = t.components.first().map_or(0, |c| c.extent_start);
+                let end = t.end().min(attr.size);
+                self.copy_range(attr.fid, old, t, start, end).await?;
+            }
+            Ok::<_, ClientError>(())
+        };
+        let (r, unnamed) = match copied.await {
             Err(e) => (Err(e), true),
             Ok(()) => {
                 let r = self.replace_layout(creds, attr, &new).await;
@@ -78,7 +99,9 @@ impl Client {
             }
         };
         if unnamed {
-            self.destroy_objects(attr.fid, &new).await;
+            for t in targets {
+                self.destroy_objects(attr.fid, t).await;
+            }
         }
         r
     }
@@ -103,12 +126,6 @@ impl Client {
         }
         new.instantiate_below(size.min(new.end()), &osts, cursor).map_err(place)?;
         Ok(new)
-    }
-
-    /// Copies `size` bytes of file `fid` from `old`'s objects to `new`'s and makes them
-    /// durable.
-    async fn copy_objects(&self, fid: Fid, old: &Layout, new: &Layout, size: u64) -> Result<()> {
-        self.copy_range(fid, old, new, 0, size).await
     }
 
     /// Copies bytes `[start, end)` of file `fid` from `from`'s objects (any mirror in

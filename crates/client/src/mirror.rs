@@ -460,41 +460,6 @@ impl Client {
         }
         Ok(new)
     }
-
-    /// Copies the file's bytes into each layout of `targets` (a new mirror, a fresh
-    /// component) over the extent it covers, then has the MDS swap `old` for `new`;
-    /// the copies' objects are destroyed again if no layout names them.
-    async fn copy_and_replace(
-        &self,
-        creds: &Creds,
-        attr: &Attr,
-        old: &Layout,
-        new: Layout,
-        targets: &[Layout],
-    ) -> Result<Attr> {
-        let copied = async {
-            for t in targets {
-                let start = t.components.first().map_or(0, |c| c.extent_start);
-                let end = t.end().min(attr.size);
-                self.copy_range(attr.fid, old, t, start, end).await?;
-            }
-            Ok::<_, ClientError>(())
-        };
-        let (r, unnamed) = match copied.await {
-            Err(e) => (Err(e), true),
-            Ok(()) => {
-                let r = self.replace_layout(creds, attr, &new).await;
-                let refused = matches!(&r, Err(ClientError::Rpc(proto::RpcError::Remote(_))));
-                (r, refused)
-            }
-        };
-        if unnamed {
-            for t in targets {
-                self.destroy_objects(attr.fid, t).await;
-            }
-        }
-        r
-    }
 }
 
 /// The OSTs of the components of other mirrors over `c`'s extent.

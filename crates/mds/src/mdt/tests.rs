@@ -878,6 +878,19 @@ fn a_writers_report_without_an_mtime_keeps_the_times_set_since_its_writes() {
     })
 }
 
+/// `MdsReplaceLayout` of `fid` by root.
+fn replace_req(fid: Fid, layout: &layout::Layout, data_version: u64) -> Request {
+    Request::MdsReplaceLayout { creds: Creds::root(), fid, layout: layout.clone(), data_version }
+}
+
+/// The errno of a refused operation.
+fn refused(r: OpResult<Response>) -> proto::Errno {
+    match r {
+        Err(OpError::Errno(c, _)) => c,
+        r => panic!("{r:?}"),
+    }
+}
+
 #[test]
 fn a_replaced_layout_queues_the_old_objects_drops_dom_bytes_and_a_changed_or_open_file_is_refused() {
     on_fresh_mdt("replace", |w, place| {
@@ -889,16 +902,8 @@ fn a_replaced_layout_queues_the_old_objects_drops_dom_bytes_and_a_changed_or_ope
         // The copy's layout: the same shape under a new component id.
         let mut copy = old.clone();
         copy.components[0].id = 7;
-        let replace = |layout: &layout::Layout, data_version| Request::MdsReplaceLayout {
-            creds: Creds::root(),
-            fid: a.fid,
-            layout: layout.clone(),
-            data_version,
-        };
-        let code = |r: OpResult<Response>| match r {
-            Err(OpError::Errno(c, _)) => c,
-            r => panic!("{r:?}"),
-        };
+        let replace = |layout: &layout::Layout, data_version| replace_req(a.fid, layout, data_version);
+        let code = refused;
         assert_eq!(code(w.apply(&replace(&copy, a.data_version + 1), place)), proto::Errno::Again, "changed since");
         let mut reused = old.clone();
         reused.components[0].stripe_size *= 2;
@@ -962,16 +967,8 @@ fn mirrors_are_added_marked_stale_before_a_write_and_split_without_losing_the_la
         w.apply(&Request::MdsSetattr { creds: Creds::root(), fid: a.fid, set }, place).unwrap();
         let version = |w: &mut Writer| w.view.must_inode(a.fid).unwrap().attr.data_version;
         let layout_now = |w: &mut Writer| w.view.must_inode(a.fid).unwrap().attr.layout.unwrap();
-        let replace = |layout: &layout::Layout, data_version| Request::MdsReplaceLayout {
-            creds: Creds::root(),
-            fid: a.fid,
-            layout: layout.clone(),
-            data_version,
-        };
-        let code = |r: OpResult<Response>| match r {
-            Err(OpError::Errno(c, _)) => c,
-            r => panic!("{r:?}"),
-        };
+        let replace = |layout: &layout::Layout, data_version| replace_req(a.fid, layout, data_version);
+        let code = refused;
         let queued = |w: &mut Writer| w.view.scan(Tbl::Destroy, std::ops::Bound::Unbounded).unwrap().count();
         // Extended: the file's component becomes mirror 1, a copy mirror 2.
         let old = a.layout.clone().unwrap();
