@@ -82,6 +82,16 @@ fn a_mirrored_file_keeps_a_copy_per_pool_goes_stale_on_write_resyncs_and_stays_r
     let v = c.braid_ok(&["mirror", "verify", "-v", &c.url("/m")]);
     assert!(v.contains(&format!("{} bytes of in-sync mirrors 1,2 compared, 0 chunk(s) differ", 3 << 20)), "{v}");
 
+    // Mirror 2 split off into a file of its own: the same bytes, laid out as the
+    // mirror was; /m keeps mirror 1.
+    c.braid_ok(&["mirror", "split", "--mirror-id", "2", "-f", &c.url("/m2"), &c.url("/m")]);
+    assert!(c.get("/m2") == data && c.get("/m") == data);
+    let left = c.braid_ok(&["getstripe", &c.url("/m")]);
+    assert!(!left.contains("lcm_mirror_count") && left.contains("lmm_pool:          hot"), "one copy left: {left}");
+    let split = c.braid_ok(&["getstripe", &c.url("/m2")]);
+    assert!(split.contains("lmm_pool:          cool"), "{split}");
+    c.braid_ok(&["mirror", "extend", "-N", "-c", "1", "-p", "cool", &c.url("/m")]);
+
     // A plain file written through the mount gets a second mirror with its bytes.
     let plain = pattern(5 << 20, 2);
     c.braid_ok(&["setstripe", "-c", "2", "-p", "hot", &c.url("/plain")]);
@@ -130,7 +140,11 @@ fn a_preferred_mirror_takes_the_writes_and_bad_mirror_commands_are_clear_errors(
     let held = std::fs::OpenOptions::new().write(true).open(m.path("p")).unwrap();
     fails_with(&c, &["mirror", "resync", &c.url("/p")], "open on another client");
     drop(held);
-    fails_with(&c, &["mirror", "split", "--mirror-id", "2", &c.url("/p")], "add -d");
+    // Split off into a file of its own, mirror 2 would take the last in-sync copy
+    // along: refused, and the new file made for it goes again.
+    fails_with(&c, &["mirror", "split", "--mirror-id", "2", &c.url("/p")], "no in-sync copy");
+    assert!(!c.braid(&["stat", &c.url("/p.mirror~2")]).status.success(), "no file left by a refused split");
+    fails_with(&c, &["mirror", "split", "--mirror-id", "2", "-d", "-f", &c.url("/x"), &c.url("/p")], "one or the other");
     fails_with(&c, &["mirror", "split", "--mirror-id", "7", "-d", &c.url("/p")], "has no mirror 7");
     fails_with(&c, &["mirror", "extend", "-p", "cool", &c.url("/p")], "before any -N");
     fails_with(&c, &["mirror", "extend", "-N", "-p", "nosuch", &c.url("/p")], "pool 'nosuch' has no OSTs");

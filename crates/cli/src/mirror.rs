@@ -19,7 +19,8 @@ and fall back to another when an OST is down.
   braid mirror create -N[COUNT] [STRIPE_OPTIONS] [--flags=prefer] [-N ...] FILE   a new, empty mirrored file
   braid mirror extend -N[COUNT] [STRIPE_OPTIONS] [--flags=prefer] [-N ...] FILE   add mirrors (a copy each)
   braid mirror resync FILE...                 copy in-sync bytes over the stale components
-  braid mirror split --mirror-id ID -d FILE   drop (destroy) a mirror; never the last in-sync copy
+  braid mirror split --mirror-id ID [-d | -f NEW] FILE   take a mirror out: destroyed (-d), or kept as
+                                              a file (NEW, by default FILE.mirror~ID); never the last in-sync copy
   braid mirror verify [-v] FILE...            compare the in-sync mirrors; fails if they differ
 
 STRIPE_OPTIONS as braid setstripe's (-c N, -S SIZE, -p POOL, -o LIST, -E END ...), per mirror; unset ones
@@ -125,7 +126,7 @@ pub fn run(args: &[String]) -> Result<()> {
         }
         "split" => {
             let (opts, rest) = take_client_opts(rest)?;
-            let (mut id, mut destroy, mut file) = (None, false, None);
+            let (mut id, mut destroy, mut file, mut to) = (None, false, None, None);
             let mut it = rest.iter();
             while let Some(a) = it.next() {
                 match a.as_str() {
@@ -138,6 +139,7 @@ pub fn run(args: &[String]) -> Result<()> {
                         id = Some(v.parse::<u16>().with_context(|| format!("invalid mirror id '{v}'"))?);
                     }
                     "-d" | "--destroy" => destroy = true,
+                    "-f" | "--file" => to = Some(it.next().context("-f needs the new file's name")?.clone()),
                     s if s.starts_with('-') => bail!("unknown split option '{s}' (see braid mirror --help)"),
                     f => {
                         if file.replace(f.to_string()).is_some() {
@@ -147,11 +149,25 @@ pub fn run(args: &[String]) -> Result<()> {
                 }
             }
             let id = id.context("braid mirror split needs --mirror-id ID")?;
-            if !destroy {
-                bail!("braid mirror split keeps no split-off copy as a file of its own: add -d to destroy the mirror");
-            }
             let file = file.context("braid mirror split needs a file")?;
-            on_file(&opts, &file, |bc, c, parent, name| bc.run(bc.client.mirror_split(c, parent, name, id)).map(|_| ()))
+            if destroy && to.is_some() {
+                bail!("-d destroys the mirror, -f keeps it as a file: one or the other");
+            }
+            // Kept, by default beside the file as FILE.mirror~ID (Lustre's name).
+            let to = (!destroy).then(|| to.unwrap_or_else(|| format!("{file}.mirror~{id}")));
+            on_file(&opts, &file, |bc, c, parent, name| {
+                let keep = match &to {
+                    Some(t) => {
+                        let p = crate::tools::cluster_path(t)
+                            .map_err(|e| client::ClientError::Errno(client::Errno::Inval, e.to_string()))?;
+                        let (dir, leaf) = bc.run(bc.client.resolve_parent(c, &p.path))?;
+                        Some((dir.fid, leaf))
+                    }
+                    None => None,
+                };
+                let keep = keep.as_ref().map(|(d, l)| (*d, l.as_str()));
+                bc.run(bc.client.mirror_split(c, parent, name, id, keep)).map(|_| ())
+            })
         }
         "verify" => {
             let (opts, rest) = take_client_opts(rest)?;

@@ -386,7 +386,7 @@ async fn make_move(
         }
         Move::Purge => {
             let Some((hot, _)) = copies.hot else { return Ok("no hot copy".into()) };
-            cl.mirror_split(c, parent, name, hot).await.map(|_| "hot copy dropped".into())
+            cl.mirror_split(c, parent, name, hot, None).await.map(|_| "hot copy dropped".into())
         }
     }
 }

@@ -365,10 +365,19 @@ impl Client {
         .await
     }
 
-    /// `braid mirror split -d`: drops mirror `mirror` of file `name` in `parent` and
-    /// its objects. Refused for the last mirror, and by the MDS for the last in-sync
-    /// copy of any byte.
-    pub async fn mirror_split(&self, creds: &Creds, parent: Fid, name: &str, mirror: u16) -> Result<Attr> {
+    /// `braid mirror split`: takes mirror `mirror` out of file `name` in `parent`.
+    /// With `keep`, its bytes become a new file (a directory and a name, Lustre's
+    /// `-f NEW_FILE` or `FILE.mirror~ID`) laid out as the mirror was; without, they go
+    /// (`-d`). Refused for the last mirror, and by the MDS for the last in-sync copy
+    /// of any byte (the new file is then removed again).
+    pub async fn mirror_split(
+        &self,
+        creds: &Creds,
+        parent: Fid,
+        name: &str,
+        mirror: u16,
+        keep: Option<(Fid, &str)>,
+    ) -> Result<Attr> {
         self.observe("mirror", Some(parent), 0, 0, async {
             self.with_mirror_file(creds, parent, name, async |attr, old| {
                 if !old.is_mirrored() || !old.mirror_ids().contains(&mirror) {
@@ -379,11 +388,59 @@ impl Client {
                 }
                 let mut new = old.clone();
                 new.components.retain(|c| c.mirror != mirror);
-                self.replace_layout(creds, attr, &new).await
+                let Some((dir, to)) = keep else { return self.replace_layout(creds, attr, &new).await };
+                self.copy_mirror_to(creds, attr, &old.mirror(mirror), dir, to).await?;
+                let r = self.replace_layout(creds, attr, &new).await;
+                if r.is_err() {
+                    let _ = self.unlink(creds, dir, to).await;
+                }
+                r
             })
             .await
         })
         .await
+    }
+
+    /// A new file `to` in `dir` laid out as `view` (one mirror of the file `attr`
+    /// describes) holding that mirror's bytes.
+    async fn copy_mirror_to(&self, creds: &Creds, attr: &Attr, view: &Layout, dir: Fid, to: &str) -> Result<()> {
+        let components = view
+            .components
+            .iter()
+            .map(|c| layout::ComponentSpec {
+                extent_end: c.extent_end,
+                stripe_count: Some(c.stripe_count_wanted),
+                stripe_size: Some(c.stripe_size),
+                pool: c.pool.clone(),
+                ..Default::default()
+            })
+            .collect();
+        let flags = OpenFlags { read: false, write: true, truncate: false };
+        let spec = Some(LayoutSpec { components });
+        let (f, _, _) = self.create(creds, dir, to, attr.mode & 0o7777, true, flags, spec).await?;
+        let copied = async {
+            let mut offset = 0;
+            while offset < attr.size {
+                let len = VERIFY_CHUNK.min(attr.size - offset);
+                let (data, _) = io::read_extents_of(self, attr.fid, view, offset, len).await?;
+                if data.iter().any(|&b| b != 0) {
+                    self.write(&f, offset, data).await?;
+                }
+                offset += len;
+            }
+            // A hole at the end is part of the size too.
+            if f.size() < attr.size {
+                self.ftruncate(creds, &f, attr.size).await?;
+            }
+            self.flush(&f).await
+        };
+        let r = copied.await;
+        let closed = self.close(f).await;
+        if let Err(e) = r.and(closed) {
+            let _ = self.unlink(creds, dir, to).await;
+            return Err(e);
+        }
+        Ok(())
     }
 
     /// `braid mirror verify`: compares the bytes of every mirror in sync over each
