@@ -144,7 +144,11 @@ fn a_preferred_mirror_takes_the_writes_and_bad_mirror_commands_are_clear_errors(
     // along: refused, and the new file made for it goes again.
     fails_with(&c, &["mirror", "split", "--mirror-id", "2", &c.url("/p")], "no in-sync copy");
     assert!(!c.braid(&["stat", &c.url("/p.mirror~2")]).status.success(), "no file left by a refused split");
-    fails_with(&c, &["mirror", "split", "--mirror-id", "2", "-d", "-f", &c.url("/x"), &c.url("/p")], "one or the other");
+    fails_with(
+        &c,
+        &["mirror", "split", "--mirror-id", "2", "-d", "-f", &c.url("/x"), &c.url("/p")],
+        "one or the other",
+    );
     fails_with(&c, &["mirror", "split", "--mirror-id", "7", "-d", &c.url("/p")], "has no mirror 7");
     fails_with(&c, &["mirror", "extend", "-p", "cool", &c.url("/p")], "before any -N");
     fails_with(&c, &["mirror", "extend", "-N", "-p", "nosuch", &c.url("/p")], "pool 'nosuch' has no OSTs");
