@@ -551,10 +551,17 @@ fn a_client_past_max_connections_is_refused_and_the_others_go_on() {
 
 /// With a byte budget far below what the clients send at once, large writes from
 /// several connections and clients wait for it (the server says so) and all land.
+/// The image is on two OSTs emulating 40 MiB/s each: writes past the client's dirty
+/// limit wait for them, so the server holds its budget long enough for others to
+/// queue behind it however fast this machine is.
 #[test]
 fn writes_past_max_inflight_bytes_wait_and_all_land() {
-    let c = Cluster::start(bin(), ClusterSpec::default());
-    c.braid_ok(&["setstripe", "-c", "4", "-S", "1M", &c.url("/b.img")]);
+    let mut c = Cluster::start(bin(), ClusterSpec::default());
+    let slow: Vec<String> =
+        (4..6).map(|k| format!("{}:bw=40M", c.dir.path().join(format!("ost{k}")).display())).collect();
+    c.add_oss_with("oss-slow", &slow);
+    c.wait_placement(6, Duration::from_secs(30));
+    c.braid_ok(&["setstripe", "-c", "2", "-o", "4,5", "-S", "1M", &c.url("/b.img")]);
     let (server, addr) = serve(&c, &["b=/b.img,size=64M"], &["--max-inflight-bytes", "4M"]);
     let uri = format!("nbd://{addr}/b");
     let work = c.dir.path();
