@@ -388,6 +388,13 @@ impl Client {
                 }
                 let mut new = old.clone();
                 new.components.retain(|c| c.mirror != mirror);
+                // One mirror left, in sync: a plain file again, as Lustre makes it. (A
+                // stale one stays marked: the MDS refuses to keep only stale bytes.)
+                if new.mirror_count() == 1 && !new.components.iter().any(|c| c.is_stale()) {
+                    for c in &mut new.components {
+                        (c.mirror, c.flags) = (0, 0);
+                    }
+                }
                 let Some((dir, to)) = keep else { return self.replace_layout(creds, attr, &new).await };
                 self.copy_mirror_to(creds, attr, &old.mirror(mirror), dir, to).await?;
                 let r = self.replace_layout(creds, attr, &new).await;

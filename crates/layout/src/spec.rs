@@ -341,7 +341,7 @@ impl Layout {
         let self_is_mirrored = self.is_mirrored();
         let mut changed = false;
         // (mirror, extent, OSTs) of the instantiated components of a mirrored layout.
-        let mut others: Vec<(u16, u64, u64, Vec<u32>)> = match self.is_mirrored() {
+        let mut others: Vec<(u16, u64, u64, Vec<u32>)> = match self_is_mirrored {
             true => self
                 .components
                 .iter()
@@ -364,6 +364,11 @@ impl Layout {
             // not, while enough OSTs are left, so one OST down leaves a copy.
             let spec = ComponentSpec::asked_by(c);
             let at = cursor.wrapping_add(i as u64);
+            if !self_is_mirrored {
+                c.osts = choose_osts(&spec, osts, at)?;
+                changed = true;
+                continue;
+            }
             let apart: Vec<OstState> = osts
                 .iter()
                 .filter(|o| {
@@ -373,10 +378,7 @@ impl Layout {
                 })
                 .cloned()
                 .collect();
-            c.osts = match others.is_empty() {
-                true => choose_osts(&spec, osts, at)?,
-                false => choose_osts(&spec, &apart, at).or_else(|_| choose_osts(&spec, osts, at))?,
-            };
+            c.osts = choose_osts(&spec, &apart, at).or_else(|_| choose_osts(&spec, osts, at))?;
             others.push((c.mirror, c.extent_start, c.extent_end, c.osts.clone()));
             changed = true;
         }
