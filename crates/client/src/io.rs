@@ -330,7 +330,7 @@ pub(crate) async fn local_ranges(
     offset: u64,
     len: u64,
 ) -> Result<Option<Vec<crate::LocalRange>>> {
-    if c.inner.local_osts.is_none() || c.inner.cache.is_some() || len == 0 || f.layout().is_mirrored() {
+    if c.inner.local_osts.is_none() || c.inner.cache.is_some() || len == 0 {
         return Ok(None);
     }
     let end = offset.saturating_add(len);
@@ -349,6 +349,10 @@ pub(crate) async fn local_ranges(
             f.replace_layout(fresh);
         }
         layout = f.layout();
+    }
+    // A mirrored file is read through a mirror that answers (see `mirror`).
+    if layout.is_mirrored() {
+        return Ok(None);
     }
     let extents = if within > 0 { objio::extents_to_read(f.fid, &layout, offset, within, u64::MAX)? } else { vec![] };
     // (offset in the request, range), then sorted and the gaps filled with zeros.

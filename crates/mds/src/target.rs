@@ -49,6 +49,28 @@ pub struct Mdt {
     open_log: Mutex<OpenLog>,
 }
 
+impl OpenLog {
+    fn push(&mut self, open: proto::msg::LoggedOpen) {
+        self.last += 1;
+        if self.entries.len() == OPEN_LOG_MAX {
+            self.entries.pop_front();
+        }
+        self.entries.push_back(open);
+    }
+
+    /// The oldest number held, the number after the last one returned, and the
+    /// opens numbered after `after` (at most a batch).
+    fn after(&self, after: u64) -> (u64, u64, Vec<proto::msg::LoggedOpen>) {
+        let first = self.last + 1 - self.entries.len() as u64;
+        // A reader ahead of the log read it before this MDS restarted: all of it is new.
+        let after = if after > self.last { 0 } else { after };
+        let skip = after.saturating_sub(first - 1) as usize;
+        let opens: Vec<proto::msg::LoggedOpen> =
+            self.entries.iter().skip(skip).take(proto::msg::OPEN_LOG_BATCH).copied().collect();
+        (first, first + (skip + opens.len()) as u64, opens)
+    }
+}
+
 /// Most opens [`OpenLog`] keeps: a reader further behind loses the oldest.
 const OPEN_LOG_MAX: usize = 65_536;
 
@@ -57,10 +79,10 @@ const OPEN_LOG_MAX: usize = 65_536;
 /// back to the hot pool once it is read again (`Request::MdsOpenLog`).
 #[derive(Default)]
 struct OpenLog {
-    /// The number the next open gets, less one.
+    /// The number of the latest open (the entries are the ones up to it, in order).
     last: u64,
-    /// Each open with its number, oldest first.
-    entries: std::collections::VecDeque<(u64, proto::msg::LoggedOpen)>,
+    /// Oldest first.
+    entries: std::collections::VecDeque<proto::msg::LoggedOpen>,
 }
 
 /// A request's part in the revocation of one directory's lease; the last one out,
@@ -273,27 +295,15 @@ impl Mdt {
             holds.handles += 1;
             holds.writer |= write;
         }
-        let mut log = self.open_log.lock().expect("open log");
-        log.last += 1;
-        let n = log.last;
-        if log.entries.len() == OPEN_LOG_MAX {
-            log.entries.pop_front();
-        }
-        log.entries.push_back((n, proto::msg::LoggedOpen { fid, at: proto::msg::Timespec::now(), client }));
+        let open = proto::msg::LoggedOpen { fid, at: proto::msg::Timespec::now(), client };
+        self.open_log.lock().expect("open log").push(open);
     }
 
     /// The logged opens numbered after `after` (see [`Request::MdsOpenLog`]).
     ///
     /// [`Request::MdsOpenLog`]: proto::msg::Request::MdsOpenLog
     pub(crate) fn open_log(&self, after: u64) -> Response {
-        let log = self.open_log.lock().expect("open log");
-        let first = log.entries.front().map_or(log.last + 1, |e| e.0);
-        // A reader ahead of the log read it before this MDS restarted: all of it is new.
-        let after = if after > log.last { 0 } else { after };
-        let skip = after.saturating_sub(first.saturating_sub(1)) as usize;
-        let opens: Vec<proto::msg::LoggedOpen> =
-            log.entries.iter().skip(skip).take(proto::msg::OPEN_LOG_BATCH).map(|&(_, o)| o).collect();
-        let next = first + (skip + opens.len()) as u64;
+        let (first, next, opens) = self.open_log.lock().expect("open log").after(after);
         Response::OpenLog { first, next, opens }
     }
 
@@ -381,3 +391,37 @@ impl Drop for WaitEntry<'_> {
 /// lets only so many wait at once (the client's `LOCK_WAITS_MAX`): the others take
 /// turns as these slices end.
 const LOCK_WAIT_SLICE: Duration = Duration::from_secs(1);
+
+#[cfg(test)]
+mod open_log_tests {
+    use super::*;
+
+    fn open(i: u32) -> proto::msg::LoggedOpen {
+        proto::msg::LoggedOpen { fid: Fid::new(0, 1, i), at: proto::msg::Timespec::default(), client: 7 }
+    }
+
+    #[test]
+    fn the_open_log_is_read_in_batches_keeps_the_latest_and_starts_over_after_a_restart() {
+        let mut log = OpenLog::default();
+        assert_eq!(log.after(0), (1, 1, vec![]), "empty: the next open is number 1");
+        for i in 1..=5 {
+            log.push(open(i));
+        }
+        assert_eq!(log.after(0), (1, 6, (1..=5).map(open).collect()));
+        assert_eq!(log.after(3), (1, 6, vec![open(4), open(5)]), "only those after 3");
+        assert_eq!(log.after(5), (1, 6, vec![]));
+        // A reader that read up to 9 before the MDS restarted takes the new log whole.
+        assert_eq!(log.after(9).2.len(), 5);
+        // Past the bound the oldest go; a reader behind them learns it from `first`.
+        let total = OPEN_LOG_MAX as u32 + proto::msg::OPEN_LOG_BATCH as u32 + 5;
+        for i in 6..=total {
+            log.push(open(i));
+        }
+        let (first, next, opens) = log.after(0);
+        assert_eq!(first, u64::from(total) - OPEN_LOG_MAX as u64 + 1);
+        assert_eq!(opens.len(), proto::msg::OPEN_LOG_BATCH, "one batch at a time");
+        assert_eq!((opens[0], next), (open(first as u32), first + proto::msg::OPEN_LOG_BATCH as u64));
+        let (_, end, rest) = log.after(u64::from(total) - 2);
+        assert_eq!((rest, end), (vec![open(total - 1), open(total)], u64::from(total) + 1));
+    }
+}
