@@ -1005,7 +1005,9 @@ mod tests {
     async fn writes_past_the_byte_budget_wait_for_it_and_all_succeed() {
         const BUDGET: usize = 3 << 20;
         let limits = Limits { connections_max: 8, inflight_bytes_max: BUDGET };
-        let (memory, uri, server) = memory_server(64 << 20, limits).await;
+        // Four clients' sixteen 1 MiB writes fill the first 64 MiB, their 4 MiB
+        // writes the 16 MiB after: no two writes overlap, so every byte has one writer.
+        let (memory, uri, server) = memory_server(80 << 20, limits).await;
         let mut clients = Vec::new();
         for c in 0..4u64 {
             let uri = uri.clone();
@@ -1019,7 +1021,7 @@ mod tests {
                     cookies.push(client.submit(CMD_WRITE, 0, at, 1 << 20, &data).unwrap());
                 }
                 let big = vec![0xf0 + c as u8; 4 << 20];
-                let at = (48 + c * 4) << 20;
+                let at = (64 + c * 4) << 20;
                 cookies.push(client.submit(CMD_WRITE, 0, at, 4 << 20, &big).unwrap());
                 for _ in 0..cookies.len() {
                     let done = client.complete().unwrap();
@@ -1035,10 +1037,10 @@ mod tests {
         assert!(peak > 1 << 20, "writes overlapped: {peak}");
         assert!(peak <= BUDGET.max(4 << 20), "{peak} bytes held by writes at once, over the budget of {BUDGET}");
         let data = memory.data.lock().unwrap();
-        for (i, chunk) in data[..48 << 20].chunks(1 << 20).enumerate() {
+        for (i, chunk) in data[..64 << 20].chunks(1 << 20).enumerate() {
             assert!(chunk.iter().all(|&b| b == i as u8 + 1), "MiB {i}");
         }
-        for (c, chunk) in data[48 << 20..].chunks(4 << 20).enumerate() {
+        for (c, chunk) in data[64 << 20..].chunks(4 << 20).enumerate() {
             assert!(chunk.iter().all(|&b| b == 0xf0 + c as u8), "large write {c}");
         }
         server.abort();
