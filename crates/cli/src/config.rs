@@ -63,6 +63,10 @@ pub struct MgsSection {
     pub listen: Option<String>,
     pub data: Option<PathBuf>,
     pub target_timeout_ms: Option<u64>,
+    /// `UID:GID` root on clients acts as (see `braid mgs --root-squash`).
+    pub root_squash: Option<String>,
+    /// Clients whose root stays root: addresses and CIDR ranges.
+    pub nosquash_nids: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -59,6 +59,8 @@ pub struct LocalArgs {
     /// `2-3:class=hdd,bw=150M,lat=4ms` (repeat for several sets of OSTs).
     #[arg(long, value_name = "OSTS:class=C,bw=RATE,lat=TIME")]
     pub ost_media: Vec<String>,
+    #[command(flatten)]
+    pub squash: serve::SquashOpts,
 }
 
 /// Shape of a `braid local` cluster.
@@ -78,6 +80,8 @@ pub struct Local {
     pub root_stripes: u32,
     /// The media OSTs emulate, by OST index.
     pub ost_media: std::collections::HashMap<u32, proto::msg::Media>,
+    /// Root squash for the mount and other clients.
+    pub root_squash: Option<proto::squash::RootSquash>,
 }
 
 /// A local cluster's servers, serving on the runtime that started them.
@@ -104,6 +108,7 @@ pub fn run(a: LocalArgs) -> Result<()> {
         default_layout: serve::default_layout(a.default_layout.as_deref(), None, None)?,
         root_stripes: serve::root_stripes(a.root_stripes)?,
         ost_media: ost_media(&a.ost_media, a.osts)?,
+        root_squash: a.squash.rule(&Default::default())?,
     };
     local(&a.data, &l, a.mount.map(|m| (m, settings)))
 }
@@ -149,7 +154,7 @@ pub async fn start(data: &Path, l: &Local) -> Result<Started> {
         in_process: l.in_process,
     };
     let timeout = Duration::from_millis(l.target_timeout_ms);
-    let mgs = serve::start_mgs(&l.listen, &data.join("mgs"), &common, timeout).await?;
+    let mgs = serve::start_mgs(&l.listen, &data.join("mgs"), &common, timeout, l.root_squash.clone()).await?;
     let mdt_dirs: Vec<PathBuf> = (0..l.mdts).map(|i| data.join(format!("mdt{i}"))).collect();
     let ost_dirs: Vec<serve::OstDir> = (0..l.osts)
         .map(|i| serve::OstDir { dir: data.join(format!("ost{i}")), media: l.ost_media.get(&i).cloned() })

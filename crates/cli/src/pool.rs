@@ -143,6 +143,7 @@ mod tests {
                 PoolInfo { name: "hot".into(), osts: vec![0, 11] },
                 PoolInfo { name: "cool".into(), osts: vec![] },
             ],
+            root_squash: None,
         };
         let mut out = Vec::new();
         print_list(&mut out, &config, None).unwrap();

@@ -18,6 +18,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use proto::auth::Secret;
 use proto::msg::TargetKind;
+use proto::squash::RootSquash;
 use rpc::server::ServerConfig;
 use rpc::target::{spawn_heartbeat, TargetDir};
 use rpc::{Identity, RpcClient, RpcOptions};
@@ -38,6 +39,35 @@ pub struct MgsArgs {
     /// A target silent for this long is marked down, in milliseconds.
     #[arg(long)]
     pub target_timeout_ms: Option<u64>,
+    #[command(flatten)]
+    pub squash: SquashOpts,
+}
+
+/// Root squash, as Lustre's `root_squash` and `nosquash_nids` (`braid mgs`, `braid
+/// local`): the MGS hands the rule to every MDS and client.
+#[derive(Args, Debug, Clone, Default)]
+pub struct SquashOpts {
+    /// Root on clients acts as this user and group (e.g. 65534:65534; 0:0 is off).
+    #[arg(long, value_name = "UID:GID")]
+    pub root_squash: Option<String>,
+    /// Clients whose root stays root: IP addresses and CIDR ranges, separated by
+    /// commas (e.g. 10.0.0.1,192.168.0.0/24).
+    #[arg(long, value_name = "ADDRS", requires = "root_squash")]
+    pub nosquash_nids: Option<String>,
+}
+
+impl SquashOpts {
+    /// The rule of these flags, or else of the file's keys.
+    pub fn rule(&self, file: &config::MgsSection) -> Result<Option<RootSquash>> {
+        let squash = self.root_squash.as_deref().or(file.root_squash.as_deref());
+        let nosquash =
+            if self.root_squash.is_some() { self.nosquash_nids.as_deref() } else { file.nosquash_nids.as_deref() };
+        match squash {
+            None if nosquash.is_some() => bail!("nosquash_nids needs root_squash"),
+            None => Ok(None),
+            Some(s) => RootSquash::parse(s, nosquash.unwrap_or("")).map_err(anyhow::Error::msg),
+        }
+    }
 }
 
 /// `braid mds`.
@@ -141,7 +171,8 @@ pub fn run_mgs(a: MgsArgs) -> Result<()> {
     let listen = a.listen.or(file.mgs.listen.clone()).unwrap_or_else(|| "127.0.0.1:9400".into());
     let data = a.data.or(file.mgs.data.clone()).context("the MGS needs --data DIR")?;
     let timeout = Duration::from_millis(a.target_timeout_ms.or(file.mgs.target_timeout_ms).unwrap_or(5000));
-    run_server("MGS", async move { start_mgs(&listen, &data, &common, timeout).await })
+    let squash = a.squash.rule(&file.mgs)?;
+    run_server("MGS", async move { start_mgs(&listen, &data, &common, timeout, squash).await })
 }
 
 /// `--root-stripes N`: 1 (the root on MDT 0 alone) when not given.
@@ -257,12 +288,22 @@ fn mgs_client(mgs: &str, common: &Common, role: &str) -> Arc<RpcClient> {
 }
 
 /// Starts the MGS; returns its address.
-pub async fn start_mgs(listen: &str, data: &Path, common: &Common, target_timeout: Duration) -> Result<String> {
+pub async fn start_mgs(
+    listen: &str,
+    data: &Path,
+    common: &Common,
+    target_timeout: Duration,
+    root_squash: Option<RootSquash>,
+) -> Result<String> {
     let (listener, addr) = bind(listen, None).await?;
+    if let Some(rule) = &root_squash {
+        tracing::info!("root squash {rule}");
+    }
     let mgs = mgs::Mgs::open(mgs::MgsConfig {
         data_dir: data.to_path_buf(),
         fsname: common.fsname.clone(),
         heartbeat_timeout: target_timeout,
+        root_squash,
     })?;
     let mgs = Arc::new(mgs);
     serve_in_process(common, &addr, &mgs)?;
@@ -309,6 +350,7 @@ pub async fn start_mds(
     let list: Vec<(u32, PathBuf)> = targets.iter().map(|t| (t.index.expect("registered"), t.dir.clone())).collect();
     let cfg = mds::MdsConfig { config_refresh: common.heartbeat, ..cfg };
     let mds = mds::Mds::start(&list, cfg, Identity::new("mds", common.secret.clone()), mgs.clone())?;
+    mds.load_config().await.with_context(|| format!("cannot fetch the configuration from the MGS at {mgs_addr}"))?;
     let report: rpc::target::TargetReport = Arc::new(|t| (rpc::target::dir_usage(&t.dir), None));
     spawn_heartbeat(mgs, targets, addr.clone(), common.fsname.clone(), common.heartbeat, report);
     serve_in_process(common, &addr, &mds)?;

@@ -393,6 +393,7 @@ mod tests {
             mdts: vec![],
             osts: vec![target(0, true), target(1, true), target(2, false), target(3, true)],
             pools: vec![proto::msg::PoolInfo { name: "hot".into(), osts: vec![1, 2, 3] }],
+            root_squash: None,
         };
         let osts = config.ost_states();
         let spec = LayoutSpec::raid0(Some(1), Some(1 << 20));

@@ -168,6 +168,10 @@ pub struct ClientConfig {
     /// Read and write the objects of OSTs whose OSS runs on this machine through
     /// descriptors it hands over, instead of requests (see the `short_circuit` module).
     pub short_circuit: bool,
+    /// How often the configuration is fetched again from the MGS, so that a client
+    /// that lives on learns of new targets, pools and root squash without a failure
+    /// first (Lustre's clients are told by the MGS's config lock); zero: never.
+    pub config_refresh: Duration,
 }
 
 impl ClientConfig {
@@ -186,6 +190,7 @@ impl ClientConfig {
             ost_latency: Duration::ZERO,
             trace: None,
             short_circuit: false,
+            config_refresh: CONFIG_REFRESH,
         }
     }
 }
@@ -276,6 +281,9 @@ struct Inner {
     identity: Arc<Identity>,
     mgs: RpcClient,
     config: RwLock<ClusterConfig>,
+    /// The address servers see this client's requests come from (that of its
+    /// connection to the MGS), for root squash's exempt list.
+    own_ip: std::net::IpAddr,
     servers: Mutex<HashMap<String, Arc<RpcClient>>>,
     observer: RwLock<Option<Arc<dyn OpObserver>>>,
     last_refresh: Mutex<Instant>,
@@ -448,6 +456,25 @@ impl rpc::CallbackHandler for Revocations {
 
 /// Most lost connections [`keep_connected`] has yet to look at.
 const LOST_MAX: usize = 64;
+
+/// The default of [`ClientConfig::config_refresh`].
+pub const CONFIG_REFRESH: Duration = Duration::from_secs(5);
+
+/// Fetches the configuration again every `every` (see
+/// [`ClientConfig::config_refresh`]); a fetch the MGS does not answer within that is
+/// given up until the next. Ends with the client.
+async fn follow_config(inner: std::sync::Weak<Inner>, every: Duration) {
+    loop {
+        tokio::time::sleep(every).await;
+        let Some(inner) = inner.upgrade() else { return };
+        let client = Client { inner };
+        match tokio::time::timeout(every, client.load_config()).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::debug!("configuration not refreshed: {e}"),
+            Err(_) => tracing::debug!("configuration not refreshed: the MGS did not answer in {every:?}"),
+        }
+    }
+}
 
 /// Connects again at once to an MDS whose connection ended while deferred work was
 /// under way (its sending retries only now and then, and OST transfers may hold it
@@ -724,6 +751,7 @@ impl Client {
         let identity = Identity::new("client", cfg.secret.clone());
         let mgs = RpcClient::new(cfg.mgs.clone(), identity.clone(), cfg.rpc.clone());
         let config = fetch_config(&mgs).await?;
+        let own_ip = mgs.local_ip().await?;
         let leases = Arc::new(lease::DirLeases::new(cfg.rpc.request_timeout));
         let deferred: Arc<deferred::Deferred> = Arc::default();
         let removals: Arc<deferred::Deferred> = Arc::default();
@@ -754,6 +782,7 @@ impl Client {
                 identity,
                 mgs,
                 config: RwLock::new(config),
+                own_ip,
                 servers: Mutex::new(HashMap::new()),
                 observer: RwLock::new(None),
                 last_refresh: Mutex::new(Instant::now()),
@@ -790,7 +819,30 @@ impl Client {
             }),
         };
         tokio::spawn(keep_connected(Arc::downgrade(&client.inner), lost_rx));
+        if !client.inner.cfg.config_refresh.is_zero() {
+            tokio::spawn(follow_config(Arc::downgrade(&client.inner), client.inner.cfg.config_refresh));
+        }
         Ok(client)
+    }
+
+    /// Whether root on this client acts as another user: the configuration's root
+    /// squash ([`proto::squash`]) applies to this client's address.
+    pub fn root_squashed(&self) -> bool {
+        let config = self.inner.config.read().expect("config");
+        config.root_squash.as_ref().is_some_and(|r| !r.exempt(self.inner.own_ip))
+    }
+
+    /// `creds` as the MDS takes them: root squashed when [`Client::root_squashed`].
+    /// What this client answers itself (creates and unlinks under a directory
+    /// lease, permission checks against cached attributes) must use these.
+    pub fn squash(&self, mut creds: Creds) -> Creds {
+        if creds.uid == 0 {
+            let config = self.inner.config.read().expect("config");
+            if let Some(rule) = &config.root_squash {
+                rule.apply(&mut creds, self.inner.own_ip);
+            }
+        }
+        creds
     }
 
     /// Has every MDS request from now on wait `latency` before it is sent: a far MDS,

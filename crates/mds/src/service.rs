@@ -80,6 +80,26 @@ impl Mds {
         self.workers.stop();
     }
 
+    /// Fetches the configuration from the MGS: done before the MDS serves, so that
+    /// no client request is taken before the root squash rule is known.
+    pub async fn load_config(&self) -> Result<(), proto::RpcError> {
+        crate::workers::refresh_cluster(&self.mgs, &self.cluster).await
+    }
+
+    /// Root squash ([`proto::squash`]): root's credentials in a client's request
+    /// become the squash user's, unless the client's address is exempt. A request
+    /// of another MDS carries credentials its coordinator already squashed.
+    fn squash(&self, ctx: &RequestCtx, req: &mut Request) {
+        if ctx.from_server {
+            return;
+        }
+        let Some(creds) = req.creds_mut().filter(|c| c.uid == 0) else { return };
+        let view = self.cluster.read().expect("cluster view");
+        if let Some(rule) = view.config.as_ref().and_then(|c| c.root_squash.as_ref()) {
+            rule.apply(creds, ctx.peer.ip());
+        }
+    }
+
     fn mdt(&self, fid: Fid) -> Result<&Arc<Mdt>, Box<Response>> {
         self.mdts
             .get(&fid.mdt())
@@ -88,7 +108,8 @@ impl Mds {
 }
 
 impl Service for Mds {
-    async fn handle(&self, ctx: RequestCtx, req: Request, _payload: Bytes) -> Answer {
+    async fn handle(&self, ctx: RequestCtx, mut req: Request, _payload: Bytes) -> Answer {
+        self.squash(&ctx, &mut req);
         match req {
             // The two answers that carry file data.
             Request::MdsOpen { creds, fid, flags } => self.open(ctx, creds, Opened::Fid(fid), flags).await,

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use proto::msg::{ClusterConfig, Media, PoolInfo, PoolOp, Request, Response, TargetInfo, TargetKind, Usage};
+use proto::squash::RootSquash;
 use proto::Errno;
 use rpc::server::{Answer, RequestCtx, Service};
 use serde::{Deserialize, Serialize};
@@ -35,6 +36,8 @@ pub struct MgsConfig {
     pub fsname: String,
     /// A target not heard from for this long is down.
     pub heartbeat_timeout: Duration,
+    /// Root squash for every MDS and client (`braid mgs --root-squash`).
+    pub root_squash: Option<RootSquash>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -358,7 +361,14 @@ impl Mgs {
             }
         }
         let pools = st.pools.iter().map(|(name, p)| PoolInfo { name: name.clone(), osts: p.osts.clone() }).collect();
-        ClusterConfig { fsname: self.cfg.fsname.clone(), generation: st.generation, mdts, osts, pools }
+        ClusterConfig {
+            fsname: self.cfg.fsname.clone(),
+            generation: st.generation,
+            mdts,
+            osts,
+            pools,
+            root_squash: self.cfg.root_squash.clone(),
+        }
     }
 }
 

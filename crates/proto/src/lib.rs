@@ -6,6 +6,7 @@
 //! - [`msg`]: typed control messages (postcard-encoded); bulk data never goes through
 //!   serde but travels as the frame's raw payload;
 //! - [`frame`]: the fixed header, length limits and CRC32C of every frame;
+//! - [`squash`]: root squash, the rule MDSs enforce and clients apply;
 //! - [`auth`]: the challenge/response handshake over the cluster secret;
 //! - [`error`]: errno codes and the errors of a call.
 
@@ -15,6 +16,7 @@ pub mod error;
 pub mod fid;
 pub mod frame;
 pub mod msg;
+pub mod squash;
 
 pub use error::{Errno, RemoteError, RpcError};
 pub use fid::{Fid, ObjectId};

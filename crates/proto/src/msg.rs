@@ -161,6 +161,8 @@ pub struct ClusterConfig {
     pub osts: Vec<TargetInfo>,
     /// The OST pools, by name.
     pub pools: Vec<PoolInfo>,
+    /// Root squash, if the MGS was started with it (see [`crate::squash`]).
+    pub root_squash: Option<crate::squash::RootSquash>,
 }
 
 impl ClusterConfig {
@@ -905,6 +907,38 @@ pub enum Request {
 }
 
 impl Request {
+    /// The caller's credentials a request carries, for the MDS to check (and squash,
+    /// [`crate::squash`]). A new request with credentials must be listed here.
+    pub fn creds_mut(&mut self) -> Option<&mut Creds> {
+        match self {
+            Request::MdsLookup { creds, .. }
+            | Request::MdsCreate { creds, .. }
+            | Request::MdsOpen { creds, .. }
+            | Request::MdsMkdir { creds, .. }
+            | Request::MdsSymlink { creds, .. }
+            | Request::MdsMknod { creds, .. }
+            | Request::MdsLink { creds, .. }
+            | Request::MdsUnlink { creds, .. }
+            | Request::MdsRmdir { creds, .. }
+            | Request::MdsRename { creds, .. }
+            | Request::MdsReaddir { creds, .. }
+            | Request::MdsSetattr { creds, .. }
+            | Request::MdsSetxattr { creds, .. }
+            | Request::MdsGetxattr { creds, .. }
+            | Request::MdsListxattr { creds, .. }
+            | Request::MdsRemovexattr { creds, .. }
+            | Request::MdsSetDirLayout { creds, .. }
+            | Request::MdsLayoutChange { creds, .. }
+            | Request::MdsOpenAt { creds, .. }
+            | Request::MdsStatahead { creds, .. }
+            | Request::MdsCreateGranted { creds, .. }
+            | Request::MdsReaddirPlus { creds, .. }
+            | Request::MdsUnlinkAt { creds, .. }
+            | Request::MdsReplaceLayout { creds, .. } => Some(creds),
+            _ => None,
+        }
+    }
+
     /// A short name for logs and metrics.
     pub fn op_name(&self) -> &'static str {
         match self {

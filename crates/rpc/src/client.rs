@@ -307,6 +307,20 @@ impl RpcClient {
         &self.opts
     }
 
+    /// The address the server sees this client's requests come from: the local end
+    /// of the connection (made if there is none), or loopback in-process.
+    pub async fn local_ip(&self) -> Result<std::net::IpAddr, RpcError> {
+        if self.local.is_some() {
+            return Ok(LOOPBACK_PEER.ip());
+        }
+        let conn = self.connection().await?;
+        conn.shared
+            .socket
+            .local_addr()
+            .map(|a| a.ip())
+            .map_err(|e| RpcError::Connect { addr: self.addr.clone(), reason: e.to_string() })
+    }
+
     /// Whether a connection to the server is up now (or being made).
     pub fn connected(&self) -> bool {
         self.local.is_some() || self.conn.try_lock().map_or(true, |c| c.as_ref().is_some_and(|c| c.shared.alive()))
@@ -374,7 +388,13 @@ impl RpcClient {
         req: &Request,
         payload: &[Bytes],
     ) -> Result<Reply, RpcError> {
-        let ctx = RequestCtx { client_id: self.identity.client_id, xid, peer: LOOPBACK_PEER, conn_id: IN_PROCESS_CONN };
+        let ctx = RequestCtx {
+            client_id: self.identity.client_id,
+            xid,
+            peer: LOOPBACK_PEER,
+            conn_id: IN_PROCESS_CONN,
+            from_server: crate::service::is_server_role(&self.identity.role),
+        };
         let handler = svc.dispatch(ctx, req.clone(), joined(payload.to_vec()));
         match tokio::time::timeout(self.opts.request_timeout, guarded(&self.addr, req.op_name(), handler)).await {
             Ok((response, payload)) => {

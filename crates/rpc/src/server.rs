@@ -309,7 +309,8 @@ async fn serve_conn<S: Service>(
         let Ok(slot) = slots.clone().acquire_owned().await else {
             break;
         };
-        let ctx = RequestCtx { client_id: hello.client_id, xid: frame.request_id, peer, conn_id };
+        let from_server = crate::service::is_server_role(&hello.role);
+        let ctx = RequestCtx { client_id: hello.client_id, xid: frame.request_id, peer, conn_id, from_server };
         let (svc, out, name) = (svc.clone(), out.clone(), cfg.name.clone());
         tokio::spawn(async move {
             let op = req.op_name();

@@ -21,6 +21,15 @@ pub struct RequestCtx {
     /// The connection it came on (unique in this process; [`IN_PROCESS_CONN`] for
     /// requests delivered in-process).
     pub conn_id: u64,
+    /// The sender said in its handshake that it is a server (an MDS asking another
+    /// for its part of an operation): its requests carry credentials already checked
+    /// and squashed by the server that took them from a client.
+    pub from_server: bool,
+}
+
+/// Whether a handshake's role is a server's.
+pub fn is_server_role(role: &str) -> bool {
+    matches!(role, "mgs" | "mds" | "oss")
 }
 
 /// The connection id of requests delivered in-process ([`crate::local`]).

@@ -70,7 +70,7 @@ impl InProcessCluster {
         let root = dir.path().to_path_buf();
         let mgs_addr = rt.block_on(async {
             let bounded = async {
-                let mgs = cli::serve::start_mgs("127.0.0.1:0", &root.join("mgs"), &common, WAIT).await?;
+                let mgs = cli::serve::start_mgs("127.0.0.1:0", &root.join("mgs"), &common, WAIT, None).await?;
                 let mut ost = 0;
                 for n in &spec.osts_per_oss {
                     let dirs: Vec<cli::serve::OstDir> = (ost..ost + n)

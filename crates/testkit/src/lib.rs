@@ -99,6 +99,8 @@ pub struct ClusterSpec {
     pub osts_per_oss: Vec<usize>,
     pub heartbeat_ms: u64,
     pub target_timeout_ms: u64,
+    /// Extra arguments for the MGS.
+    pub mgs_args: Vec<String>,
     /// Extra arguments for the MDS.
     pub mds_args: Vec<String>,
     /// Extra arguments for each OSS.
@@ -114,6 +116,7 @@ impl Default for ClusterSpec {
             osts_per_oss: vec![4],
             heartbeat_ms: 200,
             target_timeout_ms: 1500,
+            mgs_args: vec![],
             mds_args: vec![],
             oss_args: vec![],
             insecure: false,
@@ -364,6 +367,7 @@ impl Cluster {
         let mgs_data = c.dir.path().join("mgs");
         let mut args = vec!["mgs".to_string(), "--listen".into(), c.mgs_addr.clone(), "--data".into(), path(&mgs_data)];
         args.extend(["--target-timeout-ms".into(), spec.target_timeout_ms.to_string()]);
+        args.extend(spec.mgs_args.iter().cloned());
         c.add_server("mgs", args);
         let mut args = c.role_args("mds");
         for i in 0..spec.mdts {
@@ -556,6 +560,11 @@ impl Cluster {
         s.kill(libc::SIGKILL);
         self.spawn(&mut s);
         self.servers.insert(name.to_string(), s);
+    }
+
+    /// Changes the arguments server `name` gets from its next (re)start on.
+    pub fn edit_args(&mut self, name: &str, edit: impl FnOnce(&mut Vec<String>)) {
+        edit(&mut self.servers.get_mut(name).unwrap_or_else(|| panic!("no server {name}")).args);
     }
 
     /// The address server `name` listens on.
