@@ -9,6 +9,8 @@
 //! [mgs]
 //! listen = "10.0.0.1:9400"
 //! data = "/srv/braid/mgs"
+//! root_squash = "65534:65534"              # optional: root on clients acts as this user
+//! nosquash_nids = "10.0.0.5, 10.0.1.0/24"  # clients whose root stays root
 //!
 //! [mds]
 //! listen = "10.0.0.2:9401"
@@ -148,4 +150,29 @@ pub fn common(opts: &ServerOpts, file: &FileConfig) -> Result<Common> {
         heartbeat: Duration::from_millis(heartbeat_ms),
         in_process: false,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The example at the top of this file, as a file would hold it.
+    fn example() -> String {
+        let doc = include_str!("config.rs");
+        let start = doc.find("//! ```toml\n").expect("example") + "//! ```toml\n".len();
+        let end = start + doc[start..].find("//! ```\n").expect("end of example");
+        doc[start..end].lines().map(|l| l.trim_start_matches("//!").trim_start()).collect::<Vec<_>>().join("\n")
+    }
+
+    #[test]
+    fn the_documented_example_parses_and_its_root_squash_is_valid() {
+        let file: FileConfig = toml::from_str(&example()).expect("the example parses");
+        assert_eq!(file.mds.mdts.len(), 1);
+        let rule = crate::serve::SquashOpts::default().rule(&file.mgs).unwrap().expect("a rule");
+        assert_eq!(rule.to_string(), "65534:65534 (nosquash 10.0.0.5,10.0.1.0/24)");
+        let flags = crate::serve::SquashOpts { root_squash: Some("0:0".into()), nosquash_nids: None };
+        assert_eq!(flags.rule(&file.mgs).unwrap(), None, "flags win, and 0:0 turns squash off");
+        let only_list = MgsSection { nosquash_nids: Some("10.0.0.1".into()), ..Default::default() };
+        assert!(crate::serve::SquashOpts::default().rule(&only_list).is_err());
+    }
 }
