@@ -124,6 +124,9 @@ enum TraceCommand {
         /// The cluster secret, for the server (also BRAID_SECRET_FILE).
         #[arg(long)]
         secret_file: Option<PathBuf>,
+        /// Ship over TLS with the files in DIR (also BRAID_TLS_DIR).
+        #[arg(long, value_name = "DIR")]
+        tls_dir: Option<PathBuf>,
     },
     /// Run a collection server: store what collectors ship in a trace directory.
     Serve {
@@ -137,6 +140,13 @@ enum TraceCommand {
         /// Run without authentication (test setups only).
         #[arg(long)]
         insecure: bool,
+        /// TLS files of this server (ca.pem, cert.pem, key.pem), as the cluster's
+        /// servers take them.
+        #[arg(long, value_name = "DIR")]
+        tls_dir: Option<PathBuf>,
+        /// Refuse collectors that do not speak TLS.
+        #[arg(long, requires = "tls_dir")]
+        tls_required: bool,
         /// Close a segment file at this size (bytes; K, M, G suffixes).
         #[arg(long, default_value = "64M")]
         segment_size: String,
@@ -533,12 +543,13 @@ fn trace_command(t: TraceCommand) -> anyhow::Result<()> {
         TraceCommand::On { mountpoint } => cli::mountctl::trace_switch(&mountpoint, true),
         TraceCommand::Off { mountpoint } => cli::mountctl::trace_switch(&mountpoint, false),
         TraceCommand::Status { json, mountpoint } => cli::mountctl::trace_status(&mountpoint, json),
-        TraceCommand::Collect { ring, dir, server, secret_file } => {
-            cli::trace::collect(&ring, dir.as_deref(), server.as_deref(), secret_file)
+        TraceCommand::Collect { ring, dir, server, secret_file, tls_dir } => {
+            cli::trace::collect(&ring, dir.as_deref(), server.as_deref(), secret_file, tls_dir.as_deref())
         }
-        TraceCommand::Serve { dir, listen, secret_file, insecure, segment_size, max_size } => {
+        TraceCommand::Serve { dir, listen, secret_file, insecure, tls_dir, tls_required, segment_size, max_size } => {
             let secret = cli::server_secret(secret_file, insecure)?;
-            cli::trace::serve(&dir, &listen, secret, &segment_size, &max_size)
+            let tls = cli::server_tls(tls_dir.as_deref(), tls_required)?;
+            cli::trace::serve(&dir, &listen, secret, tls, &segment_size, &max_size)
         }
         TraceCommand::Show { dir, filter } => cli::trace::show(&dir, &filter),
         TraceCommand::Stats { dir, filter } => cli::trace::stats(&dir, &filter),

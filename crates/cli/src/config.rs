@@ -5,6 +5,8 @@
 //! fsname = "braid"
 //! secret_file = "/etc/braid/cluster.secret"
 //! heartbeat_ms = 1000
+//! tls_dir = "/etc/braid/tls"   # optional: ca.pem, cert.pem, key.pem (see `braid --help` of a role)
+//! tls_required = true          # optional: refuse clients that do not speak TLS
 //!
 //! [mgs]
 //! listen = "10.0.0.1:9400"
@@ -49,6 +51,11 @@ pub struct FileConfig {
     #[serde(default)]
     pub insecure: bool,
     pub heartbeat_ms: Option<u64>,
+    /// Directory of this node's TLS files (as `--tls-dir`).
+    pub tls_dir: Option<PathBuf>,
+    /// Servers refuse clients that do not speak TLS (as `--tls-required`).
+    #[serde(default)]
+    pub tls_required: bool,
     #[serde(default)]
     pub mgs: MgsSection,
     #[serde(default)]
@@ -144,11 +151,14 @@ pub fn common(opts: &ServerOpts, file: &FileConfig) -> Result<Common> {
     if heartbeat_ms == 0 {
         anyhow::bail!("heartbeat interval must be positive");
     }
+    let required = opts.tls_required || file.tls_required;
+    let tls = crate::server_tls(opts.tls_dir.as_deref().or(file.tls_dir.as_deref()), required)?;
     Ok(Common {
         fsname: opts.fsname.clone().or(file.fsname.clone()).unwrap_or_else(|| "braid".into()),
         secret,
         heartbeat: Duration::from_millis(heartbeat_ms),
         in_process: false,
+        tls,
     })
 }
 

@@ -54,6 +54,14 @@ pub struct ServerOpts {
     /// Heartbeat interval of targets to the MGS, in milliseconds.
     #[arg(long)]
     pub heartbeat_ms: Option<u64>,
+    /// Directory of this node's TLS files: ca.pem (the cluster's CA), cert.pem and
+    /// key.pem (this node's, signed by it). Connections of clients that speak TLS are
+    /// then taken over TLS, and this server's own connections to others use it.
+    #[arg(long, value_name = "DIR")]
+    pub tls_dir: Option<PathBuf>,
+    /// Refuse clients that do not speak TLS (needs --tls-dir).
+    #[arg(long, requires = "tls_dir")]
+    pub tls_required: bool,
 }
 
 /// Options of every client tool.
@@ -87,6 +95,25 @@ pub fn client_secret(file: &Option<PathBuf>) -> Result<Secret> {
     match file.clone().or_else(|| std::env::var_os("BRAID_SECRET_FILE").map(PathBuf::from)) {
         Some(f) => Secret::load(&f).map_err(anyhow::Error::msg),
         None => Ok(Secret::Insecure),
+    }
+}
+
+/// The TLS files a client connects with: `dir` (`-o tls_dir=`), else
+/// `BRAID_TLS_DIR`, else none (plain connections).
+pub fn client_tls(dir: Option<&std::path::Path>) -> Result<Option<std::sync::Arc<rpc::tls::TlsContext>>> {
+    let dir = dir.map(PathBuf::from).or_else(|| std::env::var_os("BRAID_TLS_DIR").map(PathBuf::from));
+    dir.map(|d| rpc::tls::TlsContext::load(&d, false).map_err(anyhow::Error::msg)).transpose()
+}
+
+/// The TLS identity a server runs with: the files in `dir`, if given.
+pub fn server_tls(
+    dir: Option<&std::path::Path>,
+    required: bool,
+) -> Result<Option<std::sync::Arc<rpc::tls::TlsContext>>> {
+    match dir {
+        Some(d) => Ok(Some(rpc::tls::TlsContext::load(d, required).map_err(anyhow::Error::msg)?)),
+        None if required => bail!("requiring TLS needs the node's TLS files (--tls-dir DIR)"),
+        None => Ok(None),
     }
 }
 

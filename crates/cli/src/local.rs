@@ -152,6 +152,7 @@ pub async fn start(data: &Path, l: &Local) -> Result<Started> {
         secret: secret.clone(),
         heartbeat: Duration::from_millis(l.heartbeat_ms.max(1)),
         in_process: l.in_process,
+        tls: None,
     };
     let timeout = Duration::from_millis(l.target_timeout_ms);
     let mgs = serve::start_mgs(&l.listen, &data.join("mgs"), &common, timeout, l.root_squash.clone()).await?;
@@ -221,7 +222,7 @@ pub fn local(data: &Path, l: &Local, mount: Option<(PathBuf, MountSettings)>) ->
         println!("        braid ls braid://{mgs}/");
         let mut mounted = None;
         if let Some((mp, settings)) = &mount {
-            let mut cfg = settings.client_config(&mgs, secret);
+            let mut cfg = settings.client_config(&mgs, secret)?;
             let name = format!("{}:{}", crate::trace::host_name(), std::path::absolute(mp)?.display());
             cfg.trace = Some(crate::trace::client_trace_config(&settings.trace, &name));
             let client = Client::connect(cfg).await.context("cannot connect the mount's client")?;

@@ -74,6 +74,8 @@ pub struct MountSettings {
     /// `short_circuit`: read and write objects of OSTs served on this machine through
     /// descriptors their OSS hands over (see the client's `short_circuit` module).
     pub short_circuit: bool,
+    /// `tls_dir=DIR`: connect over TLS with the files there (else `BRAID_TLS_DIR`).
+    pub tls_dir: Option<PathBuf>,
 }
 
 /// Size of an SSD cache given a directory and no size.
@@ -81,8 +83,9 @@ pub const DEFAULT_CACHE_SIZE: u64 = 1 << 30;
 
 impl MountSettings {
     /// The client settings of a mount of the cluster at `mgs`.
-    pub fn client_config(&self, mgs: &str, secret: client::Secret) -> ClientConfig {
+    pub fn client_config(&self, mgs: &str, secret: client::Secret) -> Result<ClientConfig> {
         let mut cfg = ClientConfig::new(mgs, secret);
+        cfg.tls = crate::client_tls(self.tls_dir.as_deref())?;
         cfg.rpc.recovery_timeout = Duration::from_secs(self.timeout_s);
         cfg.dir_leases = self.dir_leases;
         cfg.statahead = self.statahead;
@@ -91,7 +94,7 @@ impl MountSettings {
         cfg.ost_limit = self.ost_limit;
         cfg.ost_latency = self.ost_latency;
         cfg.short_circuit = self.short_circuit;
-        cfg
+        Ok(cfg)
     }
 }
 
@@ -107,6 +110,7 @@ pub fn parse_options(list: &[String]) -> Result<MountSettings> {
         ost_latency: Duration::ZERO,
         trace: crate::trace::TraceSettings::default(),
         short_circuit: false,
+        tls_dir: None,
     };
     let mut cache_size = None;
     for opt in list.iter().flat_map(|o| o.split(',')).filter(|o| !o.is_empty()) {
@@ -131,6 +135,10 @@ pub fn parse_options(list: &[String]) -> Result<MountSettings> {
             "dir_leases" => s.dir_leases = switch(k, v)?,
             "statahead" => s.statahead = switch(k, v)?,
             "short_circuit" => s.short_circuit = switch(k, v)?,
+            "tls_dir" => {
+                let dir = v.filter(|d| !d.is_empty()).context("option tls_dir needs a directory")?;
+                s.tls_dir = Some(std::path::absolute(dir).with_context(|| format!("option {opt}"))?);
+            }
             "cache_dir" => {
                 let dir = v.filter(|d| !d.is_empty()).context("option cache_dir needs a directory")?;
                 let dir = std::path::absolute(dir).with_context(|| format!("option {opt}"))?;
@@ -184,7 +192,7 @@ pub fn parse_options(list: &[String]) -> Result<MountSettings> {
                 }
                 s.trace.capacity = n;
             }
-            _ => bail!("unknown mount option '{opt}' (known: attr_timeout=S, entry_timeout=S, allow_other, direct_io, ro, rw, threads=N, timeout=S, max_write=BYTES, readahead_kb=KIB, dir_leases=0|1, statahead=0|1, short_circuit, cache_dir=PATH, cache_size=SIZE, passthrough, page_cache=SIZE (native clients), ost_limit=RATE, ost_latency=MS, trace[=on|off], trace_dir=DIR, trace_server=HOST:PORT, jobid_var=NAME, trace_ring=RECORDS, trace_sync=FILE)"),
+            _ => bail!("unknown mount option '{opt}' (known: attr_timeout=S, entry_timeout=S, allow_other, direct_io, ro, rw, threads=N, timeout=S, max_write=BYTES, readahead_kb=KIB, dir_leases=0|1, statahead=0|1, short_circuit, cache_dir=PATH, cache_size=SIZE, passthrough, page_cache=SIZE (native clients), ost_limit=RATE, ost_latency=MS, trace[=on|off], trace_dir=DIR, trace_server=HOST:PORT, jobid_var=NAME, trace_ring=RECORDS, trace_sync=FILE, tls_dir=DIR)"),
         }
     }
     match (&mut s.cache, cache_size) {
@@ -218,8 +226,9 @@ pub fn no_page_cache(s: &MountSettings) -> Result<()> {
 
 /// Options of a mount that a native client (`braid cp`, `braid bench` on a
 /// `braid://` target, ...) takes too, from `BRAID_CLIENT_OPTIONS`.
-const NATIVE_OPTIONS: [&str; 15] = [
+const NATIVE_OPTIONS: [&str; 16] = [
     "short_circuit",
+    "tls_dir",
     "cache_dir",
     "cache_size",
     "page_cache",
@@ -259,8 +268,8 @@ pub fn native_settings() -> Result<Option<MountSettings>> {
 pub fn native_client(mgs: &str, secret: client::Secret, timeout: Option<Duration>) -> Result<BlockingClient> {
     let settings = native_settings()?;
     let mut cfg = match &settings {
-        Some(s) => s.client_config(mgs, secret),
-        None => ClientConfig::new(mgs, secret),
+        Some(s) => s.client_config(mgs, secret)?,
+        None => ClientConfig { tls: crate::client_tls(None)?, ..ClientConfig::new(mgs, secret) },
     };
     let traced = settings.as_ref().map(|s| &s.trace).filter(|t| crate::trace::wanted(t));
     if let Some(t) = traced {
@@ -314,7 +323,7 @@ pub fn mount_foreground(
     secret_file: Option<PathBuf>,
 ) -> Result<()> {
     let p = crate::url::require(url)?;
-    let mut cfg = settings.client_config(&p.mgs, crate::client_secret(&secret_file)?);
+    let mut cfg = settings.client_config(&p.mgs, crate::client_secret(&secret_file)?)?;
     let name = format!("{}:{}", crate::trace::host_name(), std::path::absolute(mountpoint)?.display());
     cfg.trace = Some(crate::trace::client_trace_config(&settings.trace, &name));
     let bc = BlockingClient::connect(cfg, 4).with_context(|| format!("cannot connect to the cluster at {}", p.mgs))?;

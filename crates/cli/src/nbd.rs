@@ -321,8 +321,8 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     };
     rt.block_on(async {
         let mut cfg = match &settings {
-            Some(s) => s.client_config(&p.mgs, secret),
-            None => client::ClientConfig::new(&p.mgs, secret),
+            Some(s) => s.client_config(&p.mgs, secret)?,
+            None => client::ClientConfig { tls: crate::client_tls(None)?, ..client::ClientConfig::new(&p.mgs, secret) },
         };
         // The flag, else BRAID_CLIENT_OPTIONS's page_cache, else the default.
         cfg.page_cache = match (page_cache, &settings) {

@@ -257,6 +257,21 @@ pub struct Common {
     /// Also serve clients of this process in-process (`rpc::local`): what
     /// `braid local` does, as Lustre's `0@lo`.
     pub in_process: bool,
+    /// This node's TLS identity: its servers take TLS clients, and its connections
+    /// to other servers use TLS.
+    pub tls: Option<Arc<rpc::tls::TlsContext>>,
+}
+
+impl Common {
+    /// How this node's servers serve, as `name`.
+    fn server_config(&self, name: &str) -> ServerConfig {
+        ServerConfig::new(name, self.secret.clone()).with_tls(self.tls.clone())
+    }
+
+    /// Who this node is to other servers, as `role`.
+    fn identity(&self, role: &str) -> Arc<Identity> {
+        Identity::with_tls(role, self.secret.clone(), self.tls.clone())
+    }
 }
 
 /// Makes a server of this process reachable in-process at `addr`, when asked to.
@@ -282,7 +297,7 @@ async fn bind(listen: &str, advertise: Option<&str>) -> Result<(tokio::net::TcpL
 }
 
 fn mgs_client(mgs: &str, common: &Common, role: &str) -> Arc<RpcClient> {
-    let identity = Identity::new(role, common.secret.clone());
+    let identity = common.identity(role);
     let opts = RpcOptions { recovery_timeout: Duration::from_secs(30), ..Default::default() };
     Arc::new(RpcClient::new(mgs.to_string(), identity, opts))
 }
@@ -307,7 +322,7 @@ pub async fn start_mgs(
     })?;
     let mgs = Arc::new(mgs);
     serve_in_process(common, &addr, &mgs)?;
-    tokio::spawn(mgs::serve(mgs, listener, ServerConfig::new("mgs", common.secret.clone())));
+    tokio::spawn(mgs::serve(mgs, listener, common.server_config("mgs")));
     tracing::info!("MGS serving {} at {addr}", common.fsname);
     Ok(addr)
 }
@@ -349,12 +364,12 @@ pub async fn start_mds(
     let targets = register_all(TargetKind::Mdt, dirs, &mgs, &addr, &common.fsname).await?;
     let list: Vec<(u32, PathBuf)> = targets.iter().map(|t| (t.index.expect("registered"), t.dir.clone())).collect();
     let cfg = mds::MdsConfig { config_refresh: common.heartbeat, ..cfg };
-    let mds = mds::Mds::start(&list, cfg, Identity::new("mds", common.secret.clone()), mgs.clone())?;
+    let mds = mds::Mds::start(&list, cfg, common.identity("mds"), mgs.clone())?;
     mds.load_config().await.with_context(|| format!("cannot fetch the configuration from the MGS at {mgs_addr}"))?;
     let report: rpc::target::TargetReport = Arc::new(|t| (rpc::target::dir_usage(&t.dir), None));
     spawn_heartbeat(mgs, targets, addr.clone(), common.fsname.clone(), common.heartbeat, report);
     serve_in_process(common, &addr, &mds)?;
-    tokio::spawn(mds::serve(mds, listener, ServerConfig::new("mds", common.secret.clone())));
+    tokio::spawn(mds::serve(mds, listener, common.server_config("mds")));
     tracing::info!("MDS serving {} MDT(s) at {addr}", list.len());
     Ok(addr)
 }
@@ -409,7 +424,7 @@ pub async fn start_oss(
     spawn_heartbeat(mgs, targets, addr.clone(), common.fsname.clone(), common.heartbeat, report);
     serve_in_process(common, &addr, &service)?;
     oss::local::listen(&service, &common.secret, policy);
-    tokio::spawn(oss::serve(service, listener, ServerConfig::new("oss", common.secret.clone())));
+    tokio::spawn(oss::serve(service, listener, common.server_config("oss")));
     tracing::info!("OSS serving {n} OST(s) at {addr}");
     Ok(addr)
 }

@@ -147,6 +147,8 @@ pub struct MountTrace {
     tracer: Arc<Tracer>,
     destination: Destination,
     secret_file: Option<PathBuf>,
+    /// The TLS files of the mount, which its collector ships with too.
+    tls_dir: Option<PathBuf>,
     collector: Mutex<Option<Child>>,
 }
 
@@ -160,6 +162,7 @@ impl MountTrace {
             tracer,
             destination: t.destination.clone(),
             secret_file,
+            tls_dir: client.client_config().tls.as_ref().map(|t| t.dir.0.clone()),
             collector: Mutex::new(None),
         });
         if t.on {
@@ -202,6 +205,9 @@ impl MountTrace {
         };
         if let Some(s) = &self.secret_file {
             cmd.arg("--secret-file").arg(s);
+        }
+        if let Some(d) = &self.tls_dir {
+            cmd.arg("--tls-dir").arg(d);
         }
         // Its messages go where the mount's go.
         cmd.stdin(Stdio::null()).stdout(Stdio::null());
@@ -288,7 +294,13 @@ pub(crate) fn host_name() -> String {
 
 /// `braid trace collect`: drains the ring at `ring` until its writer has ended and
 /// the ring is empty, shipping batches to `server` or storing them in `dir`.
-pub fn collect(ring: &Path, dir: Option<&Path>, server: Option<&str>, secret_file: Option<PathBuf>) -> Result<()> {
+pub fn collect(
+    ring: &Path,
+    dir: Option<&Path>,
+    server: Option<&str>,
+    secret_file: Option<PathBuf>,
+    tls_dir: Option<&Path>,
+) -> Result<()> {
     let mut reader = RingReader::open(ring)?;
     let mut sink = match (dir, server) {
         (Some(d), None) => {
@@ -300,7 +312,8 @@ pub fn collect(ring: &Path, dir: Option<&Path>, server: Option<&str>, secret_fil
             let secret = crate::client_secret(&secret_file)?;
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
             let opts = rpc::RpcOptions { recovery_timeout: Duration::from_secs(5), ..Default::default() };
-            let rpc = rpc::RpcClient::new(addr.to_string(), rpc::Identity::new("trace-collector", secret), opts);
+            let identity = rpc::Identity::with_tls("trace-collector", secret, crate::client_tls(tls_dir)?);
+            let rpc = rpc::RpcClient::new(addr.to_string(), identity, opts);
             Sink::Server { rt, rpc }
         }
         _ => bail!("give the collector either --dir DIR or --server HOST:PORT"),
@@ -413,7 +426,14 @@ impl rpc::server::Service for TraceServer {
 /// `braid trace serve`: stores what collectors ship in `dir`, until signalled;
 /// segments close at `segment_size` and the oldest go past `max_size` (sizes with
 /// K, M, G, T suffixes).
-pub fn serve(dir: &Path, listen: &str, secret: proto::auth::Secret, segment_size: &str, max_size: &str) -> Result<()> {
+pub fn serve(
+    dir: &Path,
+    listen: &str,
+    secret: proto::auth::Secret,
+    tls: Option<Arc<rpc::tls::TlsContext>>,
+    segment_size: &str,
+    max_size: &str,
+) -> Result<()> {
     let size = |s: &str, what: &str| {
         cache::parse_size(s)
             .filter(|&n| n >= 4096)
@@ -427,7 +447,11 @@ pub fn serve(dir: &Path, listen: &str, secret: proto::auth::Secret, segment_size
         let l = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
         let addr = l.local_addr()?;
         let svc = Arc::new(TraceServer { store: Mutex::new(store) });
-        tokio::spawn(rpc::server::serve(l, Arc::new(rpc::server::ServerConfig::new("trace", secret)), svc));
+        tokio::spawn(rpc::server::serve(
+            l,
+            Arc::new(rpc::server::ServerConfig::new("trace", secret).with_tls(tls)),
+            svc,
+        ));
         println!("trace server at {addr}, storing in {}", dir.display());
         let _ = std::io::stdout().flush();
         let sig = crate::serve::until_signal().await?;

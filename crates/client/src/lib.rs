@@ -172,6 +172,8 @@ pub struct ClientConfig {
     /// that lives on learns of new targets, pools and root squash without a failure
     /// first (Lustre's clients are told by the MGS's config lock); zero: never.
     pub config_refresh: Duration,
+    /// Connect over TLS with these files (see `rpc::tls`).
+    pub tls: Option<Arc<rpc::tls::TlsContext>>,
 }
 
 impl ClientConfig {
@@ -191,6 +193,7 @@ impl ClientConfig {
             trace: None,
             short_circuit: false,
             config_refresh: CONFIG_REFRESH,
+            tls: None,
         }
     }
 }
@@ -748,7 +751,7 @@ pub fn process_creds() -> Creds {
 impl Client {
     /// Connects: fetches the configuration from the MGS.
     pub async fn connect(cfg: ClientConfig) -> Result<Client> {
-        let identity = Identity::new("client", cfg.secret.clone());
+        let identity = Identity::with_tls("client", cfg.secret.clone(), cfg.tls.clone());
         let mgs = RpcClient::new(cfg.mgs.clone(), identity.clone(), cfg.rpc.clone());
         let config = fetch_config(&mgs).await?;
         let own_ip = mgs.local_ip().await?;

@@ -208,6 +208,18 @@ pub async fn client_handshake<S: AsyncRead + AsyncWrite + Unpin>(
 
 /// Runs the server side; returns the client's hello on success.
 pub async fn server_handshake<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, secret: &Secret) -> Result<Hello, String> {
+    server_handshake_or_refuse(s, secret, None).await
+}
+
+/// Runs the server side, and with `refuse` turns the client away at its end with
+/// that reason, which the client reports as it would a wrong secret (a TLS-only
+/// server's answer to a plain client: the refusal comes where the client expects a
+/// verdict, so an older client says why too).
+pub async fn server_handshake_or_refuse<S: AsyncRead + AsyncWrite + Unpin>(
+    s: &mut S,
+    secret: &Secret,
+    refuse: Option<&str>,
+) -> Result<Hello, String> {
     let hello: Hello = recv(s).await?;
     if hello.protocol != PROTOCOL_VERSION {
         let why = format!("protocol version {} is not supported (server speaks {PROTOCOL_VERSION})", hello.protocol);
@@ -231,6 +243,10 @@ pub async fn server_handshake<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, secr
             let _ = send(s, &AuthResult::Denied(why.clone())).await;
             return Err(why);
         }
+    }
+    if let Some(why) = refuse {
+        let _ = send(s, &AuthResult::Denied(why.to_string())).await;
+        return Err(why.to_string());
     }
     send(s, &AuthResult::Welcome).await?;
     Ok(hello)

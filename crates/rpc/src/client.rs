@@ -32,7 +32,7 @@ use proto::{Errno, RpcError};
 
 use crate::local::{joined, Dispatch};
 pub use crate::service::CallbackHandler;
-use crate::service::{dup_socket, guarded, RequestCtx, CALLBACK_TIMEOUT, IN_PROCESS_CONN};
+use crate::service::{dup_socket, guarded, ReadHalf, RequestCtx, WriteHalf, CALLBACK_TIMEOUT, IN_PROCESS_CONN};
 
 #[derive(Debug, Clone)]
 pub struct RpcOptions {
@@ -65,11 +65,18 @@ pub struct Identity {
     pub client_id: u64,
     pub role: String,
     pub secret: Secret,
+    /// Connections are made over TLS with this node's certificate.
+    pub tls: Option<Arc<crate::tls::TlsContext>>,
     next_xid: AtomicU64,
 }
 
 impl Identity {
     pub fn new(role: &str, secret: Secret) -> Arc<Identity> {
+        Identity::with_tls(role, secret, None)
+    }
+
+    /// As [`Identity::new`], connecting over TLS when `tls` is given.
+    pub fn with_tls(role: &str, secret: Secret, tls: Option<Arc<crate::tls::TlsContext>>) -> Arc<Identity> {
         let mut b = [0u8; 8];
         // A random id keeps two clients (or two incarnations of one) apart in the MDS
         // reply cache. Falling back to time and pid is still unique enough per host.
@@ -82,7 +89,7 @@ impl Identity {
                 t ^ ((std::process::id() as u64) << 32)
             }
         };
-        Arc::new(Identity { client_id: id, role: role.to_string(), secret, next_xid: AtomicU64::new(1) })
+        Arc::new(Identity { client_id: id, role: role.to_string(), secret, tls, next_xid: AtomicU64::new(1) })
     }
 
     pub fn next_xid(&self) -> u64 {
@@ -211,7 +218,7 @@ impl Shared {
 }
 
 struct Sender {
-    w: BufWriter<tokio::net::tcp::OwnedWriteHalf>,
+    w: BufWriter<WriteHalf>,
     /// Set while a frame is being written. A caller cancelled in the middle leaves it
     /// set, and the next caller then drops the connection instead of sending after a
     /// partial frame.
@@ -464,6 +471,37 @@ impl RpcClient {
         Ok(c)
     }
 
+    /// The cluster secret's handshake over a connection's stream (inside TLS, if
+    /// any).
+    async fn handshake<S>(&self, stream: &mut S) -> Result<(), RpcError>
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    {
+        let connect_err = |reason: String| RpcError::Connect { addr: self.addr.clone(), reason };
+        let id = &self.identity;
+        match tokio::time::timeout(HANDSHAKE_TIMEOUT, client_handshake(stream, &id.secret, id.client_id, &id.role))
+            .await
+        {
+            Err(_) => Err(connect_err("handshake timed out".into())),
+            Ok(Err(e)) if e.denied => Err(RpcError::Auth { addr: self.addr.clone(), reason: e.reason }),
+            Ok(Err(e)) if id.tls.is_some() && crate::tls::refused_by_peer(&e.reason) => Err(RpcError::Auth {
+                addr: self.addr.clone(),
+                reason: format!("the server refused this client's TLS certificate ({})", e.reason),
+            }),
+            Ok(Err(e)) => Err(connect_err(format!("handshake: {}", e.reason))),
+            Ok(Ok(())) => Ok(()),
+        }
+    }
+
+    /// A failed TLS handshake: a certificate problem is not worth retrying.
+    fn tls_err(&self, reason: String) -> RpcError {
+        if reason.contains("certificate") || crate::tls::refused_by_peer(&reason) {
+            RpcError::Auth { addr: self.addr.clone(), reason }
+        } else {
+            RpcError::Connect { addr: self.addr.clone(), reason }
+        }
+    }
+
     async fn connect(&self) -> Result<Conn, RpcError> {
         let connect_err = |reason: String| RpcError::Connect { addr: self.addr.clone(), reason };
         let mut stream = tokio::time::timeout(self.opts.connect_timeout, TcpStream::connect(&self.addr))
@@ -471,17 +509,24 @@ impl RpcClient {
             .map_err(|_| connect_err("connect timed out".into()))?
             .map_err(|e| connect_err(e.to_string()))?;
         stream.set_nodelay(true).map_err(|e| connect_err(e.to_string()))?;
-        let id = &self.identity;
-        match tokio::time::timeout(HANDSHAKE_TIMEOUT, client_handshake(&mut stream, &id.secret, id.client_id, &id.role))
-            .await
-        {
-            Err(_) => return Err(connect_err("handshake timed out".into())),
-            Ok(Err(e)) if e.denied => return Err(RpcError::Auth { addr: self.addr.clone(), reason: e.reason }),
-            Ok(Err(e)) => return Err(connect_err(format!("handshake: {}", e.reason))),
-            Ok(Ok(())) => {}
-        }
         let socket = dup_socket(&stream).map_err(|e| connect_err(e.to_string()))?;
-        let (rd, wr) = stream.into_split();
+        let (rd, wr): (ReadHalf, WriteHalf) = match &self.identity.tls {
+            Some(tls) => {
+                let tls = tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.connect(&self.addr, stream))
+                    .await
+                    .map_err(|_| connect_err("TLS handshake timed out".into()))?
+                    .map_err(|e| self.tls_err(e))?;
+                let mut stream = tls;
+                self.handshake(&mut stream).await?;
+                let (rd, wr) = tokio::io::split(stream);
+                (Box::new(rd), Box::new(wr))
+            }
+            None => {
+                self.handshake(&mut stream).await?;
+                let (rd, wr) = stream.into_split();
+                (Box::new(rd), Box::new(wr))
+            }
+        };
         let shared = Arc::new(Shared {
             session: Arc::new(SessionState {
                 addr: self.addr.clone(),
@@ -523,14 +568,14 @@ fn handle_callback(shared: &Arc<Shared>, frame: Frame) -> Result<(), String> {
 }
 
 /// Reads the connection's frames until it ends, then tells the callback handler.
-async fn reader(rd: tokio::net::tcp::OwnedReadHalf, shared: Arc<Shared>, limits: FrameLimits) {
+async fn reader(rd: ReadHalf, shared: Arc<Shared>, limits: FrameLimits) {
     read_frames(rd, &shared, limits).await;
     if let Some(h) = &shared.handler {
         h.disconnected(&shared.session.addr);
     }
 }
 
-async fn read_frames(rd: tokio::net::tcp::OwnedReadHalf, shared: &Arc<Shared>, limits: FrameLimits) {
+async fn read_frames(rd: ReadHalf, shared: &Arc<Shared>, limits: FrameLimits) {
     let mut r = BufReader::with_capacity(proto::frame::READ_BUFFER_BYTES, rd);
     loop {
         match read_frame(&mut r, &limits).await {

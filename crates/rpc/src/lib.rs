@@ -8,6 +8,7 @@
 //! - [`local`]: in-process delivery to a server of the same process (Lustre's `0@lo`);
 //! - [`service`]: what both ends share (request context, answers, callbacks' handler
 //!   and deadline);
+//! - [`tls`]: TLS on connections, an option over the cluster secret's handshake;
 //! - [`short_circuit`]: the local socket over which an OSS hands a client on its own
 //!   machine the descriptors of object files.
 //!
@@ -20,6 +21,7 @@ pub mod server;
 pub mod service;
 pub mod short_circuit;
 pub mod target;
+pub mod tls;
 
 pub use client::{Identity, Reply, RpcClient, RpcOptions, Session};
 pub use service::{AckAfter, CallbackHandler};

@@ -26,13 +26,14 @@ use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{oneshot, Semaphore};
 
-use proto::auth::{server_handshake, Secret, HANDSHAKE_TIMEOUT};
+use proto::auth::{server_handshake, server_handshake_or_refuse, Secret, HANDSHAKE_TIMEOUT};
 use proto::frame::{read_frame, write_frame, FrameError, FrameKind, FrameLimits};
+use proto::msg::Hello;
 use proto::msg::{Callback, Request, Response};
 use proto::Errno;
 
 use crate::local::Dispatch;
-use crate::service::{dup_socket, guarded};
+use crate::service::{dup_socket, guarded, ReadHalf, WriteHalf};
 pub use crate::service::{Answer, RequestCtx, CALLBACK_TIMEOUT, IN_PROCESS_CONN};
 
 /// Ids of accepted connections (0 is [`IN_PROCESS_CONN`]).
@@ -181,6 +182,8 @@ pub struct ServerConfig {
     pub max_in_flight_per_conn: usize,
     /// Connections beyond this are refused at accept.
     pub max_connections: usize,
+    /// TLS: taken from clients that speak it (all of them, if it is required).
+    pub tls: Option<Arc<crate::tls::TlsContext>>,
 }
 
 impl ServerConfig {
@@ -191,6 +194,44 @@ impl ServerConfig {
             limits: FrameLimits::default(),
             max_in_flight_per_conn: 64,
             max_connections: 4096,
+            tls: None,
+        }
+    }
+
+    /// With TLS (see [`crate::tls`]).
+    pub fn with_tls(self, tls: Option<Arc<crate::tls::TlsContext>>) -> ServerConfig {
+        ServerConfig { tls, ..self }
+    }
+}
+
+/// Sets up a new connection: TLS if the client speaks it (or a refusal if this
+/// server requires it and the client does not), then the cluster secret's
+/// handshake. The client's hello and the stream's halves.
+async fn accept_conn(mut stream: TcpStream, cfg: &ServerConfig) -> Result<(Hello, ReadHalf, WriteHalf), String> {
+    let mut first = [0u8; 1];
+    let speaks_tls = match stream.peek(&mut first).await {
+        Ok(0) => return Err("closed before the handshake".into()),
+        Ok(_) => first[0] == crate::tls::HANDSHAKE_RECORD,
+        Err(e) => return Err(format!("read: {e}")),
+    };
+    match (&cfg.tls, speaks_tls) {
+        (Some(tls), true) => {
+            let mut stream = tls.accept(stream).await?;
+            let hello = server_handshake(&mut stream, &cfg.secret).await?;
+            let (rd, wr) = tokio::io::split(stream);
+            Ok((hello, Box::new(rd), Box::new(wr)))
+        }
+        (Some(tls), false) if tls.required => {
+            let why = "this server takes TLS connections only: give the client the cluster's TLS files \
+                       (--tls-dir, -o tls_dir= or BRAID_TLS_DIR)";
+            server_handshake_or_refuse(&mut stream, &cfg.secret, Some(why)).await?;
+            Err("a plain (non-TLS) client was refused: this server requires TLS".into())
+        }
+        (None, true) => Err("the client speaks TLS, but this server has no TLS settings (--tls-dir)".into()),
+        (_, false) => {
+            let hello = server_handshake(&mut stream, &cfg.secret).await?;
+            let (rd, wr) = stream.into_split();
+            Ok((hello, Box::new(rd), Box::new(wr)))
         }
     }
 }
@@ -223,14 +264,23 @@ pub async fn serve<S: Service>(listener: TcpListener, cfg: Arc<ServerConfig>, sv
 type ClientCounts = Arc<std::sync::Mutex<std::collections::HashMap<u64, usize>>>;
 
 async fn serve_conn<S: Service>(
-    mut stream: TcpStream,
+    stream: TcpStream,
     peer: SocketAddr,
     cfg: Arc<ServerConfig>,
     svc: Arc<S>,
     per_client: ClientCounts,
 ) {
     let _ = stream.set_nodelay(true);
-    let hello = match tokio::time::timeout(HANDSHAKE_TIMEOUT, server_handshake(&mut stream, &cfg.secret)).await {
+    // A service that calls clients back can evict them: it needs its own handle on
+    // the socket for that.
+    let socket = match svc.callbacks().map(|_| dup_socket(&stream)).transpose() {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(server = %cfg.name, %peer, "cannot duplicate the connection's socket: {e}");
+            return;
+        }
+    };
+    let (hello, rd, wr) = match tokio::time::timeout(HANDSHAKE_TIMEOUT, accept_conn(stream, &cfg)).await {
         Ok(Ok(h)) => h,
         Ok(Err(why)) => {
             tracing::warn!(server = %cfg.name, %peer, "authentication failed: {why}");
@@ -242,17 +292,7 @@ async fn serve_conn<S: Service>(
         }
     };
     tracing::debug!(server = %cfg.name, %peer, role = %hello.role, client = hello.client_id, "connected");
-    // A service that calls clients back can evict them: it needs its own handle on
-    // the socket for that.
-    let socket = match svc.callbacks().map(|_| dup_socket(&stream)).transpose() {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::warn!(server = %cfg.name, %peer, "cannot duplicate the connection's socket: {e}");
-            return;
-        }
-    };
     *per_client.lock().expect("client counts").entry(hello.client_id).or_default() += 1;
-    let (rd, wr) = stream.into_split();
     let out = Arc::new(tokio::sync::Mutex::new(BufWriter::with_capacity(64 * 1024, wr)));
     let conn_id = NEXT_CONN_ID.fetch_add(1, Ordering::Relaxed);
     let callbacks = svc.callbacks().zip(socket).map(|(registry, socket)| {
@@ -346,7 +386,7 @@ async fn serve_conn<S: Service>(
     }
 }
 
-type Out = Arc<tokio::sync::Mutex<BufWriter<tokio::net::tcp::OwnedWriteHalf>>>;
+type Out = Arc<tokio::sync::Mutex<BufWriter<WriteHalf>>>;
 
 /// Writes one answer on the connection.
 async fn send(out: &Out, id: u64, resp: Response, payload: Vec<Bytes>) -> std::io::Result<()> {

@@ -12,6 +12,10 @@ use proto::msg::{Callback, Response};
 use proto::Errno;
 use tokio::net::TcpStream;
 
+/// The halves of a connection's stream: plain TCP, or TLS over it.
+pub type ReadHalf = Box<dyn tokio::io::AsyncRead + Send + Unpin>;
+pub type WriteHalf = Box<dyn tokio::io::AsyncWrite + Send + Unpin>;
+
 /// Who sent a request.
 #[derive(Debug, Clone)]
 pub struct RequestCtx {

@@ -66,6 +66,7 @@ impl InProcessCluster {
             secret: secret.clone(),
             heartbeat: Duration::from_millis(spec.heartbeat_ms.max(1)),
             in_process: false,
+            tls: None,
         };
         let root = dir.path().to_path_buf();
         let mgs_addr = rt.block_on(async {

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 pub mod client;
 pub mod in_process;
+pub mod tls;
 
 pub use client::{
     client_config, client_errno, code, connect, errno, last_errno, runtime, within, MountedCluster, WAIT,
@@ -107,6 +108,8 @@ pub struct ClusterSpec {
     pub oss_args: Vec<String>,
     /// Servers run `--insecure` (no cluster secret) instead of with `secret`.
     pub insecure: bool,
+    /// Environment of the CLI runs ([`Cluster::braid`]), e.g. `BRAID_TLS_DIR`.
+    pub cli_env: Vec<(String, String)>,
 }
 
 impl Default for ClusterSpec {
@@ -120,6 +123,7 @@ impl Default for ClusterSpec {
             mds_args: vec![],
             oss_args: vec![],
             insecure: false,
+            cli_env: vec![],
         }
     }
 }
@@ -593,6 +597,7 @@ impl Cluster {
     pub fn braid(&self, args: &[&str]) -> Output {
         let mut cmd = Command::new(&self.bin);
         cmd.args(args).env("BRAID_SECRET_FILE", &self.secret);
+        cmd.envs(self.spec.cli_env.iter().map(|(k, v)| (k, v)));
         output_within(&mut cmd, CLI_WATCHDOG)
             .unwrap_or_else(|o| panic!("braid {args:?} still running after {CLI_WATCHDOG:?}: {}", stderr(&o)))
     }
