@@ -90,6 +90,13 @@ enum NbdCommand {
         /// G suffixes). A larger request counts as the whole budget. Default: 256M.
         #[arg(long, value_name = "SIZE")]
         max_inflight_bytes: Option<String>,
+        /// Offer TLS (NBD_OPT_STARTTLS) with the x509 files in DIR: ca.pem (clients'
+        /// certificates must be signed by it), cert.pem and key.pem (the server's).
+        #[arg(long, value_name = "DIR")]
+        tls_dir: Option<PathBuf>,
+        /// Refuse clients that do not start TLS, before they learn of any export.
+        #[arg(long)]
+        tls_required: bool,
         /// The cluster secret (also BRAID_SECRET_FILE, then `secret_file` of --config).
         #[arg(long)]
         secret_file: Option<PathBuf>,
@@ -521,6 +528,8 @@ fn run(command: Command) -> anyhow::Result<()> {
             short_circuit,
             max_connections,
             max_inflight_bytes,
+            tls_dir,
+            tls_required,
             secret_file,
         }) => cli::nbd::serve(cli::nbd::ServeArgs {
             url,
@@ -534,6 +543,8 @@ fn run(command: Command) -> anyhow::Result<()> {
             secret_file,
             max_connections,
             max_inflight_bytes,
+            tls_dir,
+            tls_required,
         }),
     }
 }

@@ -787,3 +787,62 @@ fn bench_sweep_nbd_preset_measures_an_export_through_the_protocol_and_plots_it()
         assert!(!o.status.success() && testkit::stderr(&o).contains(why), "{bad}: {}", testkit::stderr(&o));
     }
 }
+
+/// A TLS directory for libnbd and qemu clients (their file names), with a
+/// certificate of `ca`.
+fn nbd_client_tls(dir: &Path, trust: &testkit::tls::Ca, signer: &testkit::tls::Ca) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let (cert, key) = signer.node(&["client"], false);
+    std::fs::write(dir.join("ca-cert.pem"), trust.pem()).unwrap();
+    std::fs::write(dir.join("client-cert.pem"), cert).unwrap();
+    std::fs::write(dir.join("client-key.pem"), key).unwrap();
+    dir.to_path_buf()
+}
+
+#[test]
+fn an_export_requiring_tls_serves_x509_clients_and_tells_plain_ones_nothing() {
+    use testkit::tls::{write_dir, Ca};
+    let c = Cluster::start(bin(), ClusterSpec::default());
+    c.braid_ok(&["setstripe", "-c", "4", "-S", "1M", &c.url("/tls.img")]);
+    let work = c.dir.path().to_path_buf();
+    let (ca, other) = (Ca::new("nbd CA"), Ca::new("another CA"));
+    let server_tls = write_dir(&work.join("srv-tls"), &ca, ca.node(&["127.0.0.1", "localhost"], false));
+    let good = nbd_client_tls(&work.join("cli-tls"), &ca, &ca);
+    let foreign = nbd_client_tls(&work.join("foreign-tls"), &ca, &other);
+    let srv = server_tls.to_string_lossy().into_owned();
+    // Short-circuit: reads of the object files come as file ranges, which over TLS
+    // are read and encrypted instead of sent with sendfile.
+    let extra = ["--tls-dir", &srv, "--tls-required", "--short-circuit"];
+    let (_server, addr) = serve(&c, &["tls=/tls.img,size=16M"], &extra);
+    let tls_uri = |dir: &Path| format!("nbds://{addr}/tls?tls-certificates={}", dir.display());
+
+    // libnbd's clients over TLS: what the export is, and a copy in and out.
+    let info = ok(Command::new("nbdinfo").arg(tls_uri(&good)));
+    assert!(info.contains("export-size: 16777216"), "{info}");
+    let image = pattern(16 << 20, 9);
+    std::fs::write(work.join("tls-in.img"), &image).unwrap();
+    ok(Command::new("nbdcopy").arg(work.join("tls-in.img")).arg(tls_uri(&good)));
+    ok(Command::new("nbdcopy").arg(tls_uri(&good)).arg(work.join("tls-out.img")));
+    assert!(std::fs::read(work.join("tls-out.img")).unwrap() == image, "the copy out over TLS differs");
+    assert!(c.get("/tls.img") == image, "the braid file holds what was copied in over TLS");
+    // qemu's over TLS, with its x509 credentials object.
+    let (host, port) = addr.rsplit_once(':').unwrap();
+    let creds = format!("tls-creds-x509,id=tls0,dir={},endpoint=client", good.display());
+    let opts = format!("driver=nbd,host={host},port={port},export=tls,tls-creds=tls0");
+    let qinfo = ok(Command::new("qemu-img").args(["info", "--object", &creds, "--image-opts", &opts]));
+    assert!(qinfo.contains("virtual size: 16 MiB"), "{qinfo}");
+    ok(Command::new("qemu-io").args(["--object", &creds, "--image-opts", "-c", "write -P 0x3c 0 65536", &opts]));
+    ok(Command::new("qemu-io").args(["--object", &creds, "--image-opts", "-c", "read -P 0x3c 0 65536", &opts]));
+
+    // A plain client learns no export: neither the list nor one by name.
+    let plain = run(Command::new("nbdinfo").arg("--list").arg(format!("nbd://{addr}")));
+    assert!(!plain.status.success(), "a plain client is refused");
+    assert!(!testkit::stdout(&plain).contains("tls"), "{}", testkit::stdout(&plain));
+    let plain = run(Command::new("nbdinfo").env("LIBNBD_DEBUG", "1").arg(format!("nbd://{addr}/tls")));
+    assert!(!plain.status.success());
+    assert!(testkit::stderr(&plain).contains("requires TLS"), "the refusal says why: {}", testkit::stderr(&plain));
+    // A certificate of another CA is refused; the export goes on serving.
+    let out = run(Command::new("nbdinfo").arg(tls_uri(&foreign)));
+    assert!(!out.status.success(), "a client certificate of another CA is refused");
+    assert!(ok(Command::new("nbdinfo").arg(tls_uri(&good))).contains("export-size: 16777216"));
+}

@@ -132,6 +132,10 @@ pub struct NbdSection {
     pub short_circuit: Option<bool>,
     pub max_connections: Option<usize>,
     pub max_inflight_bytes: Option<String>,
+    /// As `--tls-dir`: offer TLS with the x509 files there.
+    pub tls_dir: Option<PathBuf>,
+    /// As `--tls-required`.
+    pub tls_required: Option<bool>,
 }
 
 /// Reads the configuration file, if one is given.

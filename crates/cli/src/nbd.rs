@@ -214,6 +214,10 @@ pub struct ServeArgs {
     pub max_connections: Option<usize>,
     /// `--max-inflight-bytes SIZE`, as given.
     pub max_inflight_bytes: Option<String>,
+    /// `--tls-dir DIR`: offer TLS with the files there.
+    pub tls_dir: Option<PathBuf>,
+    /// `--tls-required`.
+    pub tls_required: bool,
 }
 
 /// Where an export listens by default: loopback only, as it has no authentication.
@@ -235,6 +239,8 @@ struct Settings {
     short_circuit: bool,
     secret_file: Option<PathBuf>,
     limits: nbd::Limits,
+    tls_dir: Option<PathBuf>,
+    tls_required: bool,
 }
 
 /// The exports `list` names (`--export`, or `exports` in `[nbd]` of braid.toml: the
@@ -297,14 +303,29 @@ fn settings(a: ServeArgs, file: &crate::config::FileConfig) -> Result<Settings> 
             .or_else(|| std::env::var_os("BRAID_SECRET_FILE").map(PathBuf::from))
             .or(file.secret_file.clone()),
         limits: nbd::Limits { connections_max, inflight_bytes_max },
+        tls_dir: a.tls_dir.or(f.tls_dir.clone()),
+        tls_required: a.tls_required || f.tls_required.unwrap_or(false),
     })
 }
 
 /// `braid nbd serve URL --export ... --listen ADDR [--sync]`: serves until signalled.
 pub fn serve(args: ServeArgs) -> Result<()> {
     let file = crate::config::load(args.config.as_deref())?;
-    let Settings { url, specs, listen, sync, page_cache, poll, short_circuit, secret_file, limits } =
-        settings(args, &file)?;
+    let Settings {
+        url,
+        specs,
+        listen,
+        sync,
+        page_cache,
+        poll,
+        short_circuit,
+        secret_file,
+        limits,
+        tls_dir,
+        tls_required,
+    } = settings(args, &file)?;
+    let tls = crate::server_tls(tls_dir.as_deref(), tls_required)?
+        .map(|t| nbd::server::Tls { acceptor: t.acceptor(), required: tls_required });
     let (url, listen) = (url.as_str(), listen.as_str());
     let p = crate::url::require(url)?;
     let secret = crate::client_secret(&secret_file)?;
@@ -358,7 +379,10 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         );
         use std::io::Write;
         let _ = std::io::stdout().flush();
-        let server = tokio::spawn(nbd::serve(listener, exports.clone(), limits));
+        if let Some(t) = &tls {
+            tracing::info!(required = t.required, "NBD offers TLS");
+        }
+        let server = tokio::spawn(nbd::serve(listener, exports.clone(), limits, tls));
         let sig = crate::serve::until_signal().await?;
         tracing::info!("NBD server stopping on {sig}");
         server.abort();

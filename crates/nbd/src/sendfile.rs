@@ -42,6 +42,32 @@ pub async fn send(sock: &impl AsFd, ranges: Vec<FileRange>) -> io::Result<()> {
         .map_err(|e| io::Error::other(format!("sending file ranges: {e}")))?
 }
 
+/// `ranges` read into memory, whole and in order (for a connection that cannot take
+/// `sendfile`: TLS encrypts what it sends).
+pub fn read(ranges: &[FileRange]) -> io::Result<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let total: u64 = ranges.iter().map(|r| r.len).sum();
+    let mut out = vec![0u8; total as usize];
+    let mut at = 0usize;
+    for r in ranges {
+        let buf = &mut out[at..at + r.len as usize];
+        if let Some(f) = &r.file {
+            let mut done = 0;
+            while done < buf.len() {
+                match f.read_at(&mut buf[done..], r.offset + done as u64) {
+                    // Past the end of the file: the zeros already there.
+                    Ok(0) => break,
+                    Ok(n) => done += n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        at += r.len as usize;
+    }
+    Ok(out)
+}
+
 fn send_blocking(sock: &OwnedFd, ranges: &[FileRange]) -> io::Result<()> {
     for r in ranges {
         let sent = match &r.file {

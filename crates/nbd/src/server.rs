@@ -25,12 +25,22 @@ use std::io;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::proto::*;
 use crate::sendfile::FileRange;
+
+/// TLS the server offers with `NBD_OPT_STARTTLS` (x509: its certificate, and clients'
+/// certificates checked against its CA), and whether it requires it: then a client
+/// that does not start TLS gets `NBD_REP_ERR_TLS_REQD` to every option but
+/// `NBD_OPT_STARTTLS` and `NBD_OPT_ABORT`, and never learns an export's name or size.
+#[derive(Clone)]
+pub struct Tls {
+    pub acceptor: tokio_rustls::TlsAcceptor,
+    pub required: bool,
+}
 
 /// Requests one connection may have in flight; past it the server reads no more.
 pub const MAX_IN_FLIGHT: usize = 64;
@@ -131,7 +141,7 @@ impl<B> Exports<B> {
 }
 
 /// Serves `exports` on `listener` within `limits` until the task is dropped.
-pub async fn serve<B: Backend>(listener: TcpListener, exports: Arc<Exports<B>>, limits: Limits) {
+pub async fn serve<B: Backend>(listener: TcpListener, exports: Arc<Exports<B>>, limits: Limits, tls: Option<Tls>) {
     assert!(limits.connections_max > 0 && limits.inflight_bytes_max > 0, "{limits:?}");
     let payloads = Arc::new(PayloadPool::default());
     let connections = Arc::new(Semaphore::new(limits.connections_max));
@@ -154,10 +164,10 @@ pub async fn serve<B: Backend>(listener: TcpListener, exports: Arc<Exports<B>>, 
                     }
                     continue;
                 };
-                let (exports, payloads, budget) = (exports.clone(), payloads.clone(), budget.clone());
+                let (exports, payloads, budget, tls) = (exports.clone(), payloads.clone(), budget.clone(), tls.clone());
                 tokio::spawn(async move {
                     let _connection_permit = connection_permit;
-                    if let Err(e) = connection(sock, exports, payloads, budget).await {
+                    if let Err(e) = connection(sock, exports, payloads, budget, tls).await {
                         tracing::debug!(%peer, "NBD connection ended: {e}");
                     }
                 });
@@ -198,7 +208,7 @@ impl Budget {
 }
 
 /// The server's greeting: fixed newstyle, no zeroes.
-async fn greet(sock: &mut TcpStream) -> io::Result<()> {
+async fn greet<S: AsyncWrite + Unpin>(sock: &mut S) -> io::Result<()> {
     let mut hello = [0u8; 18];
     hello[0..8].copy_from_slice(&NBDMAGIC.to_be_bytes());
     hello[8..16].copy_from_slice(&IHAVEOPT.to_be_bytes());
@@ -244,36 +254,82 @@ struct Session<B> {
     allocation: Option<u32>,
 }
 
+/// How far a connection's TLS has come in the handshake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TlsState {
+    /// Not offered by this server.
+    Off,
+    /// Offered (and perhaps required), not started.
+    Offered { required: bool },
+    /// Started: the options go over it.
+    On,
+}
+
+/// What the option haggling ended in.
+enum Agreed<B> {
+    Go(Session<B>),
+    /// `NBD_OPT_STARTTLS` acked: TLS begins on the socket, and the haggling again.
+    StartTls,
+    /// The client went away or aborted.
+    Gone,
+}
+
 async fn connection<B: Backend>(
     mut sock: TcpStream,
     exports: Arc<Exports<B>>,
     payloads: Arc<PayloadPool>,
     budget: Arc<Budget>,
+    tls: Option<Tls>,
 ) -> io::Result<()> {
-    let Some(session) = handshake(&mut sock, &exports).await? else { return Ok(()) };
-    transmission(sock, session, exports.poll_after_reply, payloads, budget).await
-}
-
-async fn send_option_reply(sock: &mut TcpStream, option: u32, kind: u32, data: &[u8]) -> io::Result<()> {
-    sock.write_all(&option_reply(option, kind, data.len() as u32)).await?;
-    sock.write_all(data).await
-}
-
-async fn send_error(sock: &mut TcpStream, option: u32, kind: u32, message: &str) -> io::Result<()> {
-    send_option_reply(sock, option, kind, message.as_bytes()).await
-}
-
-/// The handshake; `None` when the client went away or aborted.
-async fn handshake<B: Backend>(sock: &mut TcpStream, exports: &Exports<B>) -> io::Result<Option<Session<B>>> {
-    greet(sock).await?;
+    greet(&mut sock).await?;
     let client_flags = sock.read_u32().await?;
     if client_flags & !(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES) != 0 {
         return Err(protocol(format!("unknown client flags {client_flags:#x}")));
     }
     let no_zeroes = client_flags & FLAG_C_NO_ZEROES != 0;
+    let state = match &tls {
+        Some(t) => TlsState::Offered { required: t.required },
+        None => TlsState::Off,
+    };
+    let poll = exports.poll_after_reply;
+    match handshake(&mut sock, &exports, no_zeroes, state).await? {
+        Agreed::Go(session) => transmission(sock, session, poll, payloads, budget).await,
+        Agreed::Gone => Ok(()),
+        Agreed::StartTls => {
+            let acceptor = tls.expect("STARTTLS is acked only when offered").acceptor;
+            let mut secured = acceptor.accept(sock).await.map_err(|e| protocol(format!("TLS: {e}")))?;
+            match handshake(&mut secured, &exports, no_zeroes, TlsState::On).await? {
+                Agreed::Go(session) => transmission(secured, session, poll, payloads, budget).await,
+                Agreed::Gone | Agreed::StartTls => Ok(()),
+            }
+        }
+    }
+}
+
+async fn send_option_reply<S: AsyncWrite + Unpin>(sock: &mut S, option: u32, kind: u32, data: &[u8]) -> io::Result<()> {
+    sock.write_all(&option_reply(option, kind, data.len() as u32)).await?;
+    sock.write_all(data).await
+}
+
+async fn send_error<S: AsyncWrite + Unpin>(sock: &mut S, option: u32, kind: u32, message: &str) -> io::Result<()> {
+    send_option_reply(sock, option, kind, message.as_bytes()).await?;
+    sock.flush().await
+}
+
+/// The option haggling of the handshake, after the greeting (again after
+/// `NBD_OPT_STARTTLS`, over TLS, with what was agreed before forgotten).
+async fn handshake<B: Backend, S: AsyncRead + AsyncWrite + Unpin>(
+    sock: &mut S,
+    exports: &Exports<B>,
+    no_zeroes: bool,
+    tls: TlsState,
+) -> io::Result<Agreed<B>> {
     let mut structured = false;
     let mut allocation = None;
     loop {
+        // What was answered goes out before the next option is waited for (over TLS
+        // it may sit in the session's buffer until then).
+        sock.flush().await?;
         let magic = sock.read_u64().await?;
         if magic != IHAVEOPT {
             return Err(protocol(format!("bad option magic {magic:#x}")));
@@ -287,6 +343,14 @@ async fn handshake<B: Backend>(sock: &mut TcpStream, exports: &Exports<B>) -> io
         }
         let mut data = vec![0u8; len as usize];
         sock.read_exact(&mut data).await?;
+        if tls == (TlsState::Offered { required: true }) && !matches!(option, OPT_STARTTLS | OPT_ABORT) {
+            if option == OPT_EXPORT_NAME {
+                // No error reply exists for it: closed, having named nothing.
+                return Err(protocol("a client asked for an export without TLS, which this server requires".into()));
+            }
+            send_error(sock, option, REP_ERR_TLS_REQD, "this server requires TLS (NBD_OPT_STARTTLS) first").await?;
+            continue;
+        }
         match option {
             OPT_EXPORT_NAME => {
                 let name = String::from_utf8_lossy(&data).into_owned();
@@ -301,11 +365,13 @@ async fn handshake<B: Backend>(sock: &mut TcpStream, exports: &Exports<B>) -> io
                     reply.extend_from_slice(&[0u8; 124]);
                 }
                 sock.write_all(&reply).await?;
-                return Ok(Some(Session { export: export.clone(), structured: false, allocation: None }));
+                sock.flush().await?;
+                return Ok(Agreed::Go(Session { export: export.clone(), structured: false, allocation: None }));
             }
             OPT_ABORT => {
                 let _ = send_option_reply(sock, option, REP_ACK, &[]).await;
-                return Ok(None);
+                let _ = sock.flush().await;
+                return Ok(Agreed::Gone);
             }
             OPT_LIST => {
                 if !data.is_empty() {
@@ -320,7 +386,18 @@ async fn handshake<B: Backend>(sock: &mut TcpStream, exports: &Exports<B>) -> io
                 }
                 send_option_reply(sock, option, REP_ACK, &[]).await?;
             }
-            OPT_STARTTLS => send_error(sock, option, REP_ERR_POLICY, "this server does not offer TLS").await?,
+            OPT_STARTTLS => match tls {
+                TlsState::Off => send_error(sock, option, REP_ERR_POLICY, "this server does not offer TLS").await?,
+                TlsState::On => send_error(sock, option, REP_ERR_INVALID, "TLS is on already").await?,
+                TlsState::Offered { .. } if !data.is_empty() => {
+                    send_error(sock, option, REP_ERR_INVALID, "STARTTLS takes no data").await?
+                }
+                TlsState::Offered { .. } => {
+                    send_option_reply(sock, option, REP_ACK, &[]).await?;
+                    sock.flush().await?;
+                    return Ok(Agreed::StartTls);
+                }
+            },
             OPT_STRUCTURED_REPLY => {
                 if !data.is_empty() {
                     send_error(sock, option, REP_ERR_INVALID, "STRUCTURED_REPLY takes no data").await?;
@@ -386,8 +463,9 @@ async fn handshake<B: Backend>(sock: &mut TcpStream, exports: &Exports<B>) -> io
                         .await?;
                 }
                 send_option_reply(sock, option, REP_ACK, &[]).await?;
+                sock.flush().await?;
                 if option == OPT_GO {
-                    return Ok(Some(Session { export: export.clone(), structured, allocation }));
+                    return Ok(Agreed::Go(Session { export: export.clone(), structured, allocation }));
                 }
             }
             other => send_error(sock, other, REP_ERR_UNSUP, "unknown option").await?,
@@ -436,17 +514,70 @@ fn done(structured: bool, cookie: u64) -> Out {
     }
 }
 
-async fn transmission<B: Backend>(
-    sock: TcpStream,
+/// The connection a transmission runs on: plain TCP, or TLS over it.
+trait Wire: Send + 'static {
+    type Reader: AsyncRead + Unpin + Send + 'static;
+    type Writer: ReplyWriter;
+    /// Its halves, and its socket's descriptor (open as long as the writer is).
+    fn split(self) -> (Self::Reader, Self::Writer, std::os::fd::RawFd);
+}
+
+impl Wire for TcpStream {
+    type Reader = tokio::net::tcp::OwnedReadHalf;
+    type Writer = tokio::net::tcp::OwnedWriteHalf;
+    fn split(self) -> (Self::Reader, Self::Writer, std::os::fd::RawFd) {
+        use std::os::fd::AsRawFd;
+        let fd = self.as_raw_fd();
+        let (rd, wr) = self.into_split();
+        (rd, wr, fd)
+    }
+}
+
+type TlsStream = tokio_rustls::server::TlsStream<TcpStream>;
+
+impl Wire for TlsStream {
+    type Reader = tokio::io::ReadHalf<TlsStream>;
+    type Writer = tokio::io::WriteHalf<TlsStream>;
+    fn split(self) -> (Self::Reader, Self::Writer, std::os::fd::RawFd) {
+        use std::os::fd::AsRawFd;
+        let fd = self.get_ref().0.as_raw_fd();
+        let (rd, wr) = tokio::io::split(self);
+        (rd, wr, fd)
+    }
+}
+
+/// Where replies are written: file data goes out with `sendfile` on plain TCP, and
+/// is read and encrypted over TLS.
+trait ReplyWriter: AsyncWrite + Unpin + Send + 'static {
+    fn send_files(&mut self, ranges: Vec<FileRange>) -> impl Future<Output = io::Result<()>> + Send;
+}
+
+impl ReplyWriter for tokio::net::tcp::OwnedWriteHalf {
+    async fn send_files(&mut self, ranges: Vec<FileRange>) -> io::Result<()> {
+        crate::sendfile::send(self.as_ref(), ranges).await
+    }
+}
+
+impl ReplyWriter for tokio::io::WriteHalf<TlsStream> {
+    async fn send_files(&mut self, ranges: Vec<FileRange>) -> io::Result<()> {
+        let data = tokio::task::spawn_blocking(move || crate::sendfile::read(&ranges))
+            .await
+            .map_err(|e| io::Error::other(format!("reading file ranges: {e}")))??;
+        self.write_all(&data).await
+    }
+}
+
+async fn transmission<B: Backend, C: Wire>(
+    conn: C,
     s: Session<B>,
     poll: std::time::Duration,
     payloads: Arc<PayloadPool>,
     budget: Arc<Budget>,
 ) -> io::Result<()> {
-    let (rd, wr) = sock.into_split();
+    let (rd, wr, fd) = conn.split();
     // Buffered: the headers of requests pipelined together come in with one read.
     let mut rd = tokio::io::BufReader::with_capacity(READ_BUFFER_BYTES, rd);
-    let out = Arc::new(Outbox::new(wr));
+    let out = Arc::new(Outbox::new(wr, fd));
     let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     let s = Arc::new(s);
     let result = loop {
@@ -630,9 +761,9 @@ const REPLIES_PER_WRITE: usize = 256;
 /// wake-up of the client, for many replies instead of one each. A queued reply keeps
 /// its request's slot (and its bytes) until it is written, so the queue is bounded by
 /// the slots.
-struct Outbox {
+struct Outbox<W> {
     queue: std::sync::Mutex<Queued>,
-    wr: tokio::sync::Mutex<tokio::net::tcp::OwnedWriteHalf>,
+    wr: tokio::sync::Mutex<W>,
     /// The connection's socket, open as long as `wr` is.
     fd: std::os::fd::RawFd,
 }
@@ -656,10 +787,8 @@ struct Queued {
     writing: bool,
 }
 
-impl Outbox {
-    fn new(wr: tokio::net::tcp::OwnedWriteHalf) -> Outbox {
-        use std::os::fd::AsRawFd;
-        let fd = wr.as_ref().as_raw_fd();
+impl<W: ReplyWriter> Outbox<W> {
+    fn new(wr: W, fd: std::os::fd::RawFd) -> Outbox<W> {
         Outbox { queue: std::sync::Mutex::new(Queued::default()), wr: tokio::sync::Mutex::new(wr), fd }
     }
 
@@ -691,7 +820,7 @@ impl Outbox {
                 let n = q.replies.len().min(REPLIES_PER_WRITE);
                 q.replies.drain(..n).collect::<Vec<_>>()
             };
-            if let Err(e) = write_replies(&mut w, &mut batch).await {
+            if let Err(e) = write_replies(&mut *w, &mut batch).await {
                 let mut q = self.queue.lock().expect("outbox");
                 q.replies.clear();
                 q.writing = false;
@@ -703,7 +832,7 @@ impl Outbox {
 
 /// Writes `replies` whole and in order: heads and data in memory with one `writev`
 /// up to each reply whose data is in files, that data with `sendfile`.
-async fn write_replies<T>(w: &mut tokio::net::tcp::OwnedWriteHalf, replies: &mut [(Out, T)]) -> io::Result<()> {
+async fn write_replies<W: ReplyWriter, T>(w: &mut W, replies: &mut [(Out, T)]) -> io::Result<()> {
     let mut rest = replies;
     while !rest.is_empty() {
         let upto = rest.iter().position(|(Out(_, d), _)| matches!(d, Data::Files(_))).map_or(rest.len(), |i| i + 1);
@@ -727,11 +856,12 @@ async fn write_replies<T>(w: &mut tokio::net::tcp::OwnedWriteHalf, replies: &mut
         }
         if let Some((Out(_, data @ Data::Files(_)), _)) = now.last_mut() {
             let Data::Files(ranges) = std::mem::replace(data, Data::None) else { unreachable!() };
-            crate::sendfile::send(w.as_ref(), ranges).await?;
+            w.send_files(ranges).await?;
         }
         rest = later;
     }
-    Ok(())
+    // Over TLS, what the session holds goes out now (a no-op on plain TCP).
+    w.flush().await
 }
 
 async fn execute<B: Backend>(s: &Session<B>, req: Request, payload: Option<Bytes>) -> Out {
@@ -899,8 +1029,8 @@ mod tests {
         let client = tokio::spawn(async move { TcpStream::connect(addr).await.unwrap() });
         let (server, _) = listener.accept().await.unwrap();
         let mut client = client.await.unwrap();
-        let (_rd, wr) = server.into_split();
-        let out = Arc::new(Outbox::new(wr));
+        let (_rd, wr, fd) = Wire::split(server);
+        let out = Arc::new(Outbox::new(wr, fd));
         const N: u32 = 600;
         // Reply `i`: an 8-byte head (`i` and the data's length), then `i % 251` repeated
         // over a length that crosses the socket buffer at times.
@@ -996,7 +1126,7 @@ mod tests {
         };
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let uri = format!("nbd://{}/m", listener.local_addr().unwrap());
-        (memory, uri, tokio::spawn(serve(listener, Arc::new(exports), limits)))
+        (memory, uri, tokio::spawn(serve(listener, Arc::new(exports), limits, None)))
     }
 
     /// Writes from several connections, many in flight on each and some larger than

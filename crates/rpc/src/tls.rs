@@ -125,6 +125,12 @@ impl TlsContext {
         self.client.connect(name, stream).await.map_err(|e| format!("TLS: {e}"))
     }
 
+    /// What takes the server end of TLS connections (for servers of other protocols:
+    /// the NBD export).
+    pub fn acceptor(&self) -> tokio_rustls::TlsAcceptor {
+        self.server.clone()
+    }
+
     /// The server end over `stream`.
     pub async fn accept(&self, stream: TcpStream) -> Result<tokio_rustls::server::TlsStream<TcpStream>, String> {
         self.server.accept(stream).await.map_err(|e| format!("TLS: {e}"))
