@@ -49,6 +49,10 @@ need_user nobody
 need_pkg nbdinfo libnbd-bin  # also nbdcopy and nbdfuse
 need_pkg nbdsh python3-libnbd
 need_pkg qemu-io qemu-utils
+# The cluster of separate nodes (scripts/netns-cluster.sh, crates/braid/tests/netns.rs):
+# network namespaces, veth pairs, a bridge and tc; nsenter runs each node's processes.
+need_pkg ip iproute2
+need_pkg nsenter util-linux
 # scripts/run-tests.py runs the test binaries.
 need_pkg python3 python3
 
