@@ -133,6 +133,7 @@ fn root_on_a_squashed_client_acts_as_the_squash_user() {
     assert!(!cli.status.success(), "a CLI create in another user's directory is refused by the MDS");
     assert_eq!(chown(&m.path("open/new"), 0, 0), libc::EPERM, "chown needs privilege");
     assert_eq!(chown(&m.path("home/f"), NOBODY, NOBODY), libc::EPERM, "chown of another user's file");
+    assert_eq!(chown(&m.path("home/f"), 1000, 1000), libc::EPERM, "chown of another user's file to its owner");
     assert_eq!(chmod(&m.path("public"), 0o777), libc::EPERM, "chmod of root's file by squashed root");
     // What others may do, it may do.
     assert_eq!(fs::read(m.path("public")).unwrap(), b"p");

@@ -31,12 +31,14 @@ impl Writer<'_> {
             ino.attr.mode = m;
         }
         if set.uid.is_some() || set.gid.is_some() {
-            let uid_change = set.uid.is_some_and(|u| u != ino.attr.uid);
-            if uid_change && creds.uid != 0 {
+            // As Linux's chown_ok and chgrp_ok: even a "change" to the same owner or
+            // group is the owner's (or root's) to make.
+            let owner = creds.uid == ino.attr.uid;
+            if set.uid.is_some_and(|u| creds.uid != 0 && !(owner && u == ino.attr.uid)) {
                 return fail(Errno::Perm, "only root may change the owner");
             }
             if let Some(g) = set.gid {
-                if g != ino.attr.gid && creds.uid != 0 && !(creds.uid == ino.attr.uid && creds.in_group(g)) {
+                if creds.uid != 0 && !(owner && (g == ino.attr.gid || creds.in_group(g))) {
                     return fail(Errno::Perm, "only root or the owner (to one of their groups) may change the group");
                 }
             }
