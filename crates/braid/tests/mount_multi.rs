@@ -787,3 +787,36 @@ fn a_file_created_chowned_chmodded_and_timed_on_one_mount_is_whole_for_the_other
     let m = File::open(b.path("x/h")).unwrap().metadata().unwrap();
     assert_eq!((m.mode() & 0o7777, m.mtime()), (0o604, 12), "the fsynced changes are on the MDS");
 }
+
+#[test]
+fn locks_held_through_one_mount_survive_an_mds_restart() {
+    let mut c = cluster();
+    let (a, b) = (Mount::new(&c, ""), Mount::new(&c, ""));
+    fs::write(a.path("replayed"), vec![0u8; 4096]).unwrap();
+    fs::write(a.path("flocked"), b"f").unwrap();
+    let held = OpenOptions::new().read(true).write(true).open(a.path("replayed")).unwrap();
+    assert_eq!(fcntl_lock(held.as_raw_fd(), libc::F_SETLK, &mut flock_t(libc::F_WRLCK, 0, 100)), 0);
+    let flocked = File::open(a.path("flocked")).unwrap();
+    assert_eq!(flock(flocked.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB), 0);
+
+    c.kill("mds");
+    c.restart("mds");
+
+    // Through the other mount, once the MDS is back: what the first holds is still
+    // taken (its mount asked for it again), and the rest is free.
+    let pb = b.path("replayed");
+    let child = fork_child(&pb, |fd| fcntl_lock(fd, libc::F_SETLK, &mut flock_t(libc::F_WRLCK, 50, 10)));
+    assert_eq!(wait_child(child, Duration::from_secs(60)), Some(libc::EAGAIN), "the held range after the restart");
+    let child = fork_child(&pb, |fd| fcntl_lock(fd, libc::F_SETLK, &mut flock_t(libc::F_WRLCK, 100, 10)));
+    assert_eq!(wait_child(child, Duration::from_secs(60)), Some(0), "a range nobody held");
+    let child = fork_child(&b.path("flocked"), |fd| flock(fd, libc::LOCK_EX | libc::LOCK_NB));
+    assert_eq!(wait_child(child, Duration::from_secs(60)), Some(libc::EWOULDBLOCK), "the flock after the restart");
+
+    // Released, they are free for the other mount.
+    assert_eq!(fcntl_lock(held.as_raw_fd(), libc::F_SETLK, &mut flock_t(libc::F_UNLCK, 0, 100)), 0);
+    drop(flocked);
+    let child = fork_child(&pb, |fd| fcntl_lock(fd, libc::F_SETLK, &mut flock_t(libc::F_WRLCK, 0, 100)));
+    assert_eq!(wait_child(child, Duration::from_secs(60)), Some(0), "the range once released");
+    let child = fork_child(&b.path("flocked"), |fd| flock(fd, libc::LOCK_EX | libc::LOCK_NB));
+    assert_eq!(wait_child(child, Duration::from_secs(60)), Some(0), "the flock once released");
+}

@@ -388,9 +388,14 @@ impl Client {
                     let ask = self.inner.lock_waits.acquire();
                     turn = tokio::time::timeout(INTERRUPT_POLL, ask).await.ok().map(|t| t.expect("never closed"));
                 }
-                let req = Request::MdsSetLock { fid, lock, wait: waits };
+                let req = Request::MdsSetLock { fid, lock, wait: waits, reclaim: false };
+                let gate = self.inner.lock_gate.read().await;
                 match self.md(fid, req).await? {
-                    Response::Ok => return Ok(None),
+                    Response::Ok => {
+                        self.inner.held_locks.apply(fid, &lock);
+                        drop(gate);
+                        return Ok(None);
+                    }
                     Response::Lock(Some(c)) if !wait => return Ok(Some(c)),
                     Response::Lock(_) if interrupted() => return Err(intr()),
                     Response::Lock(_) => continue,
@@ -399,6 +404,35 @@ impl Client {
             }
         })
         .await
+    }
+
+    /// Asks the MDS at `addr` again for every lock this client holds on its MDTs (see
+    /// [`crate::held_locks`]); one it refuses is logged as lost and forgotten.
+    pub(crate) async fn replay_locks(&self, addr: &str) {
+        let _alone = self.inner.lock_gate.write().await;
+        let config = self.config();
+        let served_there = |fid: Fid| config.mdts.iter().any(|t| t.index == fid.mdt() && t.address == addr);
+        let held = self.inner.held_locks.held(served_there);
+        if held.is_empty() {
+            return;
+        }
+        tracing::info!(%addr, locks = held.len(), "replaying the locks held on the MDS's MDTs");
+        for (fid, lock) in held {
+            let req = Request::MdsSetLock { fid, lock, wait: false, reclaim: true };
+            let lost = match crate::deferred::exempt(self.md(fid, req)).await {
+                Ok(Response::Ok) => continue,
+                Ok(Response::Lock(Some(c))) => {
+                    format!("another owner (pid {}) holds [{}, {}] now", c.pid, c.start, c.end)
+                }
+                Ok(r) => format!("unexpected answer {r:?}"),
+                Err(e) => e.to_string(),
+            };
+            tracing::error!(
+                %fid, owner = lock.owner, pid = lock.pid, start = lock.start, end = lock.end,
+                "a lock held before the MDS connection was lost could not be taken again: {lost}"
+            );
+            self.inner.held_locks.forget(fid, &lock);
+        }
     }
 
     /// The first lock that would conflict with the described one (`F_GETLK`).

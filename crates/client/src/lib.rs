@@ -30,6 +30,7 @@
 pub mod async_create;
 pub mod deferred;
 pub mod first_bytes;
+pub mod held_locks;
 pub mod io;
 mod lease;
 pub mod mirror;
@@ -297,6 +298,13 @@ struct Inner {
     closes: Mutex<Vec<Fid>>,
     /// Turns to wait on an MDS for a lock (see [`LOCK_WAITS_MAX`]).
     lock_waits: tokio::sync::Semaphore,
+    /// The locks this client holds (see [`held_locks`]), and replays of them under
+    /// way.
+    held_locks: Arc<held_locks::HeldLocks>,
+    replays: Arc<deferred::Deferred>,
+    /// Lock requests hold it shared, a replay alone: a replay sends what the table
+    /// says with no lock request of this client between.
+    lock_gate: tokio::sync::RwLock<()>,
     /// Directories' attributes as this client's own create or unlink in them left
     /// them, and when (see [`Client::recent_dir_attr`]).
     recent_dirs: Mutex<HashMap<Fid, (Attr, Instant)>>,
@@ -432,6 +440,10 @@ struct Revocations {
     leases: Arc<lease::DirLeases>,
     deferred: Arc<deferred::Deferred>,
     removals: Arc<deferred::Deferred>,
+    /// The locks this client holds, replayed to an MDS it reconnects to.
+    held_locks: Arc<held_locks::HeldLocks>,
+    /// Lock replays under way (a restarted MDS's call waits for them).
+    replays: Arc<deferred::Deferred>,
     /// Servers whose connection ended while deferred work was under way, for
     /// [`keep_connected`] (bounded; one lost is made again by the next request).
     lost: tokio::sync::mpsc::Sender<String>,
@@ -440,18 +452,19 @@ struct Revocations {
 impl rpc::CallbackHandler for Revocations {
     fn callback(&self, cb: &proto::msg::Callback) -> Option<rpc::AckAfter> {
         self.leases.revoked(cb);
-        if self.deferred.running() == 0 && self.removals.running() == 0 {
+        if self.deferred.running() == 0 && self.removals.running() == 0 && self.replays.running() == 0 {
             return None;
         }
-        let (deferred, removals) = (self.deferred.clone(), self.removals.clone());
+        let (deferred, removals, replays) = (self.deferred.clone(), self.removals.clone(), self.replays.clone());
         Some(Box::pin(async move {
             deferred.idle().await;
-            removals.idle().await
+            removals.idle().await;
+            replays.idle().await
         }))
     }
 
     fn disconnected(&self, addr: &str) {
-        if self.deferred.running() > 0 || self.removals.running() > 0 {
+        if self.deferred.running() > 0 || self.removals.running() > 0 || !self.held_locks.is_empty() {
             let _ = self.lost.try_send(addr.to_string());
         }
     }
@@ -480,23 +493,33 @@ async fn follow_config(inner: std::sync::Weak<Inner>, every: Duration) {
 }
 
 /// Connects again at once to an MDS whose connection ended while deferred work was
-/// under way (its sending retries only now and then, and OST transfers may hold it
-/// back): a restarted MDS waits, at the end of its recovery window, only for the
-/// clients connected to it (see the MDS's `recovery`). Ends with the client.
-async fn keep_connected(inner: std::sync::Weak<Inner>, mut lost: tokio::sync::mpsc::Receiver<String>) {
+/// under way or locks were held (its sending retries only now and then, and OST
+/// transfers may hold it back): a restarted MDS waits, at the end of its recovery
+/// window, only for the clients connected to it (see the MDS's `recovery`). Once
+/// connected, replays the locks held on its MDTs ([`held_locks`]). Ends with the
+/// client.
+async fn keep_connected(weak: std::sync::Weak<Inner>, mut lost: tokio::sync::mpsc::Receiver<String>) {
     let pinging: Arc<Mutex<std::collections::HashSet<String>>> = Arc::default();
     while let Some(addr) = lost.recv().await {
-        let Some(inner) = inner.upgrade() else { return };
+        let Some(inner) = weak.upgrade() else { return };
         let is_mds = inner.config.read().expect("config").mdts.iter().any(|t| t.address == addr);
         let server = inner.servers.lock().expect("servers").get(&addr).cloned();
-        let Some(server) = server.filter(|s| is_mds && !s.connected()) else { continue };
+        let Some(server) = server.filter(|_| is_mds) else { continue };
         if !pinging.lock().expect("pinging").insert(addr.clone()) {
             continue;
         }
-        let pinging = pinging.clone();
+        // Taken now: a restarted MDS's call at its window's end waits for the replay.
+        let replay = (!inner.held_locks.is_empty()).then(|| inner.replays.begin(0)).flatten();
+        let (pinging, weak) = (pinging.clone(), weak.clone());
+        drop(inner);
         tokio::spawn(async move {
-            if let Err(e) = server.call(&Request::Ping, vec![]).await {
-                tracing::debug!(%addr, "not connected again: {e}");
+            match server.call(&Request::Ping, vec![]).await {
+                Err(e) => tracing::debug!(%addr, "not connected again: {e}"),
+                Ok(_) => {
+                    if let (Some(inner), Some(_)) = (weak.upgrade(), &replay) {
+                        Client { inner }.replay_locks(&addr).await;
+                    }
+                }
             }
             pinging.lock().expect("pinging").remove(&addr);
         });
@@ -779,6 +802,8 @@ impl Client {
             }
         });
         let (lost_tx, lost_rx) = tokio::sync::mpsc::channel(LOST_MAX);
+        let held_locks: Arc<held_locks::HeldLocks> = Arc::default();
+        let replays: Arc<deferred::Deferred> = Arc::default();
         let client = Client {
             inner: Arc::new(Inner {
                 cfg,
@@ -792,12 +817,17 @@ impl Client {
                 open_files: Mutex::new(HashMap::new()),
                 closes: Mutex::new(Vec::new()),
                 lock_waits: tokio::sync::Semaphore::new(LOCK_WAITS_MAX),
+                held_locks: held_locks.clone(),
+                replays: replays.clone(),
+                lock_gate: tokio::sync::RwLock::new(()),
                 recent_dirs: Mutex::new(HashMap::new()),
                 revocations: Arc::new(Revocations {
                     leases: leases.clone(),
                     deferred: deferred.clone(),
                     removals: removals.clone(),
                     lost: lost_tx,
+                    held_locks: held_locks.clone(),
+                    replays: replays.clone(),
                 }),
                 leases,
                 leases_reachable: AtomicBool::new(true),

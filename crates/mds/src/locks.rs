@@ -5,7 +5,9 @@
 //! in that range (splitting them as POSIX does); two locks conflict when they overlap,
 //! belong to different owners and at least one is a write lock. A client whose last
 //! connection closes loses its locks, so a dead client never blocks the others.
-//! Locks do not survive an MDS restart (Lustre replays them; braid does not yet).
+//! Clients replay the locks they hold when they reconnect (the client's
+//! `held_locks`), and after a restart other clients' lock requests wait for the
+//! recovery window (see [`crate::recovery`]), as Lustre's lock replay.
 //!
 //! Waiting requests are known too, so that a wait that would close a cycle (A waits
 //! on B, which waits on A) is refused with `EDEADLK`, as the Linux kernel does for

@@ -18,6 +18,11 @@
 //!   requests, not the other way round), each for at most [`CALLBACK_TIMEOUT`]: a
 //!   client that does not answer is not evicted for it, only no longer waited for.
 //!
+//! Byte-range locks, which live in memory, are replayed the same way: a client that
+//! reconnects asks again for the locks it held (`MdsSetLock { reclaim }`), granted at
+//! once, and acks the call once that is done; other lock requests wait as reads and
+//! changes of entries do.
+//!
 //! A client that reconnects after the window's end is not waited for, and what it
 //! then sends under a lease of the previous run is refused (`crate::lease`'s
 //! `answered_under`), as after an eviction.

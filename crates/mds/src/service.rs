@@ -374,8 +374,18 @@ impl Mds {
                 // when a late close (FUSE sends RELEASE asynchronously) comes right after.
                 Response::Ok
             }
-            Request::MdsSetLock { fid, lock, wait } => mdt.set_lock(fid, ctx.client_id, lock, wait).await,
+            Request::MdsSetLock { fid, lock, wait, reclaim } => {
+                // After a restart, the locks clients held are theirs again before
+                // anyone else's request is looked at (see `crate::recovery`).
+                if let (Some(r), false) = (&mdt.recovery, reclaim) {
+                    r.wait(&ctx, &self.callbacks).await;
+                }
+                mdt.set_lock(fid, ctx.client_id, lock, wait && !reclaim).await
+            }
             Request::MdsGetLock { fid, lock } => {
+                if let Some(r) = &mdt.recovery {
+                    r.wait(&ctx, &self.callbacks).await;
+                }
                 Response::Lock(mdt.locks.lock().expect("locks").conflict(fid, ctx.client_id, &lock))
             }
             Request::MdsReaddir { creds, fid, after, max, shard } => {

@@ -622,6 +622,10 @@ pub enum Request {
         fid: Fid,
         lock: LockRequest,
         wait: bool,
+        /// A lock the client held before it reconnected, asked for again (Lustre's
+        /// lock replay): granted during a restarted MDS's recovery window, while other
+        /// lock requests wait for the window's end; never waits.
+        reclaim: bool,
     },
     /// `F_GETLK`: the first lock that would conflict, if any.
     MdsGetLock {
