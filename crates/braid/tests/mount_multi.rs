@@ -820,3 +820,29 @@ fn locks_held_through_one_mount_survive_an_mds_restart() {
     let child = fork_child(&b.path("flocked"), |fd| flock(fd, libc::LOCK_EX | libc::LOCK_NB));
     assert_eq!(wait_child(child, Duration::from_secs(60)), Some(0), "the flock once released");
 }
+
+#[test]
+fn a_file_unlinked_while_open_survives_an_mds_restart() {
+    let mut c = cluster();
+    let m = Mount::new(&c, "");
+    let data = pattern(3 << 20, 11);
+    fs::write(m.path("orphan"), &data).unwrap();
+    let reader = File::open(m.path("orphan")).unwrap();
+    let writer = OpenOptions::new().write(true).open(m.path("orphan")).unwrap();
+    fs::remove_file(m.path("orphan")).unwrap();
+
+    c.kill("mds");
+    c.restart("mds");
+    // Past the recovery window and the orphan reaper's passes after it.
+    std::thread::sleep(Duration::from_secs(5));
+    writer.write_all_at(b"still here", 0).unwrap();
+    writer.sync_all().unwrap();
+    let mut back = vec![0u8; data.len()];
+    reader.read_exact_at(&mut back, 0).unwrap();
+    assert!(back[..10] == b"still here"[..] && back[10..] == data[10..], "the open file's bytes after the restart");
+    drop((reader, writer));
+    // Closed, it goes.
+    wait_for("the orphan's objects to be destroyed", Duration::from_secs(30), || {
+        (0..4).all(|i| testkit::objects_in(&c.ost_dir(i)).is_empty())
+    });
+}

@@ -406,12 +406,41 @@ impl Client {
         .await
     }
 
-    /// Asks the MDS at `addr` again for every lock this client holds on its MDTs (see
-    /// [`crate::held_locks`]); one it refuses is logged as lost and forgotten.
-    pub(crate) async fn replay_locks(&self, addr: &str) {
+    /// Whether this client holds any file open.
+    pub(crate) fn holds_open(&self) -> bool {
+        let m = self.inner.open_files.lock().expect("open files");
+        m.values().any(|l| l.iter().any(|w| w.strong_count() > 0))
+    }
+
+    /// Tells the MDS at `addr`, reconnected to, what this client holds on its MDTs:
+    /// its open handles (so files unlinked while open outlive a restart), then its
+    /// locks (see [`crate::held_locks`]). What it refuses is logged as lost.
+    pub(crate) async fn replay(&self, addr: &str) {
         let _alone = self.inner.lock_gate.write().await;
         let config = self.config();
         let served_there = |fid: Fid| config.mdts.iter().any(|t| t.index == fid.mdt() && t.address == addr);
+        let opens: Vec<(Fid, u32, bool)> = {
+            let m = self.inner.open_files.lock().expect("open files");
+            m.iter()
+                .filter(|(fid, _)| served_there(**fid))
+                .filter_map(|(fid, list)| {
+                    let live: Vec<_> = list.iter().filter_map(|w| w.upgrade()).collect();
+                    let write = live.iter().any(|i| i.writable.load(Ordering::Acquire));
+                    (!live.is_empty()).then_some((*fid, live.len() as u32, write))
+                })
+                .collect()
+        };
+        if !opens.is_empty() {
+            tracing::info!(%addr, files = opens.len(), "replaying the opens held on the MDS's MDTs");
+        }
+        for (fid, handles, write) in opens {
+            let req = Request::MdsReclaimOpen { fid, handles, write };
+            match crate::deferred::exempt(self.md(fid, req)).await {
+                Ok(Response::Ok) => {}
+                Ok(r) => tracing::error!(%fid, "an open handle could not be counted again: unexpected answer {r:?}"),
+                Err(e) => tracing::error!(%fid, "an open handle could not be counted again: {e}"),
+            }
+        }
         let held = self.inner.held_locks.held(served_there);
         if held.is_empty() {
             return;

@@ -38,6 +38,8 @@ pub struct Inflight {
     /// The file's truncate epoch the handle's size is valid under (see
     /// `Attr::trunc_epoch`); here for the same reason as `data_gen`.
     pub(crate) trunc_epoch: std::sync::atomic::AtomicU64,
+    /// The handle was opened for writing (what an open replay tells the MDS).
+    pub(crate) writable: std::sync::atomic::AtomicBool,
     /// [`write_seq`] when a write through the handle last started or was last
     /// answered: an open's bytes are kept only if no write of the file was on its way
     /// while the open was.

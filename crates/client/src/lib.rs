@@ -440,12 +440,10 @@ struct Revocations {
     leases: Arc<lease::DirLeases>,
     deferred: Arc<deferred::Deferred>,
     removals: Arc<deferred::Deferred>,
-    /// The locks this client holds, replayed to an MDS it reconnects to.
-    held_locks: Arc<held_locks::HeldLocks>,
-    /// Lock replays under way (a restarted MDS's call waits for them).
+    /// Replays of opens and locks under way (a restarted MDS's call waits for them).
     replays: Arc<deferred::Deferred>,
-    /// Servers whose connection ended while deferred work was under way, for
-    /// [`keep_connected`] (bounded; one lost is made again by the next request).
+    /// Servers whose connection ended, for [`keep_connected`] (bounded; one lost is
+    /// made again by the next request).
     lost: tokio::sync::mpsc::Sender<String>,
 }
 
@@ -464,9 +462,8 @@ impl rpc::CallbackHandler for Revocations {
     }
 
     fn disconnected(&self, addr: &str) {
-        if self.deferred.running() > 0 || self.removals.running() > 0 || !self.held_locks.is_empty() {
-            let _ = self.lost.try_send(addr.to_string());
-        }
+        // [`keep_connected`] sees whether anything needs the server at once.
+        let _ = self.lost.try_send(addr.to_string());
     }
 }
 
@@ -505,11 +502,13 @@ async fn keep_connected(weak: std::sync::Weak<Inner>, mut lost: tokio::sync::mps
         let is_mds = inner.config.read().expect("config").mdts.iter().any(|t| t.address == addr);
         let server = inner.servers.lock().expect("servers").get(&addr).cloned();
         let Some(server) = server.filter(|_| is_mds) else { continue };
-        if !pinging.lock().expect("pinging").insert(addr.clone()) {
+        let replays = !inner.held_locks.is_empty() || Client { inner: inner.clone() }.holds_open();
+        let deferred = inner.deferred.running() > 0 || inner.removals.running() > 0;
+        if !(replays || deferred) || !pinging.lock().expect("pinging").insert(addr.clone()) {
             continue;
         }
         // Taken now: a restarted MDS's call at its window's end waits for the replay.
-        let replay = (!inner.held_locks.is_empty()).then(|| inner.replays.begin(0)).flatten();
+        let replay = replays.then(|| inner.replays.begin(0)).flatten();
         let (pinging, weak) = (pinging.clone(), weak.clone());
         drop(inner);
         tokio::spawn(async move {
@@ -517,7 +516,7 @@ async fn keep_connected(weak: std::sync::Weak<Inner>, mut lost: tokio::sync::mps
                 Err(e) => tracing::debug!(%addr, "not connected again: {e}"),
                 Ok(_) => {
                     if let (Some(inner), Some(_)) = (weak.upgrade(), &replay) {
-                        Client { inner }.replay_locks(&addr).await;
+                        Client { inner }.replay(&addr).await;
                     }
                 }
             }
@@ -627,6 +626,7 @@ impl OpenFile {
         })?;
         let inflight = io::Inflight::default();
         inflight.trunc_epoch.store(attr.trunc_epoch, Ordering::Release);
+        inflight.writable.store(flags.write, Ordering::Release);
         Ok(OpenFile {
             fid: attr.fid,
             layout: RwLock::new(Arc::new(layout)),
@@ -826,7 +826,6 @@ impl Client {
                     deferred: deferred.clone(),
                     removals: removals.clone(),
                     lost: lost_tx,
-                    held_locks: held_locks.clone(),
                     replays: replays.clone(),
                 }),
                 leases,

@@ -23,6 +23,10 @@
 //! once, and acks the call once that is done; other lock requests wait as reads and
 //! changes of entries do.
 //!
+//! Opens are replayed with them (`MdsReclaimOpen`), and orphans (files unlinked while
+//! open) are not destroyed before the recovery is over: a handle open across the
+//! restart keeps its file.
+//!
 //! A client that reconnects after the window's end is not waited for, and what it
 //! then sends under a lease of the previous run is refused (`crate::lease`'s
 //! `answered_under`), as after an eviction.
@@ -75,13 +79,23 @@ impl Recovery {
     /// Waits until the request `ctx` may read or change directory entries: the window
     /// is over, and every other client connected at its end acked.
     pub(crate) async fn wait(&self, ctx: &RequestCtx, callbacks: &Arc<Callbacks>) {
+        self.wait_except(Some(ctx.client_id), callbacks).await
+    }
+
+    /// Waits until the recovery is over: the window, and every client connected at
+    /// its end acked (what the orphan reaper waits for: the clients' replayed opens).
+    pub(crate) async fn wait_all(&self, callbacks: &Arc<Callbacks>) {
+        self.wait_except(None, callbacks).await
+    }
+
+    async fn wait_except(&self, except: Option<u64>, callbacks: &Arc<Callbacks>) {
         if self.over.load(Ordering::Acquire) {
             return;
         }
         tokio::time::sleep_until(self.until).await;
         let acks = self.acks.get_or_init(|| async { call_all(self.mdt, callbacks) }).await;
         for (client, ack) in acks {
-            if *client != ctx.client_id {
+            if Some(*client) != except {
                 let _ = ack.clone().wait_for(|acked| *acked).await;
             }
         }

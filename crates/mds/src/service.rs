@@ -53,6 +53,7 @@ impl Mds {
             dirs.insert(*index, dir.clone());
         }
         let workers = Workers::default();
+        let callbacks: Arc<Callbacks> = Arc::default();
         let dne = Arc::new(Dne::new(identity.clone(), cluster.clone(), mgs.clone(), mdts.get(&0).map(|m| &**m)));
         workers.spawn(ClusterRefresh { mgs: mgs.clone(), cluster: cluster.clone(), every: cfg.config_refresh });
         for m in mdts.values() {
@@ -65,14 +66,14 @@ impl Mds {
             workers.spawn(DestroyDrain::new(m.clone(), cluster.clone(), identity.clone(), cfg.destroy_interval));
             workers.spawn(ReplyPrune { mdt: m.clone(), keep: cfg.reply_keep });
             workers.spawn(CheckpointTick { mdt: m.clone(), every: cfg.checkpoint_interval });
-            workers.spawn(OrphanReap { mdt: m.clone() });
+            workers.spawn(OrphanReap { mdt: m.clone(), callbacks: callbacks.clone() });
             workers.spawn(UpdateResolve { mdt: m.clone(), dne: dne.clone(), every: PENDING_ASK_AFTER, after: None });
             workers.spawn(ShardSyncRetry { mdt: m.clone(), dne: dne.clone(), every: PENDING_ASK_AFTER });
         }
         if let (Some(m), true) = (mdts.get(&0), cfg.root_stripes > 1) {
             workers.spawn(RootStripe { mdt: m.clone(), dne: dne.clone(), count: cfg.root_stripes, done: false });
         }
-        Ok(Arc::new(Mds { mdts, dirs, callbacks: Arc::default(), dne, workers, cluster, mgs }))
+        Ok(Arc::new(Mds { mdts, dirs, callbacks, dne, workers, cluster, mgs }))
     }
 
     /// Stops the background workers (dropping the MDS does too).
@@ -335,6 +336,7 @@ impl Mds {
             | Request::MdsClose { fid, .. }
             | Request::MdsSetLock { fid, .. }
             | Request::MdsGetLock { fid, .. }
+            | Request::MdsReclaimOpen { fid, .. }
             | Request::MdsSync { fid } => *fid,
             other => return Response::error(Errno::Proto, format!("an MDS does not serve {}", other.op_name())),
         };
@@ -381,6 +383,14 @@ impl Mds {
                     r.wait(&ctx, &self.callbacks).await;
                 }
                 mdt.set_lock(fid, ctx.client_id, lock, wait && !reclaim).await
+            }
+            Request::MdsReclaimOpen { fid, handles, write } => {
+                let exists = mdt.read(move |v| Ok(Response::Attr(v.must_inode(fid)?.attr))).await;
+                if matches!(exists, Response::Error(_)) {
+                    return exists;
+                }
+                mdt.reclaim_open(fid, ctx.client_id, handles, write);
+                Response::Ok
             }
             Request::MdsGetLock { fid, lock } => {
                 if let Some(r) = &mdt.recovery {

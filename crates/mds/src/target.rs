@@ -299,6 +299,20 @@ impl Mdt {
         self.open_log.lock().expect("open log").push(open);
     }
 
+    /// Counts `handles` handles of `client` on `fid` again after it reconnected
+    /// ([`proto::msg::Request::MdsReclaimOpen`]): as many as it says, whatever was
+    /// counted before (a replay after a lost connection the MDS already forgot, or
+    /// one it did not).
+    pub(crate) fn reclaim_open(&self, fid: Fid, client: u64, handles: u32, write: bool) {
+        if handles == 0 {
+            return;
+        }
+        let mut opens = self.opens.lock().expect("opens");
+        let holds = opens.entry(fid).or_default().entry(client).or_default();
+        holds.handles = handles;
+        holds.writer |= write;
+    }
+
     /// The logged opens numbered after `after` (see [`Request::MdsOpenLog`]).
     ///
     /// [`Request::MdsOpenLog`]: proto::msg::Request::MdsOpenLog

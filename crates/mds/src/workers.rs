@@ -216,9 +216,11 @@ const REPLACED_GRACE_SECS: u64 = 2;
 /// Most orphans one pass destroys.
 const REAP_PASS_MAX: usize = 1024;
 
-/// Destroys orphans nobody holds open any more.
+/// Destroys orphans nobody holds open any more; after a restart, once the recovery
+/// is over (the clients' opens are counted again by then).
 pub struct OrphanReap {
     pub mdt: Arc<Mdt>,
+    pub callbacks: Arc<rpc::server::Callbacks>,
 }
 
 impl Worker for OrphanReap {
@@ -227,6 +229,9 @@ impl Worker for OrphanReap {
         Duration::from_secs(1)
     }
     async fn tick(&mut self) {
+        if let Some(r) = &self.mdt.recovery {
+            r.wait_all(&self.callbacks).await;
+        }
         let m = self.mdt.clone();
         let before = now_secs().saturating_sub(REPLACED_GRACE_SECS);
         let due = tokio::task::spawn_blocking(move || -> Result<Vec<Fid>, OpError> {

@@ -908,6 +908,15 @@ pub enum Request {
         mdt: u32,
         after: u64,
     },
+    /// The client holds `handles` handles of `fid` open (for writing with `write`),
+    /// as it did before it reconnected (Lustre's open replay): the MDS counts them
+    /// again, so a file unlinked while open outlives a restart of its MDS. Granted
+    /// during a restarted MDS's recovery window, before orphans are destroyed.
+    MdsReclaimOpen {
+        fid: Fid,
+        handles: u32,
+        write: bool,
+    },
 }
 
 impl Request {
@@ -980,6 +989,7 @@ impl Request {
             Request::MdsLayoutChange { .. } => "layout_change",
             Request::MdsReplaceLayout { .. } => "replace_layout",
             Request::MdsOpenLog { .. } => "open_log",
+            Request::MdsReclaimOpen { .. } => "reclaim_open",
             Request::MdsRefreshConfig => "refresh_config",
             Request::MdsDomRead { .. } => "dom_read",
             Request::MdsDomWrite { .. } => "dom_write",
