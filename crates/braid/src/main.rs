@@ -47,7 +47,8 @@ enum CacheCommand {
 #[derive(Subcommand)]
 enum NbdCommand {
     /// Export braid files as NBD block devices (to qemu, nbdinfo, nbdcopy, nbd-client).
-    /// The export has no authentication: serve it on loopback or to trusted hosts only.
+    /// Without --tls-dir and --tls-required the export has no authentication: serve
+    /// it on loopback or to trusted hosts only.
     Serve {
         /// The file system, braid://MGS/ (else `url` in [nbd] of --config).
         url: Option<String>,

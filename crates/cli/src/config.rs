@@ -28,7 +28,7 @@
 //!
 //! [nbd]                                # braid nbd serve
 //! url = "braid://10.0.0.1:9400/"
-//! listen = "127.0.0.1:10809"           # no authentication: loopback or trusted hosts only
+//! listen = "127.0.0.1:10809"           # without TLS no authentication: loopback or trusted hosts only
 //! exports = ["disk=/vm/disk.img,size=20G", "iso=/images/a.iso,ro"]   # as --export
 //! max_connections = 16
 //! max_inflight_bytes = "256M"

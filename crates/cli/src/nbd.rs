@@ -220,7 +220,8 @@ pub struct ServeArgs {
     pub tls_required: bool,
 }
 
-/// Where an export listens by default: loopback only, as it has no authentication.
+/// Where an export listens by default: loopback only, as without TLS it has no
+/// authentication.
 pub const LISTEN_DEFAULT: &str = "127.0.0.1:10809";
 /// Longest `--poll-us`.
 const POLL_US_MAX: u64 = 10_000;

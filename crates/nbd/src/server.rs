@@ -17,7 +17,8 @@
 //!
 //! The budget bounds memory, not fairness: a client that stops reading its replies, or
 //! stops in the middle of a write's payload, keeps its share until it goes away. An
-//! export reachable by hosts that are not trusted needs TLS and authentication first.
+//! export reachable by hosts that are not trusted needs TLS with client certificates
+//! ([`Tls`], required).
 
 use std::collections::BTreeMap;
 use std::future::Future;
