@@ -675,3 +675,38 @@ fn acknowledged_changes_through_a_mount_survive_servers_and_the_mount_killed() {
     }
     drop(mount);
 }
+
+#[test]
+fn a_mount_and_the_servers_go_on_while_the_mgs_is_away_and_say_so() {
+    let mut c = Cluster::start(bin(), ClusterSpec::default());
+    let m = testkit::Mount::new(&c, "");
+    std::fs::write(m.path("before"), b"1").unwrap();
+    c.kill("mgs");
+
+    // Everything a mount does goes on without the MGS.
+    std::fs::create_dir(m.path("d")).unwrap();
+    let data = pattern(2 << 20, 3);
+    std::fs::write(m.path("d/f"), &data).unwrap();
+    assert!(std::fs::read(m.path("d/f")).unwrap() == data);
+    std::fs::rename(m.path("d/f"), m.path("d/g")).unwrap();
+    std::fs::remove_file(m.path("before")).unwrap();
+    // statfs (df on the mount) shows the targets the mount knows of.
+    let dir = std::ffi::CString::new(m.dir.to_string_lossy().as_bytes()).unwrap();
+    // SAFETY: statvfs into a zeroed struct we own, on a valid C string.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::statvfs(dir.as_ptr(), &mut st) }, 0, "statfs without the MGS");
+    assert!(st.f_blocks > 0);
+    // And each says so, once.
+    wait_for("the mount to say the MGS is away", Duration::from_secs(30), || m.log_text().contains("does not answer"));
+    wait_for("the MDS and OSS to say the MGS is away", Duration::from_secs(60), || {
+        ["mds", "oss0"].iter().all(|s| c.log_text(s).contains("does not answer"))
+    });
+    let said = c.log_text("mds").matches("does not answer").count();
+    assert!(said <= 2, "the MDS says it once per outage (its refresh and its heartbeat), not {said} times");
+
+    c.restart("mgs");
+    wait_for("the mount to say the MGS is back", Duration::from_secs(30), || m.log_text().contains("answers again"));
+    // A new client, which needs the MGS, works again.
+    let fresh = testkit::Mount::new(&c, "");
+    assert!(std::fs::read(fresh.path("d/g")).unwrap() == data);
+}

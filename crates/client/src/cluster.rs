@@ -59,7 +59,9 @@ impl Client {
     /// answer.
     pub async fn target_usage(&self) -> Result<Vec<(TargetInfo, std::result::Result<Usage, String>)>> {
         self.observe("target_usage", None, 0, 0, async {
-            let config = self.load_config().await?;
+            // Without its MGS, a client shows the targets it knows of (`df` on a mount
+            // goes on working, as Lustre's does).
+            let config = self.config_or_last(USAGE_WAIT).await;
             let mut out = Vec::new();
             for t in config.mdts.iter().chain(config.osts.iter()) {
                 let req = match t.kind {

@@ -291,6 +291,9 @@ struct Inner {
     servers: Mutex<HashMap<String, Arc<RpcClient>>>,
     observer: RwLock<Option<Arc<dyn OpObserver>>>,
     last_refresh: Mutex<Instant>,
+    /// The MGS did not answer the last fetch of the configuration (said once per
+    /// outage).
+    mgs_away: AtomicBool,
     /// In-flight write state of every open handle, by file: a truncate or hole punch
     /// waits for them first.
     open_files: Mutex<HashMap<Fid, Vec<std::sync::Weak<io::Inflight>>>>,
@@ -480,12 +483,7 @@ async fn follow_config(inner: std::sync::Weak<Inner>, every: Duration) {
     loop {
         tokio::time::sleep(every).await;
         let Some(inner) = inner.upgrade() else { return };
-        let client = Client { inner };
-        match tokio::time::timeout(every, client.load_config()).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => tracing::debug!("configuration not refreshed: {e}"),
-            Err(_) => tracing::debug!("configuration not refreshed: the MGS did not answer in {every:?}"),
-        }
+        Client { inner }.config_or_last(every).await;
     }
 }
 
@@ -814,6 +812,7 @@ impl Client {
                 servers: Mutex::new(HashMap::new()),
                 observer: RwLock::new(None),
                 last_refresh: Mutex::new(Instant::now()),
+                mgs_away: AtomicBool::new(false),
                 open_files: Mutex::new(HashMap::new()),
                 closes: Mutex::new(Vec::new()),
                 lock_waits: tokio::sync::Semaphore::new(LOCK_WAITS_MAX),
@@ -954,6 +953,31 @@ impl Client {
     /// Fetches the configuration from the MGS again.
     pub async fn refresh_config(&self) -> Result<ClusterConfig> {
         self.observe("refresh_config", None, 0, 0, self.load_config()).await
+    }
+
+    /// The configuration fetched from the MGS now, or, when the MGS does not answer
+    /// within `wait`, the last one: a client goes on without its MGS, and says so
+    /// once (and again once it is back).
+    pub(crate) async fn config_or_last(&self, wait: Duration) -> ClusterConfig {
+        let why = match tokio::time::timeout(wait, self.load_config()).await {
+            Ok(Ok(c)) => {
+                if self.inner.mgs_away.swap(false, Ordering::AcqRel) {
+                    tracing::info!("the MGS at {} answers again", self.inner.cfg.mgs);
+                }
+                return c;
+            }
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!("no answer in {wait:?}"),
+        };
+        if !self.inner.mgs_away.swap(true, Ordering::AcqRel) {
+            let age = self.inner.last_refresh.lock().expect("refresh").elapsed();
+            tracing::warn!(
+                "the MGS at {} does not answer ({why}): going on with the configuration fetched {}s ago",
+                self.inner.cfg.mgs,
+                age.as_secs()
+            );
+        }
+        self.config()
     }
 
     async fn load_config(&self) -> Result<ClusterConfig> {

@@ -55,7 +55,12 @@ impl Mds {
         let workers = Workers::default();
         let callbacks: Arc<Callbacks> = Arc::default();
         let dne = Arc::new(Dne::new(identity.clone(), cluster.clone(), mgs.clone(), mdts.get(&0).map(|m| &**m)));
-        workers.spawn(ClusterRefresh { mgs: mgs.clone(), cluster: cluster.clone(), every: cfg.config_refresh });
+        workers.spawn(ClusterRefresh {
+            mgs: mgs.clone(),
+            cluster: cluster.clone(),
+            every: cfg.config_refresh,
+            away: false,
+        });
         for m in mdts.values() {
             // Open counts do not survive a restart: orphans left by the previous run
             // are destroyed once clients had a grace period to come back.

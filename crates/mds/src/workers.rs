@@ -98,6 +98,8 @@ pub struct ClusterRefresh {
     pub mgs: Arc<RpcClient>,
     pub cluster: Arc<RwLock<ClusterView>>,
     pub every: Duration,
+    /// The last fetch failed (said once per outage).
+    pub away: bool,
 }
 
 impl Worker for ClusterRefresh {
@@ -109,9 +111,24 @@ impl Worker for ClusterRefresh {
         true
     }
     async fn tick(&mut self) {
-        if let Err(e) = refresh_cluster(&self.mgs, &self.cluster).await {
-            tracing::warn!("cannot fetch configuration from the MGS: {e}");
+        // Given up after a few periods: the next tick tries again.
+        let patience = self.every.max(Duration::from_secs(1)) * 3;
+        let r = match tokio::time::timeout(patience, refresh_cluster(&self.mgs, &self.cluster)).await {
+            Ok(r) => r,
+            Err(_) => Err(proto::RpcError::Timeout {
+                addr: self.mgs.addr().to_string(),
+                timeout_ms: patience.as_millis() as u64,
+            }),
+        };
+        match (&r, self.away) {
+            (Ok(()), true) => tracing::info!("the MGS at {} answers again", self.mgs.addr()),
+            (Err(e), false) => tracing::warn!(
+                "the MGS at {} does not answer ({e}): placing files on the configuration fetched last",
+                self.mgs.addr()
+            ),
+            _ => {}
         }
+        self.away = r.is_err();
     }
 }
 

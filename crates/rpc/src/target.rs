@@ -130,13 +130,33 @@ pub fn spawn_heartbeat(
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut away = false;
         loop {
             tick.tick().await;
             for t in targets.iter_mut() {
                 let Some(index) = t.index else { continue };
                 let (usage, media) = report(t);
                 let req = Request::MgsHeartbeat { kind: t.kind, index, uuid: t.uuid.clone(), usage, media };
-                match mgs.call(&req, vec![]).await {
+                // Given up after a few intervals: the next heartbeat tries again.
+                let patience = interval.max(Duration::from_secs(1)) * 3;
+                let r = match tokio::time::timeout(patience, mgs.call(&req, vec![])).await {
+                    Ok(r) => r,
+                    Err(_) => {
+                        Err(RpcError::Timeout { addr: mgs.addr().to_string(), timeout_ms: patience.as_millis() as u64 })
+                    }
+                };
+                match (&r, away) {
+                    (Err(RpcError::Remote(_)), _) | (Ok(_), false) => {}
+                    (Ok(_), true) => tracing::info!("the MGS at {} answers again", mgs.addr()),
+                    (Err(e), false) => tracing::warn!(
+                        "the MGS at {} does not answer ({e}): serving on as configured; the MGS shows \
+                         this server down until it is back",
+                        mgs.addr()
+                    ),
+                    (Err(_), true) => {}
+                }
+                away = r.as_ref().is_err_and(|e| !matches!(e, RpcError::Remote(_)));
+                match r {
                     Ok(_) => {}
                     Err(RpcError::Remote(e)) if e.code == Errno::Stale => {
                         tracing::warn!("MGS forgot {}{index:04x}; registering again", t.kind.name());
@@ -144,7 +164,7 @@ pub fn spawn_heartbeat(
                             tracing::warn!("re-registration failed: {e}");
                         }
                     }
-                    Err(e) => tracing::warn!("heartbeat to MGS failed: {e}"),
+                    Err(_) => {}
                 }
             }
         }

@@ -566,6 +566,12 @@ impl Cluster {
         self.servers.insert(name.to_string(), s);
     }
 
+    /// What server `name` has logged so far.
+    pub fn log_text(&self, name: &str) -> String {
+        let s = self.servers.get(name).unwrap_or_else(|| panic!("no server {name}"));
+        std::fs::read_to_string(&s.log).unwrap_or_default()
+    }
+
     /// Changes the arguments server `name` gets from its next (re)start on.
     pub fn edit_args(&mut self, name: &str, edit: impl FnOnce(&mut Vec<String>)) {
         edit(&mut self.servers.get_mut(name).unwrap_or_else(|| panic!("no server {name}")).args);
