@@ -61,6 +61,13 @@ pub struct LocalArgs {
     pub ost_media: Vec<String>,
     #[command(flatten)]
     pub squash: serve::SquashOpts,
+    /// The servers' TLS files (ca.pem, cert.pem, key.pem; see `braid mgs --help`):
+    /// clients of other processes that speak TLS are taken over TLS.
+    #[arg(long, value_name = "DIR")]
+    pub tls_dir: Option<PathBuf>,
+    /// Refuse clients of other processes that do not speak TLS.
+    #[arg(long, requires = "tls_dir")]
+    pub tls_required: bool,
 }
 
 /// Shape of a `braid local` cluster.
@@ -82,6 +89,8 @@ pub struct Local {
     pub ost_media: std::collections::HashMap<u32, proto::msg::Media>,
     /// Root squash for the mount and other clients.
     pub root_squash: Option<proto::squash::RootSquash>,
+    /// TLS for clients of other processes.
+    pub tls: Option<std::sync::Arc<rpc::tls::TlsContext>>,
 }
 
 /// A local cluster's servers, serving on the runtime that started them.
@@ -109,6 +118,7 @@ pub fn run(a: LocalArgs) -> Result<()> {
         root_stripes: serve::root_stripes(a.root_stripes)?,
         ost_media: ost_media(&a.ost_media, a.osts)?,
         root_squash: a.squash.rule(&Default::default())?,
+        tls: crate::server_tls(a.tls_dir.as_deref(), a.tls_required)?,
     };
     local(&a.data, &l, a.mount.map(|m| (m, settings)))
 }
@@ -152,7 +162,7 @@ pub async fn start(data: &Path, l: &Local) -> Result<Started> {
         secret: secret.clone(),
         heartbeat: Duration::from_millis(l.heartbeat_ms.max(1)),
         in_process: l.in_process,
-        tls: None,
+        tls: l.tls.clone(),
     };
     let timeout = Duration::from_millis(l.target_timeout_ms);
     let mgs = serve::start_mgs(&l.listen, &data.join("mgs"), &common, timeout, l.root_squash.clone()).await?;

@@ -298,7 +298,9 @@ async fn connection<B: Backend>(
         Agreed::Gone => Ok(()),
         Agreed::StartTls => {
             let acceptor = tls.expect("STARTTLS is acked only when offered").acceptor;
-            let mut secured = acceptor.accept(sock).await.map_err(|e| protocol(format!("TLS: {e}")))?;
+            // Read through a buffer: rustls reads 4 KiB at a time (see braid's `rpc::tls`).
+            let wire = tokio::io::BufReader::with_capacity(TLS_READ_BYTES, sock);
+            let mut secured = acceptor.accept(wire).await.map_err(|e| protocol(format!("TLS: {e}")))?;
             match handshake(&mut secured, &exports, no_zeroes, TlsState::On).await? {
                 Agreed::Go(session) => transmission(secured, session, poll, payloads, budget).await,
                 Agreed::Gone | Agreed::StartTls => Ok(()),
@@ -534,14 +536,17 @@ impl Wire for TcpStream {
     }
 }
 
-type TlsStream = tokio_rustls::server::TlsStream<TcpStream>;
+type TlsStream = tokio_rustls::server::TlsStream<tokio::io::BufReader<TcpStream>>;
+
+/// Bytes read from a TLS connection's socket at a time.
+const TLS_READ_BYTES: usize = 256 << 10;
 
 impl Wire for TlsStream {
     type Reader = tokio::io::ReadHalf<TlsStream>;
     type Writer = tokio::io::WriteHalf<TlsStream>;
     fn split(self) -> (Self::Reader, Self::Writer, std::os::fd::RawFd) {
         use std::os::fd::AsRawFd;
-        let fd = self.get_ref().0.as_raw_fd();
+        let fd = self.get_ref().0.get_ref().as_raw_fd();
         let (rd, wr) = tokio::io::split(self);
         (rd, wr, fd)
     }

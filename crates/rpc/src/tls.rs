@@ -23,6 +23,19 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::net::TcpStream;
 
+/// What TLS runs over: the socket, read through a buffer. rustls reads 4 KiB at a
+/// time; a 1 MiB transfer was 256 `recv` calls, and on this project's 2-core machine
+/// TLS moved 40 % less than plain TCP with them.
+pub type Wire = tokio::io::BufReader<TcpStream>;
+
+/// Bytes read from a TLS connection's socket at a time.
+const WIRE_READ_BYTES: usize = 256 << 10;
+
+/// `stream` as TLS runs over it.
+pub fn wire(stream: TcpStream) -> Wire {
+    tokio::io::BufReader::with_capacity(WIRE_READ_BYTES, stream)
+}
+
 /// The first byte of a TLS handshake record: how a server tells a TLS client from
 /// a plain one before it reads anything.
 pub const HANDSHAKE_RECORD: u8 = 0x16;
@@ -58,8 +71,12 @@ impl std::fmt::Debug for TlsContext {
     }
 }
 
+/// ring's suites, AES-128-GCM first: a third fewer AES rounds than AES-256 for the
+/// same protection a cluster's links need, and bulk data is what braid moves.
 fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+    let mut p = rustls::crypto::ring::default_provider();
+    p.cipher_suites.sort_by_key(|s| s.suite() != rustls::CipherSuite::TLS13_AES_128_GCM_SHA256);
+    Arc::new(p)
 }
 
 fn certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
@@ -119,10 +136,10 @@ impl TlsContext {
         &self,
         addr: &str,
         stream: TcpStream,
-    ) -> Result<tokio_rustls::client::TlsStream<TcpStream>, String> {
+    ) -> Result<tokio_rustls::client::TlsStream<Wire>, String> {
         let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h).trim_start_matches('[').trim_end_matches(']');
         let name = ServerName::try_from(host.to_string()).map_err(|e| format!("{host}: not a server name: {e}"))?;
-        self.client.connect(name, stream).await.map_err(|e| format!("TLS: {e}"))
+        self.client.connect(name, wire(stream)).await.map_err(|e| format!("TLS: {e}"))
     }
 
     /// What takes the server end of TLS connections (for servers of other protocols:
@@ -132,8 +149,8 @@ impl TlsContext {
     }
 
     /// The server end over `stream`.
-    pub async fn accept(&self, stream: TcpStream) -> Result<tokio_rustls::server::TlsStream<TcpStream>, String> {
-        self.server.accept(stream).await.map_err(|e| format!("TLS: {e}"))
+    pub async fn accept(&self, stream: TcpStream) -> Result<tokio_rustls::server::TlsStream<Wire>, String> {
+        self.server.accept(wire(stream)).await.map_err(|e| format!("TLS: {e}"))
     }
 }
 
