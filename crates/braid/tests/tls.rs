@@ -156,3 +156,13 @@ fn a_tls_only_trace_server_takes_the_records_of_a_tls_mount() {
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
 }
+
+#[test]
+fn a_tls_client_of_a_cluster_without_tls_is_told_why() {
+    let d = dirs();
+    let c = Cluster::start(bin(), ClusterSpec::default());
+    let out = df(&c, Some(&d.good));
+    assert!(!out.status.success(), "a TLS client does not fall back to plain");
+    assert!(stderr(&out).contains("does it have TLS settings"), "{}", stderr(&out));
+    assert!(df(&c, None).status.success());
+}

@@ -139,7 +139,13 @@ impl TlsContext {
     ) -> Result<tokio_rustls::client::TlsStream<Wire>, String> {
         let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h).trim_start_matches('[').trim_end_matches(']');
         let name = ServerName::try_from(host.to_string()).map_err(|e| format!("{host}: not a server name: {e}"))?;
-        self.client.connect(name, wire(stream)).await.map_err(|e| format!("TLS: {e}"))
+        self.client.connect(name, wire(stream)).await.map_err(|e| match e.kind() {
+            // A server without TLS settings closes a connection that begins with TLS.
+            std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset => {
+                format!("TLS: {e} (the server closed the connection: does it have TLS settings, --tls-dir?)")
+            }
+            _ => format!("TLS: {e}"),
+        })
     }
 
     /// What takes the server end of TLS connections (for servers of other protocols:
