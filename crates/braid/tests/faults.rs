@@ -710,3 +710,32 @@ fn a_mount_and_the_servers_go_on_while_the_mgs_is_away_and_say_so() {
     let fresh = testkit::Mount::new(&c, "");
     assert!(std::fs::read(fresh.path("d/g")).unwrap() == data);
 }
+
+#[test]
+fn a_mount_follows_its_mdt_when_the_mds_comes_back_on_another_address() {
+    let mut c = Cluster::start(bin(), ClusterSpec::default());
+    let m = testkit::Mount::new(&c, "");
+    std::fs::write(m.path("before"), b"before").unwrap();
+    c.kill("mds");
+    // A change made while the MDS is away...
+    let during = m.path("during");
+    let writer = std::thread::spawn(move || std::fs::write(during, b"during"));
+    std::thread::sleep(Duration::from_millis(500));
+    // ...is answered by the MDS come back on another address, as on a failover node.
+    let ip = "127.0.0.31";
+    let addr = format!("{ip}:{}", testkit::free_port(ip));
+    c.edit_args("mds", |a| {
+        let i = a.iter().position(|x| x == "--listen").expect("--listen");
+        a[i + 1] = addr.clone();
+    });
+    c.restart("mds");
+    writer.join().expect("the writer").expect("the change made across the move");
+    assert_eq!(std::fs::read(m.path("during")).unwrap(), b"during");
+    assert_eq!(std::fs::read(m.path("before")).unwrap(), b"before");
+    std::fs::write(m.path("after"), b"after").unwrap();
+    assert!(m.log_text().contains("the MDT moved"), "the mount says where it went");
+    let fresh = testkit::Mount::new(&c, "");
+    for (name, data) in [("before", &b"before"[..]), ("during", b"during"), ("after", b"after")] {
+        assert_eq!(std::fs::read(fresh.path(name)).unwrap(), data, "{name} through another mount");
+    }
+}

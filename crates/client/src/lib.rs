@@ -473,6 +473,10 @@ impl rpc::CallbackHandler for Revocations {
 /// Most lost connections [`keep_connected`] has yet to look at.
 const LOST_MAX: usize = 64;
 
+/// How often a request an MDS has not answered looks whether its MDT moved (see
+/// [`Client::call_following`]).
+const MOVE_CHECK: Duration = Duration::from_secs(2);
+
 /// The default of [`ClientConfig::config_refresh`].
 pub const CONFIG_REFRESH: Duration = Duration::from_secs(5);
 
@@ -1135,7 +1139,37 @@ impl Client {
         if !statahead::changes_nothing(&req) && !answered_here {
             self.inner.statahead.changed();
         }
-        Ok(c.call(&req, vec![]).await?)
+        self.call_following(fid.mdt(), c, &req).await
+    }
+
+    /// Sends `req` to MDT `mdt` through `c`, and follows the MDT if it moves
+    /// meanwhile: while the request is unanswered, the configuration is looked at
+    /// every [`MOVE_CHECK`], and once the MGS names another address for the MDT (its
+    /// MDS came back on another node or port) the request goes there instead, with
+    /// the same xid, so that the MDT's reply cache answers a change sent twice as the
+    /// first time.
+    async fn call_following(&self, mdt: u32, mut c: Arc<RpcClient>, req: &Request) -> Result<rpc::Reply> {
+        let xid = self.inner.identity.next_xid();
+        loop {
+            let addr = c.addr().to_string();
+            let to = {
+                let moved = async {
+                    loop {
+                        tokio::time::sleep(MOVE_CHECK).await;
+                        let config = self.config_or_last(MOVE_CHECK).await;
+                        if let Some(t) = config.target(TargetKind::Mdt, mdt).filter(|t| t.address != addr) {
+                            return t.address.clone();
+                        }
+                    }
+                };
+                tokio::select! {
+                    r = c.call_with_xid(xid, req, vec![]) => return Ok(r?),
+                    to = moved => to,
+                }
+            };
+            tracing::info!(mdt, from = %addr, %to, "the MDT moved: sending its request there");
+            c = self.server(&to);
+        }
     }
 
     /// Sends the request `build(shard)` makes, which changes entry `name` of `dir`
