@@ -96,6 +96,10 @@ pub struct MdsSection {
     pub sync_journal: Option<bool>,
     /// Stripe the root over this many MDTs while it is empty.
     pub root_stripes: Option<u32>,
+    /// As `--failover`, `--standby` and `--mmp-interval-ms`.
+    pub failover: Option<bool>,
+    pub standby: Option<bool>,
+    pub mmp_interval_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -114,6 +114,41 @@ pub struct MdsArgs {
     /// serving MDT 0 acts on it).
     #[arg(long, value_name = "N")]
     pub root_stripes: Option<u32>,
+    #[command(flatten)]
+    pub failover: FailoverOpts,
+}
+
+/// Failover of an MDT between MDS processes that reach its directory (Lustre's
+/// failover pairs with MMP; see the `mds::mmp` module).
+#[derive(Args, Debug, Clone, Default)]
+pub struct FailoverOpts {
+    /// The MDT directories are shared with a failover MDS: refuse to start while
+    /// another MDS serves them (multiple-mount protection), and stop serving if
+    /// another takes them over.
+    #[arg(long)]
+    pub failover: bool,
+    /// Wait until the MDS serving the MDTs stops, then serve them (implies
+    /// --failover); the MGS then sends clients here.
+    #[arg(long)]
+    pub standby: bool,
+    /// How often the serving MDS proves it is alive, in milliseconds: a standby takes
+    /// over about five of these after it stops.
+    #[arg(long, value_name = "MS")]
+    pub mmp_interval_ms: Option<u64>,
+}
+
+impl FailoverOpts {
+    /// What `start_mds` does about it: `None` without failover.
+    pub fn settings(&self, file: &config::MdsSection) -> Result<Option<(mds::mmp::Contended, Duration)>> {
+        let standby = self.standby || file.standby.unwrap_or(false);
+        let failover = standby || self.failover || file.failover.unwrap_or(false);
+        let ms = self.mmp_interval_ms.or(file.mmp_interval_ms).unwrap_or(1000);
+        if !(50..=60_000).contains(&ms) {
+            bail!("--mmp-interval-ms {ms}: want 50 to 60000");
+        }
+        let contended = if standby { mds::mmp::Contended::Wait } else { mds::mmp::Contended::Refuse };
+        Ok(failover.then_some((contended, Duration::from_millis(ms))))
+    }
 }
 
 /// `braid oss`.
@@ -212,7 +247,10 @@ pub fn run_mds(a: MdsArgs) -> Result<()> {
         root_stripes: root_stripes(a.root_stripes.or(file.mds.root_stripes))?,
         ..Default::default()
     };
-    run_server("MDS", async move { start_mds(&listen, advertise.as_deref(), &mgs, &mdts, &common, cfg).await })
+    let failover = a.failover.settings(&file.mds)?;
+    run_server("MDS", async move {
+        start_mds_failover(&listen, advertise.as_deref(), &mgs, &mdts, &common, cfg, failover).await
+    })
 }
 
 /// Runs an OSS until a signal.
@@ -356,10 +394,46 @@ pub async fn start_mds(
     common: &Common,
     cfg: mds::MdsConfig,
 ) -> Result<String> {
+    start_mds_failover(listen, advertise, mgs_addr, dirs, common, cfg, None).await
+}
+
+/// [`start_mds`], with the MDTs taken under multiple-mount protection first when
+/// `failover` says how (see `mds::mmp`): a standby waits here until the MDS serving
+/// them stops. An MDS whose MDT is taken over stops serving: the process exits.
+pub async fn start_mds_failover(
+    listen: &str,
+    advertise: Option<&str>,
+    mgs_addr: &str,
+    dirs: &[PathBuf],
+    common: &Common,
+    cfg: mds::MdsConfig,
+    failover: Option<(mds::mmp::Contended, Duration)>,
+) -> Result<String> {
     if dirs.is_empty() {
         bail!("an MDS needs at least one MDT directory (--mdt DIR)");
     }
     let (listener, addr) = bind(listen, advertise).await?;
+    if let Some((contended, interval)) = failover {
+        let owner = format!("the MDS at {addr} (pid {})", std::process::id());
+        if contended == mds::mmp::Contended::Wait {
+            println!("standing by for {} MDT(s) at {addr}", dirs.len());
+            use std::io::Write;
+            let _ = std::io::stdout().flush();
+        }
+        for d in dirs {
+            std::fs::create_dir_all(d).with_context(|| format!("cannot create {}", d.display()))?;
+            let mmp = mds::mmp::Mmp::take(d, &owner, interval, contended).await.map_err(anyhow::Error::msg)?;
+            tracing::info!("took the MDT in {} (multiple-mount protection every {interval:?})", d.display());
+            tokio::spawn(async move {
+                let why = mmp.keep().await;
+                // Another MDS serves the MDT now, or this one cannot prove it does:
+                // serving on would be two MDSs writing one MDT.
+                tracing::error!("stopping at once: {why}");
+                eprintln!("braid mds: stopping at once: {why}");
+                std::process::exit(3);
+            });
+        }
+    }
     let mgs = mgs_client(mgs_addr, common, "mds");
     let targets = register_all(TargetKind::Mdt, dirs, &mgs, &addr, &common.fsname).await?;
     let list: Vec<(u32, PathBuf)> = targets.iter().map(|t| (t.index.expect("registered"), t.dir.clone())).collect();

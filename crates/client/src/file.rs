@@ -412,13 +412,13 @@ impl Client {
         m.values().any(|l| l.iter().any(|w| w.strong_count() > 0))
     }
 
-    /// Tells the MDS at `addr`, reconnected to, what this client holds on its MDTs:
-    /// its open handles (so files unlinked while open outlive a restart), then its
-    /// locks (see [`crate::held_locks`]). What it refuses is logged as lost.
-    pub(crate) async fn replay(&self, addr: &str) {
+    /// Tells the MDS of `mdts`, reconnected to (where they were, or where they moved),
+    /// what this client holds on them: its open handles (so files unlinked while open
+    /// outlive a restart), then its locks (see [`crate::held_locks`]). What it refuses
+    /// is logged as lost.
+    pub(crate) async fn replay(&self, mdts: &[u32]) {
         let _alone = self.inner.lock_gate.write().await;
-        let config = self.config();
-        let served_there = |fid: Fid| config.mdts.iter().any(|t| t.index == fid.mdt() && t.address == addr);
+        let served_there = |fid: Fid| mdts.contains(&fid.mdt());
         let opens: Vec<(Fid, u32, bool)> = {
             let m = self.inner.open_files.lock().expect("open files");
             m.iter()
@@ -431,7 +431,7 @@ impl Client {
                 .collect()
         };
         if !opens.is_empty() {
-            tracing::info!(%addr, files = opens.len(), "replaying the opens held on the MDS's MDTs");
+            tracing::info!(?mdts, files = opens.len(), "replaying the opens held on the MDTs");
         }
         for (fid, handles, write) in opens {
             let req = Request::MdsReclaimOpen { fid, handles, write };
@@ -445,7 +445,7 @@ impl Client {
         if held.is_empty() {
             return;
         }
-        tracing::info!(%addr, locks = held.len(), "replaying the locks held on the MDS's MDTs");
+        tracing::info!(?mdts, locks = held.len(), "replaying the locks held on the MDTs");
         for (fid, lock) in held {
             let req = Request::MdsSetLock { fid, lock, wait: false, reclaim: true };
             let lost = match crate::deferred::exempt(self.md(fid, req)).await {

@@ -501,9 +501,12 @@ async fn keep_connected(weak: std::sync::Weak<Inner>, mut lost: tokio::sync::mps
     let pinging: Arc<Mutex<std::collections::HashSet<String>>> = Arc::default();
     while let Some(addr) = lost.recv().await {
         let Some(inner) = weak.upgrade() else { return };
-        let is_mds = inner.config.read().expect("config").mdts.iter().any(|t| t.address == addr);
-        let server = inner.servers.lock().expect("servers").get(&addr).cloned();
-        let Some(server) = server.filter(|_| is_mds) else { continue };
+        // The MDTs that were served there.
+        let mdts: Vec<u32> =
+            inner.config.read().expect("config").mdts.iter().filter(|t| t.address == addr).map(|t| t.index).collect();
+        if mdts.is_empty() {
+            continue;
+        }
         let replays = !inner.held_locks.is_empty() || Client { inner: inner.clone() }.holds_open();
         let deferred = inner.deferred.running() > 0 || inner.removals.running() > 0;
         if !(replays || deferred) || !pinging.lock().expect("pinging").insert(addr.clone()) {
@@ -511,16 +514,34 @@ async fn keep_connected(weak: std::sync::Weak<Inner>, mut lost: tokio::sync::mps
         }
         // Taken now: a restarted MDS's call at its window's end waits for the replay.
         let replay = replays.then(|| inner.replays.begin(0)).flatten();
+        let give_up = Instant::now() + inner.cfg.rpc.recovery_timeout;
         let (pinging, weak) = (pinging.clone(), weak.clone());
         drop(inner);
         tokio::spawn(async move {
-            match server.call(&Request::Ping, vec![]).await {
-                Err(e) => tracing::debug!(%addr, "not connected again: {e}"),
-                Ok(_) => {
-                    if let (Some(inner), Some(_)) = (weak.upgrade(), &replay) {
-                        Client { inner }.replay(&addr).await;
+            // The MDS back where it was, or the MDTs moved (a failover): whichever
+            // answers first.
+            let mut at = addr.clone();
+            let back = loop {
+                let Some(inner) = weak.upgrade() else { break false };
+                let c = Client { inner };
+                let server = c.server(&at);
+                match tokio::time::timeout(MOVE_CHECK, server.call(&Request::Ping, vec![])).await {
+                    Ok(Ok(_)) => break true,
+                    Ok(Err(e)) => {
+                        tracing::debug!(%at, "not connected again: {e}");
+                        break false;
+                    }
+                    Err(_) if Instant::now() >= give_up => break false,
+                    Err(_) => {
+                        let config = c.config_or_last(MOVE_CHECK).await;
+                        if let Some(t) = config.target(TargetKind::Mdt, mdts[0]) {
+                            at = t.address.clone();
+                        }
                     }
                 }
+            };
+            if let (true, Some(inner), Some(_)) = (back, weak.upgrade(), &replay) {
+                Client { inner }.replay(&mdts).await;
             }
             pinging.lock().expect("pinging").remove(&addr);
         });

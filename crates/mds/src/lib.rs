@@ -19,7 +19,8 @@
 //!   cluster;
 //! - [`inode`], [`lease`], [`locks`]: inode records and permissions, directory
 //!   leases, POSIX record locks; `recovery`: what a restarted MDT waits for before
-//!   other clients see directories that lease holders of its previous run changed.
+//!   other clients see directories that lease holders of its previous run changed;
+//!   [`mmp`]: one MDS at a time on an MDT that a failover pair shares.
 
 pub mod check;
 pub mod cluster;
@@ -31,6 +32,7 @@ pub mod journal;
 pub mod lease;
 pub mod locks;
 pub mod mdt;
+pub mod mmp;
 mod recovery;
 pub mod service;
 pub mod target;

@@ -572,6 +572,11 @@ impl Cluster {
         std::fs::read_to_string(&s.log).unwrap_or_default()
     }
 
+    /// The arguments server `name` runs with.
+    pub fn server_args(&self, name: &str) -> Vec<String> {
+        self.servers.get(name).unwrap_or_else(|| panic!("no server {name}")).args.clone()
+    }
+
     /// Changes the arguments server `name` gets from its next (re)start on.
     pub fn edit_args(&mut self, name: &str, edit: impl FnOnce(&mut Vec<String>)) {
         edit(&mut self.servers.get_mut(name).unwrap_or_else(|| panic!("no server {name}")).args);
