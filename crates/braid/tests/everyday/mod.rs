@@ -1,13 +1,13 @@
 //! The everyday workload of issue 39 through a mount and its checker, shared by the
 //! fault tests (`faults.rs`, and `netns_faults.rs` on separate nodes): a bash
-//! process that creates files, changes their owner, mode and mtime and removes some,
-//! printing what each `fsync` acknowledged, and [`check_acked`], which checks that all of it is
+//! process that creates files, changes their owner, mode and mtime, moves some to
+//! another directory and removes others, printing what each `fsync` acknowledged, and [`check_acked`], which checks that all of it is
 //! there afterwards.
 
 // Each test file that includes this module uses its own part of it.
 #![allow(dead_code)]
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -26,15 +26,27 @@ pub enum Acked {
     Removing(PathBuf),
     /// ... and it and the directory's fsync returned.
     Gone(PathBuf),
+    /// A rename was asked for: from here on the file may be at either name.
+    Moving {
+        from: PathBuf,
+        to: PathBuf,
+    },
+    /// ... and it and both directories' fsyncs returned: the file is at `to` only.
+    Moved {
+        from: PathBuf,
+        to: PathBuf,
+    },
 }
 
 /// The everyday work of issue 39 through a mount, as a user's shell does it, in
 /// directories it makes (and so holds the leases on, with creates, attribute changes
 /// and unlinks answered by the mount and sent behind): each file created and held
 /// open, written, chowned, chmodded and its mtime set, fsynced (`sync FILE`) and
-/// closed; every third file, the one before removed and its directory fsynced. Each
-/// step is acknowledged on standard output once its fsync returned. It runs until
-/// its second argument, a file, exists.
+/// closed; every third file (the second of each three) then renamed into a directory
+/// of moved files (`rK` beside `dK`), both directories fsynced; every third file, the
+/// one before removed and its directory fsynced. Each step is acknowledged on
+/// standard output once its fsync returned. It runs until its second argument, a
+/// file, exists.
 ///
 /// A process of its own, not a thread of the test: a thread of the test blocked in a
 /// FUSE request for a server the test killed holds up the test's own fork of the
@@ -50,6 +62,11 @@ while [ ! -e "$stop" ]; do
     if mkdir -p "$d" && { printf %s "$data" >&3 && chown "$uid:$gid" "$f" && chmod "$mode" "$f" \
         && touch -m -d "@$mtime" "$f" && sync "$f"; } 3>"$f"; then
         echo "F $f ${#data} $uid $gid $mode $mtime"
+        if [ $((i % 3)) = 1 ]; then
+            r="$root/r$((i / 50))"
+            echo "V $f $r/f$i"
+            mkdir -p "$r" && mv "$f" "$r/f$i" && sync "$d" "$r" && echo "W $f $r/f$i" || echo "error mv f$i" >&2
+        fi
     else
         echo "error f$i" >&2
     fi
@@ -108,6 +125,8 @@ pub fn finish_everyday_workload(stop: &Path, child: Child) -> (Vec<Acked>, Vec<S
                 }),
                 ["R", p] => Some(Acked::Removing(p.into())),
                 ["G", p] => Some(Acked::Gone(p.into())),
+                ["V", from, to] => Some(Acked::Moving { from: from.into(), to: to.into() }),
+                ["W", from, to] => Some(Acked::Moved { from: from.into(), to: to.into() }),
                 _ => None,
             }
         })
@@ -116,8 +135,9 @@ pub fn finish_everyday_workload(stop: &Path, child: Child) -> (Vec<Acked>, Vec<S
 }
 
 /// Checks every acknowledged change under `root` (as seen through `at`, the same tree
-/// under another mount): files whole, with their owner, mode and mtime; removed
-/// names absent. Returns how many files were checked; panics at the first change
+/// under another mount): files whole, with their owner, mode and mtime, under their
+/// new name once a rename was acknowledged (under either while it was not); removed
+/// and renamed-away names absent. Returns how many files were checked; panics at the first change
 /// that is not there.
 pub fn check_acked(acked: &[Acked], root: &Path, at: &Path) -> usize {
     let (checked, problems) = check_acked_all(acked, root, at);
@@ -134,19 +154,44 @@ pub fn check_acked_all(acked: &[Acked], root: &Path, at: &Path) -> (usize, Vec<S
     let moved = |p: &Path| at.join(p.strip_prefix(root).expect("under the workload's root"));
     let removing: HashSet<PathBuf> =
         acked.iter().filter_map(|a| if let Acked::Removing(p) = a { Some(moved(p)) } else { None }).collect();
+    let renaming: HashMap<PathBuf, PathBuf> = acked
+        .iter()
+        .filter_map(|a| if let Acked::Moving { from, to } = a { Some((moved(from), moved(to))) } else { None })
+        .collect();
+    let renamed: HashMap<PathBuf, PathBuf> = acked
+        .iter()
+        .filter_map(|a| if let Acked::Moved { from, to } = a { Some((moved(from), moved(to))) } else { None })
+        .collect();
     let (mut checked, mut problems) = (0, Vec::new());
     for a in acked {
         match a {
-            Acked::Removing(_) => {}
+            Acked::Removing(_) | Acked::Moving { .. } | Acked::Moved { .. } => {}
             Acked::Gone(p) => {
                 if moved(p).exists() {
                     problems.push(format!("{} was removed and is back", moved(p).display()));
                 }
             }
             Acked::File { path, len, uid, gid, mode, mtime } => {
-                let p = moved(path);
+                let mut p = moved(path);
                 if removing.contains(&p) {
                     continue;
+                }
+                if let Some(to) = renamed.get(&p) {
+                    if p.exists() {
+                        problems.push(format!("{} was renamed to {} and is still there", p.display(), to.display()));
+                    }
+                    p = to.clone();
+                } else if let Some(to) = renaming.get(&p) {
+                    // The rename's outcome was never acknowledged: either name, not both.
+                    match (p.exists(), to.exists()) {
+                        (true, true) => problems.push(format!(
+                            "{} was being renamed to {} and both names are there",
+                            p.display(),
+                            to.display()
+                        )),
+                        (false, true) => p = to.clone(),
+                        _ => {}
+                    }
                 }
                 match std::fs::metadata(&p) {
                     Err(e) => problems.push(format!("{}: acknowledged, now {e}", p.display())),
