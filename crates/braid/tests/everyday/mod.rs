@@ -95,22 +95,42 @@ pub fn everyday_goes_on(stop: &Path, n: u64) {
     }
 }
 
+/// Where the workload stopped by `stop` writes its standard output (`out`) or error.
+fn output(stop: &Path, what: &str) -> PathBuf {
+    PathBuf::from(format!("{}.{what}", stop.display()))
+}
+
 /// Starts [`EVERYDAY_WORKLOAD`] in `root`; it runs until `stop` exists (and is
-/// killed if the thread that started it ends first).
+/// killed if the thread that started it ends first). What it prints goes to files
+/// beside `stop`, not to pipes: nobody reads a pipe before the workload ends, and a
+/// long run fills one (64 KiB), which stops the workload in its next `echo`.
 pub fn start_everyday_workload(root: &Path, stop: &Path) -> Child {
+    let file = |what| std::fs::File::create(output(stop, what)).expect("the workload's output file");
     let mut cmd = Command::new("bash");
-    cmd.args(["-c", EVERYDAY_WORKLOAD, "everyday"]).arg(root).arg(stop).stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.args(["-c", EVERYDAY_WORKLOAD, "everyday"])
+        .arg(root)
+        .arg(stop)
+        .stdin(Stdio::null())
+        .stdout(file("out"))
+        .stderr(file("err"));
     testkit::die_with_parent(&mut cmd).spawn().expect("start the workload")
 }
 
 /// Stops the workload (it stops by itself if the mount went away) and returns what
 /// it acknowledged and the errors it met.
-pub fn finish_everyday_workload(stop: &Path, child: Child) -> (Vec<Acked>, Vec<String>) {
+pub fn finish_everyday_workload(stop: &Path, mut child: Child) -> (Vec<Acked>, Vec<String>) {
     std::fs::write(stop, b"").expect("the stop file");
-    let out = child.wait_with_output().expect("the workload's end");
+    child.wait().expect("the workload's end");
+    let read = |what| {
+        let text = std::fs::read(output(stop, what)).expect("the workload's output");
+        let text = String::from_utf8_lossy(&text).into_owned();
+        let _ = std::fs::remove_file(output(stop, what));
+        text
+    };
+    let (out, err) = (read("out"), read("err"));
     let _ = std::fs::remove_file(stop);
     let _ = std::fs::remove_file(format!("{}.made", stop.display()));
-    let acked = String::from_utf8_lossy(&out.stdout)
+    let acked = out
         .lines()
         .filter_map(|l| {
             let w: Vec<&str> = l.split(' ').collect();
@@ -131,7 +151,7 @@ pub fn finish_everyday_workload(stop: &Path, child: Child) -> (Vec<Acked>, Vec<S
             }
         })
         .collect();
-    (acked, String::from_utf8_lossy(&out.stderr).lines().map(str::to_string).collect())
+    (acked, err.lines().map(str::to_string).collect())
 }
 
 /// Checks every acknowledged change under `root` (as seen through `at`, the same tree
