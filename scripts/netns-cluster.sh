@@ -18,9 +18,15 @@
 #   scripts/netns-cluster.sh exec --state DIR NODE [--] CMD...
 #   scripts/netns-cluster.sh kill --state DIR NODE [SIGNAL]
 #   scripts/netns-cluster.sh start --state DIR NODE
+#   scripts/netns-cluster.sh cut --state DIR NODE
+#   scripts/netns-cluster.sh heal --state DIR NODE
 #   scripts/netns-cluster.sh status --state DIR
 #   scripts/netns-cluster.sh down --state DIR [--purge] [--grace S]
 #   scripts/netns-cluster.sh check
+#
+# `cut` takes a node off the network (its port on the switch goes down, so every
+# packet to or from it is dropped, as with a pulled cable) without touching its
+# processes; `heal` puts it back.
 #
 # Run with --help for what each command and option does.
 set -euo pipefail
@@ -70,8 +76,16 @@ Commands:
                               mounts); waits for TERM, INT, QUIT and KILL to end it
   start --state DIR NODE [--timeout S]
                               start NODE's stopped server again, with the same args
-  status --state DIR          nodes, addresses, namespaces, processes; exit status 0
-                              if every recorded process runs, 1 if not, 3 if down
+  cut --state DIR NODE        take NODE off the network: its port on the switch goes
+                              down, so everything it sends or is sent is dropped (a
+                              pulled cable); its processes run on and notice nothing
+                              but silence (TCP retransmits, timeouts)
+  heal --state DIR NODE [--timeout S]
+                              put a cut NODE back on the network; returns once its
+                              link has carrier again
+  status --state DIR          nodes, addresses, namespaces, processes, cut links;
+                              exit status 0 if every recorded process runs, 1 if
+                              not, 3 if down
   down --state DIR [--purge] [--grace S]
                               unmount the mounts made here, stop (TERM, then KILL
                               after S seconds, default 10) every process started
@@ -893,6 +907,72 @@ cmd_start() {
   echo "$node started (pid $(pid_of "$STATE/pids/$node.pid"))"
 }
 
+# --- cut, heal -----------------------------------------------------------------------
+
+# link_up NS DEV: whether DEV in NS is administratively up (exit 0), down (1), or
+# not there (2).
+link_up() {
+  local line flags
+  line=$(ip -n "$1" -o link show dev "$2" 2>/dev/null) || return 2
+  flags=${line#*<}
+  flags=${flags%%>*}
+  [[ ,$flags, == *,UP,* ]]
+}
+
+# has_carrier NS DEV: whether DEV in NS is up with its peer up too (a veth whose
+# other end is down says NO-CARRIER and state DOWN).
+has_carrier() {
+  local line
+  line=$(ip -n "$1" -o link show dev "$2" 2>/dev/null) || return 1
+  [[ $line != *NO-CARRIER* && $line == *" state UP "* ]]
+}
+
+# need_port NODE: NODE's port on the switch (the veth end named after it) exists.
+need_port() {
+  need_node "$1"
+  [ -f "$STATE/up" ] || die "$STATE is not up"
+  ns_exists "$SWITCH" || die "the switch's namespace $SWITCH is gone: run down, then up"
+  ns_exists "$PREFIX-$1" || die "the namespace of $1 is gone: run down, then up"
+  ip -n "$SWITCH" link show dev "$1" >/dev/null 2>&1 || die "the switch has no port for $1"
+}
+
+# The switch's end of the node's link goes down: the bridge forwards nothing to it,
+# and the node's eth0 loses carrier, so what the node sends is dropped too. Nothing
+# in the node changes (addresses, routes, processes): like a cable pulled at the
+# switch.
+cmd_cut() {
+  need_root
+  need_cmd ip
+  set_state "$OPT_STATE"
+  [ ${#POS[@]} = 1 ] || die "cut wants NODE"
+  local node=${POS[0]}
+  lock_state
+  need_port "$node"
+  link_up "$SWITCH" "$node" || die "$node is already cut (heal it first)"
+  ip -n "$SWITCH" link set dev "$node" down
+  echo "$node: cut off the network"
+}
+
+cmd_heal() {
+  need_root
+  need_cmd ip
+  set_state "$OPT_STATE"
+  [ ${#POS[@]} = 1 ] || die "heal wants NODE"
+  local node=${POS[0]} i
+  lock_state
+  need_port "$node"
+  link_up "$SWITCH" "$node" && die "$node is not cut"
+  ip -n "$SWITCH" link set dev "$node" up
+  for ((i = 0; i < OPT_TIMEOUT * 20; i++)); do
+    if has_carrier "$SWITCH" "$node" && has_carrier "$PREFIX-$node" eth0; then
+      echo "$node: back on the network"
+      return 0
+    fi
+    sleep 0.05
+  done
+  die "$node's link has no carrier ${OPT_TIMEOUT}s after it was put back up"
+}
+
 # --- status -------------------------------------------------------------------------
 
 cmd_status() {
@@ -902,7 +982,7 @@ cmd_status() {
     echo "$STATE: down (no nodes)"
     exit 3
   fi
-  local up=1 bad=0 n ns proc k node m c
+  local up=1 bad=0 n ns proc k node m c rc
   [ -f "$STATE/up" ] && [ -s "$STATE/namespaces" ] || up=0
   echo "cluster $PREFIX ($STATE): $([ $up = 1 ] && echo up || echo down)"
   echo "url $(url)/  subnet $(cat "$STATE/subnet" 2>/dev/null).0/24  switch $SWITCH  links: $(cat "$STATE/links" 2>/dev/null || echo none)"
@@ -933,6 +1013,11 @@ cmd_status() {
           bad=1
         fi
       done <"$STATE/mounts"
+    fi
+    if ns_exists "$SWITCH"; then
+      rc=0
+      link_up "$SWITCH" "$n" || rc=$?
+      [ $rc = 1 ] && proc="${proc:+$proc; }link cut"
     fi
     printf '%-9s %-15s %-30s %s\n' "$n" "${IP_OF[$n]}" "$ns" "${proc:--}"
   done
@@ -1070,6 +1155,7 @@ allowed() {
     "up --timeout" | "up --tied-to") ;;
     "down --state" | "down --purge" | "down --grace") ;;
     "status --state" | "exec --state" | "kill --state" | "umount --state") ;;
+    "cut --state" | "heal --state" | "heal --timeout") ;;
     "mount --state" | "mount -o" | "mount --timeout" | "start --state" | "start --timeout") ;;
     "watch --state" | "watch --pid" | "watch --start") ;;
     *) return 1 ;;
@@ -1161,16 +1247,16 @@ main() {
   local cmd=$1
   shift
   case $cmd in
-    up | down | status | mount | umount | exec | kill | start | check | watch) ;;
+    up | down | status | mount | umount | exec | kill | start | cut | heal | check | watch) ;;
     -h | --help | help)
       usage
       exit 0
       ;;
-    *) die "unknown command '$cmd' (up, down, status, mount, umount, exec, kill, start, check; see --help)" ;;
+    *) die "unknown command '$cmd' (up, down, status, mount, umount, exec, kill, start, cut, heal, check; see --help)" ;;
   esac
   parse "$cmd" "$@"
   case $cmd in
-    up | down | status | exec | kill | start | mount | umount | watch)
+    up | down | status | exec | kill | start | cut | heal | mount | umount | watch)
       [ -n "$OPT_STATE" ] || die "$cmd: missing --state DIR"
       ;;
   esac

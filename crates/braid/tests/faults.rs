@@ -3,12 +3,15 @@
 //! block across a restart and give a clean error after their timeout, and servers and
 //! a mount killed at random under everyday work through the mount (issue 39).
 
+mod everyday;
+
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use everyday::{check_acked, everyday_goes_on, finish_everyday_workload, start_everyday_workload, Acked};
 use layout::LayoutSpec;
 use proto::msg::OpenFlags;
 use proto::Fid;
@@ -475,142 +478,6 @@ fn a_mount_outlives_a_restart_of_braid_local() {
     }
     drop(other);
     drop(m);
-}
-
-/// What the workload under [`acknowledged_changes_through_a_mount_survive_servers_and_the_mount_killed`]
-/// was told had happened, once `fsync` returned.
-enum Acked {
-    File {
-        path: PathBuf,
-        len: usize,
-        uid: u32,
-        gid: u32,
-        mode: u32,
-        mtime: i64,
-    },
-    /// An unlink was asked for: from here on the file may be gone.
-    Removing(PathBuf),
-    /// ... and it and the directory's fsync returned.
-    Gone(PathBuf),
-}
-
-/// The everyday work of issue 39 through a mount, as a user's shell does it, in
-/// directories it makes (and so holds the leases on, with creates, attribute changes
-/// and unlinks answered by the mount and sent behind): each file created and held
-/// open, written, chowned, chmodded and its mtime set, fsynced (`sync FILE`) and
-/// closed; every third file, the one before removed and its directory fsynced. Each
-/// step is acknowledged on standard output once its fsync returned. It runs until
-/// its second argument, a file, exists.
-///
-/// A process of its own, not a thread of the test: a thread of the test blocked in a
-/// FUSE request for a server the test killed holds up the test's own fork of the
-/// server's restart until the mount gives up (as it would hold up any fork of a
-/// process whose other thread waits on the mount).
-const EVERYDAY_WORKLOAD: &str = r#"
-root=$1 stop=$2
-i=0
-while [ ! -e "$stop" ]; do
-    d="$root/d$((i / 50))"; f="$d/f$i"
-    uid=$((1000 + i % 7)); gid=$((2000 + i % 5)); mode=$(printf %o $((0600 + (i % 8) * 8))); mtime=$((2000000 + i))
-    data=$(printf "file $i %.0s" $(seq 0 $((i % 300))))
-    if mkdir -p "$d" && { printf %s "$data" >&3 && chown "$uid:$gid" "$f" && chmod "$mode" "$f" \
-        && touch -m -d "@$mtime" "$f" && sync "$f"; } 3>"$f"; then
-        echo "F $f ${#data} $uid $gid $mode $mtime"
-    else
-        echo "error f$i" >&2
-    fi
-    if [ $((i % 3)) = 0 ] && [ $i -gt 0 ]; then
-        p="$root/d$(((i - 1) / 50))/f$((i - 1))"
-        echo "R $p"
-        rm -f "$p" && sync "$(dirname "$p")" && echo "G $p" || echo "error rm f$((i - 1))" >&2
-    fi
-    i=$((i + 1))
-    echo $i >"$stop.made"
-done
-"#;
-
-/// How many files the workload stopped by `stop` has gone through (made, or failed).
-fn everyday_progress(stop: &Path) -> u64 {
-    std::fs::read_to_string(format!("{}.made", stop.display())).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0)
-}
-
-/// Lets the workload stopped by `stop` go on until it went through `n` more files
-/// (the servers' recovery after a kill takes seconds, during which it may make none),
-/// for at most a minute.
-fn everyday_goes_on(stop: &Path, n: u64) {
-    let (from, start) = (everyday_progress(stop), std::time::Instant::now());
-    while everyday_progress(stop) < from + n && start.elapsed() < Duration::from_secs(60) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// Starts [`EVERYDAY_WORKLOAD`] in `root`; it runs until `stop` exists.
-fn start_everyday_workload(root: &Path, stop: &Path) -> std::process::Child {
-    std::process::Command::new("bash")
-        .args(["-c", EVERYDAY_WORKLOAD, "everyday"])
-        .arg(root)
-        .arg(stop)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("start the workload")
-}
-
-/// Stops the workload (it stops by itself if the mount went away) and returns what
-/// it acknowledged and the errors it met.
-fn finish_everyday_workload(stop: &Path, child: std::process::Child) -> (Vec<Acked>, Vec<String>) {
-    std::fs::write(stop, b"").expect("the stop file");
-    let out = child.wait_with_output().expect("the workload's end");
-    let _ = std::fs::remove_file(stop);
-    let _ = std::fs::remove_file(format!("{}.made", stop.display()));
-    let acked = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| {
-            let w: Vec<&str> = l.split(' ').collect();
-            match w[..] {
-                ["F", p, len, uid, gid, mode, mtime] => Some(Acked::File {
-                    path: p.into(),
-                    len: len.parse().ok()?,
-                    uid: uid.parse().ok()?,
-                    gid: gid.parse().ok()?,
-                    mode: u32::from_str_radix(mode, 8).ok()?,
-                    mtime: mtime.parse().ok()?,
-                }),
-                ["R", p] => Some(Acked::Removing(p.into())),
-                ["G", p] => Some(Acked::Gone(p.into())),
-                _ => None,
-            }
-        })
-        .collect();
-    (acked, String::from_utf8_lossy(&out.stderr).lines().map(str::to_string).collect())
-}
-
-/// Checks every acknowledged change under `root` (as seen through `at`, the same tree
-/// under another mount): files whole, with their owner, mode and mtime; removed
-/// names absent. Returns how many files were checked.
-fn check_acked(acked: &[Acked], root: &Path, at: &Path) -> usize {
-    use std::os::unix::fs::MetadataExt;
-    let moved = |p: &Path| at.join(p.strip_prefix(root).expect("under the workload's root"));
-    let removing: std::collections::HashSet<PathBuf> =
-        acked.iter().filter_map(|a| if let Acked::Removing(p) = a { Some(moved(p)) } else { None }).collect();
-    let mut checked = 0;
-    for a in acked {
-        match a {
-            Acked::Removing(_) => {}
-            Acked::Gone(p) => assert!(!moved(p).exists(), "{} was removed and is back", p.display()),
-            Acked::File { path, len, uid, gid, mode, mtime } => {
-                let p = moved(path);
-                if removing.contains(&p) {
-                    continue;
-                }
-                let m = std::fs::metadata(&p).unwrap_or_else(|e| panic!("{}: acknowledged, now {e}", p.display()));
-                let got = (m.len() as usize, m.uid(), m.gid(), m.mode() & 0o7777, m.mtime());
-                assert_eq!(got, (*len, *uid, *gid, *mode, *mtime), "{} as acknowledged", p.display());
-                checked += 1;
-            }
-        }
-    }
-    checked
 }
 
 #[test]

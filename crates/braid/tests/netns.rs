@@ -10,136 +10,18 @@
 //! and that `down` leaves no process, mount or namespace behind (and may run twice).
 //! A guard runs `down` when the test ends, also when it fails.
 
-use std::collections::BTreeMap;
+mod netns_common;
+
 use std::fs::{self, File};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use testkit::{code, getstripe_objects, is_mounted, objects_in, output_within, pattern, stderr, stdout, TempDir};
+use netns_common::{started, NetnsCluster, SCRIPT};
+use testkit::{code, getstripe_objects, is_mounted, objects_in, output_within, pattern, stderr, stdout};
 
-const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/netns-cluster.sh");
 const NOBODY: u32 = 65534;
-/// The longest one run of the script may take (`up` waits up to 60 s itself).
-const SCRIPT_WATCHDOG: Duration = Duration::from_secs(150);
-
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_braid")
-}
-
-/// A cluster brought up by the script in a fresh state directory; `down` runs on
-/// drop (after the log tails, when the test is failing), then the directory goes.
-struct NetnsCluster {
-    state: TempDir,
-    nodes: BTreeMap<String, String>,
-}
-
-impl NetnsCluster {
-    /// `up` with `args`. The guard exists before `up` runs: a half-failed `up` is
-    /// torn down too.
-    fn up(args: &[&str]) -> NetnsCluster {
-        let mut c = NetnsCluster { state: TempDir::new("netns"), nodes: BTreeMap::new() };
-        let pid = std::process::id().to_string();
-        let mut all = vec!["--bin", bin(), "--tied-to", &pid, "--timeout", "60"];
-        all.extend_from_slice(args);
-        c.ok("up", &all);
-        let text = fs::read_to_string(c.state.path().join("nodes")).expect("the nodes file");
-        for line in text.lines() {
-            let (name, ip) = line.split_once(' ').expect("NAME ADDRESS lines");
-            c.nodes.insert(name.to_string(), ip.to_string());
-        }
-        c
-    }
-
-    /// Runs `netns-cluster.sh CMD --state DIR ARGS...`.
-    fn script(&self, cmd: &str, args: &[&str]) -> Output {
-        let mut c = Command::new("bash");
-        c.arg(SCRIPT).arg(cmd).arg("--state").arg(self.state.path()).args(args);
-        output_within(&mut c, SCRIPT_WATCHDOG).unwrap_or_else(|o| {
-            panic!("netns-cluster.sh {cmd} {args:?} still running after {SCRIPT_WATCHDOG:?}: {}", stderr(&o))
-        })
-    }
-
-    /// The script's stdout; panics with what it said if it failed.
-    fn ok(&self, cmd: &str, args: &[&str]) -> String {
-        let out = self.script(cmd, args);
-        assert!(
-            out.status.success(),
-            "netns-cluster.sh {cmd} {args:?} failed ({}):\n{}{}",
-            out.status,
-            stdout(&out),
-            stderr(&out)
-        );
-        stdout(&out)
-    }
-
-    /// The braid CLI run on `node` (in its network namespace).
-    fn braid(&self, node: &str, args: &[&str]) -> Output {
-        let mut all = vec![node, "--", bin()];
-        all.extend_from_slice(args);
-        self.script("exec", &all)
-    }
-
-    fn braid_ok(&self, node: &str, args: &[&str]) -> String {
-        let out = self.braid(node, args);
-        assert!(out.status.success(), "braid {args:?} on {node} failed: {}{}", stdout(&out), stderr(&out));
-        stdout(&out)
-    }
-
-    fn ip(&self, node: &str) -> &str {
-        self.nodes.get(node).unwrap_or_else(|| panic!("no node {node} in {:?}", self.nodes))
-    }
-
-    /// `braid://MGS/path`.
-    fn url(&self, path: &str) -> String {
-        format!("braid://{}:9400{path}", self.ip("mgs"))
-    }
-
-    /// Mounts the cluster on `node` at a new directory of the state directory.
-    fn mount(&self, node: &str, opts: &str) -> PathBuf {
-        let dir = self.state.path().join(format!("mnt-{node}"));
-        self.ok("mount", &[node, dir.to_str().expect("UTF-8 path"), "-o", opts]);
-        assert!(is_mounted(&dir), "{} is not a mount point after mount", dir.display());
-        dir
-    }
-
-    /// The PID recorded for `name` (a node's server, or `mount-K`).
-    fn pid(&self, name: &str) -> u32 {
-        let text = fs::read_to_string(self.state.path().join(format!("pids/{name}.pid"))).expect("a PID file");
-        text.split_whitespace().next().and_then(|p| p.parse().ok()).expect("a PID")
-    }
-
-    /// Every namespace the script recorded as its own.
-    fn namespaces(&self) -> Vec<String> {
-        fs::read_to_string(self.state.path().join("namespaces"))
-            .unwrap_or_default()
-            .lines()
-            .map(str::to_string)
-            .collect()
-    }
-}
-
-impl Drop for NetnsCluster {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            let status = self.script("status", &[]);
-            eprintln!("---- netns-cluster.sh status ----\n{}{}", stdout(&status), stderr(&status));
-            if let Ok(logs) = fs::read_dir(self.state.path().join("logs")) {
-                for log in logs.flatten() {
-                    let text = fs::read_to_string(log.path()).unwrap_or_default();
-                    let lines: Vec<&str> = text.lines().collect();
-                    let tail = lines[lines.len().saturating_sub(30)..].join("\n");
-                    eprintln!("---- {} (tail) ----\n{tail}", log.file_name().to_string_lossy());
-                }
-            }
-        }
-        let out = self.script("down", &[]);
-        if !out.status.success() {
-            eprintln!("netns-cluster.sh down failed ({}):\n{}{}", out.status, stdout(&out), stderr(&out));
-        }
-    }
-}
 
 fn chown(p: &Path, uid: u32, gid: u32) -> i32 {
     code(std::os::unix::fs::chown(p, Some(uid), Some(gid)))
@@ -153,18 +35,6 @@ fn owner(p: &Path) -> (u32, u32) {
 /// The link of `/proc/PID/ns/net`: which network namespace a process is in.
 fn netns_of(pid: &str) -> String {
     fs::read_link(format!("/proc/{pid}/ns/net")).expect("read a network namespace link").to_string_lossy().into_owned()
-}
-
-/// When process `pid` started (field 22 of `/proc/PID/stat`), if it runs (a zombie
-/// not yet reaped by init does not): tells it from a later process with that PID.
-fn started(pid: u32) -> Option<String> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (_, rest) = stat.rsplit_once(") ")?;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    match fields.first() {
-        Some(&"Z") | Some(&"X") | None => None,
-        Some(_) => fields.get(19).map(|s| s.to_string()),
-    }
 }
 
 /// Whether the kernel takes netem (the script's `check` tries it).
