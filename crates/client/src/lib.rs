@@ -895,7 +895,7 @@ impl Client {
         if creds.uid == 0 {
             let config = self.inner.config.read().expect("config");
             if let Some(rule) = &config.root_squash {
-                rule.apply(&mut creds, self.inner.own_ip);
+                creds.squash(rule, self.inner.own_ip);
             }
         }
         creds
@@ -1174,7 +1174,9 @@ impl Client {
         loop {
             let addr = c.addr().to_string();
             let to = {
-                let moved = async {
+                // Boxed, both: a server of this process runs its handler inside the
+                // call's future, and a test thread's stack does not hold two such.
+                let moved = Box::pin(async {
                     loop {
                         tokio::time::sleep(MOVE_CHECK).await;
                         let config = self.config_or_last(MOVE_CHECK).await;
@@ -1182,9 +1184,9 @@ impl Client {
                             return t.address.clone();
                         }
                     }
-                };
+                });
                 tokio::select! {
-                    r = c.call_with_xid(xid, req, vec![]) => return Ok(r?),
+                    r = Box::pin(c.call_with_xid(xid, req, vec![])) => return Ok(r?),
                     to = moved => to,
                 }
             };

@@ -102,7 +102,7 @@ impl Mds {
         let Some(creds) = req.creds_mut().filter(|c| c.uid == 0) else { return };
         let view = self.cluster.read().expect("cluster view");
         if let Some(rule) = view.config.as_ref().and_then(|c| c.root_squash.as_ref()) {
-            rule.apply(creds, ctx.peer.ip());
+            creds.squash(rule, ctx.peer.ip());
         }
     }
 

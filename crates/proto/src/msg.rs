@@ -26,6 +26,17 @@ impl Creds {
         Creds { uid: 0, gid: 0, groups: vec![] }
     }
 
+    /// Squashes these credentials of a request from `ip` by `rule`: root, unless
+    /// exempt, becomes the squash user and group with no supplementary groups.
+    /// Whether they changed.
+    pub fn squash(&mut self, rule: &crate::squash::RootSquash, ip: std::net::IpAddr) -> bool {
+        if !rule.squashes(self.uid, ip) {
+            return false;
+        }
+        *self = Creds { uid: rule.uid, gid: rule.gid, groups: vec![] };
+        true
+    }
+
     pub fn in_group(&self, gid: u32) -> bool {
         self.gid == gid || self.groups.contains(&gid)
     }
@@ -1430,4 +1441,24 @@ pub fn encode<T: Serialize + ?Sized>(m: &T) -> Result<Vec<u8>, CodecError> {
 /// Decodes a message a frame carried.
 pub fn decode<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, CodecError> {
     postcard::from_bytes(bytes).map_err(|e| CodecError(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn root_squashed_becomes_the_squash_user_with_no_groups() {
+        let rule = crate::squash::RootSquash::parse("65534:65533", "10.0.0.0/24").unwrap().unwrap();
+        let far: std::net::IpAddr = "10.0.1.5".parse().unwrap();
+        let mut c = Creds { uid: 0, gid: 0, groups: vec![0, 4] };
+        assert!(c.squash(&rule, far));
+        assert_eq!(c, Creds { uid: 65534, gid: 65533, groups: vec![] });
+        let mut exempt = Creds::root();
+        assert!(!exempt.squash(&rule, "10.0.0.9".parse().unwrap()));
+        assert_eq!(exempt, Creds::root());
+        let mut user = Creds { uid: 1000, gid: 0, groups: vec![0] };
+        assert!(!user.squash(&rule, far), "only root is squashed");
+        assert_eq!(user.gid, 0);
+    }
 }
