@@ -198,14 +198,7 @@ stop_pids() {
     fi
   done
   [ ${#files[@]} -gt 0 ] || return 0
-  for ((i = 0; i < grace * 10; i++)); do
-    left=0
-    for f in "${files[@]}"; do
-      pid_alive "$f" && left=1
-    done
-    [ $left = 1 ] || break
-    sleep 0.1
-  done
+  wait_gone $((grace * 10)) "${files[@]}"
   for f in "${files[@]}"; do
     if pid_alive "$f"; then
       pid=$(pid_of "$f")
@@ -213,15 +206,23 @@ stop_pids() {
       kill -KILL "$pid" 2>/dev/null || true
     fi
   done
-  for ((i = 0; i < 50; i++)); do
+  wait_gone 50 "${files[@]}"
+  rm -f "${files[@]}"
+}
+
+# wait_gone TENTHS PIDFILE...: waits up to TENTHS tenths of a second until none of
+# the recorded processes is alive.
+wait_gone() {
+  local tenths=$1 i f left
+  shift
+  for ((i = 0; i < tenths; i++)); do
     left=0
-    for f in "${files[@]}"; do
+    for f in "$@"; do
       pid_alive "$f" && left=1
     done
-    [ $left = 1 ] || break
+    [ $left = 1 ] || return 0
     sleep 0.1
   done
-  rm -f "${files[@]}"
 }
 
 # --- state ---------------------------------------------------------------------------

@@ -179,7 +179,7 @@ pub async fn start(data: &Path, l: &Local) -> Result<Started> {
     // of them, so the mount's first files are striped over all the OSTs asked for.
     let oss = serve::start_oss(&listen_again(data, "oss"), None, &mgs, &ost_dirs, &common, &Default::default()).await?;
     remember_address(data, "oss", &oss);
-    let mds = serve::start_mds(&listen_again(data, "mds"), None, &mgs, &mdt_dirs, &common, cfg).await?;
+    let mds = serve::start_mds(&listen_again(data, "mds"), None, &mgs, &mdt_dirs, &common, cfg, None).await?;
     remember_address(data, "mds", &mds);
     let secret_file = std::fs::canonicalize(&secret_path).unwrap_or(secret_path);
     Ok(Started { mgs, secret, secret_file })

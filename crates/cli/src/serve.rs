@@ -248,9 +248,10 @@ pub fn run_mds(a: MdsArgs) -> Result<()> {
         ..Default::default()
     };
     let failover = a.failover.settings(&file.mds)?;
-    run_server("MDS", async move {
-        start_mds_failover(&listen, advertise.as_deref(), &mgs, &mdts, &common, cfg, failover).await
-    })
+    run_server(
+        "MDS",
+        async move { start_mds(&listen, advertise.as_deref(), &mgs, &mdts, &common, cfg, failover).await },
+    )
 }
 
 /// Runs an OSS until a signal.
@@ -385,22 +386,11 @@ async fn register_all(
     Ok(out)
 }
 
-/// Starts an MDS serving the MDTs in `dirs`; returns its address.
+/// Starts an MDS serving the MDTs in `dirs`; returns its address. With `failover`,
+/// the MDTs are taken under multiple-mount protection first (see `mds::mmp`): a
+/// standby waits here until the MDS serving them stops, and an MDS whose MDT is taken
+/// over stops serving (the process exits).
 pub async fn start_mds(
-    listen: &str,
-    advertise: Option<&str>,
-    mgs_addr: &str,
-    dirs: &[PathBuf],
-    common: &Common,
-    cfg: mds::MdsConfig,
-) -> Result<String> {
-    start_mds_failover(listen, advertise, mgs_addr, dirs, common, cfg, None).await
-}
-
-/// [`start_mds`], with the MDTs taken under multiple-mount protection first when
-/// `failover` says how (see `mds::mmp`): a standby waits here until the MDS serving
-/// them stops. An MDS whose MDT is taken over stops serving: the process exits.
-pub async fn start_mds_failover(
     listen: &str,
     advertise: Option<&str>,
     mgs_addr: &str,

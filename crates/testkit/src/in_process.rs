@@ -80,7 +80,7 @@ impl InProcessCluster {
                     ost += n;
                     cli::serve::start_oss("127.0.0.1:0", None, &mgs, &dirs, &common, &Default::default()).await?;
                 }
-                cli::serve::start_mds("127.0.0.1:0", None, &mgs, &[root.join("mdt0")], &common, spec.mds.clone())
+                cli::serve::start_mds("127.0.0.1:0", None, &mgs, &[root.join("mdt0")], &common, spec.mds.clone(), None)
                     .await?;
                 anyhow::Ok(mgs)
             };
