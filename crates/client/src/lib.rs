@@ -495,8 +495,8 @@ async fn follow_config(inner: std::sync::Weak<Inner>, every: Duration) {
 /// under way or locks were held (its sending retries only now and then, and OST
 /// transfers may hold it back): a restarted MDS waits, at the end of its recovery
 /// window, only for the clients connected to it (see the MDS's `recovery`). Once
-/// connected, replays the locks held on its MDTs ([`held_locks`]). Ends with the
-/// client.
+/// connected (where the MDTs were, or where the MGS says they moved), replays the
+/// open handles and locks held on them ([`Client::replay`]). Ends with the client.
 async fn keep_connected(weak: std::sync::Weak<Inner>, mut lost: tokio::sync::mpsc::Receiver<String>) {
     let pinging: Arc<Mutex<std::collections::HashSet<String>>> = Arc::default();
     while let Some(addr) = lost.recv().await {

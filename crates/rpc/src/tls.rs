@@ -103,25 +103,23 @@ impl TlsContext {
         let chain = certs(&dir.cert())?;
         let key = PrivateKeyDer::from_pem_file(dir.key())
             .map_err(|e| format!("{}: not a PEM private key: {e}", dir.key().display()))?;
-        let bad = |e: rustls::Error| format!("TLS settings in {}: {e}", dir.0.display());
-        let verify_clients = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider())
-            .build()
-            .map_err(|e| format!("TLS settings in {}: {e}", dir.0.display()))?;
+        let bad = |e: &dyn std::fmt::Display| format!("TLS settings in {}: {e}", dir.0.display());
+        let verify_clients =
+            WebPkiClientVerifier::builder_with_provider(roots.clone(), provider()).build().map_err(|e| bad(&e))?;
         let server = rustls::ServerConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
-            .map_err(bad)?
+            .map_err(|e| bad(&e))?
             .with_client_cert_verifier(verify_clients)
             .with_single_cert(chain.clone(), key.clone_key())
-            .map_err(bad)?;
-        let verify_servers = WebPkiServerVerifier::builder_with_provider(roots, provider())
-            .build()
-            .map_err(|e| format!("TLS settings in {}: {e}", dir.0.display()))?;
+            .map_err(|e| bad(&e))?;
+        let verify_servers =
+            WebPkiServerVerifier::builder_with_provider(roots, provider()).build().map_err(|e| bad(&e))?;
         let client = rustls::ClientConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
-            .map_err(bad)?
+            .map_err(|e| bad(&e))?
             .with_webpki_verifier(verify_servers)
             .with_client_auth_cert(chain, key)
-            .map_err(bad)?;
+            .map_err(|e| bad(&e))?;
         Ok(Arc::new(TlsContext {
             dir,
             client: tokio_rustls::TlsConnector::from(Arc::new(client)),
