@@ -424,7 +424,16 @@ fn init_logging(default_level: &str) {
     };
     // Colours only on a terminal: a log file gets plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let _ = tracing_subscriber::fmt().with_max_level(level).with_ansi(ansi).with_writer(std::io::stderr).try_init();
+    // openraft logs every vote at INFO and every message at DEBUG: a replicated MDS
+    // says what matters itself, so the library's own lines show from WARN (all of
+    // them at BRAID_LOG=trace).
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
+    let raft = if level == tracing::Level::TRACE { level } else { level.min(tracing::Level::WARN) };
+    let filter = tracing_subscriber::filter::Targets::new().with_default(level).with_target("openraft", raft);
+    let fmt = tracing_subscriber::fmt::layer().with_ansi(ansi).with_writer(std::io::stderr).with_filter(filter);
+    let _ = tracing_subscriber::registry().with(fmt).try_init();
 }
 
 fn main() {

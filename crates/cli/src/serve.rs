@@ -116,6 +116,71 @@ pub struct MdsArgs {
     pub root_stripes: Option<u32>,
     #[command(flatten)]
     pub failover: FailoverOpts,
+    #[command(flatten)]
+    pub replicas: ReplicaOpts,
+}
+
+/// An MDT replicated through Raft by a group of MDS processes (see the
+/// `mds::replica` module).
+#[derive(Args, Debug, Clone, Default)]
+pub struct ReplicaOpts {
+    /// Serve the one MDT (--mdt, a directory of this node's own) as a replica of the
+    /// group at these addresses (HOST:PORT,...; the same list, in the same order, on
+    /// every replica, this MDS's advertised address among them). Replica 0 forms the
+    /// group on first start.
+    #[arg(long, value_delimiter = ',', value_name = "ADDRS")]
+    pub replicas: Vec<String>,
+    /// Raft heartbeat interval of the group, in milliseconds (default 100).
+    #[arg(long, value_name = "MS")]
+    pub raft_heartbeat_ms: Option<u64>,
+    /// How long a follower hears nothing from the leader before it stands for
+    /// election, in milliseconds (default 500; between it and twice it).
+    #[arg(long, value_name = "MS")]
+    pub raft_election_ms: Option<u64>,
+}
+
+impl ReplicaOpts {
+    /// The group this MDS is a replica of, if any.
+    fn settings(
+        &self,
+        file: &config::MdsSection,
+        fsname: &str,
+        mdts: &[PathBuf],
+        advertise: Option<&str>,
+        listen: &str,
+    ) -> Result<Option<mds::replica::ReplicaConfig>> {
+        let replicas = if self.replicas.is_empty() { file.replicas.clone() } else { self.replicas.clone() };
+        if replicas.is_empty() {
+            return Ok(None);
+        }
+        let [dir] = mdts else {
+            bail!("--replicas serves one MDT: give exactly one --mdt DIR, not {}", mdts.len());
+        };
+        let me_addr = advertise.unwrap_or(listen);
+        let me = replicas.iter().position(|a| a == me_addr).with_context(|| {
+            format!(
+                "this MDS's address {me_addr} (--advertise, or --listen) is not among --replicas {}",
+                replicas.join(",")
+            )
+        })?;
+        let heartbeat = self.raft_heartbeat_ms.or(file.raft_heartbeat_ms).unwrap_or(100);
+        let election = self.raft_election_ms.or(file.raft_election_ms).unwrap_or(500);
+        if !(10..=10_000).contains(&heartbeat) || election < heartbeat * 3 || election > 60_000 {
+            bail!(
+                "--raft-heartbeat-ms {heartbeat} --raft-election-ms {election}: want a heartbeat of 10 to 10000                  and an election timeout of 3 heartbeats to 60000"
+            );
+        }
+        let cfg = mds::replica::ReplicaConfig {
+            dir: dir.clone(),
+            replicas,
+            me,
+            fsname: fsname.to_string(),
+            heartbeat: Duration::from_millis(heartbeat),
+            election_timeout: Duration::from_millis(election),
+        };
+        cfg.check().map_err(anyhow::Error::msg)?;
+        Ok(Some(cfg))
+    }
 }
 
 /// Failover of an MDT between MDS processes that reach its directory (Lustre's
@@ -248,10 +313,16 @@ pub fn run_mds(a: MdsArgs) -> Result<()> {
         ..Default::default()
     };
     let failover = a.failover.settings(&file.mds)?;
-    run_server(
-        "MDS",
-        async move { start_mds(&listen, advertise.as_deref(), &mgs, &mdts, &common, cfg, failover).await },
-    )
+    let replica = a.replicas.settings(&file.mds, &common.fsname, &mdts, advertise.as_deref(), &listen)?;
+    if replica.is_some() && failover.is_some() {
+        bail!("--replicas and --failover are two ways to survive an MDS's loss: choose one");
+    }
+    run_server("MDS", async move {
+        match replica {
+            Some(r) => start_mds_replica(&listen, advertise.as_deref(), &mgs, r, &common, cfg).await,
+            None => start_mds(&listen, advertise.as_deref(), &mgs, &mdts, &common, cfg, failover).await,
+        }
+    })
 }
 
 /// Runs an OSS until a signal.
@@ -435,6 +506,28 @@ pub async fn start_mds(
     serve_in_process(common, &addr, &mds)?;
     tokio::spawn(mds::serve(mds, listener, common.server_config("mds")));
     tracing::info!("MDS serving {} MDT(s) at {addr}", list.len());
+    Ok(addr)
+}
+
+/// Starts an MDS as a replica of a replicated MDT (see `mds::replica`); returns its
+/// address. It answers its group at once and serves clients while it leads.
+pub async fn start_mds_replica(
+    listen: &str,
+    advertise: Option<&str>,
+    mgs_addr: &str,
+    replica: mds::replica::ReplicaConfig,
+    common: &Common,
+    cfg: mds::MdsConfig,
+) -> Result<String> {
+    let (listener, addr) = bind(listen, advertise).await?;
+    let mgs = mgs_client(mgs_addr, common, "mds");
+    let cfg = mds::MdsConfig { config_refresh: common.heartbeat, ..cfg };
+    let (n, me, dir) = (replica.replicas.len(), replica.me, replica.dir.clone());
+    let service = mds::replica::Replica::start(replica, cfg, common.identity("mds"), mgs)
+        .await
+        .with_context(|| format!("cannot start the MDT replica in {}", dir.display()))?;
+    tokio::spawn(rpc::server::serve(listener, Arc::new(common.server_config("mds")), service));
+    tracing::info!("MDS replica {me} of {n} serving at {addr}");
     Ok(addr)
 }
 

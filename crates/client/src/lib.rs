@@ -475,7 +475,7 @@ const LOST_MAX: usize = 64;
 
 /// How often a request an MDS has not answered looks whether its MDT moved (see
 /// [`Client::call_following`]).
-const MOVE_CHECK: Duration = Duration::from_secs(2);
+const MOVE_CHECK: Duration = Duration::from_secs(1);
 
 /// The default of [`ClientConfig::config_refresh`].
 pub const CONFIG_REFRESH: Duration = Duration::from_secs(5);

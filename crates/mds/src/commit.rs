@@ -243,12 +243,33 @@ impl Committer {
         if let Err(e) = &synced {
             tracing::error!(mdt = index, "cannot force the journal to stable storage: {e}");
         }
-        for (job, resp) in batch.into_iter().zip(replies) {
-            let r = match (&synced, &job.kind) {
-                (Err(e), JobKind::Sync) => Outcome::Done(Response::error(Errno::Io, e.to_string())),
-                _ => resp,
-            };
-            let _ = job.reply.send(r);
+        let answers: Vec<_> = batch
+            .into_iter()
+            .zip(replies)
+            .map(|(job, resp)| match (&synced, &job.kind) {
+                (Err(e), JobKind::Sync) => (job.reply, Outcome::Done(Response::error(Errno::Io, e.to_string()))),
+                _ => (job.reply, resp),
+            })
+            .collect();
+        let send = |answers: Vec<(oneshot::Sender<Outcome>, Outcome)>| {
+            for (to, answer) in answers {
+                let _ = to.send(answer);
+            }
+        };
+        // Replicated, a batch is answered once the group holds every record up to
+        // it (an answer from the reply cache may rest on an earlier batch). A leader
+        // that lost its group never answers: it restarts, and its clients ask the
+        // next leader.
+        match self.journal.committed() {
+            Some(mut committed) if *committed.borrow() < self.journal.seq() => {
+                let upto = self.journal.seq();
+                tokio::spawn(async move {
+                    if committed.wait_for(|c| *c >= upto).await.is_ok() {
+                        send(answers);
+                    }
+                });
+            }
+            _ => send(answers),
         }
         self.journal.checkpoint_if_due(&self.store, &self.mem, index);
     }

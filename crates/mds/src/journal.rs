@@ -38,6 +38,17 @@ pub trait Journal: Send {
     /// Drops what lies past `len` bytes: an aborted batch's record, or (0) everything
     /// a checkpoint made durable in the database.
     fn truncate(&mut self, len: u64) -> Result<(), StoreError>;
+    /// A replicated journal: the sequence number of the last record a majority
+    /// holds (records are committed in order). Replies wait for it; `None` for a
+    /// local journal, whose records are committed once appended.
+    fn committed(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        None
+    }
+    /// Rows a checkpoint writes to the `meta` table with the memtable (a replicated
+    /// journal's applied log id).
+    fn checkpoint_meta(&self) -> Vec<(&'static [u8], Vec<u8>)> {
+        Vec::new()
+    }
 }
 
 impl Journal for Wal {
@@ -58,6 +69,9 @@ impl Journal for Wal {
 /// The journal is checkpointed at least this often by size.
 const CHECKPOINT_BYTES: u64 = 64 << 20;
 
+/// How long a replicated MDT's checkpoint waits for the group to commit.
+const CHECKPOINT_COMMIT_WAIT: Duration = Duration::from_secs(5);
+
 /// `meta` key: the last journal record the durable database holds.
 const JOURNAL_SEQ: &str = "wal_seq";
 
@@ -75,7 +89,31 @@ pub struct Journaled {
 }
 
 impl Journaled {
-    /// Appends one batch's changes; the batch is committed once this returns.
+    /// A journal with nothing past the database (a replicated MDT's, whose database
+    /// holds every committed entry when its leader starts serving).
+    pub fn new(journal: Box<dyn Journal>, checkpoint_interval: Duration) -> Journaled {
+        Journaled {
+            journal,
+            seq: 0,
+            unsynced: false,
+            committed_len: 0,
+            last_checkpoint: Instant::now(),
+            checkpoint_interval,
+        }
+    }
+
+    /// The last record's sequence number.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// See [`Journal::committed`].
+    pub fn committed(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        self.journal.committed()
+    }
+
+    /// Appends one batch's changes; the batch is committed once this returns (or,
+    /// replicated, once [`Journaled::committed`] reaches it).
     pub fn log(&mut self, redo: &RedoBatch) -> Result<(), StoreError> {
         self.journal.append(self.seq + 1, &store::encode_record(redo))?;
         self.seq += 1;
@@ -104,6 +142,20 @@ impl Journaled {
         if !due || self.journal.is_empty() {
             return;
         }
+        if let Some(mut committed) = self.journal.committed() {
+            // The database may only ever hold what a majority holds: wait for the
+            // records the memtable holds (this task holds the committer only).
+            let seq = self.seq;
+            let waited = tokio::task::block_in_place(|| {
+                tokio::runtime::Handle::current()
+                    .block_on(tokio::time::timeout(CHECKPOINT_COMMIT_WAIT, committed.wait_for(|c| *c >= seq)))
+            });
+            if !matches!(waited, Ok(Ok(_))) {
+                tracing::warn!(mdt, seq, "checkpoint put off: the group has not committed the memtable's entries");
+                self.last_checkpoint = Instant::now();
+                return;
+            }
+        }
         match checkpoint(store, mem, self.journal.as_mut(), self.seq) {
             Ok(()) => {
                 self.unsynced = false;
@@ -122,6 +174,9 @@ fn checkpoint(store: &Store, mem: &RwLock<MemTable>, journal: &mut dyn Journal, 
     let mut b = store.batch(true)?;
     b.write_back(&mem.read().unwrap_or_else(std::sync::PoisonError::into_inner), &TABLES)?;
     b.put(Tbl::Meta.table(), JOURNAL_SEQ.as_bytes(), &seq.to_le_bytes())?;
+    for (k, v) in journal.checkpoint_meta() {
+        b.put(Tbl::Meta.table(), k, &v)?;
+    }
     b.commit()?;
     // The database now holds what the memtable did: readers see the same either way.
     let entries = {

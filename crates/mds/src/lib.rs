@@ -20,7 +20,8 @@
 //! - [`inode`], [`lease`], [`locks`]: inode records and permissions, directory
 //!   leases, POSIX record locks; `recovery`: what a restarted MDT waits for before
 //!   other clients see directories that lease holders of its previous run changed;
-//!   [`mmp`]: one MDS at a time on an MDT that a failover pair shares.
+//!   [`mmp`]: one MDS at a time on an MDT that a failover pair shares;
+//! - [`replica`]: an MDT served by a group of MDSs that replicate it through Raft.
 
 pub mod check;
 pub mod cluster;
@@ -34,6 +35,7 @@ pub mod locks;
 pub mod mdt;
 pub mod mmp;
 mod recovery;
+pub mod replica;
 pub mod service;
 pub mod target;
 pub mod workers;

@@ -52,8 +52,22 @@ impl Mds {
             mdts.insert(*index, Mdt::open(*index, dir, &cfg, cluster.clone())?);
             dirs.insert(*index, dir.clone());
         }
+        Ok(Mds::serve_mdts(mdts, dirs, cfg, identity, mgs, cluster, Arc::default()))
+    }
+
+    /// Starts the background workers of MDTs opened already (a replicated MDT's
+    /// leader, [`crate::replica`], opens its own), with lease callbacks through
+    /// `callbacks`.
+    pub(crate) fn serve_mdts(
+        mdts: HashMap<u32, Arc<Mdt>>,
+        dirs: HashMap<u32, PathBuf>,
+        cfg: MdsConfig,
+        identity: Arc<Identity>,
+        mgs: Arc<RpcClient>,
+        cluster: Arc<RwLock<ClusterView>>,
+        callbacks: Arc<Callbacks>,
+    ) -> Arc<Mds> {
         let workers = Workers::default();
-        let callbacks: Arc<Callbacks> = Arc::default();
         let dne = Arc::new(Dne::new(identity.clone(), cluster.clone(), mgs.clone(), mdts.get(&0).map(|m| &**m)));
         workers.spawn(ClusterRefresh {
             mgs: mgs.clone(),
@@ -78,7 +92,7 @@ impl Mds {
         if let (Some(m), true) = (mdts.get(&0), cfg.root_stripes > 1) {
             workers.spawn(RootStripe { mdt: m.clone(), dne: dne.clone(), count: cfg.root_stripes, done: false });
         }
-        Ok(Arc::new(Mds { mdts, dirs, callbacks, dne, workers, cluster, mgs }))
+        Arc::new(Mds { mdts, dirs, callbacks, dne, workers, cluster, mgs })
     }
 
     /// Stops the background workers (dropping the MDS does too).

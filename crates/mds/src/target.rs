@@ -135,14 +135,50 @@ impl Mdt {
         if formatted.format < mdt::schema::FORMAT {
             mdt::schema::upgrade(&store, index, formatted.format).map_err(|e| failed("cannot upgrade", e))?;
         }
+        Mdt::serve(index, store, mem, journal, formatted.fresh, cfg, cluster).map_err(|e| failed("", e))
+    }
+
+    /// The MDT in `store` of a replica group's leader ([`crate::replica`]), whose
+    /// entries go through `journal`; its database holds every entry committed before.
+    pub(crate) fn open_replicated(
+        index: u32,
+        dir: &Path,
+        store: Arc<Store>,
+        journal: Box<dyn journal::Journal>,
+        cfg: &MdsConfig,
+        cluster: Arc<RwLock<ClusterView>>,
+    ) -> Result<Arc<Mdt>, MdsError> {
+        let failed = |e: OpError| MdsError::Format { index, dir: dir.to_path_buf(), detail: e.to_string() };
+        let formatted = mdt::schema::format(&store, index, &cfg.default_layout).map_err(failed)?;
+        if formatted.format < mdt::schema::FORMAT {
+            return Err(failed(OpError::Store(StoreError::Format(format!(
+                "a replicated MDT in format {} cannot be upgraded in place; this braid writes format {}",
+                formatted.format,
+                mdt::schema::FORMAT
+            )))));
+        }
+        let mem = Arc::new(RwLock::new(mdt::new_memtable()));
+        let journal = journal::Journaled::new(journal, cfg.checkpoint_interval);
+        Mdt::serve(index, store, mem, journal, false, cfg, cluster).map_err(failed)
+    }
+
+    /// The MDT as served from its database and memtable, once its journal is recovered.
+    fn serve(
+        index: u32,
+        store: Arc<Store>,
+        mem: Arc<RwLock<MemTable>>,
+        journal: journal::Journaled,
+        fresh: bool,
+        cfg: &MdsConfig,
+        cluster: Arc<RwLock<ClusterView>>,
+    ) -> Result<Arc<Mdt>, OpError> {
         let opens: Opens = Default::default();
-        let recovery = Recovery::starting(index, formatted.fresh).map(Arc::new);
+        let recovery = Recovery::starting(index, fresh).map(Arc::new);
         let leases = Arc::new(Mutex::new(DirLeases::starting(recovery.clone())));
         // Counted once here (after the replay); every logged batch moves it since.
         let counted = {
-            let view = View::new(store.snapshot().map_err(|e| failed("", e.into()))?, mem.read().expect("memtable"));
-            let rows =
-                view.scan(Tbl::Inodes, std::ops::Bound::Unbounded).map_err(|e| failed("cannot count inodes", e))?;
+            let view = View::new(store.snapshot()?, mem.read().expect("memtable"));
+            let rows = view.scan(Tbl::Inodes, std::ops::Bound::Unbounded)?;
             rows.count() as u64
         };
         let inodes = Arc::new(std::sync::atomic::AtomicU64::new(counted));

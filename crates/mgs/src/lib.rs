@@ -106,6 +106,10 @@ struct State {
     live: HashMap<(u8, u32), Live>,
     pools: BTreeMap<String, PoolRecord>,
     generation: u64,
+    /// The last epoch each replicated MDT registered with (its leader's Raft term),
+    /// kept in memory: after a restart of the MGS the next leader's registration
+    /// sets it again.
+    epochs: HashMap<(u8, u32), u64>,
 }
 
 fn key(kind: TargetKind, index: u32) -> (u8, u32) {
@@ -166,7 +170,7 @@ impl Mgs {
         let now = Instant::now();
         let live =
             targets.keys().map(|k| (*k, Live { last_seen: now, usage: Usage::default(), media: None })).collect();
-        Ok(Mgs { cfg, store, state: Mutex::new(State { targets, live, pools, generation: 1 }) })
+        Ok(Mgs { cfg, store, state: Mutex::new(State { targets, live, pools, generation: 1, epochs: HashMap::new() }) })
     }
 
     fn persist(&self, rec: &TargetRecord) -> Result<(), StoreError> {
@@ -182,6 +186,7 @@ impl Mgs {
         index: Option<u32>,
         address: String,
         fsname: String,
+        epoch: u64,
     ) -> Response {
         if fsname != self.cfg.fsname {
             return Response::error(
@@ -202,6 +207,17 @@ impl Mgs {
                 )
             }
             (Some(mut r), _) => {
+                let last = st.epochs.get(&key(kind, r.index)).copied().unwrap_or(0);
+                if epoch < last {
+                    return Response::error(
+                        Errno::Stale,
+                        format!(
+                            "{}{:04x} was registered by its leader of term {last}; this registration is of term {epoch}",
+                            kind.name(),
+                            r.index
+                        ),
+                    );
+                }
                 r.address = address;
                 r
             }
@@ -224,6 +240,9 @@ impl Mgs {
         }
         tracing::info!(target = %format!("{}{:04x}", rec.kind.name(), rec.index), address = %rec.address, "target registered");
         let index = rec.index;
+        if epoch > 0 {
+            st.epochs.insert(key(kind, index), epoch);
+        }
         let media = st.live.get(&key(kind, index)).and_then(|l| l.media.clone());
         st.live.insert(key(kind, index), Live { last_seen: Instant::now(), usage: Usage::default(), media });
         st.targets.insert(key(kind, index), rec);
@@ -376,8 +395,8 @@ impl Service for Mgs {
     async fn handle(&self, _ctx: RequestCtx, req: Request, _payload: Bytes) -> Answer {
         let resp = match req {
             Request::Ping => Response::Ok,
-            Request::MgsRegister { kind, uuid, index, address, fsname } => {
-                self.register(kind, uuid, index, address, fsname)
+            Request::MgsRegister { kind, uuid, index, address, fsname, epoch } => {
+                self.register(kind, uuid, index, address, fsname, epoch)
             }
             Request::MgsHeartbeat { kind, index, uuid, usage, media } => {
                 self.heartbeat(kind, index, &uuid, usage, media)

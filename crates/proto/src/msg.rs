@@ -453,6 +453,10 @@ pub enum Request {
         index: Option<u32>,
         address: String,
         fsname: String,
+        /// A replicated MDT's leader registers with its Raft term: the MGS refuses a
+        /// registration older than the last it took (a deposed leader's, delayed).
+        /// 0 for every other target.
+        epoch: u64,
     },
     MgsHeartbeat {
         kind: TargetKind,
@@ -928,6 +932,23 @@ pub enum Request {
         handles: u32,
         write: bool,
     },
+    /// A Raft message between the replicas of one MDT (see `mds::replica`); the
+    /// message itself is the payload, answered with [`Response::Data`] and the
+    /// answer as payload. `group` names the replica group (file system and MDT group
+    /// uuid), so that a replica of another group is refused.
+    MdtRaft {
+        fsname: String,
+        group: String,
+        kind: RaftRpc,
+    },
+}
+
+/// The Raft messages replicas exchange ([`Request::MdtRaft`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RaftRpc {
+    Vote,
+    AppendEntries,
+    InstallSnapshot,
 }
 
 impl Request {
@@ -1001,6 +1022,7 @@ impl Request {
             Request::MdsReplaceLayout { .. } => "replace_layout",
             Request::MdsOpenLog { .. } => "open_log",
             Request::MdsReclaimOpen { .. } => "reclaim_open",
+            Request::MdtRaft { .. } => "mdt_raft",
             Request::MdsRefreshConfig => "refresh_config",
             Request::MdsDomRead { .. } => "dom_read",
             Request::MdsDomWrite { .. } => "dom_write",

@@ -19,6 +19,9 @@ pub struct TargetDir {
     pub uuid: String,
     /// Index given by the MGS, once registered.
     pub index: Option<u32>,
+    /// The Raft term of a replicated MDT's leader (see `Request::MgsRegister`); 0
+    /// otherwise.
+    pub epoch: u64,
 }
 
 impl TargetDir {
@@ -47,7 +50,7 @@ impl TargetDir {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(e),
         };
-        Ok(TargetDir { kind, dir: dir.to_path_buf(), uuid, index })
+        Ok(TargetDir { kind, dir: dir.to_path_buf(), uuid, index, epoch: 0 })
     }
 
     /// Registers with the MGS (retrying while it is unreachable) and records the index.
@@ -60,6 +63,7 @@ impl TargetDir {
                     index: self.index,
                     address: address.to_string(),
                     fsname: fsname.to_string(),
+                    epoch: self.epoch,
                 },
                 vec![],
             )

@@ -206,6 +206,12 @@ impl Batch {
         Ok(())
     }
 
+    /// Deletes every row of `t` (a replica replacing its state with a snapshot).
+    pub fn clear(&mut self, t: Table) -> Result<(), StoreError> {
+        self.table(t)?.retain(|_, _| false).map_err(|e| StoreError::engine("clear", e))?;
+        Ok(())
+    }
+
     /// Every row of `t`, in key order (for upgrades and loading small tables).
     pub fn rows(&self, t: Table) -> Result<Vec<Row>, StoreError> {
         let table = self.table(t)?;

@@ -110,6 +110,10 @@ pub struct ClusterSpec {
     pub insecure: bool,
     /// Environment of the CLI runs ([`Cluster::braid`]), e.g. `BRAID_TLS_DIR`.
     pub cli_env: Vec<(String, String)>,
+    /// More than 1: MDT 0 is served by this many MDS processes replicating it
+    /// through Raft (`braid mds --replicas`), named `mds0`, `mds1`, ... instead of
+    /// one `mds`.
+    pub mdt_replicas: usize,
 }
 
 impl Default for ClusterSpec {
@@ -124,6 +128,7 @@ impl Default for ClusterSpec {
             oss_args: vec![],
             insecure: false,
             cli_env: vec![],
+            mdt_replicas: 1,
         }
     }
 }
@@ -373,6 +378,25 @@ impl Cluster {
         args.extend(["--target-timeout-ms".into(), spec.target_timeout_ms.to_string()]);
         args.extend(spec.mgs_args.iter().cloned());
         c.add_server("mgs", args);
+        if spec.mdt_replicas > 1 {
+            c.add_replicas(spec.mdt_replicas);
+        } else {
+            c.add_single_mds();
+        }
+        let mut ost = 0;
+        for (i, n) in spec.osts_per_oss.iter().enumerate() {
+            let dirs: Vec<PathBuf> = (ost..ost + n).map(|k| c.dir.path().join(format!("ost{k}"))).collect();
+            ost += n;
+            c.add_oss(&format!("oss{i}"), &dirs);
+        }
+        c.wait_osts_up(ost, Duration::from_secs(30));
+        c
+    }
+
+    /// The MDS of [`ClusterSpec::mdts`] MDTs, named `mds`.
+    fn add_single_mds(&mut self) {
+        let spec = self.spec.clone();
+        let c = self;
         let mut args = c.role_args("mds");
         for i in 0..spec.mdts {
             args.extend(["--mdt".into(), path(&c.dir.path().join(format!("mdt{i}")))]);
@@ -382,14 +406,52 @@ impl Cluster {
             args.extend(["--root-stripes".into(), striped_root().to_string()]);
         }
         c.add_server("mds", args);
-        let mut ost = 0;
-        for (i, n) in spec.osts_per_oss.iter().enumerate() {
-            let dirs: Vec<PathBuf> = (ost..ost + n).map(|k| c.dir.path().join(format!("ost{k}"))).collect();
-            ost += n;
-            c.add_oss(&format!("oss{i}"), &dirs);
+    }
+
+    /// `n` MDS processes replicating MDT 0, `mds0` to `mds{n-1}`, each on its own
+    /// address with its own directory (`mdt0-r{k}`); replica 0 forms the group.
+    fn add_replicas(&mut self, n: usize) {
+        let args: Vec<Vec<String>> = (0..n).map(|_| self.role_args("mds")).collect();
+        let listen = |a: &Vec<String>| a[a.iter().position(|x| x == "--listen").expect("--listen") + 1].clone();
+        let list = args.iter().map(listen).collect::<Vec<_>>().join(",");
+        for (k, mut a) in args.into_iter().enumerate() {
+            a.extend(["--mdt".into(), path(&self.dir.path().join(format!("mdt0-r{k}")))]);
+            a.extend(["--replicas".into(), list.clone()]);
+            a.extend(self.spec.mds_args.iter().cloned());
+            self.add_server(&format!("mds{k}"), a);
         }
-        c.wait_osts_up(ost, Duration::from_secs(30));
-        c
+    }
+
+    /// The replica that serves the replicated MDT now (the last to log that it
+    /// serves it, among those running), waiting up to `timeout` for one.
+    pub fn mdt_leader(&mut self, timeout: Duration) -> String {
+        let start = Instant::now();
+        loop {
+            let mut best: Option<(String, String)> = None;
+            for k in 0..self.spec.mdt_replicas {
+                let name = format!("mds{k}");
+                if !self.alive(&name) {
+                    continue;
+                }
+                let log = self.log_text(&name);
+                let last_start = log.rfind("MDS replica ").unwrap_or(0);
+                // "served by this replica term=N" after this process's last start.
+                if let Some(line) = log[last_start..].lines().rev().find(|l| l.contains("served by this replica")) {
+                    let term = line.rsplit("term=").next().unwrap_or("0").trim().to_string();
+                    let newer = best
+                        .as_ref()
+                        .is_none_or(|(_, t)| term.parse::<u64>().unwrap_or(0) > t.parse::<u64>().unwrap_or(0));
+                    if newer {
+                        best = Some((name, term));
+                    }
+                }
+            }
+            if let Some((name, _)) = best {
+                return name;
+            }
+            assert!(start.elapsed() < timeout, "no replica serves the MDT after {timeout:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     fn role_args(&mut self, role: &str) -> Vec<String> {
