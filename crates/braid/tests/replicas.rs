@@ -1,6 +1,7 @@
 //! A replicated MDT (`braid mds --replicas`, the `mds::replica` module): three MDS
-//! processes replicate MDT 0 through Raft, and a real mount keeps working while
-//! the leader is SIGKILLed twice (a change made during each failover lands, a lock
+//! processes replicate MDT 0 through Raft; a change is acknowledged only once a
+//! majority holds it; a real mount keeps working while the leader is SIGKILLed
+//! twice (a change made during each failover lands, a lock
 //! the mount holds is replayed to the new leader, a killed replica comes back and
 //! catches up), and the namespace checker finds every replica's database
 //! consistent. Strangers are refused, and the group serves on: Raft messages from a
@@ -67,6 +68,30 @@ fn a_replicated_mdt_serves_through_the_loss_of_its_leaders() {
     std::fs::write(m.path("locked"), b"locked").unwrap();
     let locked = std::fs::OpenOptions::new().read(true).write(true).open(m.path("locked")).unwrap();
     assert_eq!(setlk(locked.as_raw_fd(), libc::F_WRLCK), 0);
+
+    // A change is acknowledged only once a majority holds it: with both followers
+    // stopped, a create waits; it completes once they go on.
+    let leader = c.mdt_leader(WAIT);
+    let followers: Vec<u32> = (0..3)
+        .map(|k| format!("mds{k}"))
+        .filter(|n| *n != leader)
+        .map(|n| c.servers[&n].pid().expect("running"))
+        .collect();
+    let signal = |sig: i32| {
+        for pid in &followers {
+            // SAFETY: kill(2) of server processes this test started.
+            unsafe { libc::kill(*pid as i32, sig) };
+        }
+    };
+    signal(libc::SIGSTOP);
+    let path = m.path("majority");
+    let create = std::thread::spawn(move || std::fs::write(path, b"majority"));
+    std::thread::sleep(Duration::from_millis(1500));
+    let waited = !create.is_finished();
+    signal(libc::SIGCONT);
+    assert!(waited, "a create was acknowledged while no follower could hold it");
+    create.join().unwrap().expect("the create completes once the followers go on");
+    assert_eq!(std::fs::read_to_string(m2.path("majority")).unwrap(), "majority");
 
     let (first, _) = fail_over(&mut c, &m, "during1");
     // The lock the mount held was replayed to the new leader: the other mount is
@@ -180,4 +205,56 @@ fn replicas_refuse_strangers_and_serve_on() {
     assert_ne!(killed, "mds2");
     assert_eq!(std::fs::read_to_string(m.path("f9")).unwrap(), "x");
     assert_eq!(std::fs::read_to_string(m.path("last")).unwrap(), "last");
+}
+
+/// Operations that span MDTs (renames and links between the replicated MDT 0 and
+/// a plain MDT 1) stay whole while MDT 0's leader is killed among them: every
+/// acknowledged one is done, and MDT 1 with each replica of MDT 0 is a consistent
+/// namespace.
+#[test]
+fn operations_across_mdts_stay_whole_through_a_failover() {
+    let mut c = Cluster::start(bin(), spec());
+    let mdt1 = c.dir.path().join("mdt1");
+    c.add_mds("mdsx", std::slice::from_ref(&mdt1));
+    c.wait_mdts_up(2, WAIT);
+    c.braid_ok(&["mkdir", "-i", "1", &c.url("/r")]);
+    let m = Mount::new(&c, "");
+    for i in 0..40 {
+        std::fs::write(m.path(&format!("f{i}")), format!("{i}")).unwrap();
+    }
+    let root = m.path("");
+    let worker = std::thread::spawn(move || {
+        // Moves every file into /r (MDT 1) and links it back under another name.
+        let mut done = Vec::new();
+        for i in 0..40 {
+            std::fs::rename(root.join(format!("f{i}")), root.join(format!("r/f{i}"))).expect("a rename across MDTs");
+            std::fs::hard_link(root.join(format!("r/f{i}")), root.join(format!("l{i}"))).expect("a link across MDTs");
+            done.push(i);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        done
+    });
+    std::thread::sleep(Duration::from_millis(600));
+    let (killed, _) = fail_over(&mut c, &m, "during");
+    let done = worker.join().expect("every operation across MDTs succeeds");
+    assert_eq!(done.len(), 40);
+    for i in 0..40 {
+        assert!(!m.path(&format!("f{i}")).exists(), "f{i} moved");
+        assert_eq!(std::fs::read_to_string(m.path(&format!("r/f{i}"))).unwrap(), format!("{i}"));
+        assert_eq!(std::fs::read_to_string(m.path(&format!("l{i}"))).unwrap(), format!("{i}"));
+    }
+    c.restart(&killed);
+    std::fs::write(m.path("after"), b"after").unwrap();
+    m.umount().unwrap();
+    // Checkpoints and the followers' flushes put everything in the databases.
+    std::thread::sleep(Duration::from_secs(3));
+    for k in 0..3 {
+        c.stop(&format!("mds{k}"));
+    }
+    c.stop("mdsx");
+    for dir in replica_dirs(&c) {
+        let out =
+            c.braid(&["check-namespace", "--mdt", &dir.display().to_string(), "--mdt", &mdt1.display().to_string()]);
+        assert!(out.status.success(), "{}: {}{}", dir.display(), testkit::stdout(&out), stderr(&out));
+    }
 }

@@ -13,9 +13,9 @@
 //! value`, `table` being the position in [`TABLES`].
 
 use std::io::Cursor;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{
@@ -57,7 +57,8 @@ pub struct Shared {
     /// While this process serves the MDT as leader: the origin its entries carry
     /// (their changes are in its memtable already). 0 otherwise.
     pub(crate) serving: AtomicU64,
-    last_durable: Mutex<Instant>,
+    /// Entries were applied by commits that are not durable yet (see [`flush`]).
+    unflushed: AtomicBool,
     /// The last snapshot built or installed, as sent to a lagging replica.
     current: Mutex<Option<Kept>>,
 }
@@ -98,7 +99,7 @@ impl StateMachine {
         let shared = Arc::new(Shared {
             applied: Mutex::new((applied, membership)),
             serving: AtomicU64::new(0),
-            last_durable: Mutex::new(Instant::now()),
+            unflushed: AtomicBool::new(false),
             current: Mutex::new(None),
         });
         Ok(StateMachine { store, shared })
@@ -135,23 +136,29 @@ impl StateMachine {
             let meta = Tbl::Meta.table();
             b.put(meta, META_APPLIED, &postcard::to_allocvec(&applied).expect("encodes"))?;
             b.put(meta, META_MEMBERSHIP, &postcard::to_allocvec(&membership).expect("encodes"))?;
-            let mut last = self.shared.last_durable.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            if last.elapsed() >= DURABLE_EVERY {
-                *last = Instant::now();
-                drop(last);
-                // The transaction's durability is set at its start: make this
-                // one durable by a second, empty durable commit after it.
-                b.commit()?;
-                self.store.batch(true)?.commit()?;
-            } else {
-                drop(last);
-                b.commit()?;
-            }
+            b.commit()?;
+            self.shared.unflushed.store(true, Ordering::Release);
         } else if foreign > 0 {
             b.commit()?;
         }
         *self.shared.applied.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = (applied, membership);
         Ok(n)
+    }
+}
+
+/// Makes the entries a follower applied durable, every [`DURABLE_EVERY`]: one
+/// empty durable commit covers the commits before it. Runs until `shared` goes.
+pub(crate) async fn flush(store: Arc<Store>, shared: std::sync::Weak<Shared>) {
+    loop {
+        tokio::time::sleep(DURABLE_EVERY).await;
+        let Some(shared) = shared.upgrade() else { return };
+        if shared.unflushed.swap(false, Ordering::AcqRel) {
+            let flushed = store.batch(true).and_then(|b| b.commit());
+            if let Err(e) = flushed {
+                shared.unflushed.store(true, Ordering::Release);
+                tracing::error!("cannot make applied entries durable (the log still holds them): {e}");
+            }
+        }
     }
 }
 
