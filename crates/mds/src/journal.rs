@@ -9,10 +9,11 @@
 //! covers, and empties the journal. At open, records past that sequence are applied
 //! again ([`recover`]).
 //!
-//! [`Journal`] is the seam: today a local redo log ([`store::wal::Wal`]: an
-//! acknowledged operation survives a crash of the process at once and of the machine
-//! once the log or a checkpoint reached the disk); a replicated MDT puts a Raft log
-//! under the same four calls, leaving group commit and the namespace untouched.
+//! [`Journal`] is the seam: a local redo log ([`store::wal::Wal`]: an acknowledged
+//! operation survives a crash of the process at once and of the machine once the
+//! log or a checkpoint reached the disk), or a replicated MDT's Raft log
+//! ([`crate::replica`]), whose records are committed once a majority holds them
+//! ([`Journal::committed`]), leaving group commit and the namespace untouched.
 
 use std::sync::RwLock;
 use std::time::{Duration, Instant};
