@@ -26,7 +26,13 @@
 //! come off, the MDS is stopped and `braid check-namespace` must find its MDT
 //! consistent. Then `down` must leave no process, mount or namespace behind.
 //!
-//! It takes about a minute and a half, so it runs only with `BRAID_LONG_TESTS=1`
+//! A second test runs the same with MDT 0 replicated by three MDS nodes
+//! (`--mdt-replicas 3`): each kill and cut hits the replica that leads at the time
+//! (the killed one is started again and rejoins as a follower), the stall is then
+//! the failover as a client sees it, every replica's database must be consistent,
+//! and no two replicas may have served in one term.
+//!
+//! Each takes about a minute and a half, so they run only with `BRAID_LONG_TESTS=1`
 //! (and as root); otherwise it says it was skipped and passes:
 //!
 //! ```sh
@@ -332,11 +338,50 @@ fn say(text: &str) {
 
 #[test]
 fn acknowledged_changes_survive_mds_kills_and_cuts_under_two_clients() {
+    run(1);
+}
+
+/// The same with MDT 0 replicated by three MDS nodes: each fault hits the replica
+/// that leads at the time (a killed one is started again, as a follower), and two
+/// replicas never serve in the same term.
+#[test]
+fn acknowledged_changes_survive_leader_kills_and_cuts_of_a_replicated_mdt() {
+    run(3);
+}
+
+/// The MDS node the faults hit: the one MDS, or the replica that leads.
+fn victim(c: &NetnsCluster, replicas: usize) -> String {
+    if replicas > 1 {
+        c.ok("leader", &["--timeout", "90"]).trim().to_string()
+    } else {
+        "mds0".to_string()
+    }
+}
+
+/// The terms each replica logged that it served in: none twice.
+fn served_terms(state: &Path, replicas: usize) -> Vec<(String, u64)> {
+    let mut all = Vec::new();
+    for k in 0..replicas {
+        let text = fs::read_to_string(state.join(format!("logs/mds{k}.log"))).unwrap_or_default();
+        for line in text.lines().filter(|l| l.contains("served by this replica")) {
+            if let Some(t) = line.rsplit("term=").next().and_then(|t| t.trim().parse().ok()) {
+                all.push((format!("mds{k}"), t));
+            }
+        }
+    }
+    all
+}
+
+fn run(replicas: usize) {
     if std::env::var("BRAID_LONG_TESTS").as_deref() != Ok("1") {
         say("netns_faults: skipped (a fault test of about 90 s, as root); run it with \
              BRAID_LONG_TESTS=1 cargo test -p braid --test netns_faults -- --nocapture");
         return;
     }
+    // One cluster at a time: the two tests share the machine's two cores, and each
+    // measures stalls.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     // SAFETY: geteuid(2) has no preconditions.
     assert_eq!(unsafe { libc::geteuid() }, 0, "network namespaces and mounts need root");
     let began = Instant::now();
@@ -347,7 +392,9 @@ fn acknowledged_changes_survive_mds_kills_and_cuts_under_two_clients() {
     say(&format!("netns_faults: seed {seed} (BRAID_SEED={seed} repeats the schedule)"));
     let mut next = rng(seed);
 
-    let c = NetnsCluster::up(&["--mdss", "1", "--osss", "2", "--osts-per-oss", "2", "--clients", "2"]);
+    let mdss = replicas.to_string();
+    let layout = if replicas > 1 { "--mdt-replicas" } else { "--mdss" };
+    let c = NetnsCluster::up(&[layout, &mdss, "--osss", "2", "--osts-per-oss", "2", "--clients", "2"]);
     let state = c.state.path().to_path_buf();
     eprintln!("up after {:?}", began.elapsed());
     let mounts = [c.mount("client0", ""), c.mount("client1", "")];
@@ -381,19 +428,21 @@ fn acknowledged_changes_survive_mds_kills_and_cuts_under_two_clients() {
         let (at, command, out, back) = match fault {
             Fault::Kill => {
                 kills += 1;
-                c.ok("kill", &["mds0", "KILL"]);
+                let node = victim(&c, replicas);
+                c.ok("kill", &[&node, "KILL"]);
                 let (at, command) = (now_us(), issued.elapsed());
                 std::thread::sleep(Duration::from_millis(next(1000)));
                 let out = Duration::from_micros(now_us() - at);
-                c.ok("start", &["mds0"]);
+                c.ok("start", &[&node]);
                 (at, command, out, now_us())
             }
             Fault::Cut => {
                 cuts += 1;
-                c.ok("cut", &["mds0"]);
+                let node = victim(&c, replicas);
+                c.ok("cut", &[&node]);
                 let (at, command) = (now_us(), issued.elapsed());
                 std::thread::sleep(Duration::from_millis(1000 + next(4001)));
-                c.ok("heal", &["mds0"]);
+                c.ok("heal", &[&node]);
                 let back = now_us();
                 (at, command, Duration::from_micros(back - at), back)
             }
@@ -470,8 +519,9 @@ fn acknowledged_changes_survive_mds_kills_and_cuts_under_two_clients() {
 
     // The figures.
     let secs = |us: u64| us as f64 / 1e6;
+    let whom = if replicas > 1 { format!("MDT leader (of {replicas} replicas)") } else { "MDS".to_string() };
     let mut report = vec![format!(
-        "netns_faults: seed {seed}, {KILLS} MDS kills and {CUTS} cuts in {:.0} s; {files} files (of which \
+        "netns_faults: seed {seed}, {KILLS} {whom} kills and {CUTS} cuts in {:.0} s; {files} files (of which \
          {renames} renamed) and {removals} removals acknowledged to 2 clients checked through both mounts; \
          {probed} probes",
         faults_took.as_secs_f64()
@@ -505,13 +555,36 @@ fn acknowledged_changes_survive_mds_kills_and_cuts_under_two_clients() {
     for m in &mounts {
         c.ok("umount", &[m.to_str().expect("UTF-8 path")]);
     }
-    c.ok("kill", &["mds0", "TERM"]);
-    let mdt = state.join("data/mds0/mdt");
-    let mut check = Command::new(bin());
-    check.arg("check-namespace").arg("--mdt").arg(&mdt);
-    let out = output_within(&mut check, Duration::from_secs(120)).expect("check-namespace finished");
-    if !out.status.success() {
-        failures.push(format!("braid check-namespace ({}):\n{}{}", out.status, stdout(&out), stderr(&out)));
+    if replicas > 1 {
+        // Two replicas never led in one term.
+        let terms = served_terms(&state, replicas);
+        let mut seen = std::collections::HashMap::new();
+        for (node, term) in &terms {
+            if let Some(other) = seen.insert(*term, node.clone()) {
+                failures.push(format!("{other} and {node} both served in term {term}"));
+            }
+        }
+        say(&format!("  {} leaderships, in terms {:?}", terms.len(), terms.iter().map(|t| t.1).collect::<Vec<_>>()));
+        // Checkpoints and the followers' flushes put everything in the databases.
+        std::thread::sleep(Duration::from_secs(3));
+    }
+    for k in 0..replicas {
+        c.ok("kill", &[&format!("mds{k}"), "TERM"]);
+    }
+    for k in 0..replicas {
+        let mdt = state.join(format!("data/mds{k}/mdt"));
+        let mut check = Command::new(bin());
+        check.arg("check-namespace").arg("--mdt").arg(&mdt);
+        let out = output_within(&mut check, Duration::from_secs(120)).expect("check-namespace finished");
+        if !out.status.success() {
+            failures.push(format!(
+                "braid check-namespace of {} ({}):\n{}{}",
+                mdt.display(),
+                out.status,
+                stdout(&out),
+                stderr(&out)
+            ));
+        }
     }
     assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
 

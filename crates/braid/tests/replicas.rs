@@ -6,7 +6,7 @@
 //! catches up), and the namespace checker finds every replica's database
 //! consistent. Strangers are refused, and the group serves on: Raft messages from a
 //! client, for another group, or that do not decode; a replica started on another
-//! group's directory; a replica with another cluster secret.
+//! group's directory; a replica with another cluster secret or file system name.
 
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -196,6 +196,19 @@ fn replicas_refuse_strangers_and_serve_on() {
     let said = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(said.contains("authentication") || said.contains("secret"), "the impostor says why:\n{said}");
     assert!(!said.contains("served by this replica"), "the impostor never leads");
+    impostor.stop(Duration::from_secs(5));
+
+    // A replica of another file system name: refused too, and says so.
+    let mut args = c.server_args("mds2");
+    args.extend(["--fsname".into(), "other".into()]);
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let log = c.dir.path().join("other-fs.log");
+    let mut impostor = Daemon::start(bin(), &argv, &[], &log, "listening on").expect("the replica starts");
+    std::thread::sleep(Duration::from_secs(2));
+    std::fs::write(m.path("g"), b"g").unwrap();
+    let said = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(said.contains("this replica is of file system 'braid'"), "the replica says why:\n{said}");
+    assert!(!said.contains("served by this replica"), "it never leads");
     impostor.stop(Duration::from_secs(5));
 
     // The replica itself comes back and catches up: once the leader is killed,

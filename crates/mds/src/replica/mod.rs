@@ -264,7 +264,13 @@ impl Replica {
         tracing::info!(term, "leading the replica group");
         let mds = match self.serve(term).await {
             Ok(m) => m,
-            Err(e) => respawn(&format!("cannot serve the MDT as leader of term {term}: {e}")),
+            Err(e) => {
+                // A pause first: an MGS away would otherwise have the group elect
+                // and restart leaders in a tight loop.
+                tracing::error!(term, "cannot serve the MDT as leader: {e}");
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                respawn(&format!("cannot serve the MDT as leader of term {term}: {e}"))
+            }
         };
         self.serving.send_replace(Some(mds));
         loop {
