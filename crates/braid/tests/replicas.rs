@@ -149,6 +149,7 @@ fn replicas_refuse_strangers_and_serve_on() {
         fsname: "braid".into(),
         heartbeat: Duration::ZERO,
         election_timeout: Duration::ZERO,
+        snapshot_entries: 0,
     }
     .group();
     let rt = testkit::runtime();
@@ -270,4 +271,37 @@ fn operations_across_mdts_stay_whole_through_a_failover() {
             c.braid(&["check-namespace", "--mdt", &dir.display().to_string(), "--mdt", &mdt1.display().to_string()]);
         assert!(out.status.success(), "{}: {}{}", dir.display(), testkit::stdout(&out), stderr(&out));
     }
+}
+
+/// A replica away while the group trimmed its log catches up from a snapshot of
+/// the MDT, and then takes part: with it and one other left, the group serves on.
+#[test]
+fn a_replica_away_past_the_log_catches_up_from_a_snapshot() {
+    let spec = ClusterSpec { mds_args: vec!["--raft-snapshot-entries".into(), "20".into()], ..spec() };
+    let mut c = Cluster::start(bin(), spec);
+    let m = Mount::new(&c, "");
+    let leader = c.mdt_leader(WAIT);
+    let away = (0..3).map(|k| format!("mds{k}")).find(|n| *n != leader).unwrap();
+    c.kill(&away);
+    // Many entries (one create each, alone), past a checkpoint, so that a snapshot
+    // is built from the database and the log trimmed behind it.
+    for round in 0..3 {
+        for i in 0..60 {
+            std::fs::write(m.path(&format!("f{round}-{i}")), format!("{round} {i}")).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(1500));
+    }
+    c.restart(&away);
+    testkit::wait_for("the returning replica to install a snapshot", WAIT, || {
+        c.log_text(&away).contains("snapshot installed")
+    });
+    // Now the returning replica is needed for every commit.
+    let (killed, _) = fail_over(&mut c, &m, "after");
+    assert_eq!(killed, leader);
+    for round in 0..3 {
+        for i in [0, 59] {
+            assert_eq!(std::fs::read_to_string(m.path(&format!("f{round}-{i}"))).unwrap(), format!("{round} {i}"));
+        }
+    }
+    assert_eq!(std::fs::read_dir(m.path("")).unwrap().count(), 3 * 60 + 1);
 }

@@ -100,11 +100,13 @@ pub struct MdsSection {
     pub failover: Option<bool>,
     pub standby: Option<bool>,
     pub mmp_interval_ms: Option<u64>,
-    /// As `--replicas`, `--raft-heartbeat-ms` and `--raft-election-ms`.
+    /// As `--replicas`, `--raft-heartbeat-ms`, `--raft-election-ms` and
+    /// `--raft-snapshot-entries`.
     #[serde(default)]
     pub replicas: Vec<String>,
     pub raft_heartbeat_ms: Option<u64>,
     pub raft_election_ms: Option<u64>,
+    pub raft_snapshot_entries: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

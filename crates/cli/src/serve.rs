@@ -137,6 +137,10 @@ pub struct ReplicaOpts {
     /// election, in milliseconds (default 500; between it and twice it).
     #[arg(long, value_name = "MS")]
     pub raft_election_ms: Option<u64>,
+    /// Build a snapshot of the MDT every N entries (default 20000) and trim the log
+    /// to a tenth of that behind it.
+    #[arg(long, value_name = "N")]
+    pub raft_snapshot_entries: Option<u64>,
 }
 
 impl ReplicaOpts {
@@ -170,6 +174,10 @@ impl ReplicaOpts {
                 "--raft-heartbeat-ms {heartbeat} --raft-election-ms {election}: want a heartbeat of 10 to 10000                  and an election timeout of 3 heartbeats to 60000"
             );
         }
+        let snapshot_entries = self.raft_snapshot_entries.or(file.raft_snapshot_entries).unwrap_or(20_000);
+        if !(10..=100_000_000).contains(&snapshot_entries) {
+            bail!("--raft-snapshot-entries {snapshot_entries}: want 10 to 100000000");
+        }
         let cfg = mds::replica::ReplicaConfig {
             dir: dir.clone(),
             replicas,
@@ -177,6 +185,7 @@ impl ReplicaOpts {
             fsname: fsname.to_string(),
             heartbeat: Duration::from_millis(heartbeat),
             election_timeout: Duration::from_millis(election),
+            snapshot_entries,
         };
         cfg.check().map_err(anyhow::Error::msg)?;
         Ok(Some(cfg))

@@ -115,6 +115,9 @@ pub struct ReplicaConfig {
     /// Raft timing: heartbeats, and how long followers wait before an election.
     pub heartbeat: Duration,
     pub election_timeout: Duration,
+    /// A snapshot is built every this many entries; the log keeps a tenth of that
+    /// behind it (a replica away longer catches up from the snapshot).
+    pub snapshot_entries: u64,
 }
 
 impl ReplicaConfig {
@@ -201,8 +204,8 @@ impl Replica {
             election_timeout_max: el * 2,
             install_snapshot_timeout: 10_000,
             max_payload_entries: 64,
-            snapshot_policy: SnapshotPolicy::LogsSinceLast(20_000),
-            max_in_snapshot_log_to_keep: 2_000,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(cfg.snapshot_entries.max(1)),
+            max_in_snapshot_log_to_keep: cfg.snapshot_entries / 10,
             ..Default::default()
         }
         .validate()
