@@ -260,16 +260,14 @@ impl Committer {
         // it (an answer from the reply cache may rest on an earlier batch). A leader
         // that lost its group never answers: it restarts, and its clients ask the
         // next leader.
-        match self.journal.committed() {
-            Some(mut committed) if *committed.borrow() < self.journal.seq() => {
-                let upto = self.journal.seq();
+        match self.journal.until_committed() {
+            Some(committed) => {
                 tokio::spawn(async move {
-                    if committed.wait_for(|c| *c >= upto).await.is_ok() {
-                        send(answers);
-                    }
+                    committed.await;
+                    send(answers);
                 });
             }
-            _ => send(answers),
+            None => send(answers),
         }
         self.journal.checkpoint_if_due(&self.store, &self.mem, index);
     }

@@ -25,6 +25,9 @@ use store::{Store, StoreError};
 use crate::mdt::schema::{RedoBatch, TABLES};
 use crate::mdt::{OpResult, Tbl, View, Writer};
 
+/// Ends once a replicated journal's records are committed ([`Journal::until_committed`]).
+pub type CommitWait = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
 /// Where batch records go, in order. Sequence numbers rise by one per record.
 pub trait Journal: Send {
     /// Appends one batch's record (not necessarily on stable storage yet).
@@ -40,9 +43,15 @@ pub trait Journal: Send {
     /// a checkpoint made durable in the database.
     fn truncate(&mut self, len: u64) -> Result<(), StoreError>;
     /// A replicated journal: the sequence number of the last record a majority
-    /// holds (records are committed in order). Replies wait for it; `None` for a
-    /// local journal, whose records are committed once appended.
+    /// holds (records are committed in order); `None` for a local journal, whose
+    /// records are committed once appended.
     fn committed(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        None
+    }
+    /// A replicated journal: what to wait for before answering a batch, if every
+    /// record appended so far is not committed yet (it never ends if the group
+    /// lost this leader).
+    fn until_committed(&mut self) -> Option<CommitWait> {
         None
     }
     /// Rows a checkpoint writes to the `meta` table with the memtable (a replicated
@@ -108,9 +117,9 @@ impl Journaled {
         self.seq
     }
 
-    /// See [`Journal::committed`].
-    pub fn committed(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
-        self.journal.committed()
+    /// See [`Journal::until_committed`].
+    pub fn until_committed(&mut self) -> Option<CommitWait> {
+        self.journal.until_committed()
     }
 
     /// Appends one batch's changes; the batch is committed once this returns (or,
@@ -143,7 +152,7 @@ impl Journaled {
         if !due || self.journal.is_empty() {
             return;
         }
-        if let Some(mut committed) = self.journal.committed() {
+        if let Some(mut committed) = self.journal.committed().filter(|c| *c.borrow() < self.seq) {
             // The database may only ever hold what a majority holds: wait for the
             // records the memtable holds (this task holds the committer only).
             let seq = self.seq;

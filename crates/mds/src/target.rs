@@ -139,11 +139,13 @@ impl Mdt {
     }
 
     /// The MDT in `store` of a replica group's leader ([`crate::replica`]), whose
-    /// entries go through `journal`; its database holds every entry committed before.
+    /// entries go through `journal`; its database and memtable `mem` hold every
+    /// entry committed before.
     pub(crate) fn open_replicated(
         index: u32,
         dir: &Path,
         store: Arc<Store>,
+        mem: Arc<RwLock<MemTable>>,
         journal: Box<dyn journal::Journal>,
         cfg: &MdsConfig,
         cluster: Arc<RwLock<ClusterView>>,
@@ -157,7 +159,6 @@ impl Mdt {
                 mdt::schema::FORMAT
             )))));
         }
-        let mem = Arc::new(RwLock::new(mdt::new_memtable()));
         let journal = journal::Journaled::new(journal, cfg.checkpoint_interval);
         Mdt::serve(index, store, mem, journal, false, cfg, cluster).map_err(failed)
     }

@@ -123,7 +123,12 @@ impl LogStore {
             file.sync_all()?;
         }
         let vote = read_small(&dir.join("vote"))?;
-        let committed = read_small(&dir.join("committed"))?;
+        // Only a hint (the leader says again what is committed): a damaged one is
+        // forgotten rather than keep the replica from starting.
+        let committed = read_small(&dir.join("committed")).unwrap_or_else(|e| {
+            tracing::warn!("Raft log {}: commit point unreadable, forgotten: {e}", dir.display());
+            None
+        });
         Ok(LogStore(Arc::new(Mutex::new(Inner {
             dir: dir.to_path_buf(),
             file,
@@ -214,9 +219,15 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         }
         // Not forced to disk: a replica that forgets it learns it again from the
         // leader; kept so that a restarted replica applies what it knows committed.
+        // Replaced by a rename, never truncated in place: a crash mid-write leaves
+        // the old point or the new, not an empty file.
         let path = i.dir.join("committed");
         let written = match committed {
-            Some(c) => std::fs::write(&path, postcard::to_allocvec(&c).expect("a log id encodes")),
+            Some(c) => {
+                let tmp = path.with_extension("tmp");
+                std::fs::write(&tmp, postcard::to_allocvec(&c).expect("a log id encodes"))
+                    .and_then(|()| std::fs::rename(&tmp, &path))
+            }
             None => std::fs::remove_file(&path).or_else(|e| match e.kind() {
                 std::io::ErrorKind::NotFound => Ok(()),
                 _ => Err(e),

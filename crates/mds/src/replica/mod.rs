@@ -213,7 +213,7 @@ impl Replica {
         let name = net::GroupName { fsname: cfg.fsname.clone(), group };
         let network = net::Network { identity: identity.clone(), name: name.clone() };
         let sm_shared = machine.shared.clone();
-        tokio::spawn(sm::flush(store.clone(), Arc::downgrade(&sm_shared)));
+        tokio::spawn(sm::flush(Arc::downgrade(&sm_shared)));
         let me = cfg.me as NodeId;
         let raft = Raft::new(me, Arc::new(raft_cfg), network, log, machine).await.map_err(store_err)?;
         if pristine && cfg.me == 0 {
@@ -292,6 +292,9 @@ impl Replica {
 
     /// Formats the MDT if the group never did, opens it and registers with the MGS.
     async fn serve(&self, term: u64) -> Result<Arc<crate::Mds>, String> {
+        // What this replica applied as a follower goes into the database first:
+        // the format's checks below and the MDT's open read it there.
+        self.sm.checkpoint().map_err(|e| e.to_string())?;
         let group = self.name.group.clone();
         let mut target = rpc::target::TargetDir {
             kind: TargetKind::Mdt,
@@ -303,6 +306,7 @@ impl Replica {
         let index = target.register(&self.mgs, self.address(), &self.name.fsname).await.map_err(|e| e.to_string())?;
         if target.index != Some(index) || crate::mdt::schema::stored_index(&self.store).ok().flatten().is_none() {
             self.format(index).await?;
+            self.sm.checkpoint().map_err(|e| e.to_string())?;
         }
         // Random, never 0: tells this process's entries from any other's.
         let origin = {
@@ -316,6 +320,8 @@ impl Replica {
             origin,
             committed: Arc::new(committed),
             committed_rx,
+            pending: None,
+            seq: 0,
             len: 0,
             sm: self.sm.clone(),
         };
@@ -324,6 +330,7 @@ impl Replica {
             index,
             &self.cfg.dir,
             self.store.clone(),
+            self.sm.mem.clone(),
             Box::new(journal),
             &self.mds_cfg,
             cluster.clone(),
@@ -416,6 +423,10 @@ struct RaftJournal {
     origin: u64,
     committed: Arc<watch::Sender<u64>>,
     committed_rx: watch::Receiver<u64>,
+    /// The last entry proposed, not waited for yet: its sequence and its answer.
+    pending: Option<(u64, tokio::sync::oneshot::Receiver<openraft::raft::ClientWriteResult<TypeConfig>>)>,
+    /// The last record's sequence number.
+    seq: u64,
     /// Bytes proposed since the last checkpoint.
     len: u64,
     sm: Arc<sm::Shared>,
@@ -433,16 +444,8 @@ impl Journal for RaftJournal {
             std::task::Poll::Ready(Err(e)) => respawn(&format!("the Raft node stopped: {e}")),
             std::task::Poll::Pending => respawn("the Raft node stopped"),
         };
-        let committed = self.committed.clone();
-        tokio::spawn(async move {
-            match rx.await {
-                Ok(Ok(_)) => {
-                    committed.send_modify(|c| *c = (*c).max(seq));
-                }
-                Ok(Err(e)) => respawn(&format!("a proposed entry was not committed: {e}")),
-                Err(_) => respawn("the Raft node dropped a proposed entry"),
-            }
-        });
+        self.pending = Some((seq, rx));
+        self.seq = seq;
         self.len += record.len() as u64;
         Ok(())
     }
@@ -468,6 +471,30 @@ impl Journal for RaftJournal {
 
     fn committed(&self) -> Option<watch::Receiver<u64>> {
         Some(self.committed_rx.clone())
+    }
+
+    fn until_committed(&mut self) -> Option<crate::journal::CommitWait> {
+        if let Some((seq, rx)) = self.pending.take() {
+            // The batch's own entry: once it is committed, so is every one before.
+            let committed = self.committed.clone();
+            return Some(Box::pin(async move {
+                match rx.await {
+                    Ok(Ok(_)) => committed.send_modify(|c| *c = (*c).max(seq)),
+                    Ok(Err(e)) => respawn(&format!("a proposed entry was not committed: {e}")),
+                    Err(_) => respawn("the Raft node dropped a proposed entry"),
+                }
+            }));
+        }
+        // No entry of its own (answers from the reply cache): the earlier ones.
+        let (seq, mut committed) = (self.seq, self.committed_rx.clone());
+        if *committed.borrow() >= seq {
+            return None;
+        }
+        Some(Box::pin(async move {
+            if committed.wait_for(|c| *c >= seq).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }))
     }
 
     fn checkpoint_meta(&self) -> Vec<(&'static [u8], Vec<u8>)> {

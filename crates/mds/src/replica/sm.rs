@@ -14,7 +14,7 @@
 
 use std::io::Cursor;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use openraft::storage::{RaftStateMachine, Snapshot};
@@ -22,6 +22,7 @@ use openraft::{
     EntryPayload, ErrorSubject, ErrorVerb, LogId, OptionalSend, RaftSnapshotBuilder, SnapshotMeta, StorageError,
     StoredMembership,
 };
+use store::memtable::MemTable;
 use store::{Store, StoreError};
 
 use super::{BasicNode, Entry, NodeId, TypeConfig};
@@ -52,12 +53,16 @@ type SnapRow<'a> = (usize, &'a [u8], &'a [u8]);
 
 /// What the state machine shares with the rest of the replica.
 pub struct Shared {
+    store: Arc<Store>,
+    /// A follower's applied changes not in the database yet (the leader's MDT
+    /// takes it over, see [`crate::replica`]).
+    pub(crate) mem: Arc<RwLock<MemTable>>,
     /// The last entry applied, and the membership as of it.
     pub(crate) applied: Mutex<(Option<LogId<NodeId>>, Membership)>,
     /// While this process serves the MDT as leader: the origin its entries carry
     /// (their changes are in its memtable already). 0 otherwise.
     pub(crate) serving: AtomicU64,
-    /// Entries were applied by commits that are not durable yet (see [`flush`]).
+    /// Entries were applied since the last checkpoint.
     unflushed: AtomicBool,
     /// The last snapshot built or installed, as sent to a lagging replica.
     current: Mutex<Option<Kept>>,
@@ -67,10 +72,30 @@ impl Shared {
     pub(crate) fn applied(&self) -> (Option<LogId<NodeId>>, Membership) {
         self.applied.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
+
+    /// A follower's checkpoint: the memtable into the database, with the applied
+    /// log id, in one durable transaction. Nothing once this process serves (the
+    /// leader's memtable holds proposals, which its committer checkpoints once the
+    /// group committed them).
+    pub(crate) fn checkpoint(&self) -> Result<(), StoreError> {
+        let mut mem = self.mem.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if self.serving.load(Ordering::Acquire) != 0 || !self.unflushed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let (applied, membership) = self.applied();
+        let mut b = self.store.batch(true)?;
+        b.write_back(&mem, &TABLES)?;
+        let meta = Tbl::Meta.table();
+        b.put(meta, META_APPLIED, &postcard::to_allocvec(&applied).expect("encodes"))?;
+        b.put(meta, META_MEMBERSHIP, &postcard::to_allocvec(&membership).expect("encodes"))?;
+        b.commit()?;
+        mem.clear();
+        self.unflushed.store(false, Ordering::Release);
+        Ok(())
+    }
 }
 
 pub struct StateMachine {
-    store: Arc<Store>,
     pub(crate) shared: Arc<Shared>,
 }
 
@@ -97,19 +122,26 @@ impl StateMachine {
         let applied: Option<LogId<NodeId>> = read_meta(&snap, META_APPLIED)?;
         let membership: Membership = read_meta(&snap, META_MEMBERSHIP)?;
         let shared = Arc::new(Shared {
+            store,
+            mem: Arc::new(RwLock::new(crate::mdt::new_memtable())),
             applied: Mutex::new((applied, membership)),
             serving: AtomicU64::new(0),
             unflushed: AtomicBool::new(false),
             current: Mutex::new(None),
         });
-        Ok(StateMachine { store, shared })
+        Ok(StateMachine { shared })
     }
 
     fn apply_entries(&self, entries: Vec<Entry>) -> Result<usize, StoreError> {
         let serving = self.shared.serving.load(Ordering::Acquire);
+        let foreign = |e: &Entry| matches!(&e.payload, EntryPayload::Normal(d) if serving == 0 || d.origin != serving);
+        // A serving leader's own entries are in its memtable already, and its apply
+        // is on every reply's path: the memtable is not even locked for them.
+        let mut mem = match entries.iter().any(foreign) {
+            true => Some(self.shared.mem.write().unwrap_or_else(std::sync::PoisonError::into_inner)),
+            false => None,
+        };
         let (mut applied, mut membership) = self.shared.applied();
-        let mut b = self.store.batch(false)?;
-        let mut foreign = 0usize;
         let n = entries.len();
         for e in entries {
             match e.payload {
@@ -117,47 +149,40 @@ impl StateMachine {
                 EntryPayload::Membership(m) => membership = StoredMembership::new(Some(e.log_id), m),
                 EntryPayload::Normal(d) if serving != 0 && d.origin == serving => {}
                 EntryPayload::Normal(d) => {
-                    foreign += 1;
+                    if serving != 0 {
+                        // Only the leader proposes, and a leader serves one term.
+                        tracing::error!("a serving leader applies an entry it did not propose");
+                    }
+                    let mem = mem.as_mut().expect("locked for foreign entries");
                     for op in RedoBatch::decode(d.format, &d.redo)?.0 {
                         match op {
-                            Redo::Put(t, k, v) => b.put(t.table(), &k, &v)?,
-                            Redo::Del(t, k) => b.del(t.table(), &k)?,
-                        }
+                            Redo::Put(t, k, v) => mem.set(t.slot(), &k, Some(&v)),
+                            Redo::Del(t, k) => mem.set(t.slot(), &k, None),
+                        };
                     }
                 }
             }
             applied = Some(e.log_id);
         }
-        if serving != 0 && foreign > 0 {
-            // Only the leader proposes, and a leader serves one term: not expected.
-            tracing::error!("a serving leader applied {foreign} entries it did not propose");
-        }
-        if serving == 0 {
-            let meta = Tbl::Meta.table();
-            b.put(meta, META_APPLIED, &postcard::to_allocvec(&applied).expect("encodes"))?;
-            b.put(meta, META_MEMBERSHIP, &postcard::to_allocvec(&membership).expect("encodes"))?;
-            b.commit()?;
-            self.shared.unflushed.store(true, Ordering::Release);
-        } else if foreign > 0 {
-            b.commit()?;
-        }
+        // Under the memtable's lock: a checkpoint sees changes and log id together.
         *self.shared.applied.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = (applied, membership);
+        self.shared.unflushed.store(true, Ordering::Release);
+        drop(mem);
         Ok(n)
     }
 }
 
-/// Makes the entries a follower applied durable, every [`DURABLE_EVERY`]: one
-/// empty durable commit covers the commits before it. Runs until `shared` goes.
-pub(crate) async fn flush(store: Arc<Store>, shared: std::sync::Weak<Shared>) {
+/// A follower's checkpoints, every [`DURABLE_EVERY`], until it serves or `shared`
+/// goes.
+pub(crate) async fn flush(shared: std::sync::Weak<Shared>) {
     loop {
         tokio::time::sleep(DURABLE_EVERY).await;
         let Some(shared) = shared.upgrade() else { return };
-        if shared.unflushed.swap(false, Ordering::AcqRel) {
-            let flushed = store.batch(true).and_then(|b| b.commit());
-            if let Err(e) = flushed {
-                shared.unflushed.store(true, Ordering::Release);
-                tracing::error!("cannot make applied entries durable (the log still holds them): {e}");
-            }
+        if shared.serving.load(Ordering::Acquire) != 0 {
+            return;
+        }
+        if let Err(e) = shared.checkpoint() {
+            tracing::error!("cannot checkpoint applied entries (the log still holds them): {e}");
         }
     }
 }
@@ -216,8 +241,10 @@ fn parse(data: &[u8]) -> Result<Vec<SnapRow<'_>>, StoreError> {
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
-        let Dump { applied, membership, data } =
-            dump(&self.store).map_err(|e| sm_err(ErrorSubject::StateMachine, ErrorVerb::Read, e))?;
+        // A follower's memtable goes in first, so the snapshot has all it applied.
+        let read = |e| sm_err(ErrorSubject::StateMachine, ErrorVerb::Read, e);
+        self.shared.checkpoint().map_err(read)?;
+        let Dump { applied, membership, data } = dump(&self.store).map_err(read)?;
         let id = format!("{}-{}", applied.map_or(0, |l| l.index), super::now_millis());
         let meta = SnapshotMeta { last_log_id: applied, last_membership: membership, snapshot_id: id };
         let data = Arc::new(data);
@@ -246,7 +273,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     async fn get_snapshot_builder(&mut self) -> SnapBuilder {
-        SnapBuilder { store: self.store.clone(), shared: self.shared.clone() }
+        SnapBuilder { store: self.shared.store.clone(), shared: self.shared.clone() }
     }
 
     async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError<NodeId>> {
@@ -259,9 +286,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError<NodeId>> {
         let data = snapshot.into_inner();
+        let mut mem = self.shared.mem.write().unwrap_or_else(std::sync::PoisonError::into_inner);
         let installed = (|| -> Result<(), StoreError> {
             let rows = parse(&data)?;
-            let mut b = self.store.batch(true)?;
+            let mut b = self.shared.store.batch(true)?;
             for t in TABLES {
                 b.clear(t)?;
             }
@@ -274,9 +302,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             b.commit()
         })();
         installed.map_err(|e| sm_err(ErrorSubject::Snapshot(Some(meta.signature())), ErrorVerb::Write, e))?;
-        tracing::info!(last = ?meta.last_log_id, bytes = data.len(), "snapshot installed");
+        mem.clear();
         *self.shared.applied.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
             (meta.last_log_id, meta.last_membership.clone());
+        drop(mem);
+        tracing::info!(last = ?meta.last_log_id, bytes = data.len(), "snapshot installed");
         *self.shared.current.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
             Some((meta.clone(), Arc::new(data)));
         Ok(())
