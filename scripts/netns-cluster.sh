@@ -9,10 +9,10 @@
 # is the guide. Needs root, iproute2 (ip, tc), util-linux (nsenter, setsid, flock) and,
 # for mounts, FUSE 3.
 #
-#   scripts/netns-cluster.sh up --state DIR [--bin PATH] [--mdss N] [--osss N]
-#       [--osts-per-oss N] [--clients N] [--delay MS] [--rate RATE] [--subnet A.B.C]
-#       [--mgs-args "..."] [--mds-args "..."] [--oss-args "..."] [--timeout S]
-#       [--tied-to PID]
+#   scripts/netns-cluster.sh up --state DIR [--bin PATH] [--mdss N | --mdt-replicas N]
+#       [--osss N] [--osts-per-oss N] [--clients N] [--delay MS] [--rate RATE]
+#       [--subnet A.B.C] [--mgs-args "..."] [--mds-args "..."] [--oss-args "..."]
+#       [--timeout S] [--tied-to PID]
 #   scripts/netns-cluster.sh mount --state DIR NODE MNT [-o OPTS]
 #   scripts/netns-cluster.sh umount --state DIR MNT
 #   scripts/netns-cluster.sh exec --state DIR NODE [--] CMD...
@@ -21,6 +21,7 @@
 #   scripts/netns-cluster.sh cut --state DIR NODE
 #   scripts/netns-cluster.sh heal --state DIR NODE
 #   scripts/netns-cluster.sh status --state DIR
+#   scripts/netns-cluster.sh leader --state DIR [--timeout S]
 #   scripts/netns-cluster.sh down --state DIR [--purge] [--grace S]
 #   scripts/netns-cluster.sh check
 #
@@ -50,6 +51,9 @@ Commands:
       --bin PATH              the braid binary (default: braid on PATH, else
                               target/release/braid, else target/debug/braid)
       --mdss N                MDS nodes, one MDT each (default 1)
+      --mdt-replicas N        MDT 0 alone, replicated by N MDS nodes mds0..mds{N-1}
+                              (`braid mds --replicas`, 2 to 7; default 1: not
+                              replicated); not with --mdss
       --osss N                OSS nodes (default 2)
       --osts-per-oss N        OSTs per OSS (default 2)
       --clients N             client nodes, nothing started on them (default 2)
@@ -86,6 +90,11 @@ Commands:
   status --state DIR          nodes, addresses, namespaces, processes, cut links;
                               exit status 0 if every recorded process runs, 1 if
                               not, 3 if down
+  leader --state DIR [--timeout S]
+                              the MDS node serving a replicated MDT now (of the
+                              running replicas, the one whose log, since it last
+                              started, says it serves in the highest term); waits
+                              up to S seconds (default 90) for one
   down --state DIR [--purge] [--grace S]
                               unmount the mounts made here, stop (TERM, then KILL
                               after S seconds, default 10) every process started
@@ -95,7 +104,8 @@ Commands:
                               tbf, FUSE)
 
 State directory: nodes (NAME ADDRESS per line), url (braid://MGS), cluster.secret,
-logs/, data/, pids/, cmd/ (each server's command), mounts, namespaces.
+logs/, data/, pids/, cmd/ (each server's command), mounts, namespaces,
+mdt-replicas (the replicas of MDT 0; 1: not replicated).
 EOF
 }
 
@@ -340,7 +350,8 @@ wait_listening() {
   return 1
 }
 
-# start_server NODE TIMEOUT: starts NODE's server with its recorded command.
+# start_server NODE TIMEOUT: starts NODE's server with its recorded command. Where
+# its log stood when it started goes to pids/NODE.logstart (for `leader`).
 start_server() {
   local node=$1 timeout=$2 log off
   local -a argv
@@ -348,6 +359,7 @@ start_server() {
   log=$STATE/logs/$node.log
   touch "$log"
   off=$(stat -c %s "$log")
+  echo "$off" >"$STATE/pids/$node.logstart"
   launch "$PREFIX-$node" "$log" "$STATE/pids/$node.pid" "${argv[@]}" || {
     note "$node did not start; its log:"
     tail -n 30 "$log" >&2 || true
@@ -558,6 +570,14 @@ cmd_up() {
   OPT_MDSS=$((10#$OPT_MDSS)) OPT_OSSS=$((10#$OPT_OSSS)) OPT_OSTS_PER_OSS=$((10#$OPT_OSTS_PER_OSS))
   OPT_CLIENTS=$((10#$OPT_CLIENTS)) OPT_TIMEOUT=$((10#$OPT_TIMEOUT))
   ((OPT_MDSS >= 1 && OPT_MDSS <= 40)) || die "--mdss: 1 to 40"
+  is_uint "$OPT_MDT_REPLICAS" || die "--mdt-replicas wants a whole number, not '$OPT_MDT_REPLICAS'"
+  OPT_MDT_REPLICAS=$((10#$OPT_MDT_REPLICAS))
+  ((OPT_MDT_REPLICAS >= 1 && OPT_MDT_REPLICAS <= 7)) || die "--mdt-replicas: 1 to 7"
+  if ((OPT_MDT_REPLICAS > 1)); then
+    [ "$OPT_MDSS_SET" = 0 ] || die "--mdss and --mdt-replicas $OPT_MDT_REPLICAS do not go together: a replicated MDT is MDT 0 alone, served by the MDS nodes mds0..mds$((OPT_MDT_REPLICAS - 1)) (drop --mdss)"
+    # One MDS node per replica, all serving MDT 0.
+    OPT_MDSS=$OPT_MDT_REPLICAS
+  fi
   ((OPT_OSSS >= 1 && OPT_OSSS <= 100)) || die "--osss: 1 to 100"
   ((OPT_OSTS_PER_OSS >= 1 && OPT_OSTS_PER_OSS <= 32)) || die "--osts-per-oss: 1 to 32"
   ((OPT_CLIENTS <= 100)) || die "--clients: 0 to 100"
@@ -592,6 +612,13 @@ cmd_up() {
   for n in $(ip netns list | awk '{ print $1 }'); do
     [[ $n == "$PREFIX"-* ]] && die "namespace $n exists but $STATE did not create it (left over? if nothing uses it: ip netns del $n)"
   done
+  # The data kept from the last up: an MDT replicated or not, by so many replicas.
+  # A replica group starts from empty directories and keeps its members.
+  local had=1
+  [ -f "$STATE/mdt-replicas" ] && had=$(cat "$STATE/mdt-replicas")
+  if [ "$had" != "$OPT_MDT_REPLICAS" ] && [ -d "$STATE/data/mgs" ]; then
+    die "$STATE holds a file system whose MDT 0 has $had replica(s), not $OPT_MDT_REPLICAS: use another --state, or down --state $STATE --purge first"
+  fi
 
   SUBNET=$(choose_subnet)
 
@@ -618,6 +645,7 @@ cmd_up() {
   : >"$STATE/namespaces"
   echo "$SUBNET" >"$STATE/subnet"
   echo "$BIN" >"$STATE/bin"
+  echo "$OPT_MDT_REPLICAS" >"$STATE/mdt-replicas"
   for n in "${NODES[@]}"; do echo "$n ${IP_OF[$n]}"; done >"$STATE/nodes"
   echo "braid://${IP_OF[mgs]}:$MGS_PORT" >"$STATE/url"
   trap up_exit EXIT
@@ -676,15 +704,21 @@ cmd_up() {
   local secret=$STATE/cluster.secret
   [ -s "$secret" ] || "$BIN" gen-secret "$secret" >/dev/null
   local mgs=${IP_OF[mgs]}:$MGS_PORT
-  local -a argv
+  local -a argv replicas=()
   local k
+  # A replicated MDT: every replica is given the same list, in the node order.
+  if ((OPT_MDT_REPLICAS > 1)); then
+    local list=
+    for ((k = 0; k < OPT_MDT_REPLICAS; k++)); do list="${list:+$list,}${IP_OF[mds$k]}:$MDS_PORT"; done
+    replicas=(--replicas "$list")
+  fi
   for n in "${NODES[@]}"; do
     case $(role_of "$n") in
       mgs) argv=("$BIN" mgs --listen "$mgs" --data "$STATE/data/mgs" --secret-file "$secret" "${mgs_args[@]}") ;;
       mds)
         mkdir -p "$STATE/data/$n"
         argv=("$BIN" mds --listen "${IP_OF[$n]}:$MDS_PORT" --mgs "$mgs" --mdt "$STATE/data/$n/mdt"
-          --secret-file "$secret" "${MDS_ARGS_EXPANDED[@]}")
+          "${replicas[@]}" --secret-file "$secret" "${MDS_ARGS_EXPANDED[@]}")
         ;;
       oss)
         mkdir -p "$STATE/data/$n"
@@ -698,12 +732,17 @@ cmd_up() {
     start_server "$n" "$OPT_TIMEOUT"
   done
 
-  wait_df "$OPT_MDSS" $((OPT_OSSS * OPT_OSTS_PER_OSS)) "$OPT_TIMEOUT"
+  local mdts=$OPT_MDSS mdss="$OPT_MDSS MDS"
+  if ((OPT_MDT_REPLICAS > 1)); then
+    mdts=1
+    mdss="1 MDT x $OPT_MDT_REPLICAS replicas"
+  fi
+  wait_df "$mdts" $((OPT_OSSS * OPT_OSTS_PER_OSS)) "$OPT_TIMEOUT"
   wait_placement $((OPT_OSSS * OPT_OSTS_PER_OSS)) "$OPT_TIMEOUT"
   : >"$STATE/up"
   UP_DONE=1
   trap - EXIT
-  echo "up: $(url)/ ($OPT_MDSS MDS, $OPT_OSSS OSS x $OPT_OSTS_PER_OSS OSTs, $OPT_CLIENTS clients; links: $links)"
+  echo "up: $(url)/ ($mdss, $OPT_OSSS OSS x $OPT_OSTS_PER_OSS OSTs, $OPT_CLIENTS clients; links: $links)"
   cat "$STATE/nodes"
 }
 
@@ -974,6 +1013,65 @@ cmd_heal() {
   die "$node's link has no carrier ${OPT_TIMEOUT}s after it was put back up"
 }
 
+# --- leader -------------------------------------------------------------------------
+
+# replicas: how many MDS nodes replicate MDT 0 (1: it is not replicated).
+replicas() {
+  local n=1
+  [ -f "$STATE/mdt-replicas" ] && n=$(cat "$STATE/mdt-replicas")
+  is_uint "$n" || n=1
+  echo "$n"
+}
+
+# serving_term NODE: the term in which NODE's replica last said it serves the MDT
+# ("MDT0000 served by this replica term=N") since it last started: since `up` or
+# `start` launched it (pids/NODE.logstart), or it restarted itself in place (a
+# leader that lost its term execs itself anew, same PID). Fails if it has not said
+# so since then.
+serving_term() {
+  local log=$STATE/logs/$1.log off=0
+  [ -f "$log" ] || return 1
+  [ -f "$STATE/pids/$1.logstart" ] && off=$(cat "$STATE/pids/$1.logstart")
+  is_uint "$off" || off=0
+  tail -c +"$((off + 1))" "$log" | awk '
+    /restarting (this MDS )?in place/ { term = "" }
+    /served by this replica/ && match($0, /term=[0-9]+/) { term = substr($0, RSTART + 5, RLENGTH - 5) }
+    END { if (term == "") exit 1; print term }'
+}
+
+# find_leader: "NODE TERM" of the running replica that serves in the highest term;
+# fails if none does.
+find_leader() {
+  local k n term best='' best_term=-1 r
+  r=$(replicas)
+  for ((k = 0; k < r; k++)); do
+    n=mds$k
+    pid_alive "$STATE/pids/$n.pid" || continue
+    term=$(serving_term "$n") || continue
+    if ((term > best_term)); then
+      best=$n best_term=$term
+    fi
+  done
+  [ -n "$best" ] || return 1
+  echo "$best $best_term"
+}
+
+cmd_leader() {
+  set_state "$OPT_STATE"
+  read_nodes || die "$STATE is not a cluster (no nodes file): run up first"
+  [ -f "$STATE/up" ] || die "$STATE is not up"
+  (($(replicas) > 1)) || die "$STATE has no replicated MDT (up --mdt-replicas N)"
+  local i found
+  for ((i = 0; i <= OPT_TIMEOUT * 10; i++)); do
+    if found=$(find_leader); then
+      echo "${found% *}"
+      return 0
+    fi
+    sleep 0.1
+  done
+  die "no replica of MDT 0 serves it after ${OPT_TIMEOUT}s (no running mds node logged 'served by this replica' since it started)"
+}
+
 # --- status -------------------------------------------------------------------------
 
 cmd_status() {
@@ -1022,6 +1120,14 @@ cmd_status() {
     fi
     printf '%-9s %-15s %-30s %s\n' "$n" "${IP_OF[$n]}" "$ns" "${proc:--}"
   done
+  if (($(replicas) > 1)); then
+    local lead
+    if lead=$(find_leader); then
+      echo "MDT 0 replicated by $(replicas) MDS nodes: ${lead% *} serves it (term ${lead#* })"
+    else
+      echo "MDT 0 replicated by $(replicas) MDS nodes: none serves it now"
+    fi
+  fi
   if [ -f "$STATE/pids/watch.pid" ]; then
     if pid_alive "$STATE/pids/watch.pid"; then
       echo "watcher pid $(pid_of "$STATE/pids/watch.pid") alive (down when its owner ends)"
@@ -1083,6 +1189,7 @@ cmd_down() {
   if [ "$OPT_PURGE" = 1 ]; then
     rm -rf "$STATE/data" "$STATE/logs" "$STATE/logs.prev" "$STATE/pids" "$STATE/cmd"
     rm -f "$STATE/cluster.secret" "$STATE/nodes" "$STATE/url" "$STATE/subnet" "$STATE/bin" "$STATE/links"
+    rm -f "$STATE/mdt-replicas"
     rm -f "$STATE/lock"
     rmdir "$STATE" 2>/dev/null || true
   fi
@@ -1130,6 +1237,8 @@ cmd_check() {
 OPT_STATE=
 OPT_BIN=
 OPT_MDSS=1
+OPT_MDSS_SET=0
+OPT_MDT_REPLICAS=1
 OPT_OSSS=2
 OPT_OSTS_PER_OSS=2
 OPT_CLIENTS=2
@@ -1153,10 +1262,10 @@ allowed() {
   case "$1 $2" in
     "up --state" | "up --bin" | "up --mdss" | "up --osss" | "up --osts-per-oss" | "up --clients") ;;
     "up --delay" | "up --rate" | "up --subnet" | "up --mgs-args" | "up --mds-args" | "up --oss-args") ;;
-    "up --timeout" | "up --tied-to") ;;
+    "up --timeout" | "up --tied-to" | "up --mdt-replicas") ;;
     "down --state" | "down --purge" | "down --grace") ;;
     "status --state" | "exec --state" | "kill --state" | "umount --state") ;;
-    "cut --state" | "heal --state" | "heal --timeout") ;;
+    "cut --state" | "heal --state" | "heal --timeout" | "leader --state" | "leader --timeout") ;;
     "mount --state" | "mount -o" | "mount --timeout" | "start --state" | "start --timeout") ;;
     "watch --state" | "watch --pid" | "watch --start") ;;
     *) return 1 ;;
@@ -1208,7 +1317,8 @@ parse() {
         case $opt in
           --state) OPT_STATE=$val ;;
           --bin) OPT_BIN=$val ;;
-          --mdss) OPT_MDSS=$val ;;
+          --mdss) OPT_MDSS=$val OPT_MDSS_SET=1 ;;
+          --mdt-replicas) OPT_MDT_REPLICAS=$val ;;
           --osss) OPT_OSSS=$val ;;
           --osts-per-oss) OPT_OSTS_PER_OSS=$val ;;
           --clients) OPT_CLIENTS=$val ;;
@@ -1248,21 +1358,21 @@ main() {
   local cmd=$1
   shift
   case $cmd in
-    up | down | status | mount | umount | exec | kill | start | cut | heal | check | watch) ;;
+    up | down | status | mount | umount | exec | kill | start | cut | heal | leader | check | watch) ;;
     -h | --help | help)
       usage
       exit 0
       ;;
-    *) die "unknown command '$cmd' (up, down, status, mount, umount, exec, kill, start, cut, heal, check; see --help)" ;;
+    *) die "unknown command '$cmd' (up, down, status, leader, mount, umount, exec, kill, start, cut, heal, check; see --help)" ;;
   esac
   parse "$cmd" "$@"
   case $cmd in
-    up | down | status | exec | kill | start | cut | heal | mount | umount | watch)
+    up | down | status | leader | exec | kill | start | cut | heal | mount | umount | watch)
       [ -n "$OPT_STATE" ] || die "$cmd: missing --state DIR"
       ;;
   esac
   case $cmd in
-    up | down | status | check) [ ${#POS[@]} = 0 ] || die "$cmd: unexpected argument '${POS[0]}'" ;;
+    up | down | status | leader | check) [ ${#POS[@]} = 0 ] || die "$cmd: unexpected argument '${POS[0]}'" ;;
   esac
   is_uint "$OPT_TIMEOUT" || die "--timeout wants seconds, not '$OPT_TIMEOUT'"
   "cmd_$cmd"
