@@ -5,8 +5,8 @@
 # MDT 0 served by 1 MDS or replicated by 3.
 #
 # 1. Metadata rate: an mdtest-like run through a mount on the client, from inside the
-#    client's namespace: FILES empty files created in one new directory
-#    (os.open(O_CREAT|O_EXCL) and close, one Python process), then all stat'ed (after
+#    client's namespace: FILES empty files created (os.open(O_CREAT|O_EXCL) and
+#    close) by P processes, each in a directory of its own (mdtest -u), then all stat'ed (after
 #    the kernel's dentry and inode caches are dropped, so each stat asks the mount),
 #    then all unlinked. RUNS runs with 1 replica, then RUNS with 3, each cluster
 #    brought up fresh; per phase the median and the ratio 3 replicas / 1.
@@ -20,8 +20,8 @@
 #    timestamps); (c) the longest gap between creates while the killed node rejoins
 #    (from its start to the next kill).
 #
-#   scripts/bench-replicas.sh [--bin PATH] [--runs N] [--files N] [--kills N]
-#       [--work DIR]
+#   scripts/bench-replicas.sh [--bin PATH] [--runs N] [--files N] [--procs P]
+#       [--kills N] [--work DIR]
 #
 # Defaults: the binary BRAID or target/release/braid, 3 runs, 5000 files, 10 kills,
 # work under a new /var/tmp/braid-bench-replicas.XXXXXX (removed at the end unless
@@ -35,6 +35,7 @@ CMDLINE="scripts/bench-replicas.sh $*"
 BRAID=${BRAID:-$HERE/target/release/braid}
 RUNS=3
 FILES=5000
+PROCS=1
 KILLS=10
 WORK=
 while [ $# -gt 0 ]; do
@@ -42,15 +43,17 @@ while [ $# -gt 0 ]; do
     --bin) BRAID=$2; shift 2 ;;
     --runs) RUNS=$2; shift 2 ;;
     --files) FILES=$2; shift 2 ;;
+    --procs) PROCS=$2; shift 2 ;;
     --kills) KILLS=$2; shift 2 ;;
     --work) WORK=$2; shift 2 ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench-replicas.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
-for n in "$RUNS" "$FILES" "$KILLS"; do
-  [[ $n =~ ^[0-9]+$ ]] || { echo "bench-replicas.sh: --runs, --files and --kills want whole numbers, not '$n'" >&2; exit 2; }
+for n in "$RUNS" "$FILES" "$KILLS" "$PROCS"; do
+  [[ $n =~ ^[0-9]+$ ]] || { echo "bench-replicas.sh: --runs, --files, --procs and --kills want whole numbers, not '$n'" >&2; exit 2; }
 done
+[ "$PROCS" -ge 1 ] || { echo "bench-replicas.sh: --procs wants 1 or more" >&2; exit 2; }
 [ "$(id -u)" = 0 ] || { echo "bench-replicas.sh: run as root (network namespaces, mounts)" >&2; exit 1; }
 [ -x "$BRAID" ] || { echo "bench-replicas.sh: no braid binary at $BRAID (cargo build --release, or --bin PATH)" >&2; exit 1; }
 "$BRAID" mds --help | grep -q -- --replicas || { echo "bench-replicas.sh: $BRAID has no braid mds --replicas" >&2; exit 1; }
@@ -84,22 +87,38 @@ trap cleanup EXIT
 # The mdtest-like workload: FILES files in DIR, created, stat'ed, unlinked; prints
 # "creates stats unlinks" per second.
 cat >"$WORK/md.py" <<'EOF'
-import os, sys, time
-d, n = sys.argv[1], int(sys.argv[2])
+import multiprocessing as mp, os, sys, time
+d, n, procs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 os.mkdir(d)
-names = [os.path.join(d, "f%07d" % i) for i in range(n)]
-def phase(op):
+# As mdtest -u: each process in a directory of its own, n/procs files each; the
+# phases start together, and a phase's time runs until its last process is done.
+def work(k, bar):
+    sub = os.path.join(d, "p%d" % k)
+    os.mkdir(sub)
+    names = [os.path.join(sub, "f%07d" % i) for i in range(n // procs)]
+    for op in (lambda p: os.close(os.open(p, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)), os.stat, os.unlink):
+        bar.wait()
+        for p in names:
+            op(p)
+        bar.wait()
+    os.rmdir(sub)
+bar = mp.Barrier(procs + 1)
+workers = [mp.Process(target=work, args=(k, bar)) for k in range(procs)]
+for w in workers:
+    w.start()
+rates = []
+for phase in range(3):
+    if phase == 1:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("2")
+    bar.wait()
     t = time.perf_counter()
-    for p in names:
-        op(p)
-    return n / (time.perf_counter() - t)
-creates = phase(lambda p: os.close(os.open(p, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)))
-with open("/proc/sys/vm/drop_caches", "w") as f:
-    f.write("2")
-stats = phase(os.stat)
-unlinks = phase(os.unlink)
+    bar.wait()
+    rates.append((n // procs) * procs / (time.perf_counter() - t))
+for w in workers:
+    w.join()
 os.rmdir(d)
-print("%.1f %.1f %.1f" % (creates, stats, unlinks))
+print("%.1f %.1f %.1f" % tuple(rates))
 EOF
 
 # The failover probe: a create every 50 ms in DIR, "START END" (epoch seconds) of
@@ -141,7 +160,7 @@ for reps in 1 3; do
   echo "== metadata, $reps replica(s): $RUNS runs of $FILES files" >&2
   up "md$reps" "$reps"
   for r in $(seq 1 "$RUNS"); do
-    res=$("$NC" exec --state "$WORK/md$reps" client0 -- python3 "$WORK/md.py" "$MNT/run$r" "$FILES")
+    res=$("$NC" exec --state "$WORK/md$reps" client0 -- python3 "$WORK/md.py" "$MNT/run$r" "$FILES" "$PROCS")
     echo "$reps replica(s), run $r: creates/s stats/s unlinks/s = $res" >&2
     printf '%s\t%s\t%s\n' "$reps" "$r" "${res// /$'\t'}" >>"$WORK/md.tsv"
   done
@@ -205,9 +224,9 @@ fi
 [ "${#STATES[@]}" = 0 ] || down md3
 
 python3 - "$WORK/md.tsv" "$WORK/kills.tsv" "$WORK/probe.log" "$CMDLINE" "$BRAID" "$RUNS" "$FILES" "$KILLS" \
-  "$WORK/restart-failures.tsv" <<'EOF' | tee "$WORK/summary.md"
+  "$WORK/restart-failures.tsv" "$PROCS" <<'EOF' | tee "$WORK/summary.md"
 import datetime, os, platform, statistics, subprocess, sys
-md, kills, probe, cmdline, braid, runs, files, nkills, failures = sys.argv[1:10]
+md, kills, probe, cmdline, braid, runs, files, nkills, failures, procs = sys.argv[1:11]
 ver = subprocess.run([braid, "--version"], capture_output=True, text=True).stdout.strip()
 print(f"Replicated MDT against a single MDS ({ver}, {os.cpu_count()} cores, Linux {platform.release()}),")
 print("every server and the client in its own network namespace (scripts/netns-cluster.sh, unshaped")
@@ -217,7 +236,8 @@ by = {}
 for reps, _run, *vals in rows:
     by.setdefault(reps, []).append([float(v) for v in vals])
 if by:
-    print(f"\nMetadata, {files} empty files in one directory from one process (Python: open(O_CREAT)+close,")
+    who = "one process, in one directory" if procs == "1" else f"{procs} processes, each in a directory of its own"
+    print(f"\nMetadata, {files} empty files from {who} (Python: open(O_CREAT)+close,")
     print(f"stat after dropping the dentry and inode caches, unlink), median of {runs} runs (the runs in brackets):\n")
     print("| phase (per s) | 1 replica | 3 replicas | 3 / 1 |")
     print("|---|---|---|---|")

@@ -1,5 +1,8 @@
 //! The Raft log of one MDT replica: entries appended to one file of CRC'd records,
-//! the vote and the commit point each in a small file written durably.
+//! the vote and the purge point each in a small file written durably. The commit
+//! point is not kept (openraft's `save_committed` is optional): a restarted replica
+//! learns it from the leader, and writing it at every commit cost every change a
+//! file replaced on the leader's path.
 //!
 //! Why not redb: one durable redb commit per append costs a few hundred
 //! microseconds (see [`crate::journal`]); an append here is one `write` and, when
@@ -38,7 +41,6 @@ struct Inner {
     end: u64,
     purged: Option<LogId<NodeId>>,
     vote: Option<Vote<NodeId>>,
-    committed: Option<LogId<NodeId>>,
     /// `fdatasync` every append (the MDS's `sync_journal`).
     sync: bool,
 }
@@ -123,12 +125,6 @@ impl LogStore {
             file.sync_all()?;
         }
         let vote = read_small(&dir.join("vote"))?;
-        // Only a hint (the leader says again what is committed): a damaged one is
-        // forgotten rather than keep the replica from starting.
-        let committed = read_small(&dir.join("committed")).unwrap_or_else(|e| {
-            tracing::warn!("Raft log {}: commit point unreadable, forgotten: {e}", dir.display());
-            None
-        });
         Ok(LogStore(Arc::new(Mutex::new(Inner {
             dir: dir.to_path_buf(),
             file,
@@ -136,7 +132,6 @@ impl LogStore {
             end: at as u64,
             purged,
             vote,
-            committed,
             sync,
         }))))
     }
@@ -210,36 +205,6 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError<NodeId>> {
         Ok(self.inner().vote)
-    }
-
-    async fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> Result<(), StorageError<NodeId>> {
-        let mut i = self.inner();
-        if i.committed == committed {
-            return Ok(());
-        }
-        // Not forced to disk: a replica that forgets it learns it again from the
-        // leader; kept so that a restarted replica applies what it knows committed.
-        // Replaced by a rename, never truncated in place: a crash mid-write leaves
-        // the old point or the new, not an empty file.
-        let path = i.dir.join("committed");
-        let written = match committed {
-            Some(c) => {
-                let tmp = path.with_extension("tmp");
-                std::fs::write(&tmp, postcard::to_allocvec(&c).expect("a log id encodes"))
-                    .and_then(|()| std::fs::rename(&tmp, &path))
-            }
-            None => std::fs::remove_file(&path).or_else(|e| match e.kind() {
-                std::io::ErrorKind::NotFound => Ok(()),
-                _ => Err(e),
-            }),
-        };
-        written.map_err(|e| io_failed(ErrorSubject::Store, e))?;
-        i.committed = committed;
-        Ok(())
-    }
-
-    async fn read_committed(&mut self) -> Result<Option<LogId<NodeId>>, StorageError<NodeId>> {
-        Ok(self.inner().committed)
     }
 
     async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> Result<(), StorageError<NodeId>>

@@ -243,25 +243,29 @@ impl Replica {
 
     /// Waits to lead, then serves the MDT until the term ends (see the module note).
     async fn lead(self: Arc<Self>) {
-        let mut metrics = self.raft.metrics();
+        // The server metrics change with the vote and the role only: the full
+        // metrics change with every entry, and would wake this task for each.
+        let mut server = self.raft.server_metrics();
+        let stopped = |raft: &Raft| -> ! {
+            let why = raft.metrics().borrow().running_state.clone().err();
+            let why = why.map_or_else(|| "it stopped".to_string(), |e| e.to_string());
+            tracing::error!("the Raft node of this replica stopped: {why}");
+            eprintln!("braid mds: the Raft node of this replica stopped: {why}");
+            std::process::exit(1);
+        };
         let term = loop {
-            let (state, term, stopped) = {
-                let m = metrics.borrow_and_update();
-                (m.state, m.current_term, m.running_state.clone().err())
+            let (state, term) = {
+                let m = server.borrow_and_update();
+                (m.state, m.vote.leader_id().get_term())
             };
-            if let Some(e) = stopped {
-                tracing::error!("the Raft node of this replica stopped: {e}");
-                eprintln!("braid mds: the Raft node of this replica stopped: {e}");
-                std::process::exit(1);
-            }
             if state == ServerState::Leader {
                 match self.raft.ensure_linearizable().await {
                     Ok(_) => break term,
                     Err(e) => tracing::info!("elected for term {term} but cannot lead yet: {e}"),
                 }
             }
-            if metrics.changed().await.is_err() {
-                return;
+            if server.changed().await.is_err() {
+                stopped(&self.raft);
             }
         };
         tracing::info!(term, "leading the replica group");
@@ -277,12 +281,12 @@ impl Replica {
         };
         self.serving.send_replace(Some(mds));
         loop {
-            if metrics.changed().await.is_err() {
+            if server.changed().await.is_err() {
                 respawn("the Raft node stopped");
             }
             let (state, now) = {
-                let m = metrics.borrow_and_update();
-                (m.state, m.current_term)
+                let m = server.borrow_and_update();
+                (m.state, m.vote.leader_id().get_term())
             };
             if state != ServerState::Leader || now != term {
                 respawn(&format!("no longer the leader of term {term} ({state:?} in term {now})"));
