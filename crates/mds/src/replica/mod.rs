@@ -99,6 +99,9 @@ pub(crate) fn now_millis() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis() as u64
 }
 
+/// How long a new leader waits to have applied its whole log before it serves.
+const CATCH_UP: Duration = Duration::from_secs(30);
+
 /// `meta` key: the replica group the database belongs to.
 const META_GROUP: &[u8] = b"replica_group";
 
@@ -268,6 +271,15 @@ impl Replica {
                 stopped(&self.raft);
             }
         };
+        // A leader restarted within its term leads on without an election, and its
+        // log may end in entries its previous process proposed and the group had
+        // not committed yet: they commit now, and must be in the database before
+        // this process's own batches are computed on it.
+        let last = self.raft.metrics().borrow().last_log_index;
+        let caught_up = self.raft.wait(Some(CATCH_UP)).applied_index_at_least(last, "the log before serving").await;
+        if let Err(e) = caught_up {
+            respawn(&format!("elected for term {term}, but its log was not applied within {CATCH_UP:?}: {e}"));
+        }
         tracing::info!(term, "leading the replica group");
         let mds = match self.serve(term).await {
             Ok(m) => m,
