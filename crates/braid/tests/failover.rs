@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use testkit::{free_port, output_within, stderr, wait_for, Cluster, ClusterSpec, Daemon, Mount};
+use testkit::{free_port, output_within, setlk, stderr, wait_for, Cluster, ClusterSpec, Daemon, Mount};
 
 fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_braid"))
@@ -27,19 +27,6 @@ fn elsewhere(args: &[String], ip: &str, extra: &[&str]) -> Vec<String> {
     a[i + 1] = format!("{ip}:{}", free_port(ip));
     a.extend(extra.iter().map(|s| s.to_string()));
     a
-}
-
-/// A non-blocking whole-file fcntl lock of `typ`: 0 or the errno.
-fn setlk(fd: i32, typ: i32) -> i32 {
-    // SAFETY: flock is plain data; fcntl on a valid descriptor.
-    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
-    fl.l_type = typ as i16;
-    fl.l_whence = libc::SEEK_SET as i16;
-    if unsafe { libc::fcntl(fd, libc::F_SETLK, &mut fl as *mut libc::flock) } == 0 {
-        0
-    } else {
-        testkit::last_errno()
-    }
 }
 
 /// Runs an MDS with `args` that must refuse to start; what it said.

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use testkit::{output_within, stderr, Cluster, ClusterSpec, Daemon, Mount};
+use testkit::{output_within, setlk, stderr, Cluster, ClusterSpec, Daemon, Mount};
 
 fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_braid"))
@@ -23,19 +23,6 @@ const WAIT: Duration = Duration::from_secs(60);
 
 fn spec() -> ClusterSpec {
     ClusterSpec { mdt_replicas: 3, osts_per_oss: vec![2], ..Default::default() }
-}
-
-/// A non-blocking whole-file fcntl lock of `typ`: 0 or the errno.
-fn setlk(fd: i32, typ: i32) -> i32 {
-    // SAFETY: flock is plain data; fcntl on a valid descriptor.
-    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
-    fl.l_type = typ as i16;
-    fl.l_whence = libc::SEEK_SET as i16;
-    if unsafe { libc::fcntl(fd, libc::F_SETLK, &mut fl as *mut libc::flock) } == 0 {
-        0
-    } else {
-        testkit::last_errno()
-    }
 }
 
 /// Kills the replica serving the MDT, writes `name` through `m` (the write waits

@@ -86,6 +86,20 @@ pub fn last_errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
 
+/// A non-blocking whole-file fcntl lock of `typ` (`F_RDLCK`, `F_WRLCK`, `F_UNLCK`)
+/// on `fd`: 0 or the errno.
+pub fn setlk(fd: i32, typ: i32) -> i32 {
+    // SAFETY: flock is plain data; fcntl on a descriptor the caller holds.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = typ as i16;
+    fl.l_whence = libc::SEEK_SET as i16;
+    if unsafe { libc::fcntl(fd, libc::F_SETLK, &mut fl as *mut libc::flock) } == 0 {
+        0
+    } else {
+        last_errno()
+    }
+}
+
 /// A cluster of real processes with one FUSE mount of it. Field order is drop
 /// order: the mount goes before the servers.
 pub struct MountedCluster {

@@ -23,7 +23,7 @@ pub mod in_process;
 pub mod tls;
 
 pub use client::{
-    client_config, client_errno, code, connect, errno, last_errno, runtime, within, MountedCluster, WAIT,
+    client_config, client_errno, code, connect, errno, last_errno, runtime, setlk, within, MountedCluster, WAIT,
 };
 pub use in_process::{InProcessCluster, InProcessSpec};
 
