@@ -135,6 +135,15 @@ fn frame_seeds() -> Vec<(String, Vec<u8>)> {
                 index: Some(3),
                 address: "10.0.0.7:9002".into(),
                 fsname: "braid".into(),
+                epoch: 0,
+            },
+        ),
+        (
+            "mdt-raft",
+            Request::MdtRaft {
+                fsname: "braid".into(),
+                group: "mdt-replicas-0123456789abcdef".into(),
+                kind: proto::msg::RaftRpc::AppendEntries,
             },
         ),
         (

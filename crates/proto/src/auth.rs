@@ -34,7 +34,10 @@ use crate::msg::{AuthProof, AuthResult, Challenge, Hello};
 /// (`MgsPool`, `ClusterConfig::pools`, `MdsRefreshConfig`), emulated media
 /// (`MgsHeartbeat::media`, `TargetInfo::media`), migration (`MdsReplaceLayout`) and
 /// file-level mirrors (`Component::mirror` and `flags`, `LayoutChange::WriteIntent`).
-pub const PROTOCOL_VERSION: u32 = 8;
+/// 9: root squash (`ClusterConfig::root_squash`), lock and open replay
+/// (`MdsSetLock::reclaim`, `MdsReclaimOpen`) and replicated MDTs
+/// (`MgsRegister::epoch`, `MdtRaft`).
+pub const PROTOCOL_VERSION: u32 = 9;
 /// Shortest secret accepted, in bytes.
 pub const SECRET_MIN_BYTES: usize = 16;
 /// A peer that has not finished the handshake by then is dropped.

@@ -923,6 +923,7 @@ pub enum Request {
         mdt: u32,
         after: u64,
     },
+    // ---- Added in protocol 9 ----
     /// The client holds `handles` handles of `fid` open (for writing with `write`),
     /// as it did before it reconnected (Lustre's open replay): the MDS counts them
     /// again, so a file unlinked while open outlives a restart of its MDS. Granted
