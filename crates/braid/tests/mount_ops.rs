@@ -244,3 +244,29 @@ fn attributes_after_reads_and_listings_are_the_mds_view() {
     assert_eq!(f.metadata().unwrap().mode() & 0o7777, 0o604, "the chmod after the open");
     assert_eq!(view(&m.path("d/f")), view(&fresh.path("d/f")), "f after a chmod under an open descriptor");
 }
+
+/// `braid mount` says at once what is wrong with its mount point, before it asks the
+/// cluster anything; and against an address where nothing answers, it says that it
+/// is retrying, then why it gave up.
+#[test]
+fn a_mount_names_a_bad_mount_point_at_once_and_says_that_it_retries() {
+    use std::process::Command;
+    let bin = Path::new(env!("CARGO_BIN_EXE_braid"));
+    let run = |args: &[&str]| {
+        let out = testkit::output_within(Command::new(bin).args(args), Duration::from_secs(60)).expect("mount exits");
+        assert!(!out.status.success(), "mount {args:?} succeeded");
+        testkit::stderr(&out)
+    };
+    let start = std::time::Instant::now();
+    let said = run(&["mount", "braid://127.0.0.1:1/", "/nonexistent"]);
+    assert!(said.contains("mount point /nonexistent does not exist"), "{said}");
+    assert!(start.elapsed() < Duration::from_secs(5), "the missing mount point took {:?}", start.elapsed());
+    let dir = testkit::TempDir::new("mount-point");
+    let file = dir.path().join("a-file");
+    fs::write(&file, b"").unwrap();
+    let said = run(&["mount", "braid://127.0.0.1:1/", file.to_str().unwrap()]);
+    assert!(said.contains("is not a directory"), "{said}");
+    let said = run(&["mount", "-o", "timeout=4", "braid://127.0.0.1:1/", dir.path().to_str().unwrap()]);
+    assert!(said.contains("does not answer yet; retrying for up to 4 s"), "{said}");
+    assert!(said.contains("cannot connect to the cluster at 127.0.0.1:1"), "{said}");
+}

@@ -43,12 +43,29 @@ pub struct MountArgs {
 pub fn run(a: MountArgs) -> Result<()> {
     let settings = parse_options(&a.options)?;
     no_page_cache(&settings)?;
+    // Said at once, before the cluster is asked anything (which may take a while).
+    check_mount_point(&a.mountpoint)?;
     if a.foreground {
         mount_foreground(&a.url, &a.mountpoint, settings, a.secret_file)
     } else {
         mount_background(&a.url, &a.mountpoint, &a.options, a.secret_file, a.log)
     }
 }
+
+/// A mount point must be an existing directory.
+fn check_mount_point(mountpoint: &Path) -> Result<()> {
+    match std::fs::metadata(mountpoint) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => bail!("mount point {} is not a directory", mountpoint.display()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            bail!("mount point {} does not exist (create the directory first)", mountpoint.display())
+        }
+        Err(e) => bail!("cannot use mount point {}: {e}", mountpoint.display()),
+    }
+}
+
+/// How long a first mount waits for the cluster before saying that it is retrying.
+const SLOW_CONNECT: Duration = Duration::from_secs(2);
 
 /// Parsed `-o` options of `braid mount`: the FUSE mount's and its client's.
 #[derive(Debug, Clone)]
@@ -326,7 +343,22 @@ pub fn mount_foreground(
     let mut cfg = settings.client_config(&p.mgs, crate::client_secret(&secret_file)?)?;
     let name = format!("{}:{}", crate::trace::host_name(), std::path::absolute(mountpoint)?.display());
     cfg.trace = Some(crate::trace::client_trace_config(&settings.trace, &name));
-    let bc = BlockingClient::connect(cfg, 4).with_context(|| format!("cannot connect to the cluster at {}", p.mgs))?;
+    let timeout_s = settings.timeout_s;
+    let bc = {
+        // A cluster that does not answer is retried for the mount's timeout: say so
+        // rather than wait in silence.
+        let (done, wait) = std::sync::mpsc::channel::<()>();
+        let mgs = p.mgs.clone();
+        let notice = std::thread::spawn(move || {
+            if wait.recv_timeout(SLOW_CONNECT) == Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
+                eprintln!("braid mount: the MGS at {mgs} does not answer yet; retrying for up to {timeout_s} s");
+            }
+        });
+        let bc = BlockingClient::connect(cfg, 4);
+        let _ = done.send(());
+        let _ = notice.join();
+        bc.with_context(|| format!("cannot connect to the cluster at {}", p.mgs))?
+    };
     if p.path != "/" {
         bail!("mounting a subdirectory is not supported; mount braid://{}/", p.mgs);
     }
@@ -411,6 +443,7 @@ pub fn mount_background(
     }
     let mut child = cmd.spawn().context("cannot start the mount process")?;
     let start = Instant::now();
+    let mut said = false;
     let target = std::fs::canonicalize(mountpoint).unwrap_or(mountpoint.to_path_buf());
     loop {
         if braid_mounts().iter().any(|m| m.mountpoint == target) {
@@ -423,6 +456,15 @@ pub fn mount_background(
         }
         if start.elapsed() > Duration::from_secs(60) {
             bail!("mount not ready after 60 s; see {}", log.display());
+        }
+        if !said && start.elapsed() > SLOW_CONNECT + Duration::from_secs(1) {
+            // The mount process says why in its log (e.g. an MGS that does not answer).
+            said = true;
+            let why = std::fs::read_to_string(&log).unwrap_or_default();
+            match why.lines().rev().find(|l| l.contains("does not answer yet")) {
+                Some(line) => eprintln!("{line}"),
+                None => eprintln!("braid mount: not ready yet; waiting (log {})", log.display()),
+            }
         }
         std::thread::sleep(Duration::from_millis(50));
     }
