@@ -62,6 +62,10 @@ trap 'rm -f "$installs" "${built:-}"' EXIT
 { need_cargo_bin pjdfstest pjdfstest@0.2.2 && need_cargo_bin fsx fsx@0.3.2; } >"$installs" 2>&1 &
 install_pid=$!
 
+# A clean checkout (CI) gains nothing from incremental compilation, and its caches
+# were the largest part of target/ after the test binaries.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 built=$(mktemp)
