@@ -7,12 +7,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-need_pkg() {  # need_pkg COMMAND PACKAGE
+need_pkg() {  # need_pkg COMMAND PACKAGE [APT-GET OPTION...]
   command -v "$1" >/dev/null 2>&1 && return 0
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "installing $2 (for $1)"
     [ -n "${apt_updated:-}" ] || { apt-get update -qq >/dev/null && apt_updated=1; }
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${@:3}" "$2" >/dev/null
   else
     echo "missing $1: install the '$2' package (e.g. sudo apt-get install -y $2)" >&2
     exit 1
@@ -53,6 +53,9 @@ need_pkg qemu-io qemu-utils
 # network namespaces, veth pairs, a bridge and tc; nsenter runs each node's processes.
 need_pkg ip iproute2
 need_pkg nsenter util-linux
+# The metrics tests (crates/braid/tests/metrics.rs) check what every process serves
+# with Prometheus' own linter, `promtool check metrics`.
+need_pkg promtool prometheus --no-install-recommends
 # scripts/run-tests.py runs the test binaries.
 need_pkg python3 python3
 

@@ -171,6 +171,7 @@ fn frame_seeds() -> Vec<(String, Vec<u8>)> {
                 osts: vec![0, 2, 3],
             },
         ),
+        ("metrics", Request::Metrics),
         ("lookup", Request::MdsLookup { creds: creds.clone(), parent: fid, name: "a file".into() }),
         ("getattr", Request::MdsGetattr { fid }),
         ("unlink", Request::MdsUnlink { creds: creds.clone(), parent: fid, name: "x".into() }),
@@ -193,6 +194,10 @@ fn frame_seeds() -> Vec<(String, Vec<u8>)> {
         out.push((format!("request.{name}"), raw(encode_frame(FrameKind::Request, i as u64 + 1, &msg(r), &[]))));
         out.push((format!("bare-request.{name}"), [&[MODE_BARE_REQUEST][..], &msg(r)].concat()));
     }
+    // A request followed by the job id it is made for (protocol 10).
+    let with_job = proto::msg::encode_request(&requests[0].1, Some("slurm-4711")).unwrap();
+    out.push(("request.ping-with-job".into(), raw(encode_frame(FrameKind::Request, 8, &with_job, &[]))));
+    out.push(("bare-request.ping-with-job".into(), [&[MODE_BARE_REQUEST][..], &with_job].concat()));
     let page: Vec<u8> = (0..4096u32).map(|i| (i * 7 % 251) as u8).collect();
     out.push((
         "request.ping-with-payload".into(),

@@ -104,6 +104,33 @@ enum NbdCommand {
     },
 }
 
+/// What `braid stats` and `braid top` look at.
+#[derive(clap::Args)]
+struct StatsOpts {
+    /// braid://HOST:PORT/ of the MGS.
+    url: String,
+    /// Only targets whose name starts with this (OST0001, MDT, OST).
+    target: Option<String>,
+    /// Seconds between the two looks a view compares.
+    #[arg(long, default_value_t = 1.0)]
+    interval: f64,
+    /// ops, bytes, latency or target.
+    #[arg(long, default_value = "ops")]
+    sort: String,
+    /// File holding the cluster secret (also BRAID_SECRET_FILE).
+    #[arg(long)]
+    secret_file: Option<PathBuf>,
+}
+
+impl StatsOpts {
+    fn interval(&self) -> anyhow::Result<std::time::Duration> {
+        if !(self.interval > 0.0 && self.interval <= 3600.0) {
+            anyhow::bail!("--interval {}: seconds, more than 0 and at most 3600", self.interval);
+        }
+        Ok(std::time::Duration::from_secs_f64(self.interval))
+    }
+}
+
 #[derive(Subcommand)]
 enum TraceCommand {
     /// Start recording a mount's operations (root; starts its collector).
@@ -230,6 +257,25 @@ enum Command {
     /// IOR-, mdtest- and IOzone-style benchmarks, sweeps and plots.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// The cluster's live view: ops/s, MiB/s, errors and latency percentiles per
+    /// target and operation, and per job, over an interval (from every server's
+    /// metrics).
+    Stats {
+        #[command(flatten)]
+        view: StatsOpts,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// `braid stats`, refreshed as `top` is (keys: o ops, b bytes, l latency, t target,
+    /// q quit).
+    Top {
+        #[command(flatten)]
+        view: StatsOpts,
+        /// Print this many views one after the other and stop (no terminal needed).
+        #[arg(short = 'n', long)]
+        iterations: Option<u64>,
+    },
     /// Create a new cluster secret file.
     GenSecret { path: PathBuf },
     /// Check the namespace across MDTs from their stores: every entry names a live
@@ -459,6 +505,22 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Mount(a) => cli::mount::run(a),
         Command::Umount { mountpoint } => cli::mount::umount(&mountpoint),
         Command::Bench(cmd) => bench::run(cmd, Some(cli::native_bench::connect)),
+        Command::Stats { view, json } => cli::stats::run_stats(
+            &view.url,
+            cli::client_secret(&view.secret_file)?,
+            view.target.as_deref(),
+            view.interval()?,
+            cli::stats::SortBy::parse(&view.sort)?,
+            json,
+        ),
+        Command::Top { view, iterations } => cli::stats::run_top(
+            &view.url,
+            cli::client_secret(&view.secret_file)?,
+            view.target.as_deref(),
+            view.interval()?,
+            cli::stats::SortBy::parse(&view.sort)?,
+            iterations,
+        ),
         Command::GenSecret { path } => cli::gen_secret(&path),
         Command::CheckNamespace { mdts } => cli::check_namespace(&mdts),
         Command::Cp { client, paths } => tools::cp(&client, &paths),

@@ -10,6 +10,7 @@
 //!
 //! [mgs]
 //! listen = "10.0.0.1:9400"
+//! metrics = "127.0.0.1:9500"      # optional, in every server section: Prometheus metrics
 //! data = "/srv/braid/mgs"
 //! root_squash = "65534:65534"              # optional: root on clients acts as this user
 //! nosquash_nids = "10.0.0.5, 10.0.1.0/24"  # clients whose root stays root
@@ -76,6 +77,8 @@ pub struct MgsSection {
     pub root_squash: Option<String>,
     /// Clients whose root stays root: addresses and CIDR ranges.
     pub nosquash_nids: Option<String>,
+    /// As `--metrics`: serve Prometheus metrics at this HOST:PORT.
+    pub metrics: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -107,6 +110,8 @@ pub struct MdsSection {
     pub raft_heartbeat_ms: Option<u64>,
     pub raft_election_ms: Option<u64>,
     pub raft_snapshot_entries: Option<u64>,
+    /// As `--metrics`: serve Prometheus metrics at this HOST:PORT.
+    pub metrics: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -124,6 +129,8 @@ pub struct OssSection {
     /// Short-circuit I/O on a cluster without a secret.
     #[serde(default)]
     pub short_circuit_insecure: bool,
+    /// As `--metrics`: serve Prometheus metrics at this HOST:PORT.
+    pub metrics: Option<String>,
 }
 
 /// `braid nbd serve`: each key as the flag of the same name (`exports` as `--export`,

@@ -8,6 +8,7 @@
 //! - [`mount`]: `braid mount` and `braid umount`, and which cluster a mounted path is in.
 //! - [`tools`]: the `lfs`-like tools over the native client (`cp`, `ls`, `setstripe`, ...).
 //! - [`pool`]: `braid pool`, OST pools as `lctl pool_*` keeps them.
+//! - [`stats`]: `braid stats` and `braid top`, the cluster's live view from its servers' metrics.
 //! - [`native_bench`]: the benchmarks' storage interface over the native client.
 //! - [`config`]: `braid.toml`, the per-node configuration file.
 //! - [`url`]: `braid://HOST:PORT/path` addresses.
@@ -24,6 +25,7 @@ pub mod native_bench;
 pub mod nbd;
 pub mod pool;
 pub mod serve;
+pub mod stats;
 pub mod stripe;
 pub mod tier;
 pub mod tools;
@@ -62,6 +64,19 @@ pub struct ServerOpts {
     /// Refuse clients that do not speak TLS (needs --tls-dir).
     #[arg(long, requires = "tls_dir")]
     pub tls_required: bool,
+    /// Serve Prometheus metrics over HTTP at HOST:PORT (GET /metrics); off unless
+    /// given. No authentication: a loopback or management address.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics: Option<String>,
+}
+
+/// Serves this process's metrics at `addr` on the running runtime and says where.
+pub async fn serve_metrics(addr: &str) -> Result<()> {
+    let bound = metrics::endpoint::spawn(addr, metrics::global())
+        .await
+        .with_context(|| format!("cannot serve metrics on {addr} (--metrics): is the port in use?"))?;
+    println!("metrics on http://{bound}/metrics");
+    Ok(())
 }
 
 /// Options of every client tool.

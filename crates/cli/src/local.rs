@@ -68,6 +68,9 @@ pub struct LocalArgs {
     /// Refuse clients of other processes that do not speak TLS.
     #[arg(long, requires = "tls_dir")]
     pub tls_required: bool,
+    /// Serve the Prometheus metrics of every role (and the mount) at HOST:PORT.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics: Option<String>,
 }
 
 /// Shape of a `braid local` cluster.
@@ -104,8 +107,13 @@ pub struct Started {
 
 /// Runs `braid local` until a signal.
 pub fn run(a: LocalArgs) -> Result<()> {
-    let settings = crate::mount::parse_options(&a.options)?;
+    let mut settings = crate::mount::parse_options(&a.options)?;
     crate::mount::no_page_cache(&settings)?;
+    // One endpoint for the process: its servers' metrics and its mount's.
+    if a.metrics.is_some() && settings.metrics.is_some() {
+        bail!("give the metrics address once: --metrics serves the whole process, the mount included");
+    }
+    let metrics = a.metrics.or(settings.metrics.take());
     let l = Local {
         osts: a.osts,
         mdts: a.mdts,
@@ -120,7 +128,7 @@ pub fn run(a: LocalArgs) -> Result<()> {
         root_squash: a.squash.rule(&Default::default())?,
         tls: crate::server_tls(a.tls_dir.as_deref(), a.tls_required)?,
     };
-    local(&a.data, &l, a.mount.map(|m| (m, settings)))
+    local(&a.data, &l, metrics.as_deref(), a.mount.map(|m| (m, settings)))
 }
 
 /// `--ost-media OSTS:SPEC` arguments: the medium of each OST they name (of `osts`).
@@ -216,9 +224,12 @@ fn remember_address(data: &Path, name: &str, addr: &str) {
 
 /// Runs the cluster `l` with its data under `data`, mounted on the given mount point
 /// if any, until a signal.
-pub fn local(data: &Path, l: &Local, mount: Option<(PathBuf, MountSettings)>) -> Result<()> {
+pub fn local(data: &Path, l: &Local, metrics: Option<&str>, mount: Option<(PathBuf, MountSettings)>) -> Result<()> {
     let rt = crate::runtime()?;
     let r = rt.block_on(async {
+        if let Some(addr) = metrics {
+            crate::serve_metrics(addr).await?;
+        }
         let Started { mgs, secret, secret_file } = start(data, l).await?;
         println!(
             "braid local: file system '{}' with {} MDT(s) and {} OST(s), data in {}",

@@ -29,7 +29,7 @@ pub struct MountArgs {
     /// Stay in the foreground (otherwise return once the mount is ready).
     #[arg(short = 'f')]
     pub foreground: bool,
-    /// Options: attr_timeout=S, entry_timeout=S, allow_other, direct_io, ro, threads=N, timeout=S, max_write=BYTES, readahead_kb=KIB, dir_leases=0|1, statahead=0|1, short_circuit (read and write the objects of OSTs served on this machine directly), cache_dir=PATH, cache_size=SIZE (an SSD read cache), passthrough (files the cache holds whole are read by the kernel from it).
+    /// Options: attr_timeout=S, entry_timeout=S, allow_other, direct_io, ro, threads=N, timeout=S, max_write=BYTES, readahead_kb=KIB, dir_leases=0|1, statahead=0|1, short_circuit (read and write the objects of OSTs served on this machine directly), cache_dir=PATH, cache_size=SIZE (an SSD read cache), passthrough (files the cache holds whole are read by the kernel from it), jobid_var=NAME|procname_uid|disable (the job id requests carry), metrics=HOST:PORT (Prometheus metrics).
     #[arg(short = 'o')]
     pub options: Vec<String>,
     #[arg(long)]
@@ -93,6 +93,8 @@ pub struct MountSettings {
     pub short_circuit: bool,
     /// `tls_dir=DIR`: connect over TLS with the files there (else `BRAID_TLS_DIR`).
     pub tls_dir: Option<PathBuf>,
+    /// `metrics=HOST:PORT`: serve the mount's Prometheus metrics there.
+    pub metrics: Option<String>,
 }
 
 /// Size of an SSD cache given a directory and no size.
@@ -128,6 +130,7 @@ pub fn parse_options(list: &[String]) -> Result<MountSettings> {
         trace: crate::trace::TraceSettings::default(),
         short_circuit: false,
         tls_dir: None,
+        metrics: None,
     };
     let mut cache_size = None;
     for opt in list.iter().flat_map(|o| o.split(',')).filter(|o| !o.is_empty()) {
@@ -193,9 +196,8 @@ pub fn parse_options(list: &[String]) -> Result<MountSettings> {
                 s.trace.destination = crate::trace::Destination::Server(addr.to_string());
             }
             "jobid_var" => {
-                let var = v.filter(|n| !n.is_empty() && !n.contains(['=', '\0'])).with_context(|| {
-                    format!("option {opt}: jobid_var=NAME of an environment variable (e.g. SLURM_JOB_ID)")
-                })?;
+                let var = v.unwrap_or_default();
+                s.fuse.jobid_var = client::jobid::JobVar::parse(var).map_err(|e| anyhow::anyhow!("option {opt}: {e}"))?;
                 s.trace.jobid_var = var.to_string();
             }
             "trace_sync" => {
@@ -209,7 +211,11 @@ pub fn parse_options(list: &[String]) -> Result<MountSettings> {
                 }
                 s.trace.capacity = n;
             }
-            _ => bail!("unknown mount option '{opt}' (known: attr_timeout=S, entry_timeout=S, allow_other, direct_io, ro, rw, threads=N, timeout=S, max_write=BYTES, readahead_kb=KIB, dir_leases=0|1, statahead=0|1, short_circuit, cache_dir=PATH, cache_size=SIZE, passthrough, page_cache=SIZE (native clients), ost_limit=RATE, ost_latency=MS, trace[=on|off], trace_dir=DIR, trace_server=HOST:PORT, jobid_var=NAME, trace_ring=RECORDS, trace_sync=FILE, tls_dir=DIR)"),
+            "metrics" => {
+                let addr = v.filter(|a| a.contains(':')).with_context(|| format!("option {opt}: metrics=HOST:PORT"))?;
+                s.metrics = Some(addr.to_string());
+            }
+            _ => bail!("unknown mount option '{opt}' (known: attr_timeout=S, entry_timeout=S, allow_other, direct_io, ro, rw, threads=N, timeout=S, max_write=BYTES, readahead_kb=KIB, dir_leases=0|1, statahead=0|1, short_circuit, cache_dir=PATH, cache_size=SIZE, passthrough, page_cache=SIZE (native clients), ost_limit=RATE, ost_latency=MS, trace[=on|off], trace_dir=DIR, trace_server=HOST:PORT, jobid_var=NAME, trace_ring=RECORDS, trace_sync=FILE, tls_dir=DIR, metrics=HOST:PORT)"),
         }
     }
     match (&mut s.cache, cache_size) {
@@ -361,6 +367,9 @@ pub fn mount_foreground(
     };
     if p.path != "/" {
         bail!("mounting a subdirectory is not supported; mount braid://{}/", p.mgs);
+    }
+    if let Some(addr) = &settings.metrics {
+        bc.handle().block_on(crate::serve_metrics(addr))?;
     }
     let mut fuse_opts = settings.fuse.clone();
     fuse_opts.fsname = format!("braid@{}", p.mgs);

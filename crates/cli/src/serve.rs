@@ -281,7 +281,8 @@ pub fn run_mgs(a: MgsArgs) -> Result<()> {
     let data = a.data.or(file.mgs.data.clone()).context("the MGS needs --data DIR")?;
     let timeout = Duration::from_millis(a.target_timeout_ms.or(file.mgs.target_timeout_ms).unwrap_or(5000));
     let squash = a.squash.rule(&file.mgs)?;
-    run_server("MGS", async move { start_mgs(&listen, &data, &common, timeout, squash).await })
+    let metrics = a.server.metrics.clone().or(file.mgs.metrics.clone());
+    run_server("MGS", metrics, async move { start_mgs(&listen, &data, &common, timeout, squash).await })
 }
 
 /// `--root-stripes N`: 1 (the root on MDT 0 alone) when not given.
@@ -326,7 +327,8 @@ pub fn run_mds(a: MdsArgs) -> Result<()> {
     if replica.is_some() && failover.is_some() {
         bail!("--replicas and --failover are two ways to survive an MDS's loss: choose one");
     }
-    run_server("MDS", async move {
+    let metrics = a.server.metrics.clone().or(file.mds.metrics.clone());
+    run_server("MDS", metrics, async move {
         match replica {
             Some(r) => start_mds_replica(&listen, advertise.as_deref(), &mgs, r, &common, cfg).await,
             None => start_mds(&listen, advertise.as_deref(), &mgs, &mdts, &common, cfg, failover).await,
@@ -346,16 +348,24 @@ pub fn run_oss(a: OssArgs) -> Result<()> {
         uids: if a.short_circuit_uids.is_empty() { file.oss.short_circuit_uids.clone() } else { a.short_circuit_uids },
         insecure: a.short_circuit_insecure || file.oss.short_circuit_insecure,
     };
-    run_server("OSS", async move { start_oss(&listen, advertise.as_deref(), &mgs, &osts, &common, &policy).await })
+    let metrics = a.server.metrics.clone().or(file.oss.metrics.clone());
+    run_server(
+        "OSS",
+        metrics,
+        async move { start_oss(&listen, advertise.as_deref(), &mgs, &osts, &common, &policy).await },
+    )
 }
 
 /// Starts one role with `start`, prints where it listens and serves until a signal.
-fn run_server<F>(what: &str, start: F) -> Result<()>
+fn run_server<F>(what: &str, metrics: Option<String>, start: F) -> Result<()>
 where
     F: std::future::Future<Output = Result<String>>,
 {
     let rt = crate::runtime()?;
     let r = rt.block_on(async {
+        if let Some(m) = metrics {
+            crate::serve_metrics(&m).await?;
+        }
         let addr = start.await?;
         println!("{what} listening on {addr}");
         let sig = until_signal().await?;

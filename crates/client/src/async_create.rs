@@ -538,21 +538,21 @@ mod tests {
         let hurry = watch::channel(0u64).0;
         // The first bytes come: they go with the create.
         let (g, held) = gate();
-        let task = tokio::spawn(first_bytes(held, hurry.subscribe()));
+        let task = tokio::spawn(rpc::stats::in_current_job(first_bytes(held, hurry.subscribe())));
         assert_eq!(g.attach(b"abc".to_vec()), Ok(()));
         assert_eq!(task.await.unwrap(), b"abc");
         assert_eq!(g.attach(b"late".to_vec()), Err(b"late".to_vec()), "once only");
 
         // Released (a flush, a read): it goes at once, and bytes after that come back.
         let (g, held) = gate();
-        let task = tokio::spawn(first_bytes(held, hurry.subscribe()));
+        let task = tokio::spawn(rpc::stats::in_current_job(first_bytes(held, hurry.subscribe())));
         g.release();
         assert!(task.await.unwrap().is_empty());
         assert!(g.attach(b"x".to_vec()).is_err());
 
         // Hurried (another request of the client waits): the same.
         let (g, held) = gate();
-        let task = tokio::spawn(first_bytes(held, hurry.subscribe()));
+        let task = tokio::spawn(rpc::stats::in_current_job(first_bytes(held, hurry.subscribe())));
         tokio::task::yield_now().await;
         hurry.send_modify(|n| *n += 1);
         assert!(task.await.unwrap().is_empty());

@@ -316,10 +316,10 @@ impl Client {
             self.send_closes().await;
         } else if first {
             let c = self.clone();
-            tokio::spawn(async move {
+            tokio::spawn(rpc::stats::in_current_job(async move {
                 tokio::time::sleep(CLOSE_DELAY).await;
                 c.send_closes().await;
-            });
+            }));
         }
     }
 

@@ -116,9 +116,9 @@ impl Client {
         let sent = self.open_sent();
         let (tx, rx) = tokio::sync::oneshot::channel();
         let (c, cut_by) = (self.clone(), layout.clone());
-        tokio::spawn(async move {
+        tokio::spawn(rpc::stats::in_current_job(async move {
             let _ = tx.send(io::read_extents(&c, fid, &cut_by, 0, len).await.map(|(data, _)| data));
-        });
+        }));
         let (f, attr) = self.open(creds, fid, flags).await?;
         // The bytes hold for this open if they were cut by its layout, cover its size,
         // and no write of this client to the file was on its way meanwhile.

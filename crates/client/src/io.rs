@@ -212,11 +212,11 @@ pub(crate) async fn write(c: &Client, f: &OpenFile, offset: u64, data: Bytes) ->
             if gate.attach(data).is_ok() {
                 // Written, and the size published, by the create.
                 let gate = gate.clone();
-                set.spawn(async move { gate.wait().await });
+                set.spawn(rpc::stats::in_current_job(async move { gate.wait().await }));
                 continue;
             }
         }
-        set.spawn(async move {
+        set.spawn(rpc::stats::in_current_job(async move {
             // A file whose create went out in the background exists once it is answered.
             if let Some(gate) = created {
                 gate.wait().await?;
@@ -226,7 +226,7 @@ pub(crate) async fn write(c: &Client, f: &OpenFile, offset: u64, data: Bytes) ->
                 needs_publish.store(true, std::sync::atomic::Ordering::Release);
             }
             Ok(())
-        });
+        }));
     }
     let wait_all = async move { join_all(set).await.map(|_| ()) };
     if behind {
@@ -568,7 +568,7 @@ impl Readahead {
             let (client, fid, version, layout) = (c.clone(), f.fid, f.data_version, layout.clone());
             // Before the wait below, as a read's (see `read`).
             let ticket = c.fill_tickets(fid, version);
-            tokio::spawn(async move {
+            tokio::spawn(rpc::stats::in_current_job(async move {
                 // Not before the writes of this range still on their way to the
                 // OSTs (write-behind), from any handle of the file here: the chunk
                 // carries the data generation of now, so bytes read from under such
@@ -585,7 +585,7 @@ impl Readahead {
                     }
                 }
                 let _ = tx.send(read_and_fill(&client, fid, &layout, at, n, ticket).await);
-            });
+            }));
             self.pending.push_back((at, n, rx));
             at += n;
         }
@@ -611,7 +611,9 @@ pub(crate) async fn write_extents(
         let payload: Vec<Bytes> = extent.spans.iter().map(|&(b, n)| data.slice(b as usize..(b + n) as usize)).collect();
         let target = c.object_io(extent.target).await?;
         targets.push(extent.target);
-        set.spawn(async move { target.write(extent.object_offset, payload, extent.len, None).await.map(|_| ()) });
+        set.spawn(rpc::stats::in_current_job(async move {
+            target.write(extent.object_offset, payload, extent.len, None).await.map(|_| ())
+        }));
     }
     join_all(set).await?;
     Ok(targets)
@@ -659,7 +661,7 @@ pub(crate) async fn read_extents_of(
     for (i, extent) in extents.iter().enumerate() {
         let target = c.object_io(extent.target).await?;
         let (at, n) = (extent.object_offset, extent.len);
-        set.spawn(async move { target.read(at, n).await.map(|data| (i, data)) });
+        set.spawn(rpc::stats::in_current_job(async move { target.read(at, n).await.map(|data| (i, data)) }));
     }
     if extents.len() == 1 && extents[0].spans == [(0, len)] {
         // One object-contiguous extent (a read inside one stripe): hand back the
@@ -699,7 +701,7 @@ pub(crate) async fn punch(c: &Client, fid: Fid, layout: &Layout, size: u64) -> R
     for object in objio::objects(fid, layout) {
         let object_size = object.size_for_file_size(size);
         let target = c.object_io(object.target).await?;
-        set.spawn(async move { target.cut(object_size).await });
+        set.spawn(rpc::stats::in_current_job(async move { target.cut(object_size).await }));
     }
     join_all(set).await.map(|_| ())
 }
@@ -710,7 +712,7 @@ pub(crate) async fn glimpse(c: &Client, fid: Fid, layout: &Layout) -> Result<u64
     let mut set = JoinSet::new();
     for (i, object) in objects.iter().enumerate() {
         let target = c.object_io(object.target).await?;
-        set.spawn(async move { target.size().await.map(|size| (i, size)) });
+        set.spawn(rpc::stats::in_current_job(async move { target.size().await.map(|size| (i, size)) }));
     }
     let sizes = join_all(set).await?;
     Ok(sizes.into_iter().map(|(i, size)| objects[i].file_size_from(size)).max().unwrap_or(0))
@@ -734,7 +736,7 @@ pub(crate) async fn punch_hole(c: &Client, f: &OpenFile, offset: u64, len: u64) 
     let mut set = JoinSet::new();
     for extent in extents {
         let target = c.object_io(extent.target).await?;
-        set.spawn(async move { target.trim(extent.object_offset, extent.len).await });
+        set.spawn(rpc::stats::in_current_job(async move { target.trim(extent.object_offset, extent.len).await }));
     }
     join_all(set).await.map(|_| ())
 }

@@ -32,6 +32,7 @@ pub mod deferred;
 pub mod first_bytes;
 pub mod held_locks;
 pub mod io;
+pub mod jobid;
 mod lease;
 pub mod mirror;
 pub mod objio;

@@ -141,7 +141,7 @@ impl Client {
             while offset < end && set.len() < COPY_IN_FLIGHT {
                 let len = COPY_CHUNK.min(end - offset);
                 let (c, from, to) = (self.clone(), from.clone(), to.clone());
-                set.spawn(async move {
+                set.spawn(rpc::stats::in_current_job(async move {
                     let (data, _) = io::read_extents(&c, fid, &from, offset, len).await?;
                     // Zeros need no writing: objects read as zeros where nothing was
                     // written, so a sparse file stays sparse.
@@ -149,7 +149,7 @@ impl Client {
                         true => io::write_extents(&c, fid, &to, offset, data).await,
                         false => Ok(Vec::new()),
                     }
-                });
+                }));
                 offset += len;
             }
             match set.join_next().await {

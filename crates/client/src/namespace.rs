@@ -41,7 +41,7 @@ impl Client {
     /// that follow, in the background (see [`statahead`]).
     fn spawn_statahead(&self, creds: Creds, fetch: statahead::Fetch) {
         let c = self.clone();
-        tokio::spawn(async move {
+        tokio::spawn(rpc::stats::in_current_job(async move {
             let req = Request::MdsStatahead {
                 creds: creds.clone(),
                 fid: fetch.dir,
@@ -59,7 +59,7 @@ impl Client {
                     c.inner.statahead.failed(&fetch);
                 }
             }
-        });
+        }));
     }
 
     /// Attributes of `fid` (of a striped directory, summed over its shards).
@@ -222,7 +222,7 @@ impl Client {
         let (creds, name, layout) = (creds.clone(), name.to_string(), tpl.layout);
         let hurry = self.inner.deferred.hurried();
         let c = self.clone();
-        tokio::spawn(async move {
+        tokio::spawn(rpc::stats::in_current_job(async move {
             // Held back for the file's first bytes, if they go to its MDT (see
             // `async_create`); those of a file on OSTs go there after it.
             let data = if dom_first { async_create::first_bytes(held, hurry).await } else { Vec::new() };
@@ -255,14 +255,14 @@ impl Client {
             }
             gate.open(outcome.map_err(|e| (e.errno(), e.to_string())));
             drop(ticket);
-        });
+        }));
         Some(Ok((f, attr)))
     }
 
     /// Asks MDT `mdt` for FIDs to give files created here, in the background.
     fn spawn_fid_grant(&self, mdt: u32) {
         let c = self.clone();
-        tokio::spawn(async move {
+        tokio::spawn(rpc::stats::in_current_job(async move {
             let req = Request::MdsFidGrant { mdt, count: async_create::GRANT_COUNT };
             let grant = match deferred::exempt(c.md(Fid::new(mdt, 0, 0), req)).await {
                 Ok(Response::FidGrant { first, count }) if first.mdt() == mdt => Some((first, count)),
@@ -280,7 +280,7 @@ impl Client {
                 }
             };
             c.inner.creates.granted(mdt, grant);
-        });
+        }));
     }
 
     /// Opens an existing file (permissions checked by the MDS). With `truncate`, the
@@ -537,10 +537,10 @@ impl Client {
         self.inner.statahead.changed();
         self.inner.unlinks_answered.fetch_add(1, Ordering::Relaxed);
         let (c, creds, name) = (self.clone(), creds.clone(), name.to_string());
-        tokio::spawn(tracer::as_caller(async move {
+        tokio::spawn(rpc::stats::in_current_job(tracer::as_caller(async move {
             c.observe("unlink", Some(parent), 0, 0, c.finish_removal(&creds, parent, &name, at, lease)).await.ok();
             drop(ticket);
-        }));
+        })));
         Ok(())
     }
 

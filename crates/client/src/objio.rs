@@ -330,12 +330,16 @@ pub(crate) async fn sync(c: &Client, targets: &[Target]) -> Result<()> {
     for (_, fid) in mdts {
         let rpc = c.mdt(fid).await?;
         c.inner.rpcs.count(&Target::Mdt { fid });
-        set.spawn(async move { rpc.call(&Request::MdsSync { fid }, vec![]).await.map_err(ClientError::from) });
+        set.spawn(rpc::stats::in_current_job(async move {
+            rpc.call(&Request::MdsSync { fid }, vec![]).await.map_err(ClientError::from)
+        }));
     }
     for (ost, objects) in by_ost {
         let rpc = c.ost(ost).await?;
         c.inner.rpcs.count(&Target::Ost { ost, object: objects[0] });
-        set.spawn(async move { rpc.call(&Request::OstSync { ost, objects }, vec![]).await.map_err(ClientError::from) });
+        set.spawn(rpc::stats::in_current_job(async move {
+            rpc.call(&Request::OstSync { ost, objects }, vec![]).await.map_err(ClientError::from)
+        }));
     }
     join_all(set).await.map(|_| ())
 }

@@ -228,7 +228,7 @@ impl Client {
             *pending = Some(Pending { creds: creds.clone(), set, _ticket: ticket });
             let (client, c) = (self.clone(), c.clone());
             let mut hurry = self.inner.deferred.hurried();
-            tokio::spawn(async move {
+            tokio::spawn(rpc::stats::in_current_job(async move {
                 tokio::select! {
                     _ = hurry.changed() => {}
                     _ = tokio::time::sleep(HOLD) => {}
@@ -236,7 +236,7 @@ impl Client {
                 if let Err(e) = client.send_behind(fid, &c).await {
                     client.inner.deferred.failed(fid, format!("attributes set after its create: {e}"));
                 }
-            });
+            }));
         }
         drop(pending);
         self.inner.statahead.changed();

@@ -140,7 +140,7 @@ impl Client {
             .skip(1)
             .map(|&fid| {
                 let c = self.clone();
-                tokio::spawn(async move { c.md(fid, Request::MdsGetattr { fid }).await })
+                tokio::spawn(rpc::stats::in_current_job(async move { c.md(fid, Request::MdsGetattr { fid }).await }))
             })
             .collect();
         let mut shards = Vec::with_capacity(asks.len());
@@ -224,7 +224,8 @@ impl Client {
                 r => return Err(unexpected("readdir", &r)),
             },
         };
-        let asks: Vec<_> = stripes.shards.iter().map(|&s| tokio::spawn(read(s, true))).collect();
+        let asks: Vec<_> =
+            stripes.shards.iter().map(|&s| tokio::spawn(rpc::stats::in_current_job(read(s, true)))).collect();
         let mut all = Vec::new();
         let mut eof = true;
         for ask in asks {

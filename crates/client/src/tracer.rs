@@ -10,9 +10,8 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::mpsc::{channel, sync_channel, Sender, SyncSender};
 use std::sync::Mutex;
-use std::time::{Duration, Instant, UNIX_EPOCH};
+use std::time::{Instant, UNIX_EPOCH};
 
 use proto::Fid;
 use trace::ring::{RingError, RingStats, RingWriter};
@@ -20,12 +19,8 @@ use trace::{Op, Record, Target, NO_JOB};
 
 use crate::{OpObserver, OpRecord, OpenFile};
 
-/// The environment variable naming a process's job, as Lustre's `jobid_var` default.
-pub const DEFAULT_JOBID_VAR: &str = "SLURM_JOB_ID";
-/// A process's job is looked up again after this long (a pid may be reused).
-const JOB_TTL: Duration = Duration::from_secs(10);
-/// Most processes whose job is remembered.
-const JOBS_CACHED: usize = 4096;
+pub use crate::jobid::DEFAULT_JOBID_VAR;
+use crate::jobid::{read_job, JobReader, JOBS_CACHED, JOB_TTL};
 
 #[derive(Debug, Clone)]
 pub struct TraceConfig {
@@ -154,58 +149,22 @@ impl OpObserver for Tracer {
 
 pub struct Tracer {
     ring: RingWriter,
-    jobs_reader: JobReader,
+    jobs_reader: JobReader<Option<String>>,
     /// pid -> (looked up at, job index).
     jobs: Mutex<HashMap<u32, (Instant, u32)>>,
-}
-
-/// Reads processes' jobs from `/proc/PID/environ` on a thread of its own, and an
-/// operation waits for the answer at most [`JOB_WAIT`].
-///
-/// Why: reading a process's environment waits while that process is in `execve` (the
-/// kernel's `exec_update_lock`), and `execve` closes the close-on-exec files first. A
-/// file on this mount sends a FLUSH, whose record asked for the job before the answer
-/// went back: the exec waited for the mount and the mount for the exec, for good (a
-/// traced mount hung any fork and exec of a process holding a file open on it). Now
-/// the FLUSH is recorded without a job after the wait, the exec goes on, and the
-/// reader with it.
-struct JobReader {
-    asks: Option<SyncSender<(u32, Sender<Option<String>>)>>,
-}
-
-/// How long an operation waits for its process's job.
-const JOB_WAIT: Duration = Duration::from_millis(20);
-/// Most lookups queued for the reader; past it, an operation is recorded without a job.
-const JOB_ASKS_MAX: usize = 256;
-
-impl JobReader {
-    fn start(var: String) -> JobReader {
-        let (tx, rx) = sync_channel::<(u32, Sender<Option<String>>)>(JOB_ASKS_MAX);
-        let started = std::thread::Builder::new().name("braid-trace-jobs".into()).spawn(move || {
-            for (pid, answer) in rx {
-                let _ = answer.send(read_job(pid, &var));
-            }
-        });
-        if let Err(e) = &started {
-            tracing::warn!("trace records will name no jobs: cannot start the job reader: {e}");
-        }
-        JobReader { asks: started.ok().map(|_| tx) }
-    }
-
-    /// The job variable of `pid`: `Ok(None)` when it has none, `Err` when the reader
-    /// did not answer in time (or cannot run).
-    fn read(&self, pid: u32) -> Result<Option<String>, ()> {
-        let asks = self.asks.as_ref().ok_or(())?;
-        let (tx, rx) = channel();
-        asks.try_send((pid, tx)).map_err(|_| ())?;
-        rx.recv_timeout(JOB_WAIT).map_err(|_| ())
-    }
 }
 
 impl Tracer {
     pub fn create(cfg: &TraceConfig) -> Result<Tracer, RingError> {
         let ring = RingWriter::create(&cfg.ring, cfg.capacity, &cfg.client_name, cfg.enabled)?;
-        Ok(Tracer { ring, jobs_reader: JobReader::start(cfg.jobid_var.clone()), jobs: Mutex::new(HashMap::new()) })
+        Ok(Tracer {
+            ring,
+            jobs_reader: {
+                let var = cfg.jobid_var.clone();
+                JobReader::start(move |pid| read_job(pid, &var))
+            },
+            jobs: Mutex::new(HashMap::new()),
+        })
     }
 
     pub fn ring_path(&self) -> &std::path::Path {
@@ -261,16 +220,6 @@ impl Tracer {
     }
 }
 
-/// The value of `var` in the environment process `pid` started with.
-fn read_job(pid: u32, var: &str) -> Option<String> {
-    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
-    let prefix = format!("{var}=");
-    env.split(|&b| b == 0)
-        .find_map(|kv| kv.strip_prefix(prefix.as_bytes()))
-        .map(|v| String::from_utf8_lossy(v).into_owned())
-        .filter(|v| !v.is_empty())
-}
-
 /// The MDT holding `fid`'s metadata.
 pub fn md_target(fid: Fid) -> Target {
     Target::Mdt(fid.mdt() as u16)
@@ -289,26 +238,4 @@ pub fn data_target(f: &OpenFile, offset: u64) -> Target {
     }
     let (stripe, _) = c.map(offset);
     c.osts.get(stripe as usize).map_or(Target::None, |&ost| Target::Ost(ost as u16))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_job_comes_from_the_process_environment() {
-        // This test process: its environment as it started.
-        let me = std::process::id();
-        let env = std::fs::read(format!("/proc/{me}/environ")).unwrap();
-        let first = env.split(|&b| b == 0).find_map(|kv| {
-            let s = std::str::from_utf8(kv).ok()?;
-            let (k, v) = s.split_once('=')?;
-            (!v.is_empty()).then(|| (k.to_string(), v.to_string()))
-        });
-        if let Some((k, v)) = first {
-            assert_eq!(read_job(me, &k), Some(v));
-        }
-        assert_eq!(read_job(me, "BRAID_NO_SUCH_VARIABLE_EVER"), None);
-        assert_eq!(read_job(u32::MAX, "PATH"), None);
-    }
 }

@@ -22,6 +22,7 @@ pub mod mount;
 mod nocaps;
 mod serve;
 mod stale;
+mod stats;
 mod told;
 
 pub use mount::{mount, unmount, Mounted, Unmounted, Unmounter};
@@ -73,6 +74,9 @@ pub struct MountOptions {
     pub fsname: String,
     /// What `braid trace on|off|status` reaches through the mount's root.
     pub trace: Option<TraceHook>,
+    /// How the job id of a calling process is found (`jobid_var`): every request
+    /// made for it carries it, and servers count by it.
+    pub jobid_var: client::jobid::JobVar,
 }
 
 /// What `braid trace` asks of a mount. The mount process supplies it: turning tracing
@@ -107,6 +111,7 @@ impl Default for MountOptions {
             readahead_kb: 4096,
             fsname: "braid".into(),
             trace: None,
+            jobid_var: client::jobid::JobVar::Env(client::jobid::DEFAULT_JOBID_VAR.into()),
         }
     }
 }
@@ -130,6 +135,8 @@ pub struct State {
     opts: MountOptions,
     handles: Handles,
     groups: Mutex<HashMap<u32, (Instant, Vec<u32>)>>,
+    /// The job ids of calling processes.
+    jobs: client::jobid::JobIds,
     /// Set once the session exists; used to drop the kernel's cached attributes.
     notifier: Arc<std::sync::OnceLock<fuser::Notifier>>,
     /// The MDS's size and mtime of each file as last handed to the kernel.
@@ -352,26 +359,32 @@ impl BraidFs {
             nocaps: nocaps::NoCaps::new(opts.attr_ttl),
             cached_versions: Mutex::new(HashMap::new()),
             passthrough: AtomicBool::new(false),
+            jobs: client::jobid::JobIds::new(opts.jobid_var.clone()),
             opts,
         };
-        BraidFs { s: Arc::new(s) }
+        let s = Arc::new(s);
+        stats::watch_caches(Arc::downgrade(&s));
+        BraidFs { s }
     }
 
     /// Serves a request of the caller of `req`: `op` gets the shared state, runs on
     /// this thread until it first waits, and answers the kernel itself (see [`serve`]).
-    fn serve<F>(&self, req: &Request, op: impl FnOnce(Arc<State>) -> F)
+    fn serve<F>(&self, name: &'static str, req: &Request, op: impl FnOnce(Arc<State>) -> F)
     where
         F: std::future::Future<Output = ()> + Send + 'static,
     {
-        self.serve_as((req.pid(), req.uid(), req.gid()), op)
+        self.serve_as(name, (req.pid(), req.uid(), req.gid()), op)
     }
 
     /// [`BraidFs::serve`] for process `pid` of `uid` and `gid`.
-    fn serve_as<F>(&self, caller: (u32, u32, u32), op: impl FnOnce(Arc<State>) -> F)
+    /// `name` is the FUSE operation's, for the metrics.
+    fn serve_as<F>(&self, name: &'static str, caller: (u32, u32, u32), op: impl FnOnce(Arc<State>) -> F)
     where
         F: std::future::Future<Output = ()> + Send + 'static,
     {
-        serve::serve(&self.rt, caller, op(self.s.clone()));
+        let job = self.s.jobs.of(caller.0, caller.1);
+        let op = stats::counted(name, op(self.s.clone()));
+        serve::serve(&self.rt, caller, client::jobid::with_job(job, op));
     }
 }
 
@@ -653,7 +666,7 @@ impl fuser::Filesystem for BraidFs {
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let Ok(name) = name_str(name) else { return reply.error(Errno::ENOENT) };
         let (c, name) = (self.creds(req), name.to_owned());
-        self.serve(req, move |s| async move {
+        self.serve("lookup", req, move |s| async move {
             let asked = s.asked();
             let r = s.client.lookup(&c, fid_of(parent), &name).await;
             if let Ok(a) = &r {
@@ -680,7 +693,7 @@ impl fuser::Filesystem for BraidFs {
         if let Some((a, ttl)) = self.told.recent(fid_of(ino), self.opts.attr_ttl, self.client.metadata_epoch()) {
             return reply.attr(&ttl, &self.file_attr(&a));
         }
-        self.serve(req, move |s| async move {
+        self.serve("getattr", req, move |s| async move {
             let asked = s.asked();
             match s.client.getattr(fid_of(ino)).await {
                 Ok(a) => {
@@ -734,7 +747,7 @@ impl fuser::Filesystem for BraidFs {
         // to write was checked at open, whatever the mode says now). A truncate(2),
         // and the truncate the kernel sends after an O_TRUNC open, come without one.
         let writer = fh.and_then(|fh| self.handles.file(fh.0)).filter(|f| f.file.flags.write);
-        self.serve(req, move |s| async move {
+        self.serve("setattr", req, move |s| async move {
             // A file this mount created and holds, in a directory it holds the lease
             // on: tar's and cp -a's fchown, fchmod and futimens after the create are
             // answered here and sent behind, merged (see the client's `set_behind`).
@@ -771,7 +784,7 @@ impl fuser::Filesystem for BraidFs {
     }
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
-        self.serve(req, move |s| async move {
+        self.serve("readlink", req, move |s| async move {
             match s.client.readlink(fid_of(ino)).await {
                 Ok(t) => reply.data(t.as_bytes()),
                 Err(e) => reply.error(inode_errno(&e)),
@@ -788,7 +801,7 @@ impl fuser::Filesystem for BraidFs {
         let perm = mode & !umask & 0o7777;
         let name = name.to_owned();
         if let Some(kind) = FileKind::special_from_mode(mode) {
-            return self.serve(req, move |s| async move {
+            return self.serve("mknod", req, move |s| async move {
                 let r = s.client.mknod(&c, fid_of(parent), &name, kind, perm, u64::from(rdev)).await;
                 s.entry(reply, r)
             });
@@ -797,7 +810,7 @@ impl fuser::Filesystem for BraidFs {
             return reply.error(Errno::EINVAL);
         }
         let flags = OpenFlags { read: false, write: false, truncate: false };
-        self.serve(req, move |s| async move {
+        self.serve("mknod", req, move |s| async move {
             let r = async {
                 let (f, attr, _) = s.client.create(&c, fid_of(parent), &name, perm, true, flags, None).await?;
                 s.client.close(f).await?;
@@ -814,7 +827,7 @@ impl fuser::Filesystem for BraidFs {
         let Ok(name) = name_str(name) else { return reply.error(Errno::EINVAL) };
         let c = self.creds(req);
         let name = name.to_owned();
-        self.serve(req, move |s| async move {
+        self.serve("mkdir", req, move |s| async move {
             let r = s.client.mkdir(&c, fid_of(parent), &name, mode & !umask & 0o7777).await;
             s.entry(reply, r)
         });
@@ -831,7 +844,7 @@ impl fuser::Filesystem for BraidFs {
         // (`default_permissions`) before it asked: the client may answer it itself.
         // Not so for a squashed root, whom the kernel lets do anything.
         let vetted = req.uid() != 0 || !self.client.root_squashed();
-        self.serve(req, move |s| async move {
+        self.serve("unlink", req, move |s| async move {
             let r = if vetted {
                 s.client.unlink_vetted(&c, fid_of(parent), &name).await
             } else {
@@ -848,7 +861,9 @@ impl fuser::Filesystem for BraidFs {
         let Ok(name) = name_str(name) else { return reply.error(Errno::ENOENT) };
         let c = self.creds(req);
         let name = name.to_owned();
-        self.serve(req, move |s| async move { reply_empty(reply, s.client.rmdir(&c, fid_of(parent), &name).await) });
+        self.serve("rmdir", req, move |s| async move {
+            reply_empty(reply, s.client.rmdir(&c, fid_of(parent), &name).await)
+        });
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
@@ -860,7 +875,7 @@ impl fuser::Filesystem for BraidFs {
         };
         let c = self.creds(req);
         let (name, target) = (name.to_owned(), target.to_owned());
-        self.serve(req, move |s| async move {
+        self.serve("symlink", req, move |s| async move {
             let r = s.client.symlink(&c, fid_of(parent), &name, &target).await;
             s.entry(reply, r)
         });
@@ -889,7 +904,7 @@ impl fuser::Filesystem for BraidFs {
             exchange: flags.contains(FuseRenameFlags::RENAME_EXCHANGE),
         };
         let (name, newname) = (name.to_owned(), newname.to_owned());
-        self.serve(req, move |s| async move {
+        self.serve("rename", req, move |s| async move {
             reply_empty(reply, s.client.rename(&c, fid_of(parent), &name, fid_of(newparent), &newname, rf).await)
         });
     }
@@ -901,7 +916,7 @@ impl fuser::Filesystem for BraidFs {
         let Ok(name) = name_str(newname) else { return reply.error(Errno::EINVAL) };
         let c = self.creds(req);
         let name = name.to_owned();
-        self.serve(req, move |s| async move {
+        self.serve("link", req, move |s| async move {
             let r = s.client.link(&c, fid_of(ino), fid_of(newparent), &name).await;
             s.entry(reply, r)
         });
@@ -919,7 +934,7 @@ impl fuser::Filesystem for BraidFs {
         // write) will ask for its bytes: a small file's are read beside the open (see
         // the client's `first_bytes`).
         let held = self.cached_versions.lock().expect("cached versions").get(&fid_of(ino)).copied();
-        self.serve(req, move |s| async move {
+        self.serve("open", req, move |s| async move {
             let asked = s.asked();
             let opened = match read_only {
                 true => s.client.open_to_read(&c, fid_of(ino), of, held).await,
@@ -996,7 +1011,7 @@ impl fuser::Filesystem for BraidFs {
         let of = State::open_flags(flags);
         let exclusive = flags & libc::O_EXCL != 0;
         let (name, opener) = (name.to_owned(), (req.pid(), req.uid(), req.gid()));
-        self.serve(req, move |s| async move {
+        self.serve("create", req, move |s| async move {
             match s.client.create(&c, fid_of(parent), &name, mode & !umask & 0o7777, exclusive, of, None).await {
                 Ok((f, attr, existed)) => {
                     if !existed {
@@ -1030,7 +1045,7 @@ impl fuser::Filesystem for BraidFs {
         reply: ReplyData,
     ) {
         let Some(f) = self.handles.file(fh.0) else { return reply.error(Errno::EBADF) };
-        self.serve(req, move |s| async move {
+        self.serve("read", req, move |s| async move {
             match s.client.read(&f.file, offset, size as u64).await {
                 Ok(data) => reply.data(&data),
                 Err(e) => reply.error(errno(&e)),
@@ -1052,7 +1067,7 @@ impl fuser::Filesystem for BraidFs {
     ) {
         let Some(f) = self.handles.file(fh.0) else { return reply.error(Errno::EBADF) };
         let data = Bytes::copy_from_slice(data);
-        self.serve(req, move |s| async move {
+        self.serve("write", req, move |s| async move {
             match s.client.write(&f.file, offset, data).await {
                 Ok(n) => {
                     s.handles.mark_dirty(f.file.fid);
@@ -1096,7 +1111,7 @@ impl fuser::Filesystem for BraidFs {
         if flush.is_none() && !unlock {
             return reply.ok();
         }
-        self.serve(req, move |s| async move {
+        self.serve("flush", req, move |s| async move {
             let flushed = match flush {
                 Some(f) => s.client.flush(&f.file).await,
                 None => Ok(()),
@@ -1130,7 +1145,7 @@ impl fuser::Filesystem for BraidFs {
         let caller = if req.pid() == 0 { state.opener } else { (req.pid(), req.uid(), req.gid()) };
         let deferred = state.deferred.lock().expect("deferred flush").take();
         let unlock = lock_owner.filter(|o| self.handles.take_lock_owner(fid, o.0));
-        self.serve_as(caller, move |s| async move {
+        self.serve_as("release", caller, move |s| async move {
             if let Some(flush) = deferred {
                 // Its failure is the client's to report (the next fsync); the close goes on.
                 let _ = flush.await;
@@ -1161,7 +1176,7 @@ impl fuser::Filesystem for BraidFs {
 
     fn fsync(&self, req: &Request, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
         let Some(f) = self.handles.file(fh.0) else { return reply.error(Errno::EBADF) };
-        self.serve(req, move |s| async move { reply_empty(reply, s.client.fsync(&f.file).await) });
+        self.serve("fsync", req, move |s| async move { reply_empty(reply, s.client.fsync(&f.file).await) });
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: FuseOpenFlags, reply: ReplyOpen) {
@@ -1179,7 +1194,7 @@ impl fuser::Filesystem for BraidFs {
         // by fetching the first batch of the listing that nearly always follows: one
         // round trip where there were two. (Entries made or removed after opendir(2)
         // may or may not be listed, as POSIX has it.)
-        self.serve(req, move |s| async move {
+        self.serve("opendir", req, move |s| async move {
             let epoch = s.client.metadata_epoch();
             match s.client.readdir_plus(&c, fid, None, READDIR_BATCH).await {
                 Ok((batch, eof)) => {
@@ -1196,7 +1211,7 @@ impl fuser::Filesystem for BraidFs {
     fn readdir(&self, req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
         let Some(d) = self.handles.dir(fh.0) else { return reply.error(Errno::EBADF) };
         let fid = d.fid;
-        self.serve(req, move |s| async move {
+        self.serve("readdir", req, move |s| async move {
             let mut next = offset;
             loop {
                 // Offsets: 1 = ".", 2 = "..", 3.. = entries in name order.
@@ -1233,7 +1248,7 @@ impl fuser::Filesystem for BraidFs {
     fn readdirplus(&self, req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
         let Some(d) = self.handles.dir(fh.0) else { return reply.error(Errno::EBADF) };
         let fid = d.fid;
-        self.serve(req, move |s| async move {
+        self.serve("readdirplus", req, move |s| async move {
             let ttl = s.opts.entry_ttl.min(s.opts.attr_ttl);
             if offset == 0 {
                 d.refresh_if_stale(s.client.metadata_epoch());
@@ -1287,11 +1302,15 @@ impl fuser::Filesystem for BraidFs {
 
     fn fsyncdir(&self, req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
         // The entries of the directory live on its MDT: force that MDT's log to disk.
-        self.serve(req, move |s| async move { reply_empty(reply, s.client.sync_metadata(fid_of(ino)).await) });
+        self.serve(
+            "fsyncdir",
+            req,
+            move |s| async move { reply_empty(reply, s.client.sync_metadata(fid_of(ino)).await) },
+        );
     }
 
     fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        self.serve(req, move |s| async move {
+        self.serve("statfs", req, move |s| async move {
             match s.client.statfs().await {
                 Ok(u) => {
                     const BSIZE: u64 = 4096;
@@ -1365,7 +1384,7 @@ impl fuser::Filesystem for BraidFs {
         // Before and after: a getxattr answered meanwhile may predate the change.
         self.nocaps.forget(fid_of(ino));
         let (name, value) = (name.to_owned(), value.to_vec());
-        self.serve(req, move |s| async move {
+        self.serve("setxattr", req, move |s| async move {
             let r = s.client.setxattr(&c, fid_of(ino), &name, &value, mode).await;
             s.nocaps.forget(fid_of(ino));
             reply_empty(reply, r)
@@ -1401,7 +1420,7 @@ impl fuser::Filesystem for BraidFs {
         let c = self.creds(req);
         let asked = self.nocaps.asked();
         let name = name.to_owned();
-        self.serve(req, move |s| async move {
+        self.serve("getxattr", req, move |s| async move {
             match s.client.getxattr(&c, fid, &name).await {
                 Ok(v) if size == 0 => reply.size(v.len() as u32),
                 Ok(v) if v.len() > size as usize => reply.error(Errno::from_i32(libc::ERANGE)),
@@ -1420,7 +1439,7 @@ impl fuser::Filesystem for BraidFs {
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         let c = self.creds(req);
-        self.serve(req, move |s| async move {
+        self.serve("listxattr", req, move |s| async move {
             match s.client.listxattr(&c, fid_of(ino)).await {
                 Ok(names) => {
                     let mut buf = Vec::new();
@@ -1449,7 +1468,7 @@ impl fuser::Filesystem for BraidFs {
         let c = self.creds(req);
         self.nocaps.forget(fid_of(ino));
         let name = name.to_owned();
-        self.serve(req, move |s| async move {
+        self.serve("removexattr", req, move |s| async move {
             let r = s.client.removexattr(&c, fid_of(ino), &name).await;
             s.nocaps.forget(fid_of(ino));
             reply_empty(reply, r)
@@ -1460,7 +1479,7 @@ impl fuser::Filesystem for BraidFs {
         let c = self.creds(req);
         let want = mask.bits() as u32 & 7;
         let read_only = self.opts.read_only;
-        self.serve(req, move |s| async move {
+        self.serve("access", req, move |s| async move {
             let a = match s.client.getattr(fid_of(ino)).await {
                 Ok(a) => a,
                 Err(e) => return reply.error(errno(&e)),
@@ -1493,7 +1512,7 @@ impl fuser::Filesystem for BraidFs {
             Err(e) => return reply.error(e),
         };
         let asked = LockRequest { owner: lock_owner.0, pid: 0, lock, start, end };
-        self.serve(req, move |s| async move {
+        self.serve("getlk", req, move |s| async move {
             match s.client.get_lock(fid_of(ino), asked).await {
                 Ok(None) => reply.locked(start, end, libc::F_UNLCK, 0),
                 Ok(Some(c)) => {
@@ -1525,7 +1544,7 @@ impl fuser::Filesystem for BraidFs {
         let fid = fid_of(ino);
         let asked = LockRequest { owner: lock_owner.0, pid, lock, start, end };
         let caller = req.pid();
-        self.serve(req, move |s| async move {
+        self.serve("setlk", req, move |s| async move {
             match s.client.set_lock_until(fid, asked, sleep, || signal_pending(caller)).await {
                 Ok(None) => {
                     if lock != LockType::Unlock {
@@ -1563,7 +1582,7 @@ impl fuser::Filesystem for BraidFs {
         }
         let Some(end) = offset.checked_add(length) else { return reply.error(Errno::from_i32(libc::EFBIG)) };
         let c = self.creds(req);
-        self.serve(req, move |s| async move {
+        self.serve("fallocate", req, move |s| async move {
             let r = async {
                 if punch || zero {
                     // Objects are sparse: a punched range reads back as zeros.

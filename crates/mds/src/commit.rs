@@ -218,6 +218,8 @@ pub struct Committer {
     pub fids: FidBlock,
     /// The MDT's inodes (counted at open, moved by every logged batch): `df -i`.
     pub inodes: Arc<std::sync::atomic::AtomicU64>,
+    /// Its batches, redo log and checkpoints, for the metrics endpoint.
+    pub stats: crate::stats::MdtStats,
 }
 
 impl Committer {
@@ -238,6 +240,7 @@ impl Committer {
                 return;
             }
         };
+        self.stats.logged(batch.len(), self.journal.bytes());
         let sync_asked = self.cfg.sync_journal || batch.iter().any(|j| matches!(j.kind, JobKind::Sync));
         let synced = if sync_asked { self.journal.sync() } else { Ok(()) };
         if let Err(e) = &synced {
@@ -269,7 +272,9 @@ impl Committer {
             }
             None => send(answers),
         }
-        self.journal.checkpoint_if_due(&self.store, &self.mem, index);
+        if let Some(took) = self.journal.checkpoint_if_due(&self.store, &self.mem, index) {
+            self.stats.checkpointed(took, self.journal.bytes());
+        }
     }
 
     /// Applies every job of `batch` in one writer and journals the changes; the

@@ -146,11 +146,17 @@ impl Journaled {
         self.journal.truncate(self.committed_len)
     }
 
-    /// Checkpoints if the interval has passed or the journal grew large.
-    pub fn checkpoint_if_due(&mut self, store: &Store, mem: &RwLock<MemTable>, mdt: u32) {
+    /// The journal's size in bytes.
+    pub fn bytes(&self) -> u64 {
+        self.journal.len()
+    }
+
+    /// Checkpoints if the interval has passed or the journal grew large; how long a
+    /// checkpoint made took.
+    pub fn checkpoint_if_due(&mut self, store: &Store, mem: &RwLock<MemTable>, mdt: u32) -> Option<Duration> {
         let due = self.last_checkpoint.elapsed() >= self.checkpoint_interval || self.journal.len() >= CHECKPOINT_BYTES;
         if !due || self.journal.is_empty() {
-            return;
+            return None;
         }
         if let Some(mut committed) = self.journal.committed().filter(|c| *c.borrow() < self.seq) {
             // The database may only ever hold what a majority holds: wait for the
@@ -163,17 +169,23 @@ impl Journaled {
             if !matches!(waited, Ok(Ok(_))) {
                 tracing::warn!(mdt, seq, "checkpoint put off: the group has not committed the memtable's entries");
                 self.last_checkpoint = Instant::now();
-                return;
+                return None;
             }
         }
-        match checkpoint(store, mem, self.journal.as_mut(), self.seq) {
+        let started = Instant::now();
+        let done = match checkpoint(store, mem, self.journal.as_mut(), self.seq) {
             Ok(()) => {
                 self.unsynced = false;
                 self.committed_len = 0;
+                Some(started.elapsed())
             }
-            Err(e) => tracing::error!(mdt, "checkpoint failed, the journal is kept: {e}"),
-        }
+            Err(e) => {
+                tracing::error!(mdt, "checkpoint failed, the journal is kept: {e}");
+                None
+            }
+        };
         self.last_checkpoint = Instant::now();
+        done
     }
 }
 

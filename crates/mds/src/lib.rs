@@ -37,6 +37,7 @@ pub mod mmp;
 mod recovery;
 pub mod replica;
 pub mod service;
+pub mod stats;
 pub mod target;
 pub mod workers;
 

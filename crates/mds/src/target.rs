@@ -195,6 +195,7 @@ impl Mdt {
             cluster,
             fids: FidBlock::default(),
             inodes: inodes.clone(),
+            stats: crate::stats::MdtStats::of(index),
         };
         Ok(Arc::new(Mdt {
             index,

@@ -36,8 +36,9 @@ use crate::msg::{AuthProof, AuthResult, Challenge, Hello};
 /// file-level mirrors (`Component::mirror` and `flags`, `LayoutChange::WriteIntent`).
 /// 9: root squash (`ClusterConfig::root_squash`), lock and open replay
 /// (`MdsSetLock::reclaim`, `MdsReclaimOpen`) and replicated MDTs
-/// (`MgsRegister::epoch`, `MdtRaft`).
-pub const PROTOCOL_VERSION: u32 = 9;
+/// (`MgsRegister::epoch`, `MdtRaft`). 10: job ids after request messages
+/// (`msg::encode_request`) and `Request::Metrics`.
+pub const PROTOCOL_VERSION: u32 = 10;
 /// Shortest secret accepted, in bytes.
 pub const SECRET_MIN_BYTES: usize = 16;
 /// A peer that has not finished the handshake by then is dropped.

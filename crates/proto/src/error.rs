@@ -39,6 +39,34 @@ pub enum Errno {
 }
 
 impl Errno {
+    /// The errno's symbolic name (`ENOENT`), as metrics label it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Errno::NoEnt => "ENOENT",
+            Errno::Exist => "EEXIST",
+            Errno::NotDir => "ENOTDIR",
+            Errno::IsDir => "EISDIR",
+            Errno::NotEmpty => "ENOTEMPTY",
+            Errno::Access => "EACCES",
+            Errno::Perm => "EPERM",
+            Errno::Inval => "EINVAL",
+            Errno::NoSpc => "ENOSPC",
+            Errno::Io => "EIO",
+            Errno::NameTooLong => "ENAMETOOLONG",
+            Errno::NoData => "ENODATA",
+            Errno::Range => "ERANGE",
+            Errno::Stale => "ESTALE",
+            Errno::XDev => "EXDEV",
+            Errno::Loop => "ELOOP",
+            Errno::Busy => "EBUSY",
+            Errno::Proto => "EPROTO",
+            Errno::NotSup => "EOPNOTSUPP",
+            Errno::Again => "EAGAIN",
+            Errno::Deadlk => "EDEADLK",
+            Errno::Intr => "EINTR",
+        }
+    }
+
     /// The Linux errno value.
     pub fn raw(self) -> i32 {
         match self {

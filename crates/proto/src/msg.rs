@@ -60,7 +60,7 @@ impl Creds {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash)]
 pub enum TargetKind {
     Mdt,
     Ost,
@@ -942,6 +942,10 @@ pub enum Request {
         group: String,
         kind: RaftRpc,
     },
+    // ---- Added in protocol 10 ----
+    /// Every server answers with its process's metrics in the Prometheus text format,
+    /// as the payload of [`Response::Data`] (what `braid stats` and `braid top` read).
+    Metrics,
 }
 
 /// The Raft messages replicas exchange ([`Request::MdtRaft`]).
@@ -955,6 +959,74 @@ pub enum RaftRpc {
 impl Request {
     /// The caller's credentials a request carries, for the MDS to check (and squash,
     /// [`crate::squash`]). A new request with credentials must be listed here.
+    /// The target a request is for: the OST it names, or the MDT of its FID (or of
+    /// its `mdt`); `None` for requests of a whole server (ping, the MGS's, Raft,
+    /// metrics).
+    pub fn target(&self) -> Option<(TargetKind, u32)> {
+        use Request::*;
+        let mdt = |fid: &Fid| Some((TargetKind::Mdt, fid.mdt()));
+        match self {
+            OstWrite { ost, .. }
+            | OstRead { ost, .. }
+            | OstPunch { ost, .. }
+            | OstDestroy { ost, .. }
+            | OstGetattr { ost, .. }
+            | OstSync { ost, .. }
+            | OstStatfs { ost }
+            | OstTrim { ost, .. }
+            | OstOpen { ost, .. } => Some((TargetKind::Ost, *ost)),
+            MdsStatfs { mdt }
+            | MdsUpdate { mdt, .. }
+            | MdsUpdateDone { mdt, .. }
+            | MdsFidGrant { mdt, .. }
+            | MdsOpenLog { mdt, .. } => Some((TargetKind::Mdt, *mdt)),
+            MdsLookup { parent, .. }
+            | MdsCreate { parent, .. }
+            | MdsMkdir { parent, .. }
+            | MdsSymlink { parent, .. }
+            | MdsMknod { parent, .. }
+            | MdsLink { parent, .. }
+            | MdsUnlink { parent, .. }
+            | MdsRmdir { parent, .. }
+            | MdsRename { parent, .. }
+            | MdsOpenAt { parent, .. }
+            | MdsCreateGranted { parent, .. }
+            | MdsUnlinkAt { parent, .. } => mdt(parent),
+            MdsGetattr { fid }
+            | MdsOpen { fid, .. }
+            | MdsReaddir { fid, .. }
+            | MdsSetattr { fid, .. }
+            | MdsReadlink { fid }
+            | MdsSetxattr { fid, .. }
+            | MdsGetxattr { fid, .. }
+            | MdsListxattr { fid, .. }
+            | MdsRemovexattr { fid, .. }
+            | MdsSetDirLayout { fid, .. }
+            | MdsGetDirLayout { fid }
+            | MdsSizeUpdate { fid, .. }
+            | MdsClose { fid, .. }
+            | MdsSetLock { fid, .. }
+            | MdsGetLock { fid, .. }
+            | MdsAncestors { fid }
+            | MdsSync { fid }
+            | MdsLayoutChange { fid, .. }
+            | MdsDomRead { fid, .. }
+            | MdsDomWrite { fid, .. }
+            | MdsDomTrim { fid, .. }
+            | MdsDomPunch { fid, .. }
+            | MdsDomGetattr { fid }
+            | MdsStatahead { fid, .. }
+            | MdsReaddirPlus { fid, .. }
+            | MdsReplaceLayout { fid, .. }
+            | MdsReclaimOpen { fid, .. } => mdt(fid),
+            MdsCloseMany { fids } => fids.first().and_then(mdt),
+            MdsLeaseCancel { leases } => leases.first().and_then(|(fid, _)| mdt(fid)),
+            MdsShardSync(_) | MdsRenameLock { .. } | MdsUpdateQuery { .. } | MdsRefreshConfig => None,
+            Ping | MgsRegister { .. } | MgsHeartbeat { .. } | MgsGetConfig | MgsPool { .. } => None,
+            TraceBatch | MdtRaft { .. } | Metrics => None,
+        }
+    }
+
     pub fn creds_mut(&mut self) -> Option<&mut Creds> {
         match self {
             Request::MdsLookup { creds, .. }
@@ -1024,6 +1096,7 @@ impl Request {
             Request::MdsOpenLog { .. } => "open_log",
             Request::MdsReclaimOpen { .. } => "reclaim_open",
             Request::MdtRaft { .. } => "mdt_raft",
+            Request::Metrics => "metrics",
             Request::MdsRefreshConfig => "refresh_config",
             Request::MdsDomRead { .. } => "dom_read",
             Request::MdsDomWrite { .. } => "dom_write",
@@ -1461,6 +1534,38 @@ pub fn encode<T: Serialize + ?Sized>(m: &T) -> Result<Vec<u8>, CodecError> {
     postcard::to_stdvec(m).map_err(|e| CodecError(e.to_string()))
 }
 
+/// Longest job id a request carries; a longer one is cut at a character boundary.
+pub const JOB_ID_MAX_BYTES: usize = 64;
+
+/// Encodes a request, followed by the job id it is made for, if any: the id of the
+/// batch job of the calling process (Lustre's jobid, from `SLURM_JOB_ID` or the
+/// variable the admin names), by which servers count operations and bytes per job.
+pub fn encode_request(req: &Request, job: Option<&str>) -> Result<Vec<u8>, CodecError> {
+    let mut out = encode(req)?;
+    if let Some(job) = job {
+        let mut end = job.len().min(JOB_ID_MAX_BYTES);
+        while !job.is_char_boundary(end) {
+            end -= 1;
+        }
+        out.extend_from_slice(&encode(&job[..end])?);
+    }
+    Ok(out)
+}
+
+/// Decodes what [`encode_request`] made: the request and its job id.
+pub fn decode_request(bytes: &[u8]) -> Result<(Request, Option<String>), CodecError> {
+    let (req, rest) = postcard::take_from_bytes::<Request>(bytes).map_err(|e| CodecError(e.to_string()))?;
+    if rest.is_empty() {
+        return Ok((req, None));
+    }
+    let (job, rest) =
+        postcard::take_from_bytes::<&str>(rest).map_err(|e| CodecError(format!("malformed job id: {e}")))?;
+    if !rest.is_empty() || job.len() > JOB_ID_MAX_BYTES || job.chars().any(char::is_control) {
+        return Err(CodecError("malformed job id: too long, trailing bytes or control characters".into()));
+    }
+    Ok((req, Some(job.to_string())))
+}
+
 /// Decodes a message a frame carried.
 pub fn decode<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, CodecError> {
     postcard::from_bytes(bytes).map_err(|e| CodecError(e.to_string()))
@@ -1483,5 +1588,29 @@ mod tests {
         let mut user = Creds { uid: 1000, gid: 0, groups: vec![0] };
         assert!(!user.squash(&rule, far), "only root is squashed");
         assert_eq!(user.gid, 0);
+    }
+
+    #[test]
+    fn a_job_id_rides_after_its_request_and_a_bad_one_is_refused() {
+        let req = Request::OstStatfs { ost: 3 };
+        assert_eq!(decode_request(&encode_request(&req, None).unwrap()).unwrap(), (req.clone(), None));
+        let with = encode_request(&req, Some("4711")).unwrap();
+        assert_eq!(decode_request(&with).unwrap(), (req.clone(), Some("4711".to_string())));
+        // Cut at the bound, on a character boundary.
+        let long = "\u{e9}".repeat(40);
+        let (_, job) = decode_request(&encode_request(&req, Some(&long)).unwrap()).unwrap();
+        assert_eq!(job.unwrap(), "\u{e9}".repeat(JOB_ID_MAX_BYTES / 2));
+        let mut trailing = with.clone();
+        trailing.push(0);
+        assert!(decode_request(&trailing).is_err());
+        let mut control = encode(&req).unwrap();
+        control.extend_from_slice(&encode("a\nb").unwrap());
+        assert!(decode_request(&control).is_err());
+        let mut oversized = encode(&req).unwrap();
+        oversized.extend_from_slice(&encode(&"x".repeat(200)).unwrap());
+        assert!(decode_request(&oversized).is_err());
+        assert_eq!(Request::OstStatfs { ost: 3 }.target(), Some((TargetKind::Ost, 3)));
+        assert_eq!(Request::MdsGetattr { fid: Fid::new(2, 1, 1) }.target(), Some((TargetKind::Mdt, 2)));
+        assert_eq!(Request::Ping.target(), None);
     }
 }

@@ -33,6 +33,7 @@ use proto::{Errno, RpcError};
 use crate::local::{joined, Dispatch};
 pub use crate::service::CallbackHandler;
 use crate::service::{dup_socket, guarded, ReadHalf, RequestCtx, WriteHalf, CALLBACK_TIMEOUT, IN_PROCESS_CONN};
+use crate::stats::current_job;
 
 #[derive(Debug, Clone)]
 pub struct RpcOptions {
@@ -344,9 +345,8 @@ impl RpcClient {
         // In-process requests are handed over as they are; over TCP they are encoded once.
         let route = match &self.local {
             Some(svc) => Route::InProcess(svc),
-            None => Route::Tcp(Arc::new(proto::msg::encode(req).map_err(|e| RpcError::Protocol {
-                addr: self.addr.clone(),
-                reason: format!("cannot encode {}: {e}", req.op_name()),
+            None => Route::Tcp(Arc::new(proto::msg::encode_request(req, current_job().as_deref()).map_err(|e| {
+                RpcError::Protocol { addr: self.addr.clone(), reason: format!("cannot encode {}: {e}", req.op_name()) }
             })?)),
         };
         let started = Instant::now();
@@ -401,9 +401,15 @@ impl RpcClient {
             peer: LOOPBACK_PEER,
             conn_id: IN_PROCESS_CONN,
             from_server: crate::service::is_server_role(&self.identity.role),
+            job: current_job(),
         };
-        let handler = svc.dispatch(ctx, req.clone(), joined(payload.to_vec()));
-        match tokio::time::timeout(self.opts.request_timeout, guarded(&self.addr, req.op_name(), handler)).await {
+        let job = ctx.job.clone();
+        let handler =
+            crate::stats::counted(req.clone(), job, joined(payload.to_vec()), async |req: Request, payload| {
+                let op = req.op_name();
+                guarded(&self.addr, op, svc.dispatch(ctx, req, payload)).await
+            });
+        match tokio::time::timeout(self.opts.request_timeout, handler).await {
             Ok((response, payload)) => {
                 Ok(Reply { response, payload: joined(payload), session: Session::InProcess, resent: false })
             }

@@ -6,6 +6,8 @@
 //! - [`server`]: the accept loop and per-connection dispatch used by every server role,
 //!   and the [`server::Callbacks`] a service calls clients back with;
 //! - [`local`]: in-process delivery to a server of the same process (Lustre's `0@lo`);
+//! - [`stats`]: what every server counts of the requests it serves (per target,
+//!   operation and job), and the job id a client's requests carry;
 //! - [`service`]: what both ends share (request context, answers, callbacks' handler
 //!   and deadline);
 //! - [`tls`]: TLS on connections, an option over the cluster secret's handshake;
@@ -20,6 +22,7 @@ pub mod local;
 pub mod server;
 pub mod service;
 pub mod short_circuit;
+pub mod stats;
 pub mod target;
 pub mod tls;
 

@@ -335,7 +335,7 @@ async fn serve_conn<S: Service>(
             let _ = send(&out, frame.request_id, answer, vec![]).await;
             break;
         }
-        let req: Request = match proto::msg::decode(&frame.msg) {
+        let (req, job) = match proto::msg::decode_request(&frame.msg) {
             Ok(r) => r,
             Err(e) => {
                 tracing::warn!(server = %cfg.name, %peer, "undecodable request: {e}");
@@ -350,11 +350,22 @@ async fn serve_conn<S: Service>(
             break;
         };
         let from_server = crate::service::is_server_role(&hello.role);
-        let ctx = RequestCtx { client_id: hello.client_id, xid: frame.request_id, peer, conn_id, from_server };
+        let job: Option<Arc<str>> = job.map(Arc::from);
+        let ctx = RequestCtx {
+            client_id: hello.client_id,
+            xid: frame.request_id,
+            peer,
+            conn_id,
+            from_server,
+            job: job.clone(),
+        };
         let (svc, out, name) = (svc.clone(), out.clone(), cfg.name.clone());
         tokio::spawn(async move {
-            let op = req.op_name();
-            let (resp, payload) = guarded(&name, op, svc.handle(ctx, req, frame.payload)).await;
+            let (resp, payload) = crate::stats::counted(req, job, frame.payload, async |req: Request, payload| {
+                let op = req.op_name();
+                guarded(&name, op, svc.handle(ctx, req, payload)).await
+            })
+            .await;
             let _ = send(&out, frame.request_id, resp, payload).await;
             drop(slot);
         });

@@ -29,6 +29,9 @@ pub struct RequestCtx {
     /// for its part of an operation): its requests carry credentials already checked
     /// and squashed by the server that took them from a client.
     pub from_server: bool,
+    /// The batch job the request was made for, if the client said (see
+    /// [`crate::stats`]).
+    pub job: Option<std::sync::Arc<str>>,
 }
 
 /// Whether a handshake's role is a server's.

@@ -140,6 +140,7 @@ pub fn spawn_heartbeat(
             for t in targets.iter_mut() {
                 let Some(index) = t.index else { continue };
                 let (usage, media) = report(t);
+                crate::stats::target_usage(t.kind, index, &usage);
                 let req = Request::MgsHeartbeat { kind: t.kind, index, uuid: t.uuid.clone(), usage, media };
                 // Given up after a few intervals: the next heartbeat tries again.
                 let patience = interval.max(Duration::from_secs(1)) * 3;

@@ -167,6 +167,7 @@ impl Dne {
             peer: std::net::SocketAddr::from(([0, 0, 0, 0], 0)),
             conn_id: rpc::service::IN_PROCESS_CONN,
             from_server: true,
+            job: None,
         };
         match self
             .commit(&ctx, mdt, "stripe-root", flight, CoordinatedOp::Stripe { fid: Fid::ROOT, stripes }, prepared)
