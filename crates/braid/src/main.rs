@@ -12,6 +12,11 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[derive(Parser)]
 #[command(name = "braid", version, about = "braid: a parallel distributed file system", propagate_version = true)]
 struct Cli {
+    /// Log lines as text, or as JSON objects (one per line: time, level, target,
+    /// message and the event's fields, such as the MDT or client it concerns). Also
+    /// BRAID_LOG_FORMAT; the level is BRAID_LOG's (info for servers, warn otherwise).
+    #[arg(long, global = true, value_name = "text|json")]
+    log_format: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -459,7 +464,33 @@ enum Command {
     },
 }
 
-fn init_logging(default_level: &str) {
+/// How log lines are written (`--log-format`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+impl LogFormat {
+    /// From the flag, else BRAID_LOG_FORMAT, else text. It goes into the
+    /// environment, so that processes this one starts (a background mount, a trace
+    /// collector) log the same way.
+    fn choose(flag: Option<&str>) -> Result<LogFormat, String> {
+        let env = std::env::var("BRAID_LOG_FORMAT").ok();
+        let format = match flag.or(env.as_deref()).unwrap_or("text") {
+            "text" => LogFormat::Text,
+            "json" => LogFormat::Json,
+            other => return Err(format!("--log-format {other}: text or json")),
+        };
+        if flag.is_some() {
+            // SAFETY: set before any thread of this process is started.
+            unsafe { std::env::set_var("BRAID_LOG_FORMAT", if format == LogFormat::Json { "json" } else { "text" }) };
+        }
+        Ok(format)
+    }
+}
+
+fn init_logging(default_level: &str, format: LogFormat) {
     let level = std::env::var("BRAID_LOG").unwrap_or_else(|_| default_level.to_string());
     let level = match level.to_ascii_lowercase().as_str() {
         "trace" => tracing::Level::TRACE,
@@ -478,14 +509,23 @@ fn init_logging(default_level: &str) {
     use tracing_subscriber::Layer;
     let raft = if level == tracing::Level::TRACE { level } else { level.min(tracing::Level::WARN) };
     let filter = tracing_subscriber::filter::Targets::new().with_default(level).with_target("openraft", raft);
-    let fmt = tracing_subscriber::fmt::layer().with_ansi(ansi).with_writer(std::io::stderr).with_filter(filter);
-    let _ = tracing_subscriber::registry().with(fmt).try_init();
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => tracing_subscriber::registry().with(fmt.with_ansi(ansi).with_filter(filter)).try_init(),
+        LogFormat::Json => tracing_subscriber::registry()
+            .with(fmt.json().with_current_span(false).with_span_list(false).with_filter(filter))
+            .try_init(),
+    };
 }
 
 fn main() {
     let cli = Cli::parse();
     let server = matches!(cli.command, Command::Mgs(_) | Command::Mds(_) | Command::Oss(_) | Command::Local(_));
-    init_logging(if server { "info" } else { "warn" });
+    let format = LogFormat::choose(cli.log_format.as_deref()).unwrap_or_else(|e| {
+        eprintln!("braid: {e}");
+        std::process::exit(2)
+    });
+    init_logging(if server { "info" } else { "warn" }, format);
     let checking = matches!(cli.command, Command::CheckNamespace { .. });
     if let Err(e) = run(cli.command) {
         eprintln!("braid: {e:#}");

@@ -413,7 +413,13 @@ fn serve_in_process<S: rpc::server::Service>(common: &Common, addr: &str, svc: &
 
 /// Binds `listen` and returns the listener and the address to advertise.
 async fn bind(listen: &str, advertise: Option<&str>) -> Result<(tokio::net::TcpListener, String)> {
-    let l = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
+    let l = tokio::net::TcpListener::bind(listen).await.map_err(|e| match e.kind() {
+        std::io::ErrorKind::AddrInUse => anyhow::anyhow!(
+            "cannot listen on {listen}: the address is in use (another server, or a braid process still running?): \
+             stop it or choose another --listen"
+        ),
+        _ => anyhow::Error::new(e).context(format!("cannot listen on {listen}")),
+    })?;
     let local: SocketAddr = l.local_addr()?;
     let adv = match advertise {
         Some(a) => a.to_string(),
@@ -456,6 +462,9 @@ pub async fn start_mgs(
     Ok(addr)
 }
 
+/// How long a registration goes unanswered before the server says it is waiting.
+const SLOW_MGS: Duration = Duration::from_secs(2);
+
 async fn register_all(
     kind: TargetKind,
     dirs: &[PathBuf],
@@ -467,7 +476,24 @@ async fn register_all(
     for d in dirs {
         let mut t = TargetDir::open(kind, d)
             .with_context(|| format!("cannot open {} directory {}", kind.name(), d.display()))?;
-        let index = t.register(mgs, addr, fsname).await.with_context(|| {
+        // Retried until the MGS answers (its client's recovery timeout): say so
+        // rather than wait in silence.
+        let registered = {
+            let registering = t.register(mgs, addr, fsname);
+            tokio::pin!(registering);
+            tokio::select! {
+                r = &mut registering => r,
+                _ = tokio::time::sleep(SLOW_MGS) => {
+                    tracing::warn!(
+                        "the MGS at {} does not answer yet (or asks this server to wait); retrying for up to {} s",
+                        mgs.addr(),
+                        mgs.options().recovery_timeout.as_secs()
+                    );
+                    registering.await
+                }
+            }
+        };
+        let index = registered.with_context(|| {
             format!("cannot register {} {} with the MGS at {}", kind.name(), d.display(), mgs.addr())
         })?;
         tracing::info!("{}{index:04x} registered from {}", kind.name(), d.display());

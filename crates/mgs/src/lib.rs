@@ -191,7 +191,11 @@ impl Mgs {
         if fsname != self.cfg.fsname {
             return Response::error(
                 Errno::Inval,
-                format!("target belongs to file system '{fsname}' but this MGS serves '{}'", self.cfg.fsname),
+                format!(
+                    "the server says its file system is '{fsname}', but this MGS serves '{}': give it --fsname {} \
+                     (or fsname in braid.toml), or point it at the MGS of '{fsname}'",
+                    self.cfg.fsname, self.cfg.fsname
+                ),
             );
         }
         if uuid.is_empty() || uuid.len() > 128 || address.len() > 256 {
@@ -205,6 +209,32 @@ impl Mgs {
                     Errno::Inval,
                     format!("{} {uuid} is registered as index {} but claims index {i}", kind.name(), r.index),
                 )
+            }
+            // Two OSS processes on one OST directory (or on a copy of it) would take
+            // the OST from each other at every registration: while the one it is
+            // registered to is heard from, another is asked to wait (its registration
+            // is retried, and goes through once the first is marked down: an OSS
+            // restarted elsewhere). MDTs move between addresses on purpose
+            // (failover, replicas) and are fenced by MMP and terms instead.
+            (Some(r), _)
+                if kind == TargetKind::Ost
+                    && r.address != address
+                    && st
+                        .live
+                        .get(&key(kind, r.index))
+                        .is_some_and(|l| l.last_seen.elapsed() < self.cfg.heartbeat_timeout) =>
+            {
+                return Response::error(
+                    Errno::Again,
+                    format!(
+                        "{}{:04x} ({uuid}) is served from {}, which is up: is a second OSS running on the same \
+                         OST directory, or on a copy of it? Stop one of them (an OSS that moved registers once \
+                         the old address is marked down)",
+                        kind.name(),
+                        r.index,
+                        r.address
+                    ),
+                );
             }
             (Some(mut r), _) => {
                 let last = st.epochs.get(&key(kind, r.index)).copied().unwrap_or(0);

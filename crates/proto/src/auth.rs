@@ -242,7 +242,9 @@ pub async fn server_handshake_or_refuse<S: AsyncRead + AsyncWrite + Unpin>(
             let why = if p.client_proof.is_empty() {
                 "the client has no cluster secret (it needs --secret-file or BRAID_SECRET_FILE)".to_string()
             } else {
-                "wrong cluster secret (the client's proof does not match)".to_string()
+                "wrong cluster secret (the client's proof does not match): give every node the same \
+                 secret file (--secret-file, or secret_file in braid.toml)"
+                    .to_string()
             };
             let _ = send(s, &AuthResult::Denied(why.clone())).await;
             return Err(why);

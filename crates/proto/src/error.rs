@@ -111,7 +111,7 @@ impl RemoteError {
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum RpcError {
-    #[error("{0}")]
+    #[error(transparent)]
     Remote(#[from] RemoteError),
     #[error("connection to {addr} failed: {reason}")]
     Connect { addr: String, reason: String },

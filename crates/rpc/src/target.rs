@@ -54,7 +54,27 @@ impl TargetDir {
     }
 
     /// Registers with the MGS (retrying while it is unreachable) and records the index.
+    /// A target keeps the name of its file system (`target.fsname`, written at its
+    /// first registration): one started for another file system is refused here,
+    /// before the MGS is asked.
     pub async fn register(&mut self, mgs: &RpcClient, address: &str, fsname: &str) -> Result<u32, RpcError> {
+        let fsname_path = self.dir.join("target.fsname");
+        let local = |reason: String| RpcError::Protocol { addr: mgs.addr().to_string(), reason };
+        let recorded = match std::fs::read_to_string(&fsname_path) {
+            Ok(s) => Some(s.trim().to_string()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(local(format!("cannot read {}: {e}", fsname_path.display()))),
+        };
+        if let Some(theirs) = recorded.as_deref().filter(|r| *r != fsname) {
+            return Err(RpcError::Remote(proto::RemoteError::new(
+                Errno::Inval,
+                format!(
+                    "{} belongs to file system '{theirs}', not '{fsname}': start it with --fsname {theirs}, \
+                     or give this server an empty directory for '{fsname}'",
+                    self.dir.display()
+                ),
+            )));
+        }
         let reply = mgs
             .call(
                 &Request::MgsRegister {
@@ -80,6 +100,11 @@ impl TargetDir {
                 reason: format!("cannot record index in {}: {e}", self.dir.display()),
             })?;
             self.index = Some(index);
+        }
+        if recorded.is_none() {
+            write_durably(&fsname_path, fsname).map_err(|e| {
+                local(format!("cannot record the file system's name in {}: {e}", fsname_path.display()))
+            })?;
         }
         Ok(index)
     }
