@@ -76,7 +76,8 @@ fn every_process_serves_metrics_that_promtool_accepts_and_that_count_jobs() {
         ..Default::default()
     };
     let c = Cluster::start(Path::new(env!("CARGO_BIN_EXE_braid")), spec);
-    let m = Mount::new(&c, &format!("metrics={mount_m}"));
+    let cache = c.dir.path().join("ssd-cache");
+    let m = Mount::new(&c, &format!("metrics={mount_m},cache_dir={},cache_size=64M", cache.display()));
     std::fs::create_dir(m.path("work")).unwrap();
     c.braid_ok(&["setstripe", "-c", "2", "-S", "1M", &m.path("work").to_string_lossy()]);
     // Job 4711 writes 8 MiB striped over both OSTs, and reads it back without the
@@ -85,8 +86,10 @@ fn every_process_serves_metrics_that_promtool_accepts_and_that_count_jobs() {
     run_as_job("4711", "dd if=big of=/dev/null bs=1M iflag=direct 2>&1", &m.path("work"));
     run_as_job("small-files", "for i in 1 2 3 4 5 6 7 8 9 10; do echo $i > f$i; done; rm f1", &m.path("work"));
 
+    let mut served = String::new();
     for (what, addr) in [("MGS", &mgs_m), ("MDS", &mds_m), ("OSS", &oss_m), ("mount", &mount_m)] {
         let (text, samples) = scrape(addr);
+        served.push_str(&text);
         promtool_check(what, &text);
         assert_eq!(sum(&samples, "braid_process_info", &[]), 1.0, "{what}: one process line");
         match what {
@@ -120,9 +123,12 @@ fn every_process_serves_metrics_that_promtool_accepts_and_that_count_jobs() {
                 let writes = sum(&samples, "braid_fuse_requests_total", &[("op", "write")]);
                 assert!(writes >= 8.0, "the mount's FUSE writes: {writes}\n{text}");
                 assert!(sum(&samples, "braid_fuse_request_duration_seconds_count", &[("op", "create")]) >= 10.0);
+                assert_eq!(sum(&samples, "braid_cache_size_bytes", &[]), (64 << 20) as f64, "the SSD cache's size");
             }
         }
     }
+
+    dashboard_asks_only_for_what_is_served(&served);
 
     // braid stats: the same numbers through the cluster's own RPCs, while a job works.
     let url = c.url("/");
@@ -150,6 +156,44 @@ fn every_process_serves_metrics_that_promtool_accepts_and_that_count_jobs() {
     assert_eq!(top.matches("server process(es)").count(), 2, "{top}");
     let bad = c.braid(&["stats", &url, "--sort", "colour"]);
     assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("--sort colour"));
+}
+
+/// The Grafana dashboard shipped in dist/grafana: every query is PromQL that
+/// `promtool check rules` accepts, and names only metrics the processes serve.
+fn dashboard_asks_only_for_what_is_served(served: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../dist/grafana/braid.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let dash: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let exprs: Vec<String> = dash["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| p["targets"].as_array().unwrap().iter().map(|t| t["expr"].as_str().unwrap().to_string()))
+        .collect();
+    assert!(exprs.len() >= 10, "{exprs:?}");
+    for e in &exprs {
+        let names = e.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).filter(|w| w.starts_with("braid_"));
+        for name in names {
+            assert!(
+                served.lines().any(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' '])),
+                "the dashboard's query {e} names {name}, which no process serves"
+            );
+        }
+    }
+    let dir = testkit::TempDir::new("dashboard");
+    let rules = dir.path().join("rules.yml");
+    let mut yaml = String::from("groups:\n  - name: dashboard\n    rules:\n");
+    for (i, e) in exprs.iter().enumerate() {
+        yaml.push_str(&format!("      - record: braid:dashboard:{i}\n        expr: '{}'\n", e.replace('\'', "''")));
+    }
+    std::fs::write(&rules, yaml).unwrap();
+    let out = Command::new("promtool").arg("check").arg("rules").arg(&rules).output().expect("run promtool");
+    assert!(
+        out.status.success(),
+        "promtool check rules of the dashboard's queries:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
