@@ -281,6 +281,28 @@ enum Command {
         #[arg(short = 'n', long)]
         iterations: Option<u64>,
     },
+    /// Check MDTs and OSTs online, with the file system in use (as LFSCK): link
+    /// counts, `..`, entries naming nothing, objects no layout names (orphans) and
+    /// layouts naming missing objects (the bytes that read as zeros). A dry run unless
+    /// --repair. Exits 1 if problems are left, 2 if it could not check.
+    Fsck {
+        /// braid://HOST:PORT/ of the MGS.
+        url: String,
+        /// Repair what can be: link counts, `..`, entries naming nothing; orphan
+        /// objects moved to their OST's lost+found/; missing objects made again,
+        /// empty (their bytes are lost and read as zeros).
+        #[arg(long)]
+        repair: bool,
+        /// With --repair: destroy orphan objects instead of keeping them in lost+found/.
+        #[arg(long, requires = "repair")]
+        destroy_orphans: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// File holding the cluster secret (also BRAID_SECRET_FILE).
+        #[arg(long)]
+        secret_file: Option<PathBuf>,
+    },
     /// Create a new cluster secret file.
     GenSecret { path: PathBuf },
     /// Check the namespace across MDTs from their stores: every entry names a live
@@ -526,11 +548,12 @@ fn main() {
         std::process::exit(2)
     });
     init_logging(if server { "info" } else { "warn" }, format);
-    let checking = matches!(cli.command, Command::CheckNamespace { .. });
+    let checking = matches!(cli.command, Command::CheckNamespace { .. } | Command::Fsck { .. });
     if let Err(e) = run(cli.command) {
         eprintln!("braid: {e:#}");
         // A checker's problems found (1) are not its failure to check (2).
-        let found = e.downcast_ref::<cli::NamespaceProblems>().is_some();
+        let found = e.downcast_ref::<cli::NamespaceProblems>().is_some()
+            || e.downcast_ref::<cli::fsck::FsckProblems>().is_some();
         std::process::exit(if checking && !found { 2 } else { 1 });
     }
 }
@@ -560,6 +583,12 @@ fn run(command: Command) -> anyhow::Result<()> {
             view.interval()?,
             cli::stats::SortBy::parse(&view.sort)?,
             iterations,
+        ),
+        Command::Fsck { url, repair, destroy_orphans, json, secret_file } => cli::fsck::run(
+            &url,
+            cli::client_secret(&secret_file)?,
+            cli::fsck::Options { repair, destroy_orphans },
+            json,
         ),
         Command::GenSecret { path } => cli::gen_secret(&path),
         Command::CheckNamespace { mdts } => cli::check_namespace(&mdts),

@@ -8,6 +8,7 @@
 //! - [`mount`]: `braid mount` and `braid umount`, and which cluster a mounted path is in.
 //! - [`tools`]: the `lfs`-like tools over the native client (`cp`, `ls`, `setstripe`, ...).
 //! - [`pool`]: `braid pool`, OST pools as `lctl pool_*` keeps them.
+//! - [`fsck`]: `braid fsck`, the online check and repair of MDTs and OSTs.
 //! - [`stats`]: `braid stats` and `braid top`, the cluster's live view from its servers' metrics.
 //! - [`native_bench`]: the benchmarks' storage interface over the native client.
 //! - [`config`]: `braid.toml`, the per-node configuration file.
@@ -17,6 +18,7 @@
 //! ends as one line on stderr and exit status 1.
 
 pub mod config;
+pub mod fsck;
 pub mod local;
 pub mod mirror;
 pub mod mount;

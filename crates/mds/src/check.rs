@@ -31,16 +31,75 @@ use crate::mdt::{Inode, OpError, Tbl};
 use crate::target::Mdt;
 use crate::{MdsConfig, MdsError};
 
-/// What one MDT holds, as the checker reads it.
+/// What one MDT holds, as the checker reads it (from its store, or, online, from
+/// the pages `braid fsck` asks its MDS for).
 #[derive(Default)]
-struct Contents {
-    inodes: BTreeMap<Fid, Inode>,
+pub struct Contents {
+    pub inodes: BTreeMap<Fid, Inode>,
     /// (directory, name) → (child, kind).
-    entries: Vec<(Fid, String, Fid, FileKind)>,
-    orphans: BTreeSet<Fid>,
+    pub entries: Vec<(Fid, String, Fid, FileKind)>,
+    pub orphans: BTreeSet<Fid>,
     /// Undecided halves of operations spanning MDTs: (the inode it is kept under,
     /// what), kept on this MDT whichever MDT the inode's FID names.
-    pending: Vec<(Fid, String)>,
+    pub pending: Vec<(Fid, String)>,
+    /// The objects queued for destruction: (OST, object).
+    pub destroys: Vec<(u32, proto::ObjectId)>,
+}
+
+impl Contents {
+    /// Takes one row of `table` as stored.
+    pub fn add(&mut self, table: proto::msg::FsckTable, key: &[u8], value: &[u8]) -> Result<(), OpError> {
+        use proto::msg::FsckTable;
+        let fid = || Fid::from_key(key).ok_or_else(|| corrupt("a key is not a FID"));
+        match table {
+            FsckTable::Inodes => {
+                let ino: Inode = store::decode_record(value)?;
+                self.inodes.insert(Fid::from_key(key).unwrap_or(ino.attr.fid), ino);
+            }
+            FsckTable::Dentries => {
+                let parent = fid()?;
+                let name = String::from_utf8_lossy(key.get(16..).unwrap_or_default()).into_owned();
+                let (child, kind) = decode_dentry(value)?;
+                self.entries.push((parent, name, child, kind));
+            }
+            FsckTable::Orphans => {
+                self.orphans.insert(fid()?);
+            }
+            FsckTable::Destroy => {
+                let r: crate::mdt::schema::DestroyRecord = store::decode_record(value)?;
+                self.destroys.extend(r.objects);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One thing wrong in a namespace; those fsck can repair say what to change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Problem {
+    /// An inode's link count is `has`, and should be `want`.
+    LinkCount { fid: Fid, has: u32, want: u32, what: String },
+    /// An entry names an inode that does not exist.
+    DanglingEntry { parent: Fid, name: String, child: Fid },
+    /// A directory's `..` is `has`, and its one entry is in `want`.
+    Parent { fid: Fid, has: Option<Fid>, want: Fid, name: String },
+    /// Anything else, said in words.
+    Other(String),
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Problem::LinkCount { has, want, what, .. } => write!(f, "{what} has link count {has}, not {want}"),
+            Problem::DanglingEntry { parent, name, child } => {
+                write!(f, "entry {parent}/{name} names {child}, which does not exist")
+            }
+            Problem::Parent { fid, has, want, name } => {
+                write!(f, "directory {fid} ({want}/{name}) has `..` {}", shown(*has))
+            }
+            Problem::Other(s) => f.write_str(s),
+        }
+    }
 }
 
 /// Checks the namespace held by the MDTs in `dirs` (all of the file system's).
@@ -54,6 +113,12 @@ pub fn check_namespace(dirs: &[PathBuf]) -> Result<Vec<String>, MdsError> {
             return Err(MdsError::Format { index, dir: dir.clone(), detail: "MDT given twice".into() });
         }
     }
+    Ok(check(&all).iter().map(Problem::to_string).collect())
+}
+
+/// What is wrong in the namespace of the MDTs in `all` (every MDT of the file
+/// system, by index).
+pub fn check(all: &BTreeMap<u32, Contents>) -> Vec<Problem> {
     let mut problems = Vec::new();
     let inode = |fid: Fid| all.get(&fid.mdt()).and_then(|c| c.inodes.get(&fid));
     // Entries naming each inode, the children and subdirectories of each directory.
@@ -61,27 +126,30 @@ pub fn check_namespace(dirs: &[PathBuf]) -> Result<Vec<String>, MdsError> {
     let mut children: HashMap<Fid, Vec<Fid>> = HashMap::new();
     let mut subdirs: HashMap<Fid, u32> = HashMap::new();
     let mut missing_mdts = BTreeSet::new();
-    for (&index, c) in &all {
+    for (&index, c) in all {
         for (parent, name, child, kind) in &c.entries {
             if !all.contains_key(&child.mdt()) {
                 missing_mdts.insert(child.mdt());
                 continue;
             }
             if inode(*parent).is_none_or(|p| p.attr.kind != FileKind::Dir) {
-                problems.push(format!("entry {parent}/{name} is in a directory that does not exist"));
+                problems.push(Problem::Other(format!("entry {parent}/{name} is in a directory that does not exist")));
             }
             children.entry(*parent).or_default().push(*child);
             match inode(*child) {
-                None => problems.push(format!("entry {parent}/{name} names {child}, which does not exist")),
-                Some(i) if i.attr.kind != *kind => {
-                    problems.push(format!("entry {parent}/{name} says {kind:?}, but {child} is a {:?}", i.attr.kind))
-                }
+                None => problems.push(Problem::DanglingEntry { parent: *parent, name: name.clone(), child: *child }),
+                Some(i) if i.attr.kind != *kind => problems.push(Problem::Other(format!(
+                    "entry {parent}/{name} says {kind:?}, but {child} is a {:?}",
+                    i.attr.kind
+                ))),
                 Some(_) => {}
             }
             if let Some(s) = inode(*parent).and_then(|p| p.attr.stripes.as_ref()) {
                 if s.shard_for(name) != *parent {
-                    problems
-                        .push(format!("entry {parent}/{name} belongs to shard {}, not this one", s.shard_for(name)));
+                    problems.push(Problem::Other(format!(
+                        "entry {parent}/{name} belongs to shard {}, not this one",
+                        s.shard_for(name)
+                    )));
                 }
             }
             names.entry(*child).or_default().push((*parent, name));
@@ -90,11 +158,11 @@ pub fn check_namespace(dirs: &[PathBuf]) -> Result<Vec<String>, MdsError> {
             }
         }
         for (fid, what) in &c.pending {
-            problems.push(format!("MDT {index}: {what} of {fid} is still undecided"));
+            problems.push(Problem::Other(format!("MDT {index}: {what} of {fid} is still undecided")));
         }
     }
     for m in &missing_mdts {
-        problems.push(format!("entries name inodes on MDT {m}, whose directory was not given"));
+        problems.push(Problem::Other(format!("entries name inodes on MDT {m}, whose directory was not given")));
     }
     // A striped directory reaches its other shards; they have no entry of their own.
     let mut shards_of: HashMap<Fid, Fid> = HashMap::new();
@@ -102,29 +170,30 @@ pub fn check_namespace(dirs: &[PathBuf]) -> Result<Vec<String>, MdsError> {
         for (fid, ino) in &c.inodes {
             let Some(s) = &ino.attr.stripes else { continue };
             if let Err(e) = s.validate() {
-                problems.push(format!("directory {fid} has a bad shard table: {e}"));
+                problems.push(Problem::Other(format!("directory {fid} has a bad shard table: {e}")));
                 continue;
             }
             if s.master() != *fid {
                 match inode(s.master()) {
                     Some(m) if m.attr.stripes.as_ref() == Some(s) => {}
-                    _ => problems.push(format!("shard {fid} is not in its directory {}'s table", s.master())),
+                    _ => problems
+                        .push(Problem::Other(format!("shard {fid} is not in its directory {}'s table", s.master()))),
                 }
                 if ino.parent != Some(s.master()) {
-                    problems.push(format!(
+                    problems.push(Problem::Other(format!(
                         "shard {fid} has `..` {}, not its directory {}",
                         shown(ino.parent),
                         s.master()
-                    ));
+                    )));
                 }
                 continue;
             }
             for &shard in &s.shards[1..] {
                 match inode(shard) {
                     None if !all.contains_key(&shard.mdt()) => {}
-                    None => problems.push(format!("shard {shard} of directory {fid} does not exist")),
+                    None => problems.push(Problem::Other(format!("shard {shard} of directory {fid} does not exist"))),
                     Some(i) if i.attr.stripes.as_ref() != Some(s) => {
-                        problems.push(format!("shard {shard} of directory {fid} has another table"))
+                        problems.push(Problem::Other(format!("shard {shard} of directory {fid} has another table")))
                     }
                     Some(_) => {
                         children.entry(*fid).or_default().push(shard);
@@ -147,7 +216,8 @@ pub fn check_namespace(dirs: &[PathBuf]) -> Result<Vec<String>, MdsError> {
     for c in all.values() {
         for fid in c.inodes.keys() {
             if (names.contains_key(fid) || shards_of.contains_key(fid)) && !reached.contains(fid) {
-                problems.push(format!("{fid} is not reachable from the root (a cycle, or a lost subtree)"));
+                problems
+                    .push(Problem::Other(format!("{fid} is not reachable from the root (a cycle, or a lost subtree)")));
             }
         }
     }
@@ -164,24 +234,40 @@ pub fn check_namespace(dirs: &[PathBuf]) -> Result<Vec<String>, MdsError> {
                 FileKind::Dir => {
                     match refs {
                         [] if shards_of.contains_key(fid) => {}
-                        [] => problems.push(format!("directory {fid} has no entry (lost)")),
-                        [(parent, name)] if ino.parent != Some(*parent) => {
-                            problems.push(format!("directory {fid} ({parent}/{name}) has `..` {}", shown(ino.parent)))
-                        }
+                        [] => problems.push(Problem::Other(format!("directory {fid} has no entry (lost)"))),
+                        [(parent, name)] if ino.parent != Some(*parent) => problems.push(Problem::Parent {
+                            fid: *fid,
+                            has: ino.parent,
+                            want: *parent,
+                            name: name.to_string(),
+                        }),
                         [_] => {}
-                        more => problems.push(format!("directory {fid} has {} entries", more.len())),
+                        more => problems.push(Problem::Other(format!("directory {fid} has {} entries", more.len()))),
                     }
                     let want = 2 + subdirs.get(fid).copied().unwrap_or(0);
                     if ino.attr.nlink != want {
-                        problems.push(format!("directory {fid} has link count {}, not {want}", ino.attr.nlink));
+                        problems.push(Problem::LinkCount {
+                            fid: *fid,
+                            has: ino.attr.nlink,
+                            want,
+                            what: format!("directory {fid}"),
+                        });
                     }
                 }
                 _ => {
                     if refs.is_empty() && !c.orphans.contains(fid) {
-                        problems.push(format!("{:?} {fid} has no entry and is not an orphan", ino.attr.kind));
+                        problems.push(Problem::Other(format!(
+                            "{:?} {fid} has no entry and is not an orphan",
+                            ino.attr.kind
+                        )));
                     }
                     if ino.attr.nlink as usize != refs.len() {
-                        problems.push(format!("{fid} has link count {}, not {}", ino.attr.nlink, refs.len()));
+                        problems.push(Problem::LinkCount {
+                            fid: *fid,
+                            has: ino.attr.nlink,
+                            want: refs.len() as u32,
+                            what: fid.to_string(),
+                        });
                     }
                 }
             }
@@ -190,12 +276,12 @@ pub fn check_namespace(dirs: &[PathBuf]) -> Result<Vec<String>, MdsError> {
     if let Some(root) = inode(Fid::ROOT) {
         let want = 2 + subdirs.get(&Fid::ROOT).copied().unwrap_or(0);
         if root.attr.nlink != want {
-            problems.push(format!("the root has link count {}, not {want}", root.attr.nlink));
+            problems.push(Problem::LinkCount { fid: Fid::ROOT, has: root.attr.nlink, want, what: "the root".into() });
         }
     } else if !all.is_empty() {
-        problems.push("the root directory is missing (is MDT 0 among those given?)".into());
+        problems.push(Problem::Other("the root directory is missing (is MDT 0 among those given?)".into()));
     }
-    Ok(problems)
+    problems
 }
 
 /// Opens one MDT as its MDS would (journal replayed) and reads what the checker needs.

@@ -154,6 +154,10 @@ impl Service for Mds {
                 }
                 Err(r) => (*r, vec![]),
             },
+            Request::MdsFsckScan { mdt, table, after, max } => match self.mdts.get(&mdt) {
+                Some(m) => crate::mdt::fsck::scan(m, table, after, max),
+                None => (Response::error(Errno::NoEnt, format!("MDT {mdt} is not served here")), vec![]),
+            },
             req => (self.dispatch(ctx, req).await, vec![]),
         }
     }
@@ -328,6 +332,7 @@ impl Mds {
             Request::MdsFidGrant { mdt, .. } => Fid::new(*mdt, 0, 0),
             Request::MdsUpdateDone { mdt, .. } => Fid::new(*mdt, 0, 0),
             Request::MdsShardSync(s) => s.fid,
+            Request::MdsFsckRepair { fix, .. } => fix.fid(),
             Request::MdsAncestors { fid } => *fid,
             Request::MdsUpdateQuery { id } => Fid::new(id.mdt, 0, 0),
             // The entry's MDT coordinates a link to a file on another MDT.

@@ -9,6 +9,7 @@
 //! cache serves in microseconds, run on the runtime's thread (see `Service for Oss`).
 
 pub mod direct;
+pub mod fsck;
 pub mod local;
 pub mod media;
 
@@ -318,6 +319,15 @@ impl Oss {
             }
             Request::OstStatfs { ost } => {
                 simple(ost_of(ost).map_or_else(|r| *r, |t| Response::Usage(ost_usage(&t.dir))))
+            }
+            Request::OstFsckList { ost, after, max } => {
+                ost_of(ost).map_or_else(|r| (*r, vec![]), |t| fsck::list(&t, after, max))
+            }
+            Request::OstFsckLostFound { ost, object } => {
+                let r = ost_of(ost).map_or_else(|r| *r, |t| fsck::to_lost_found(&t, &object));
+                // Its kept descriptor, if any, is of a file no longer in the namespace.
+                self.handles.destroyed(ost, &object);
+                simple(r)
             }
             Request::OstOpen { .. } => {
                 simple(Response::error(Errno::Proto, "ost_open is answered only on the OST's local socket"))

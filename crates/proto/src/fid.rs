@@ -72,7 +72,7 @@ impl fmt::Display for Fid {
 
 /// The name of one OST object: the file, the layout component and the stripe. The
 /// client derives it from the layout alone, so a file create needs no OST round trip.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct ObjectId {
     pub fid: Fid,
     pub component: u32,
@@ -93,6 +93,24 @@ impl ObjectId {
         format!("{:x}-{:x}-{:x}-{:x}-{:x}", self.fid.seq, self.fid.oid, self.fid.ver, self.component, self.stripe)
     }
 
+    /// The object a [`ObjectId::file_name`] names; `None` for any other name.
+    pub fn from_file_name(name: &str) -> Option<ObjectId> {
+        let mut parts = name.split('-').map(|p| u64::from_str_radix(p, 16).ok());
+        let mut next = || parts.next().flatten();
+        let (seq, oid, ver, component, stripe) = (next()?, next()?, next()?, next()?, next()?);
+        if parts.next().is_some() {
+            return None;
+        }
+        let small = |v: u64| u32::try_from(v).ok();
+        let o = ObjectId {
+            fid: Fid { seq, oid: small(oid)?, ver: small(ver)? },
+            component: small(component)?,
+            stripe: small(stripe)?,
+        };
+        // Only the spelling `file_name` writes (no leading zeros, lower case).
+        (o.file_name() == name).then_some(o)
+    }
+
     /// Fan-out directory (256 of them) so no directory of an OST grows huge.
     pub fn bucket(&self) -> String {
         let h = self.fid.oid ^ (self.fid.seq as u32).rotate_left(8) ^ self.stripe.rotate_left(16);
@@ -103,6 +121,15 @@ impl ObjectId {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_object_file_name_parses_back_and_nothing_else_does() {
+        let o = ObjectId { fid: Fid::new(3, 7, 42), component: 2, stripe: 5 };
+        assert_eq!(ObjectId::from_file_name(&o.file_name()), Some(o));
+        for bad in ["", "x", "1-2-3-4", "1-2-3-4-5-6", "1-2-3-4-g", "01-2-3-4-5", "1-2-3-4-100000000", "A-2-3-4-5"] {
+            assert_eq!(ObjectId::from_file_name(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn fid_key_roundtrip_and_routing() {

@@ -946,6 +946,81 @@ pub enum Request {
     /// Every server answers with its process's metrics in the Prometheus text format,
     /// as the payload of [`Response::Data`] (what `braid stats` and `braid top` read).
     Metrics,
+    /// fsck: the rows of one of MDT `mdt`'s tables after key `after`, at most `max`,
+    /// as the payload of [`Response::Data`] (an encoded [`FsckRows`]).
+    MdsFsckScan {
+        mdt: u32,
+        table: FsckTable,
+        after: Option<Vec<u8>>,
+        max: u32,
+    },
+    /// fsck: a repair of the namespace, applied as any change is (journaled, kept
+    /// in the reply cache, replicated). Root only.
+    MdsFsckRepair {
+        creds: Creds,
+        fix: FsckFix,
+    },
+    /// fsck: OST `ost`'s objects after `after` (in the order of their fan-out
+    /// directory, then name), at most `max`, as the payload of [`Response::Data`]
+    /// (an encoded [`FsckObjects`]).
+    OstFsckList {
+        ost: u32,
+        after: Option<ObjectId>,
+        max: u32,
+    },
+    /// fsck: moves an object no layout names into the OST's `lost+found/`
+    /// directory, where an admin can still read it.
+    OstFsckLostFound {
+        ost: u32,
+        object: ObjectId,
+    },
+}
+
+/// The MDT tables fsck reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FsckTable {
+    Inodes,
+    Dentries,
+    /// Files unlinked while open.
+    Orphans,
+    /// The queue of objects to destroy.
+    Destroy,
+}
+
+/// A page of an MDT table's rows (keys and values as stored).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FsckRows {
+    pub rows: Vec<(Vec<u8>, Vec<u8>)>,
+    pub done: bool,
+}
+
+/// A page of an OST's objects, with their sizes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FsckObjects {
+    pub objects: Vec<(ObjectId, u64)>,
+    pub done: bool,
+}
+
+/// What fsck may change in a namespace. Each is applied only if what it corrects
+/// is still so when it arrives (the namespace is in use meanwhile).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FsckFix {
+    /// The inode's link count was `was`: set it to `nlink`.
+    LinkCount { fid: Fid, was: u32, nlink: u32 },
+    /// The entry `parent/name` names `child`, which does not exist: remove it.
+    DropEntry { parent: Fid, name: String, child: Fid },
+    /// A directory's `..` was `was`: set it to `parent`.
+    Parent { fid: Fid, was: Option<Fid>, parent: Fid },
+}
+
+impl FsckFix {
+    /// The inode the fix changes (its MDT applies it).
+    pub fn fid(&self) -> Fid {
+        match self {
+            FsckFix::LinkCount { fid, .. } | FsckFix::Parent { fid, .. } => *fid,
+            FsckFix::DropEntry { parent, .. } => *parent,
+        }
+    }
 }
 
 /// The Raft messages replicas exchange ([`Request::MdtRaft`]).
@@ -974,12 +1049,16 @@ impl Request {
             | OstSync { ost, .. }
             | OstStatfs { ost }
             | OstTrim { ost, .. }
-            | OstOpen { ost, .. } => Some((TargetKind::Ost, *ost)),
+            | OstOpen { ost, .. }
+            | OstFsckList { ost, .. }
+            | OstFsckLostFound { ost, .. } => Some((TargetKind::Ost, *ost)),
             MdsStatfs { mdt }
             | MdsUpdate { mdt, .. }
             | MdsUpdateDone { mdt, .. }
             | MdsFidGrant { mdt, .. }
-            | MdsOpenLog { mdt, .. } => Some((TargetKind::Mdt, *mdt)),
+            | MdsOpenLog { mdt, .. }
+            | MdsFsckScan { mdt, .. } => Some((TargetKind::Mdt, *mdt)),
+            MdsFsckRepair { fix, .. } => mdt(&fix.fid()),
             MdsLookup { parent, .. }
             | MdsCreate { parent, .. }
             | MdsMkdir { parent, .. }
@@ -1052,7 +1131,8 @@ impl Request {
             | Request::MdsCreateGranted { creds, .. }
             | Request::MdsReaddirPlus { creds, .. }
             | Request::MdsUnlinkAt { creds, .. }
-            | Request::MdsReplaceLayout { creds, .. } => Some(creds),
+            | Request::MdsReplaceLayout { creds, .. }
+            | Request::MdsFsckRepair { creds, .. } => Some(creds),
             _ => None,
         }
     }
@@ -1097,6 +1177,10 @@ impl Request {
             Request::MdsReclaimOpen { .. } => "reclaim_open",
             Request::MdtRaft { .. } => "mdt_raft",
             Request::Metrics => "metrics",
+            Request::MdsFsckScan { .. } => "fsck_scan",
+            Request::MdsFsckRepair { .. } => "fsck_repair",
+            Request::OstFsckList { .. } => "ost_fsck_list",
+            Request::OstFsckLostFound { .. } => "ost_fsck_lost_found",
             Request::MdsRefreshConfig => "refresh_config",
             Request::MdsDomRead { .. } => "dom_read",
             Request::MdsDomWrite { .. } => "dom_write",

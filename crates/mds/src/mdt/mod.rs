@@ -41,6 +41,7 @@ pub mod create;
 pub mod dom;
 pub mod error;
 pub mod file_layout;
+pub mod fsck;
 pub mod remove;
 pub mod rename;
 pub mod schema;

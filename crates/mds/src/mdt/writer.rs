@@ -417,6 +417,7 @@ impl<'a> Writer<'a> {
                 Ok(Response::Ok)
             }
             Request::MdsSetattr { creds, fid, set } => self.setattr(creds, *fid, set.clone(), now),
+            Request::MdsFsckRepair { creds, fix } => self.fsck_fix(creds, fix),
             Request::MdsSetxattr { creds, fid, name, value, mode } => {
                 self.setxattr(creds, *fid, name, value.clone(), *mode, now)
             }
