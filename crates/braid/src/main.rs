@@ -483,7 +483,18 @@ fn init_logging(default_level: &str) {
 }
 
 fn main() {
-    let cli = Cli::parse();
+    // mount(8) and fuse3's mount.fuse run the binary as `mount.fuse.braid SOURCE DIR
+    // -o ...` or `braid SOURCE DIR -o ...`: not a subcommand, mount's own convention.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if cli::mount_helper::invoked_as_helper(&args) {
+        init_logging("warn");
+        if let Err(f) = cli::mount_helper::run(&args) {
+            eprintln!("mount.fuse.braid: {:#}", f.error);
+            std::process::exit(f.exit_code);
+        }
+        return;
+    }
+    let cli = Cli::parse_from(args);
     let server = matches!(cli.command, Command::Mgs(_) | Command::Mds(_) | Command::Oss(_) | Command::Local(_));
     init_logging(if server { "info" } else { "warn" });
     let checking = matches!(cli.command, Command::CheckNamespace { .. });

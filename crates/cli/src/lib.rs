@@ -6,6 +6,7 @@
 //! - [`serve`]: the server roles (MGS, MDS, OSS): bind, register with the MGS, serve.
 //! - [`local`]: `braid local`, every role (and optionally a mount) in one process.
 //! - [`mount`]: `braid mount` and `braid umount`, and which cluster a mounted path is in.
+//! - [`mount_helper`]: `mount -t fuse.braid` and `/etc/fstab` (braid as mount(8)'s helper).
 //! - [`tools`]: the `lfs`-like tools over the native client (`cp`, `ls`, `setstripe`, ...).
 //! - [`pool`]: `braid pool`, OST pools as `lctl pool_*` keeps them.
 //! - [`stats`]: `braid stats` and `braid top`, the cluster's live view from its servers' metrics.
@@ -20,6 +21,7 @@ pub mod config;
 pub mod local;
 pub mod mirror;
 pub mod mount;
+pub mod mount_helper;
 pub mod mountctl;
 pub mod native_bench;
 pub mod nbd;
