@@ -164,7 +164,7 @@ fn assert_mounted_copied_unmounted(out: &Output, mnt: &Path, mgs: &str) {
 // The tests.
 // ---------------------------------------------------------------------------------
 
-/// `mount -a` with an fstab line as `docs/admin.md` gives it, without a
+/// `mount -a` with an fstab line as `docs/admin.md` gives it (and `noexec`), without a
 /// `/sbin/mount.fuse.braid`: mount(8) runs fuse3's mount.fuse, which runs `braid
 /// SOURCE MOUNTPOINT -o ...` from the default `PATH` (`/usr/local/bin` here). A second
 /// `mount -a` finds it mounted (the source is written as the kernel lists it) and
@@ -187,7 +187,7 @@ fn fstab_line_mounts_through_mount_fuse() {
     fs::write(
         &fstab,
         format!(
-            "# a comment, as in /etc/fstab\nbraid@{}  {}  fuse.braid  _netdev,nofail,noatime,x-systemd.mount-timeout=90,secret_file={},log={}  0 0\n",
+            "# a comment, as in /etc/fstab\nbraid@{}  {}  fuse.braid  _netdev,nofail,noatime,noexec,x-systemd.mount-timeout=90,secret_file={},log={}  0 0\n",
             c.mgs_addr,
             mnt.display(),
             c.secret.display(),
@@ -210,6 +210,9 @@ fn fstab_line_mounts_through_mount_fuse() {
     let out = in_mount_namespace(&script, &env);
     assert_mounted_copied_unmounted(&out, &mnt, &c.mgs_addr);
     assert!(stdout(&out).contains("again rc=0: \n"), "a second mount -a is a quiet no-op:\n{}", stdout(&out));
+    let mountinfo = stdout(&out).lines().find(|l| l.contains(" - fuse")).unwrap_or("").to_string();
+    let flags = mountinfo.split(' ').nth(5).unwrap_or("");
+    assert!(flags.split(',').any(|f| f == "noexec"), "noexec reaches the kernel: {mountinfo}");
     assert!(c.get("/file") == data, "the file written through the fstab mount is in the cluster, whole");
     assert!(log.exists(), "the mount process logged to log= ({})", log.display());
 }
