@@ -56,6 +56,11 @@ need_pkg nsenter util-linux
 # The metrics tests (crates/braid/tests/metrics.rs) check what every process serves
 # with Prometheus' own linter, `promtool check metrics`.
 need_pkg promtool prometheus --no-install-recommends
+# The units in dist/systemd/ are checked with `systemd-analyze verify`, and mount(8)
+# runs braid as its fuse.braid helper in a private mount namespace (unshare, util-linux;
+# crates/braid/tests/admin.rs).
+need_pkg systemd-analyze systemd
+need_pkg unshare util-linux
 # scripts/run-tests.py runs the test binaries.
 need_pkg python3 python3
 

@@ -541,7 +541,18 @@ fn init_logging(default_level: &str, format: LogFormat) {
 }
 
 fn main() {
-    let cli = Cli::parse();
+    // mount(8) and fuse3's mount.fuse run the binary as `mount.fuse.braid SOURCE DIR
+    // -o ...` or `braid SOURCE DIR -o ...`: not a subcommand, mount's own convention.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if cli::mount_helper::invoked_as_helper(&args) {
+        init_logging("warn", LogFormat::choose(None).unwrap_or(LogFormat::Text));
+        if let Err(f) = cli::mount_helper::run(&args) {
+            eprintln!("mount.fuse.braid: {:#}", f.error);
+            std::process::exit(f.exit_code);
+        }
+        return;
+    }
+    let cli = Cli::parse_from(args);
     let server = matches!(cli.command, Command::Mgs(_) | Command::Mds(_) | Command::Oss(_) | Command::Local(_));
     let format = LogFormat::choose(cli.log_format.as_deref()).unwrap_or_else(|e| {
         eprintln!("braid: {e}");

@@ -1,5 +1,6 @@
 //! `braid.toml`: one file per node with a section per role. Every option also has a
-//! command-line flag, which wins.
+//! command-line flag, which wins. `dist/braid.toml` documents every key (a test in
+//! `crates/braid/tests/admin.rs` holds it to the fields below).
 //!
 //! ```toml
 //! fsname = "braid"

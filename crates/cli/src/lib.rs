@@ -6,6 +6,7 @@
 //! - [`serve`]: the server roles (MGS, MDS, OSS): bind, register with the MGS, serve.
 //! - [`local`]: `braid local`, every role (and optionally a mount) in one process.
 //! - [`mount`]: `braid mount` and `braid umount`, and which cluster a mounted path is in.
+//! - [`mount_helper`]: `mount -t fuse.braid` and `/etc/fstab` (braid as mount(8)'s helper).
 //! - [`tools`]: the `lfs`-like tools over the native client (`cp`, `ls`, `setstripe`, ...).
 //! - [`pool`]: `braid pool`, OST pools as `lctl pool_*` keeps them.
 //! - [`fsck`]: `braid fsck`, the online check and repair of MDTs and OSTs.
@@ -22,6 +23,7 @@ pub mod fsck;
 pub mod local;
 pub mod mirror;
 pub mod mount;
+pub mod mount_helper;
 pub mod mountctl;
 pub mod native_bench;
 pub mod nbd;

@@ -29,7 +29,7 @@ pub struct MountArgs {
     /// Stay in the foreground (otherwise return once the mount is ready).
     #[arg(short = 'f')]
     pub foreground: bool,
-    /// Options: attr_timeout=S, entry_timeout=S, allow_other, direct_io, ro, threads=N, timeout=S, max_write=BYTES, readahead_kb=KIB, dir_leases=0|1, statahead=0|1, short_circuit (read and write the objects of OSTs served on this machine directly), cache_dir=PATH, cache_size=SIZE (an SSD read cache), passthrough (files the cache holds whole are read by the kernel from it), jobid_var=NAME|procname_uid|disable (the job id requests carry), metrics=HOST:PORT (Prometheus metrics).
+    /// Options: attr_timeout=S, entry_timeout=S, allow_other, direct_io, ro, noexec, threads=N, timeout=S, max_write=BYTES, readahead_kb=KIB, dir_leases=0|1, statahead=0|1, short_circuit (read and write the objects of OSTs served on this machine directly), cache_dir=PATH, cache_size=SIZE (an SSD read cache), passthrough (files the cache holds whole are read by the kernel from it), jobid_var=NAME|procname_uid|disable (the job id requests carry), metrics=HOST:PORT (Prometheus metrics), secret_file=FILE and log=FILE (as --secret-file and --log, for /etc/fstab).
     #[arg(short = 'o')]
     pub options: Vec<String>,
     #[arg(long)]
@@ -43,17 +43,55 @@ pub struct MountArgs {
 pub fn run(a: MountArgs) -> Result<()> {
     let settings = parse_options(&a.options)?;
     no_page_cache(&settings)?;
+    let secret_file = given_once("--secret-file", "secret_file", a.secret_file, settings.secret_file.clone())?;
+    let log = given_once("--log", "log", a.log, settings.log.clone())?;
     // Said at once, before the cluster is asked anything (which may take a while).
     check_mount_point(&a.mountpoint)?;
     if a.foreground {
-        mount_foreground(&a.url, &a.mountpoint, settings, a.secret_file)
+        mount_foreground(&a.url, &a.mountpoint, settings, secret_file)
     } else {
-        mount_background(&a.url, &a.mountpoint, &a.options, a.secret_file, a.log)
+        // The background process gets these as flags (resolved to absolute paths).
+        let options = without_keys(&a.options, &["secret_file", "log"]);
+        mount_background(&a.url, &a.mountpoint, &options, secret_file, log)
     }
 }
 
-/// A mount point must be an existing directory.
-fn check_mount_point(mountpoint: &Path) -> Result<()> {
+/// A setting given as a flag or as an `-o` option (the way `/etc/fstab` can give
+/// it): either, or both if they agree.
+fn given_once(
+    flag: &str,
+    option: &str,
+    by_flag: Option<PathBuf>,
+    by_option: Option<PathBuf>,
+) -> Result<Option<PathBuf>> {
+    match (by_flag, by_option) {
+        (Some(f), Some(o)) if std::path::absolute(&f).ok().as_ref() != Some(&o) => {
+            bail!("{flag} {} and -o {option}={} disagree: give one of them", f.display(), o.display())
+        }
+        (f, o) => Ok(f.or(o)),
+    }
+}
+
+/// `-o` lists without the options named in `keys`.
+fn without_keys(options: &[String], keys: &[&str]) -> Vec<String> {
+    options
+        .iter()
+        .map(|list| {
+            let kept = list.split(',').filter(|o| !keys.contains(&o.split_once('=').map_or(*o, |(k, _)| k)));
+            kept.collect::<Vec<_>>().join(",")
+        })
+        .filter(|list| !list.is_empty())
+        .collect()
+}
+
+/// A mount point must be an existing directory, and not a braid mount already: a
+/// second mount would hide the first (and a background mount would take the first
+/// for itself, ready); mount(8) refuses the same for a device already mounted there.
+pub fn check_mount_point(mountpoint: &Path) -> Result<()> {
+    let target = std::fs::canonicalize(mountpoint).unwrap_or(mountpoint.to_path_buf());
+    if let Some(m) = braid_mounts().into_iter().find(|m| m.mountpoint == target) {
+        bail!("{} is already a braid mount (of braid@{}); unmount it first", mountpoint.display(), m.mgs);
+    }
     match std::fs::metadata(mountpoint) {
         Ok(m) if m.is_dir() => Ok(()),
         Ok(_) => bail!("mount point {} is not a directory", mountpoint.display()),
@@ -95,6 +133,10 @@ pub struct MountSettings {
     pub tls_dir: Option<PathBuf>,
     /// `metrics=HOST:PORT`: serve the mount's Prometheus metrics there.
     pub metrics: Option<String>,
+    /// `secret_file=FILE` and `log=FILE`: as `--secret-file` and `--log`, for mounts
+    /// whose only place for settings is `-o` (`/etc/fstab`, a systemd `.mount` unit).
+    pub secret_file: Option<PathBuf>,
+    pub log: Option<PathBuf>,
 }
 
 /// Size of an SSD cache given a directory and no size.
@@ -131,6 +173,8 @@ pub fn parse_options(list: &[String]) -> Result<MountSettings> {
         short_circuit: false,
         tls_dir: None,
         metrics: None,
+        secret_file: None,
+        log: None,
     };
     let mut cache_size = None;
     for opt in list.iter().flat_map(|o| o.split(',')).filter(|o| !o.is_empty()) {
@@ -148,6 +192,8 @@ pub fn parse_options(list: &[String]) -> Result<MountSettings> {
             "passthrough" => s.fuse.passthrough = true,
             "ro" => s.fuse.read_only = true,
             "rw" => s.fuse.read_only = false,
+            "noexec" => s.fuse.no_exec = true,
+            "exec" => s.fuse.no_exec = false,
             "threads" => s.fuse.threads = (num(v)? as usize).clamp(1, 64),
             "timeout" => s.timeout_s = (num(v)? as u64).max(1),
             "max_write" => s.fuse.max_write_bytes = (num(v)? as u32).clamp(4096, 1 << 20),
@@ -192,12 +238,14 @@ pub fn parse_options(list: &[String]) -> Result<MountSettings> {
                 s.trace.destination = crate::trace::Destination::Dir(dir);
             }
             "trace_server" => {
-                let addr = v.filter(|a| a.contains(':')).with_context(|| format!("option {opt}: trace_server=HOST:PORT"))?;
+                let addr =
+                    v.filter(|a| a.contains(':')).with_context(|| format!("option {opt}: trace_server=HOST:PORT"))?;
                 s.trace.destination = crate::trace::Destination::Server(addr.to_string());
             }
             "jobid_var" => {
                 let var = v.unwrap_or_default();
-                s.fuse.jobid_var = client::jobid::JobVar::parse(var).map_err(|e| anyhow::anyhow!("option {opt}: {e}"))?;
+                s.fuse.jobid_var =
+                    client::jobid::JobVar::parse(var).map_err(|e| anyhow::anyhow!("option {opt}: {e}"))?;
                 s.trace.jobid_var = var.to_string();
             }
             "trace_sync" => {
@@ -215,7 +263,15 @@ pub fn parse_options(list: &[String]) -> Result<MountSettings> {
                 let addr = v.filter(|a| a.contains(':')).with_context(|| format!("option {opt}: metrics=HOST:PORT"))?;
                 s.metrics = Some(addr.to_string());
             }
-            _ => bail!("unknown mount option '{opt}' (known: attr_timeout=S, entry_timeout=S, allow_other, direct_io, ro, rw, threads=N, timeout=S, max_write=BYTES, readahead_kb=KIB, dir_leases=0|1, statahead=0|1, short_circuit, cache_dir=PATH, cache_size=SIZE, passthrough, page_cache=SIZE (native clients), ost_limit=RATE, ost_latency=MS, trace[=on|off], trace_dir=DIR, trace_server=HOST:PORT, jobid_var=NAME, trace_ring=RECORDS, trace_sync=FILE, tls_dir=DIR, metrics=HOST:PORT)"),
+            "secret_file" => {
+                let f = v.filter(|f| !f.is_empty()).context("option secret_file needs a file (the cluster secret)")?;
+                s.secret_file = Some(std::path::absolute(f).with_context(|| format!("option {opt}"))?);
+            }
+            "log" => {
+                let f = v.filter(|f| !f.is_empty()).context("option log needs a file (the mount's log)")?;
+                s.log = Some(std::path::absolute(f).with_context(|| format!("option {opt}"))?);
+            }
+            _ => bail!("unknown mount option '{opt}' (known: {OPTIONS_HELP})"),
         }
     }
     match (&mut s.cache, cache_size) {
@@ -228,6 +284,45 @@ pub fn parse_options(list: &[String]) -> Result<MountSettings> {
     }
     Ok(s)
 }
+
+/// The options of [`parse_options`], as its error message lists them.
+const OPTIONS_HELP: &str = "attr_timeout=S, entry_timeout=S, allow_other, direct_io, ro, rw, noexec, exec, threads=N, timeout=S, max_write=BYTES, readahead_kb=KIB, dir_leases=0|1, statahead=0|1, short_circuit, cache_dir=PATH, cache_size=SIZE, passthrough, page_cache=SIZE (native clients), ost_limit=RATE, ost_latency=MS, trace[=on|off], trace_dir=DIR, trace_server=HOST:PORT, jobid_var=NAME, trace_ring=RECORDS, trace_sync=FILE, tls_dir=DIR, metrics=HOST:PORT, secret_file=FILE, log=FILE";
+
+/// The keys [`parse_options`] knows (a unit test holds the two together): what a
+/// sloppy mount (`mount -s`, see [`crate::mount_helper`]) keeps.
+pub const OPTION_KEYS: &[&str] = &[
+    "attr_timeout",
+    "entry_timeout",
+    "allow_other",
+    "direct_io",
+    "ro",
+    "rw",
+    "noexec",
+    "exec",
+    "threads",
+    "timeout",
+    "max_write",
+    "readahead_kb",
+    "dir_leases",
+    "statahead",
+    "short_circuit",
+    "cache_dir",
+    "cache_size",
+    "passthrough",
+    "page_cache",
+    "ost_limit",
+    "ost_latency",
+    "trace",
+    "trace_dir",
+    "trace_server",
+    "jobid_var",
+    "trace_ring",
+    "trace_sync",
+    "tls_dir",
+    "metrics",
+    "secret_file",
+    "log",
+];
 
 /// An option that is on or off: `NAME`, `NAME=1|on` or `NAME=0|off`.
 fn switch(name: &str, v: Option<&str>) -> Result<bool> {
@@ -573,5 +668,45 @@ mod tests {
         assert!(no_page_cache(&parse_options(&[]).unwrap()).is_ok());
         assert!(parse_options(&["page_cache=lots".into()]).is_err());
         assert!(parse_options(&["threads=x".into()]).is_err());
+        assert!(parse_options(&["noexec".into()]).unwrap().fuse.no_exec);
+        assert!(!parse_options(&["noexec,exec".into()]).unwrap().fuse.no_exec);
+    }
+
+    /// The key list a sloppy mount keeps, the keys `parse_options` takes and the
+    /// keys its error message names are one set.
+    #[test]
+    fn option_keys_are_the_parsers() {
+        let unknown = |opt: &str| {
+            parse_options(&[opt.to_string()]).is_err_and(|e| e.to_string().starts_with("unknown mount option"))
+        };
+        for key in OPTION_KEYS {
+            assert!(!unknown(key) || !unknown(&format!("{key}=1")), "{key} is in OPTION_KEYS but not parsed");
+        }
+        assert!(unknown("bogus"));
+        let mut named: Vec<&str> =
+            OPTIONS_HELP.split(", ").map(|o| o.split(['=', '[', ' ']).next().expect("a key")).collect();
+        let mut keys = OPTION_KEYS.to_vec();
+        named.sort_unstable();
+        keys.sort_unstable();
+        assert_eq!(named, keys, "the error message names every key, and only those");
+    }
+
+    /// What /etc/fstab gives in -o (secret_file=, log=) against the same flags.
+    #[test]
+    fn secret_file_and_log_as_options() {
+        let s = parse_options(&["secret_file=/etc/braid/cluster.secret,log=/var/log/braid-mount.log".into()]).unwrap();
+        assert_eq!(s.secret_file, Some(PathBuf::from("/etc/braid/cluster.secret")));
+        assert_eq!(s.log, Some(PathBuf::from("/var/log/braid-mount.log")));
+        let rel = parse_options(&["secret_file=s".into()]).unwrap().secret_file.unwrap();
+        assert!(rel.is_absolute(), "made absolute while the caller's directory is known: {rel:?}");
+        assert!(parse_options(&["log=".into()]).is_err());
+        let f = |p: &str| Some(PathBuf::from(p));
+        assert_eq!(given_once("--secret-file", "secret_file", f("/a"), None).unwrap(), f("/a"));
+        assert_eq!(given_once("--secret-file", "secret_file", None, f("/b")).unwrap(), f("/b"));
+        assert_eq!(given_once("--secret-file", "secret_file", f("/a"), f("/a")).unwrap(), f("/a"));
+        let e = given_once("--secret-file", "secret_file", f("/a"), f("/b")).unwrap_err().to_string();
+        assert!(e.contains("disagree"), "{e}");
+        let opts = vec!["ro,secret_file=/a".to_string(), "log=/l".into(), "threads=2".into()];
+        assert_eq!(without_keys(&opts, &["secret_file", "log"]), vec!["ro".to_string(), "threads=2".into()]);
     }
 }

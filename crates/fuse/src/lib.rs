@@ -64,6 +64,8 @@ pub struct MountOptions {
     /// file (see [`State::io_mode`]).
     pub passthrough: bool,
     pub read_only: bool,
+    /// Programs in the mount may not be executed (`noexec`, as on any file system).
+    pub no_exec: bool,
     /// FUSE request threads.
     pub threads: usize,
     /// Largest write request the kernel sends.
@@ -106,6 +108,7 @@ impl Default for MountOptions {
             direct_io: false,
             passthrough: false,
             read_only: false,
+            no_exec: false,
             threads: 8,
             max_write_bytes: 1 << 20,
             readahead_kb: 4096,

@@ -60,6 +60,9 @@ pub fn mount(client: Client, rt: tokio::runtime::Handle, mountpoint: &Path, opts
     if opts.read_only {
         config.mount_options.push(fuser::MountOption::RO);
     }
+    if opts.no_exec {
+        config.mount_options.push(fuser::MountOption::NoExec);
+    }
     if opts.allow_other {
         config.acl = fuser::SessionACL::All;
     }

@@ -300,6 +300,24 @@ impl Daemon {
         }
     }
 
+    /// Sends SIGTERM, as `systemctl stop` does, and returns how the process exited
+    /// within `grace`; `None` if it had not, and was then SIGKILLed (by PID).
+    pub fn terminate(&mut self, grace: Duration) -> Option<std::process::ExitStatus> {
+        let c = self.child.as_mut()?;
+        // SAFETY: plain kill(2) of a child we started and have not reaped.
+        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        let start = Instant::now();
+        while start.elapsed() < grace {
+            if let Ok(Some(status)) = c.try_wait() {
+                self.child = None;
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.kill(libc::SIGKILL);
+        None
+    }
+
     /// Sends SIGTERM and waits up to `grace` for the process to exit, then SIGKILLs it
     /// (by PID) and reaps it: a process that hangs on its way out never hangs a test.
     pub fn stop(&mut self, grace: Duration) {
