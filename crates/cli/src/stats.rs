@@ -407,7 +407,7 @@ pub fn run_stats(
 }
 
 /// `braid top`: the view again every `interval`, as `top` is: keys `o` (by ops),
-/// `b` (by bytes), `l` (by latency), `t` (by target), `q` to quit. Without a
+/// `b` (by bytes), `l` (by latency), `t` (by target), `q` or Ctrl-C to quit. Without a
 /// terminal (or with `iterations`), it prints that many views one after the other.
 pub fn run_top(
     url: &str,
@@ -447,7 +447,7 @@ pub fn run_top(
         }
         if tty {
             match read_key() {
-                Some(b'q') => return Ok(()),
+                Some(b'q' | 3) => return Ok(()),
                 Some(b'o') => sort = SortBy::Ops,
                 Some(b'b') => sort = SortBy::Bytes,
                 Some(b'l') => sort = SortBy::Latency,
@@ -470,7 +470,9 @@ impl RawTerminal {
                 bail!("cannot read the terminal's settings: {}", std::io::Error::last_os_error());
             }
             let saved = t;
-            t.c_lflag &= !(libc::ICANON | libc::ECHO);
+            // Ctrl-C comes as a key (ISIG off), so that the settings are put back
+            // on the way out.
+            t.c_lflag &= !(libc::ICANON | libc::ECHO | libc::ISIG);
             t.c_cc[libc::VMIN] = 0;
             t.c_cc[libc::VTIME] = 0;
             libc::tcsetattr(0, libc::TCSANOW, &t);
