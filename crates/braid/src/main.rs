@@ -202,7 +202,7 @@ enum TraceCommand {
         filter: cli::trace::FilterArgs,
     },
     /// Counts, bytes, sizes and latency percentiles per operation, job, user and file,
-    /// and each file's access pattern.
+    /// and each file's read pattern and write pattern.
     Stats {
         #[arg(long)]
         dir: PathBuf,

@@ -150,8 +150,20 @@ fn a_traced_mount_records_every_operation_through_a_collection_server() {
         .all(|l| l.starts_with("OPLOG: time[") && l.contains("operation [write]") && l.contains("job [4242]")));
     let stats = braid_ok(&["trace", "stats", "--dir", &dir, "--job", "4242"]);
     assert!(stats.contains(&format!("{fid:<32}")), "{stats}");
+    // The file's reads and writes each have their own pattern, under their own
+    // headings: dd's 16 writes in order, and cat's reads (as many as reached the
+    // mount past the kernel's page cache), or none.
+    let header = stats.lines().find(|l| l.starts_with("file ")).unwrap();
+    let (read_at, write_at) = (header.find("read pattern").unwrap(), header.find("write pattern").unwrap());
     let line = stats.lines().find(|l| l.starts_with(&fid)).unwrap();
-    assert!(line.contains("sequential"), "{line}");
+    assert_eq!(line[write_at..].trim(), "sequential, 16 transfers", "{stats}");
+    let reads = ops(&v, "read").iter().filter(|r| r["fid"] == fid.as_str() && r["errno"] == 0).count();
+    let read_cell = line[read_at..write_at].trim();
+    if reads == 0 {
+        assert_eq!(read_cell, "-", "{stats}");
+    } else {
+        assert!(read_cell.ends_with(&format!(", {reads} transfers")), "{reads} reads: {stats}");
+    }
     let csv = braid_ok(&["trace", "export", "--csv", "--dir", &dir, "--op", "rename"]);
     assert_eq!(csv.lines().count(), 2, "{csv}");
     assert!(csv.starts_with("start_ns,duration_ns,client,pid,job"));

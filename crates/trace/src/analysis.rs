@@ -1,6 +1,7 @@
 //! Answers from a stored trace: the one-line-per-operation listing (seed 001's
 //! `OPLOG:` lines), exports, and statistics per operation, job, user and file with
-//! each file's access pattern (the questions Darshan and Lustre's jobstats answer).
+//! each file's read pattern and write pattern (the questions Darshan and Lustre's
+//! jobstats answer).
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -227,7 +228,7 @@ impl Group {
 }
 
 /// How a file was accessed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Pattern {
     /// Each transfer starts where the one before ended.
     Sequential,
@@ -249,6 +250,27 @@ impl std::fmt::Display for Pattern {
             Pattern::Single => write!(f, "single"),
         }
     }
+}
+
+/// The pattern of one kind of transfer (reads, or writes) of a file, and how
+/// many transfers of that kind it had.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Access {
+    pub pattern: Pattern,
+    pub transfers: u64,
+}
+
+impl std::fmt::Display for Access {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}, {} transfers", self.pattern, self.transfers)
+    }
+}
+
+/// A file's read pattern and write pattern; `None` for a kind it had none of.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FilePatterns {
+    pub read: Option<Access>,
+    pub write: Option<Access>,
 }
 
 /// Share of transitions that must agree for a pattern to be named.
@@ -276,6 +298,9 @@ pub fn classify(transfers: &[(u64, u64)]) -> Pattern {
 
 /// One process's reads (or writes) of one file: (file, client, pid, operation).
 type StreamKey = (Fid, String, u32, Op);
+
+/// The heading of the file table's read-pattern column.
+const READ_PATTERN: &str = "read pattern";
 
 /// What `braid trace stats` reports.
 #[derive(Debug, Default)]
@@ -316,26 +341,37 @@ impl Stats {
         }
     }
 
-    /// Each file's access pattern: its streams (one process's reads, or writes, of
-    /// it) classified, and the pattern that covers most of its transfers.
-    pub fn patterns(&self) -> BTreeMap<Fid, (Pattern, u64)> {
-        let mut votes: BTreeMap<Fid, HashMap<String, (Pattern, u64)>> = BTreeMap::new();
-        for ((fid, _, _, _), v) in &self.streams {
+    /// Each file's access pattern, for its reads and for its writes apart (as
+    /// Darshan keeps its read and write counters apart): a file written in order
+    /// and then read at random is both, and one pattern for the two would hide one.
+    /// Each kind's streams (one process's reads, or writes, of the file) are
+    /// classified, and the kind gets the pattern that covers most of its transfers.
+    pub fn patterns(&self) -> BTreeMap<Fid, FilePatterns> {
+        let mut votes: BTreeMap<(Fid, Op), HashMap<Pattern, u64>> = BTreeMap::new();
+        for ((fid, _, _, op), v) in &self.streams {
             let mut v = v.clone();
             v.sort_unstable();
             let transfers: Vec<(u64, u64)> = v.iter().map(|&(_, o, l)| (o, l)).collect();
-            let p = classify(&transfers);
-            let slot = votes.entry(*fid).or_default().entry(p.to_string()).or_insert((p, 0));
-            slot.1 += transfers.len() as u64;
+            *votes.entry((*fid, *op)).or_default().entry(classify(&transfers)).or_default() += transfers.len() as u64;
         }
-        votes
-            .into_iter()
-            .map(|(fid, v)| {
-                let total = v.values().map(|(_, n)| n).sum();
-                let best = v.into_values().max_by_key(|(p, n)| (*n, *p != Pattern::Single)).expect("one stream").0;
-                (fid, (best, total))
-            })
-            .collect()
+        let mut files: BTreeMap<Fid, FilePatterns> = BTreeMap::new();
+        for ((fid, op), v) in votes {
+            let transfers = v.values().sum();
+            // Ties go to a named pattern over "single", then to the pattern's text,
+            // so the answer does not depend on the hash map's order.
+            let (pattern, _) = v
+                .into_iter()
+                .max_by_key(|(p, n)| (*n, *p != Pattern::Single, std::cmp::Reverse(p.to_string())))
+                .expect("a kind with a stream");
+            let access = Some(Access { pattern, transfers });
+            let file = files.entry(fid).or_default();
+            match op {
+                Op::Read => file.read = access,
+                Op::Write => file.write = access,
+                other => unreachable!("only reads and writes have streams, not {}", other.name()),
+            }
+        }
+        files
     }
 
     /// The report as text.
@@ -372,16 +408,25 @@ impl Stats {
         table(&mut out, "job", self.by_job.iter_mut().map(|(k, g)| (k.clone(), g)).collect());
         table(&mut out, "uid", self.by_uid.iter_mut().map(|(k, g)| (k.to_string(), g)).collect());
         let patterns = self.patterns();
+        let cell = |a: Option<Access>| a.map_or("-".to_string(), |a| a.to_string());
+        let rows: Vec<(&Fid, &Group, String, String)> = self
+            .by_file
+            .iter()
+            .map(|(fid, g)| {
+                let p = patterns.get(fid).copied().unwrap_or_default();
+                (fid, g, cell(p.read), cell(p.write))
+            })
+            .collect();
+        let read_width = rows.iter().map(|r| r.2.len()).chain([READ_PATTERN.len()]).max().unwrap_or_default();
         let _ = writeln!(
             out,
-            "\n{:<32} {:>10} {:>14} {:>14}  access pattern",
+            "\n{:<32} {:>10} {:>14} {:>14}  {READ_PATTERN:<read_width$}  write pattern",
             "file", "ops", "bytes_read", "bytes_written"
         );
-        for (fid, g) in &self.by_file {
-            let p = patterns.get(fid).map_or("-".to_string(), |(p, n)| format!("{p}, {n} transfers"));
+        for (fid, g, read, write) in rows {
             let _ = writeln!(
                 out,
-                "{:<32} {:>10} {:>14} {:>14}  {p}",
+                "{:<32} {:>10} {:>14} {:>14}  {read:<read_width$}  {write}",
                 fid.to_string(),
                 g.ops,
                 g.bytes_read,
@@ -459,8 +504,10 @@ mod tests {
         }
         s.add(&entry(Op::Open, 2, 3, 999, 0, 0, None));
         let p = s.patterns();
-        assert_eq!(p[&Fid { seq: 0x200000401, oid: 1, ver: 0 }], (Pattern::Strided { stride: 2 << 20 }, 20));
-        assert_eq!(p[&Fid { seq: 0x200000401, oid: 2, ver: 0 }], (Pattern::Sequential, 30));
+        let strided = Access { pattern: Pattern::Strided { stride: 2 << 20 }, transfers: 20 };
+        assert_eq!(p[&fid(1)], FilePatterns { read: None, write: Some(strided) });
+        let sequential = Access { pattern: Pattern::Sequential, transfers: 30 };
+        assert_eq!(p[&fid(2)], FilePatterns { read: Some(sequential), write: None });
         assert_eq!(s.by_op[&Op::Write].bytes_written, 20 << 20);
         assert_eq!(s.by_op[&Op::Read].ops, 30);
         assert_eq!(s.by_job["77"].ops, 20);
@@ -469,10 +516,69 @@ mod tests {
         assert_eq!(SIZE_BINS[size_bin(1 << 20)].1, "1M-4M");
         assert_eq!(s.read_sizes[size_bin(4096)], 30);
         let text = s.render();
-        assert!(text.contains("strided (stride 2097152), 20 transfers"), "{text}");
+        assert_eq!(file_row(&text, fid(1)), ("-".into(), "strided (stride 2097152), 20 transfers".into()), "{text}");
+        assert_eq!(file_row(&text, fid(2)), ("sequential, 30 transfers".into(), "-".into()), "{text}");
         assert!(text.contains("operations: 51"), "{text}");
         let g = s.by_op.get_mut(&Op::Read).unwrap();
         assert!(g.percentile(50.0) <= g.percentile(99.0));
+    }
+
+    fn fid(oid: u32) -> Fid {
+        Fid { seq: 0x200000401, oid, ver: 0 }
+    }
+
+    /// The read-pattern and write-pattern cells of `fid`'s row in the report's
+    /// file table, found under the table's headings.
+    fn file_row(text: &str, fid: Fid) -> (String, String) {
+        let header = text.lines().find(|l| l.starts_with("file ")).expect("a file table");
+        let (read_at, write_at) = (
+            header.find("read pattern").expect("a read column"),
+            header.find("write pattern").expect("a write column"),
+        );
+        let row = text.lines().find(|l| l.starts_with(&fid.to_string())).expect("a row for the file");
+        (row[read_at..write_at].trim().to_string(), row[write_at..].trim().to_string())
+    }
+
+    #[test]
+    fn reads_and_writes_of_one_file_have_their_own_patterns() {
+        let mut s = Stats::default();
+        // One process writes the file in order, 64 KiB at a time (a checkpoint)...
+        for i in 0..16u64 {
+            s.add(&entry(Op::Write, 7, 4, i, i * 65536, 65536, None));
+        }
+        // ...and another reads 4 KiB pieces of it at random (an analysis).
+        let mut x = 11u64;
+        for i in 0..40u64 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            s.add(&entry(Op::Read, 7, 5, 100 + i, (x >> 20) % 256 * 4096, 4096, None));
+        }
+        let p = s.patterns()[&fid(7)];
+        assert_eq!(p.write, Some(Access { pattern: Pattern::Sequential, transfers: 16 }));
+        assert_eq!(p.read, Some(Access { pattern: Pattern::Random, transfers: 40 }));
+        // Merged, the file would have one pattern over 56 transfers; each column
+        // counts its own kind only.
+        let text = s.render();
+        assert_eq!(
+            file_row(&text, fid(7)),
+            ("random, 40 transfers".into(), "sequential, 16 transfers".into()),
+            "{text}"
+        );
+        assert!(!text.contains("56 transfers"), "{text}");
+    }
+
+    #[test]
+    fn one_process_reading_and_writing_a_file_is_two_streams() {
+        // A process that writes a block and reads it back, block after block: one
+        // stream of both kinds would see each read land where the write began,
+        // neither adjacent nor strided, and call it random.
+        let mut s = Stats::default();
+        for i in 0..20u64 {
+            s.add(&entry(Op::Write, 8, 6, 2 * i, i * 8192, 8192, None));
+            s.add(&entry(Op::Read, 8, 6, 2 * i + 1, i * 8192, 8192, None));
+        }
+        let p = s.patterns()[&fid(8)];
+        let sequential = Some(Access { pattern: Pattern::Sequential, transfers: 20 });
+        assert_eq!(p, FilePatterns { read: sequential, write: sequential });
     }
 
     #[test]
