@@ -132,13 +132,21 @@ fn every_process_serves_metrics_that_promtool_accepts_and_that_count_jobs() {
 
     // braid stats: the same numbers through the cluster's own RPCs, while a job works.
     let url = c.url("/");
+    // The job writes until the view is taken (a flag file ends its loop), so that it
+    // is at work through the whole interval.
+    let done = m.path("work/stats-done");
     let writer = {
         let dir = m.path("work");
         std::thread::spawn(move || {
-            run_as_job("stats-job", "dd if=/dev/zero of=streamed bs=1M count=64 oflag=direct 2>&1", &dir)
+            run_as_job(
+                "stats-job",
+                "while [ ! -e stats-done ]; do dd if=/dev/zero of=streamed bs=1M count=8 oflag=direct 2>&1; done",
+                &dir,
+            )
         })
     };
     let json = c.braid_ok(&["stats", &url, "--json", "--interval", "2"]);
+    std::fs::write(&done, b"").unwrap();
     writer.join().unwrap();
     let v: serde_json::Value = serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json}"));
     assert_eq!(v["processes"], 3, "MGS, MDS and OSS, each once: {json}");
