@@ -563,8 +563,7 @@ fn main() {
     if let Err(e) = run(cli.command) {
         eprintln!("braid: {e:#}");
         // A checker's problems found (1) are not its failure to check (2).
-        let found = e.downcast_ref::<cli::NamespaceProblems>().is_some()
-            || e.downcast_ref::<cli::fsck::FsckProblems>().is_some();
+        let found = e.downcast_ref::<cli::ProblemsFound>().is_some();
         std::process::exit(if checking && !found { 2 } else { 1 });
     }
 }

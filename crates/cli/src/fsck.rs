@@ -459,23 +459,12 @@ pub fn run(url: &str, secret: proto::auth::Secret, opts: Options, json: bool) ->
         print!("{}", report.render());
     }
     if !report.clean() {
-        return Err(FsckProblems(report.findings.iter().filter(|f| f.repaired != Some(true)).count()).into());
+        let left = report.findings.iter().filter(|f| f.repaired != Some(true)).count();
+        let hint = if opts.repair { "" } else { " (braid fsck --repair repairs what it can)" };
+        return Err(crate::ProblemsFound(format!("{left} problem(s) left{hint}")).into());
     }
     Ok(())
 }
-
-/// Problems left after `braid fsck` (exit status 1, as opposed to 2 when it could
-/// not check at all).
-#[derive(Debug)]
-pub struct FsckProblems(pub usize);
-
-impl std::fmt::Display for FsckProblems {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} problem(s) left (braid fsck --repair repairs what it can)", self.0)
-    }
-}
-
-impl std::error::Error for FsckProblems {}
 
 #[cfg(test)]
 mod tests {

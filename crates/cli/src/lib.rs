@@ -147,7 +147,7 @@ pub fn gen_secret(path: &std::path::Path) -> Result<()> {
 }
 
 /// `braid check-namespace`: prints what is wrong with the namespace the MDTs in
-/// `dirs` hold, or that it is consistent. Fails with [`NamespaceProblems`] if anything
+/// `dirs` hold, or that it is consistent. Fails with [`ProblemsFound`] if anything
 /// is wrong (exit status 1), with another error if the MDTs cannot be read (2), as
 /// fsck tells "found problems" from "could not check".
 pub fn check_namespace(dirs: &[std::path::PathBuf]) -> Result<()> {
@@ -159,20 +159,21 @@ pub fn check_namespace(dirs: &[std::path::PathBuf]) -> Result<()> {
     for p in &problems {
         println!("{p}");
     }
-    Err(NamespaceProblems(problems.len()).into())
+    Err(ProblemsFound(format!("{} problem(s) in the namespace", problems.len())).into())
 }
 
-/// What `braid check-namespace` found wrong: the checker ran, and this many problems.
+/// What a checker (`braid check-namespace`, `braid fsck`) ends with when it ran and
+/// found problems: exit status 1, where a failure to check at all is 2.
 #[derive(Debug)]
-pub struct NamespaceProblems(pub usize);
+pub struct ProblemsFound(pub String);
 
-impl std::fmt::Display for NamespaceProblems {
+impl std::fmt::Display for ProblemsFound {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} problem(s) in the namespace", self.0)
+        f.write_str(&self.0)
     }
 }
 
-impl std::error::Error for NamespaceProblems {}
+impl std::error::Error for ProblemsFound {}
 
 /// The runtime of a command: every worker thread the machine offers.
 pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
