@@ -40,15 +40,34 @@ fn families() -> &'static Families {
     })
 }
 
+/// The series of one operation, found once (the operations are a fixed set).
+struct OpSeries {
+    requests: metrics::Series<Counter>,
+    latency: metrics::Series<Histogram>,
+}
+
+fn op_series(name: &'static str) -> &'static OpSeries {
+    static SERIES: OnceLock<std::sync::RwLock<std::collections::HashMap<&'static str, &'static OpSeries>>> =
+        OnceLock::new();
+    let map = SERIES.get_or_init(Default::default);
+    if let Some(s) = map.read().expect("op series").get(name) {
+        return s;
+    }
+    let mut map = map.write().expect("op series");
+    map.entry(name).or_insert_with(|| {
+        let (f, key) = (families(), Op(name));
+        Box::leak(Box::new(OpSeries { requests: f.requests.series(&key), latency: f.latency.series(&key) }))
+    })
+}
+
 /// `op`, counted as FUSE operation `name` once it has answered.
 pub(crate) fn counted<F: Future<Output = ()>>(name: &'static str, op: F) -> impl Future<Output = ()> {
     let started = Instant::now();
     async move {
         op.await;
-        let f = families();
-        let key = Op(name);
-        f.requests.with(&key, |c| c.inc());
-        f.latency.with(&key, |h| h.observe_duration(started.elapsed()));
+        let s = op_series(name);
+        s.requests.inc();
+        s.latency.observe_duration(started.elapsed());
     }
 }
 
