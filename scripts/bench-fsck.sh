@@ -9,6 +9,7 @@
 # each RUNS times; prints every run and the medians, and the workload's rates beside
 # fsck as a ratio of its rates alone.
 #   scripts/bench-fsck.sh [FILES] [RUNS] [ITEMS]     (defaults: 1000000, 3, 5000)
+# FSCK_OPTS are more options of braid fsck (e.g. --speed-limit 0).
 # Needs a release build (cargo build --release -p braid); run as root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,7 +39,7 @@ t0=$(date +%s.%N)
 echo "filled in $(python3 -c "print('%.0f' % ($(date +%s.%N) - $t0))") s"
 "$BRAID" mkdir "$url/data"
 "$BRAID" setstripe -c 4 -S 1M "$url/data"
-"$BRAID" bench ior -a native -N 4 -F -t 1m -b 64m -o "$url/data/f" --json > /dev/null
+"$BRAID" bench ior -a native -N 4 -F -k -t 1m -b 64m -o "$url/data/f" --json > /dev/null
 
 workload() {  # workload TAG -> "creates/s stats/s removes/s"
   "$BRAID" bench mdtest -a native -d "$url/work-$1" -N 2 -n "$items" -F -u --json |
@@ -47,7 +48,7 @@ workload() {  # workload TAG -> "creates/s stats/s removes/s"
 fsck_time() {  # fsck_time -> seconds (fsck must find nothing)
   local t0 t1
   t0=$(date +%s.%N)
-  "$BRAID" fsck "$url" > "$WORK/fsck.out"
+  "$BRAID" fsck "$url" ${FSCK_OPTS:-} > "$WORK/fsck.out"
   t1=$(date +%s.%N)
   python3 -c "print('%.1f' % ($t1 - $t0))"
 }

@@ -296,6 +296,10 @@ enum Command {
         /// With --repair: destroy orphan objects instead of keeping them in lost+found/.
         #[arg(long, requires = "repair")]
         destroy_orphans: bool,
+        /// Most rows and objects read per second, to leave the servers to the file
+        /// system's users (LFSCK's --speed); 0 for no limit.
+        #[arg(long, default_value_t = cli::fsck::DEFAULT_SPEED_LIMIT)]
+        speed_limit: u64,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -594,10 +598,10 @@ fn run(command: Command) -> anyhow::Result<()> {
             cli::stats::SortBy::parse(&view.sort)?,
             iterations,
         ),
-        Command::Fsck { url, repair, destroy_orphans, json, secret_file } => cli::fsck::run(
+        Command::Fsck { url, repair, destroy_orphans, speed_limit, json, secret_file } => cli::fsck::run(
             &url,
             cli::client_secret(&secret_file)?,
-            cli::fsck::Options { repair, destroy_orphans },
+            cli::fsck::Options { repair, destroy_orphans, speed_limit },
             json,
         ),
         Command::GenSecret { path } => cli::gen_secret(&path),

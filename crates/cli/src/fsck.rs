@@ -42,6 +42,37 @@ pub struct Options {
     pub repair: bool,
     /// Orphan objects are destroyed instead of moved to `lost+found/`.
     pub destroy_orphans: bool,
+    /// Most rows and objects read per second (LFSCK's `--speed`), so that a check
+    /// leaves the servers to the file system's users; 0: as fast as they answer.
+    pub speed_limit: u64,
+}
+
+/// The default `--speed-limit`: a million files' two passes in about 80 s, on a
+/// fraction of the MDS's time (unlimited, a check took most of a 2-core machine).
+pub const DEFAULT_SPEED_LIMIT: u64 = 50_000;
+
+/// Paces reads to at most `limit` items a second since `start`.
+struct Pace {
+    limit: u64,
+    start: std::time::Instant,
+    items: u64,
+}
+
+impl Pace {
+    fn new(limit: u64) -> Pace {
+        Pace { limit, start: std::time::Instant::now(), items: 0 }
+    }
+
+    async fn took(&mut self, n: usize) {
+        self.items += n as u64;
+        if self.limit == 0 {
+            return;
+        }
+        let due = Duration::from_secs_f64(self.items as f64 / self.limit as f64);
+        if let Some(wait) = due.checked_sub(self.start.elapsed()) {
+            tokio::time::sleep(wait).await;
+        }
+    }
 }
 
 /// One finding, as printed and as `--json` gives it.
@@ -164,7 +195,7 @@ async fn data(rpc: &RpcClient, req: &Request) -> Result<bytes::Bytes> {
 }
 
 /// Every row of every table fsck reads, of MDT `mdt`.
-async fn scan_mdt(rpc: &RpcClient, mdt: u32) -> Result<Contents> {
+async fn scan_mdt(rpc: &RpcClient, mdt: u32, pace: &mut Pace) -> Result<Contents> {
     let mut c = Contents::default();
     for table in [FsckTable::Inodes, FsckTable::Dentries, FsckTable::Orphans, FsckTable::Destroy] {
         let mut after = None;
@@ -174,6 +205,7 @@ async fn scan_mdt(rpc: &RpcClient, mdt: u32) -> Result<Contents> {
             for (k, v) in &page.rows {
                 c.add(table, k, v).map_err(|e| anyhow::anyhow!("MDT{mdt:04x}, a {table:?} row: {e}"))?;
             }
+            pace.took(page.rows.len()).await;
             if page.done || page.rows.is_empty() {
                 break;
             }
@@ -184,12 +216,13 @@ async fn scan_mdt(rpc: &RpcClient, mdt: u32) -> Result<Contents> {
 }
 
 /// Every object of OST `ost`, with its size.
-async fn list_ost(rpc: &RpcClient, ost: u32) -> Result<BTreeMap<ObjectId, u64>> {
+async fn list_ost(rpc: &RpcClient, ost: u32, pace: &mut Pace) -> Result<BTreeMap<ObjectId, u64>> {
     let mut out = BTreeMap::new();
     let mut after = None;
     loop {
         let page: FsckObjects = proto::msg::decode(&data(rpc, &Request::OstFsckList { ost, after, max: PAGE }).await?)?;
         let last = page.objects.last().map(|(o, _)| *o);
+        pace.took(page.objects.len()).await;
         out.extend(page.objects);
         if page.done || last.is_none() {
             return Ok(out);
@@ -199,11 +232,11 @@ async fn list_ost(rpc: &RpcClient, ost: u32) -> Result<BTreeMap<ObjectId, u64>> 
 }
 
 /// A pass over every MDT: their contents, and those that could not be read.
-async fn scan_all(c: &Cluster) -> (BTreeMap<u32, Contents>, Vec<(u32, String)>) {
+async fn scan_all(c: &Cluster, pace: &mut Pace) -> (BTreeMap<u32, Contents>, Vec<(u32, String)>) {
     let mut all = BTreeMap::new();
     let mut failed = Vec::new();
     for (&i, rpc) in &c.mdts {
-        match scan_mdt(rpc, i).await {
+        match scan_mdt(rpc, i, pace).await {
             Ok(contents) => {
                 all.insert(i, contents);
             }
@@ -280,14 +313,15 @@ fn stripe_ranges(c: &layout::Component, stripe: u32, size: u64, shown: usize) ->
 /// Checks the file system at `mgs`; repairs what `opts` asks.
 pub async fn fsck(mgs: &str, secret: proto::auth::Secret, opts: Options) -> Result<Report> {
     let c = connect(mgs, secret).await?;
-    let (first, failed_first) = scan_all(&c).await;
+    let mut pace = Pace::new(opts.speed_limit);
+    let (first, failed_first) = scan_all(&c, &mut pace).await;
     let mut objects: BTreeMap<u32, BTreeMap<ObjectId, u64>> = BTreeMap::new();
     let mut findings = Vec::new();
     let unchecked = |detail: String| Finding { kind: "unchecked", detail, path: None, repaired: None, action: None };
     for (&ost, rpc) in &c.osts {
         match rpc {
             None => findings.push(unchecked(format!("OST{ost:04x} is down: its objects were not checked"))),
-            Some(rpc) => match list_ost(rpc, ost).await {
+            Some(rpc) => match list_ost(rpc, ost, &mut pace).await {
                 Ok(list) => {
                     objects.insert(ost, list);
                 }
@@ -295,7 +329,7 @@ pub async fn fsck(mgs: &str, secret: proto::auth::Secret, opts: Options) -> Resu
             },
         }
     }
-    let (second, failed_second) = scan_all(&c).await;
+    let (second, failed_second) = scan_all(&c, &mut pace).await;
     for (i, e) in failed_first.iter().chain(&failed_second) {
         findings.push(unchecked(format!("MDT{i:04x} could not be read ({e}): nothing was judged")));
     }
