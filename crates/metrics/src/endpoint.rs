@@ -124,31 +124,30 @@ async fn respond(stream: &mut TcpStream, status: &str, content_type: &str, body:
     })
 }
 
-/// Fetches `path` from an endpoint at `addr` (tests and `braid stats`): the status
-/// line's code and the body.
-pub async fn get(addr: &str, path: &str) -> std::io::Result<(u16, String)> {
-    let mut s = TcpStream::connect(addr).await?;
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes()).await?;
-    let mut raw = Vec::new();
-    tokio::time::timeout(REQUEST_TIMEOUT * 2, s.read_to_end(&mut raw))
-        .await
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, format!("{addr} did not answer")))??;
-    let text = String::from_utf8_lossy(&raw);
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "not an HTTP answer"))?;
-    let code = head
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "no status code"))?;
-    Ok((code, body.to_string()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::{Counter, Family};
+
+    /// Fetches `path` from the endpoint at `addr`: the status line's code and the body.
+    async fn get(addr: &str, path: &str) -> std::io::Result<(u16, String)> {
+        let mut s = TcpStream::connect(addr).await?;
+        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes()).await?;
+        let mut raw = Vec::new();
+        tokio::time::timeout(REQUEST_TIMEOUT * 2, s.read_to_end(&mut raw))
+            .await
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, format!("{addr} did not answer")))??;
+        let text = String::from_utf8_lossy(&raw);
+        let (head, body) = text
+            .split_once("\r\n\r\n")
+            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "not an HTTP answer"))?;
+        let code = head
+            .split(' ')
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "no status code"))?;
+        Ok((code, body.to_string()))
+    }
 
     fn registry() -> &'static Registry {
         let r: &'static Registry = Box::leak(Box::default());

@@ -284,11 +284,6 @@ impl<K: Labels, M: Metric> Family<K, M> {
         Series(found.unwrap_or_else(|| self.insert(key)))
     }
 
-    /// Drops the series of `key` (a target that went away).
-    pub fn remove(&self, key: &K) {
-        self.series.write().expect("metric series").remove(key);
-    }
-
     /// How many series the family holds.
     pub fn len(&self) -> usize {
         self.series.read().expect("metric series").len()
