@@ -82,7 +82,7 @@ pub struct Dne {
     identity: Arc<Identity>,
     cluster: Arc<RwLock<ClusterView>>,
     mgs: Arc<RpcClient>,
-    peers: Mutex<HashMap<String, Arc<RpcClient>>>,
+    book: Arc<PeerBook>,
     under_way: Mutex<HashSet<UpdateId>>,
     next_seq: AtomicU64,
     /// Round-robin cursor of `-i -1`.
@@ -127,10 +127,14 @@ impl Dne {
         // never meet those of its previous run.
         let base = identity.client_id;
         Dne {
+            book: Arc::new(PeerBook {
+                identity: identity.clone(),
+                cluster: cluster.clone(),
+                conns: Mutex::new(HashMap::new()),
+            }),
             identity,
             cluster,
             mgs,
-            peers: Mutex::new(HashMap::new()),
             under_way: Mutex::new(HashSet::new()),
             next_seq: AtomicU64::new(base),
             rr: AtomicU64::new(0),
@@ -160,12 +164,8 @@ impl Dne {
     /// The MDS serving MDT `index`, as the MGS's configuration names it (asked of
     /// the MGS again when the configuration this MDS holds does not know it: it may
     /// predate the MDT's registration).
-    pub async fn peer(&self, index: u32) -> Result<Arc<RpcClient>, Response> {
-        let known = {
-            let view = self.cluster.read().expect("cluster view");
-            view.config.as_ref().and_then(|c| c.target(TargetKind::Mdt, index)).map(|t| t.address.clone())
-        };
-        let address = match known {
+    pub(crate) async fn peer(&self, index: u32) -> Result<Peer, Response> {
+        let address = match self.book.address_of(index) {
             Some(a) => a,
             None => {
                 let config = match self.mgs.call(&Request::MgsGetConfig, vec![]).await {
@@ -186,15 +186,11 @@ impl Dne {
                 }
             }
         };
-        let mut peers = self.peers.lock().expect("peers");
-        let c = peers
-            .entry(address.clone())
-            .or_insert_with(|| Arc::new(RpcClient::new(address, self.identity.clone(), peer_options())));
-        Ok(c.clone())
+        Ok(Peer { client: self.book.conn(&address), book: self.book.clone() })
     }
 
     /// Tells the participants the verdict, in the background (see [`tell_now`]).
-    fn tell(&self, mdt: Arc<Mdt>, id: UpdateId, committed: bool, to: Vec<(Arc<RpcClient>, Participant)>) {
+    fn tell(&self, mdt: Arc<Mdt>, id: UpdateId, committed: bool, to: Vec<(Peer, Participant)>) {
         tokio::spawn(tell_now(mdt, id, committed, to));
     }
 
@@ -208,7 +204,7 @@ impl Dne {
         step: &str,
         flight: UnderWay<'_>,
         op: CoordinatedOp,
-        prepared: Vec<(Arc<RpcClient>, Participant)>,
+        prepared: Vec<(Peer, Participant)>,
     ) -> Response {
         fault_point(&format!("{step}:before-commit"));
         let (client_id, conn_id, xid, id) = (ctx.client_id, ctx.conn_id, ctx.xid, flight.id);
@@ -248,7 +244,7 @@ impl Dne {
         step: &str,
         halves: Vec<(u32, Fid, UpdateOp)>,
         in_time: impl FnOnce() -> bool,
-    ) -> Result<(UnderWay<'_>, Vec<(Arc<RpcClient>, Participant)>), Response> {
+    ) -> Result<(UnderWay<'_>, Vec<(Peer, Participant)>), Response> {
         let mut peers = Vec::with_capacity(halves.len());
         for (k, ..) in &halves {
             peers.push(self.peer(*k).await?);
@@ -284,7 +280,7 @@ impl Dne {
 /// Tells the participants the verdict, all at once, and forgets a committed decision
 /// once all of them answered: if a message is lost, the participant asks, and
 /// [`UpdateResolve`] tells it again.
-async fn tell_now(mdt: Arc<Mdt>, id: UpdateId, committed: bool, to: Vec<(Arc<RpcClient>, Participant)>) {
+async fn tell_now(mdt: Arc<Mdt>, id: UpdateId, committed: bool, to: Vec<(Peer, Participant)>) {
     let told = to.iter().map(|(peer, Participant { mdt: k, fid })| {
         (peer.clone(), *k, Request::MdsUpdateDone { mdt: *k, fid: *fid, id, committed })
     });
@@ -306,7 +302,7 @@ fn root_striped(mdt: &Mdt) -> bool {
 }
 
 /// Sends each participant its half at once; the answers in the order of `halves`.
-async fn ask_all(halves: Vec<(Arc<RpcClient>, u32, Request)>) -> Vec<Response> {
+async fn ask_all(halves: Vec<(Peer, u32, Request)>) -> Vec<Response> {
     let tasks: Vec<_> =
         halves.into_iter().map(|(peer, k, req)| tokio::spawn(async move { ask(&peer, k, &req).await })).collect();
     let mut answers = Vec::with_capacity(tasks.len());
@@ -320,12 +316,75 @@ fn peer_options() -> RpcOptions {
     RpcOptions { request_timeout: PEER_TIMEOUT, recovery_timeout: PEER_TIMEOUT, ..RpcOptions::default() }
 }
 
-/// Sends `req` to a peer MDS and returns its answer, an error answer as it came.
-async fn ask(peer: &RpcClient, mdt: u32, req: &Request) -> Response {
-    match peer.call(req, vec![]).await {
-        Ok(reply) => reply.response,
-        Err(RpcError::Remote(e)) => Response::Error(e),
-        Err(e) => Response::error(Errno::Io, format!("MDT {mdt} did not answer: {e}")),
+/// How often a request a peer MDS has not answered looks whether its MDT moved.
+const MOVE_CHECK: Duration = Duration::from_secs(1);
+
+/// The MDSs this one talks to: connections by address, and the configuration (kept
+/// fresh by the `cluster-refresh` worker) that says which address serves an MDT.
+struct PeerBook {
+    identity: Arc<Identity>,
+    cluster: Arc<RwLock<ClusterView>>,
+    conns: Mutex<HashMap<String, Arc<RpcClient>>>,
+}
+
+impl PeerBook {
+    fn conn(&self, address: &str) -> Arc<RpcClient> {
+        let mut conns = self.conns.lock().expect("peers");
+        let c = conns
+            .entry(address.to_string())
+            .or_insert_with(|| Arc::new(RpcClient::new(address.to_string(), self.identity.clone(), peer_options())));
+        c.clone()
+    }
+
+    /// Where the configuration this MDS holds says MDT `index` is served.
+    fn address_of(&self, index: u32) -> Option<String> {
+        let view = self.cluster.read().expect("cluster view");
+        view.config.as_ref().and_then(|c| c.target(TargetKind::Mdt, index)).map(|t| t.address.clone())
+    }
+}
+
+/// The MDS serving one MDT, as [`ask`] reaches it: a request follows the MDT when a
+/// failover moves it elsewhere while the request waits.
+#[derive(Clone)]
+pub(crate) struct Peer {
+    book: Arc<PeerBook>,
+    client: Arc<RpcClient>,
+}
+
+/// Sends `req` to the MDS serving MDT `mdt` and returns its answer, an error answer
+/// as it came. While it is unanswered, the configuration is looked at every
+/// [`MOVE_CHECK`]; once it names another address for the MDT (a replicated MDT's
+/// leader died and another took over, or its MDS came back elsewhere), the request
+/// goes there with the same xid, so the MDT's reply cache answers a change that
+/// reached the old address as the first time. Without this, a request sent to a
+/// leader just killed waited out the peer timeout and failed the client's operation
+/// with `EIO` though the MDT was back within seconds.
+async fn ask(peer: &Peer, mdt: u32, req: &Request) -> Response {
+    let xid = peer.book.identity.next_xid();
+    let mut c = peer.client.clone();
+    loop {
+        let addr = c.addr().to_string();
+        let moved = async {
+            loop {
+                tokio::time::sleep(MOVE_CHECK).await;
+                if let Some(to) = peer.book.address_of(mdt).filter(|a| *a != addr) {
+                    return to;
+                }
+            }
+        };
+        let r = tokio::select! {
+            r = c.call_with_xid(xid, req, vec![]) => r,
+            to = moved => {
+                tracing::info!(mdt, from = %addr, %to, "the MDT moved: sending its request there");
+                c = peer.book.conn(&to);
+                continue;
+            }
+        };
+        return match r {
+            Ok(reply) => reply.response,
+            Err(RpcError::Remote(e)) => Response::Error(e),
+            Err(e) => Response::error(Errno::Io, format!("MDT {mdt} did not answer: {e}")),
+        };
     }
 }
 

@@ -22,10 +22,9 @@ use std::time::{Duration, Instant};
 use proto::msg::{Attr, Creds, FileKind, RenameFlags, Request, Response, UpdateOp};
 use proto::{Errno, Fid};
 use rpc::server::{Callbacks, RequestCtx};
-use rpc::RpcClient;
 use tokio::sync::OwnedMutexGuard;
 
-use super::{ask, kept, Dne};
+use super::{ask, kept, Dne, Peer};
 use crate::commit::CoordinatedOp;
 use crate::mdt::view::Found;
 use crate::mdt::Victim;
@@ -72,7 +71,7 @@ impl Bfl {
 /// A held rename lock; given back when dropped.
 pub(crate) struct RenameLock {
     _local: Option<OwnedMutexGuard<()>>,
-    remote: Option<(Arc<RpcClient>, u64)>,
+    remote: Option<(Peer, u64)>,
     since: Instant,
 }
 
@@ -87,7 +86,7 @@ impl Drop for RenameLock {
     fn drop(&mut self) {
         if let Some((peer, holder)) = self.remote.take() {
             tokio::spawn(async move {
-                let _ = peer.call(&Request::MdsRenameLock { hold: false, holder }, vec![]).await;
+                let _ = ask(&peer, 0, &Request::MdsRenameLock { hold: false, holder }).await;
             });
         }
     }

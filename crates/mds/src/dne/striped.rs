@@ -12,9 +12,8 @@ use std::time::Duration;
 use proto::msg::{Attr, Creds, DirSpec, DirStripes, Request, Response, ShardSync, UpdateOp};
 use proto::{Errno, Fid};
 use rpc::server::{Callbacks, RequestCtx};
-use rpc::RpcClient;
 
-use super::{ask_all, fault_point, kept, DirPlacement, Dne, RESOLVE_BATCH};
+use super::{ask_all, fault_point, kept, DirPlacement, Dne, Peer, RESOLVE_BATCH};
 use crate::commit::{CoordinatedOp, JobKind};
 use crate::mdt::Participant;
 use crate::target::Mdt;
@@ -74,14 +73,14 @@ impl Dne {
         first: Option<Fid>,
         to: &DirPlacement,
         shard_op: UpdateOp,
-    ) -> Result<(Vec<(Arc<RpcClient>, Participant)>, DirStripes, Vec<Attr>), Response> {
+    ) -> Result<(Vec<(Peer, Participant)>, DirStripes, Vec<Attr>), Response> {
         let new = &to.mdts[usize::from(first.is_some())..];
         let mut peers = Vec::with_capacity(new.len());
         for &k in new {
             peers.push((self.peer(k).await?, k));
         }
         fault_point("mkdir-striped:before-reserve");
-        let reserve = |(p, k): &(Arc<RpcClient>, u32)| {
+        let reserve = |(p, k): &(Peer, u32)| {
             (p.clone(), *k, Request::MdsUpdate { mdt: *k, id, op: Box::new(UpdateOp::ReserveFid) })
         };
         let mut prepared = Vec::new();
@@ -102,7 +101,7 @@ impl Dne {
         }
         let stripes = DirStripes { hash: to.hash, shards };
         fault_point("mkdir-striped:before-update");
-        let make = |(peer, p): &(Arc<RpcClient>, Participant)| {
+        let make = |(peer, p): &(Peer, Participant)| {
             let mut op = shard_op.clone();
             if let UpdateOp::MkdirInode { shard, .. } = &mut op {
                 *shard = Some((p.fid, stripes.clone()));
