@@ -47,16 +47,10 @@ struct OpSeries {
 }
 
 fn op_series(name: &'static str) -> &'static OpSeries {
-    static SERIES: OnceLock<std::sync::RwLock<std::collections::HashMap<&'static str, &'static OpSeries>>> =
-        OnceLock::new();
-    let map = SERIES.get_or_init(Default::default);
-    if let Some(s) = map.read().expect("op series").get(name) {
-        return s;
-    }
-    let mut map = map.write().expect("op series");
-    map.entry(name).or_insert_with(|| {
+    static SERIES: metrics::Interned<&'static str, OpSeries> = metrics::Interned::new();
+    SERIES.get(&name, |&name| {
         let (f, key) = (families(), Op(name));
-        Box::leak(Box::new(OpSeries { requests: f.requests.series(&key), latency: f.latency.series(&key) }))
+        OpSeries { requests: f.requests.series(&key), latency: f.latency.series(&key) }
     })
 }
 
@@ -82,6 +76,19 @@ struct CacheFamilies {
     page_hits: Arc<Family<(), Counter>>,
     page_misses: Arc<Family<(), Counter>>,
     page_used: Arc<Family<(), Gauge>>,
+    readahead_hit: Arc<Family<(), Counter>>,
+    readahead_miss: Arc<Family<(), Counter>>,
+    queued: Arc<Family<Queue, Gauge>>,
+}
+
+/// A queue of work the client answered and still owes the MDS.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Queue(&'static str);
+
+impl Labels for Queue {
+    fn each(&self, label: &mut dyn FnMut(&'static str, &str)) {
+        label("queue", self.0);
+    }
 }
 
 fn cache_families() -> &'static CacheFamilies {
@@ -101,6 +108,19 @@ fn cache_families() -> &'static CacheFamilies {
             page_hits: counter("braid_page_cache_hits_total", "Reads served from the client's memory cache."),
             page_misses: counter("braid_page_cache_misses_total", "Reads the client's memory cache did not hold."),
             page_used: gauge("braid_page_cache_used_bytes", "Bytes the client's memory cache holds."),
+            readahead_hit: counter(
+                "braid_readahead_hit_bytes_total",
+                "Bytes of reads answered from chunks the client's read-ahead fetched before they were asked for.",
+            ),
+            readahead_miss: counter(
+                "braid_readahead_miss_bytes_total",
+                "Bytes of reads the read-ahead had nothing ahead for (read when asked).",
+            ),
+            queued: r.register(Family::new(
+                "braid_client_queued_operations",
+                "Work the client answered itself and is still sending to the MDS, by queue: flush (closes of files \
+                 written under a directory lease), unlink (unlinks answered under a lease).",
+            )),
         }
     })
 }
@@ -120,6 +140,11 @@ pub(crate) fn watch_caches(mount: Weak<crate::State>) {
             f.used.with(&(), |m| m.set(c.used as i64));
             f.size.with(&(), |m| m.set(c.size as i64));
         }
+        let io = s.client.io_stats();
+        f.readahead_hit.with(&(), |m| m.set(io.readahead_hit_bytes));
+        f.readahead_miss.with(&(), |m| m.set(io.readahead_miss_bytes));
+        f.queued.with(&Queue("flush"), |m| m.set(io.deferred_flushes as i64));
+        f.queued.with(&Queue("unlink"), |m| m.set(io.deferred_removals as i64));
         if let Some(p) = s.client.page_cache_stats() {
             f.page_hits.with(&(), |m| m.set(p.hits));
             f.page_misses.with(&(), |m| m.set(p.misses));

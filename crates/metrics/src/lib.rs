@@ -20,6 +20,37 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 pub use family::{Counter, Family, Gauge, Histogram, Labels, Limit, Metric, Series, Target};
 
+/// The series a hot path records into, found once per key and kept for the rest of
+/// the process: after the first, a request finds all of its series (requests,
+/// latency, bytes...) with one hash lookup under a read lock instead of one per
+/// family. For keys from a bounded set only (the targets a process serves times the
+/// operations it knows): nothing is ever dropped.
+pub struct Interned<K, S: 'static> {
+    map: OnceLock<std::sync::RwLock<std::collections::HashMap<K, &'static S>>>,
+}
+
+impl<K: std::hash::Hash + Eq + Clone, S: Sync> Interned<K, S> {
+    pub const fn new() -> Interned<K, S> {
+        Interned { map: OnceLock::new() }
+    }
+
+    /// The series of `key`, made by `make` the first time it is met.
+    pub fn get(&self, key: &K, make: impl FnOnce(&K) -> S) -> &'static S {
+        let map = self.map.get_or_init(Default::default);
+        if let Some(s) = map.read().expect("interned series").get(key) {
+            return s;
+        }
+        let mut map = map.write().expect("interned series");
+        map.entry(key.clone()).or_insert_with(|| Box::leak(Box::new(make(key))))
+    }
+}
+
+impl<K: std::hash::Hash + Eq + Clone, S: Sync> Default for Interned<K, S> {
+    fn default() -> Self {
+        Interned::new()
+    }
+}
+
 /// Histogram bounds for latencies, in seconds: 50 µs (an RPC on loopback) to 10 s (a
 /// recovery wait).
 pub const LATENCY_SECONDS: &[f64] =
@@ -114,5 +145,32 @@ pub(crate) fn write_value(out: &mut String, v: f64) {
         let _ = write!(out, "{}", v as i64);
     } else {
         let _ = write!(out, "{v}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interned_series_are_made_once_per_key() {
+        static SERIES: Interned<u32, Series<Counter>> = Interned::new();
+        let registry = Registry::default();
+        let family = registry.register(Family::<Target, Counter>::new("braid_test_interned_total", "test"));
+        let made = std::sync::atomic::AtomicUsize::new(0);
+        let get = |k: u32| {
+            SERIES.get(&k, |k| {
+                made.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                family.series(&Target(format!("T{k}")))
+            })
+        };
+        get(1).inc();
+        get(1).inc();
+        get(2).inc();
+        assert_eq!(made.load(std::sync::atomic::Ordering::Relaxed), 2);
+        assert!(std::ptr::eq(get(1), get(1)));
+        let text = registry.render();
+        assert!(text.contains("braid_test_interned_total{target=\"T1\"} 2"), "{text}");
+        assert!(text.contains("braid_test_interned_total{target=\"T2\"} 1"), "{text}");
     }
 }

@@ -209,21 +209,16 @@ struct OpSeries {
 }
 
 fn op_series(key: &OpKey) -> &'static OpSeries {
-    static SERIES: OnceLock<std::sync::RwLock<std::collections::HashMap<OpKey, &'static OpSeries>>> = OnceLock::new();
-    let map = SERIES.get_or_init(Default::default);
-    if let Some(s) = map.read().expect("op series").get(key) {
-        return s;
-    }
-    let mut map = map.write().expect("op series");
-    map.entry(key.clone()).or_insert_with(|| {
+    static SERIES: metrics::Interned<OpKey, OpSeries> = metrics::Interned::new();
+    SERIES.get(key, |key| {
         let f = families();
-        Box::leak(Box::new(OpSeries {
+        OpSeries {
             requests: f.requests.series(key),
             latency: f.latency.series(key),
             received: f.received.series(key),
             sent: f.sent.series(key),
             in_flight: f.in_flight.series(key),
-        }))
+        }
     })
 }
 
