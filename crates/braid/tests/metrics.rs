@@ -117,6 +117,10 @@ fn every_process_serves_metrics_that_promtool_accepts_and_that_count_jobs() {
                 assert!(creates >= 10.0, "the small-files job's metadata requests on MDT0000: {creates}\n{text}");
                 assert!(sum(&samples, "braid_mdt_batch_operations_count", &[("target", "MDT0000")]) > 0.0);
                 assert!(sum(&samples, "braid_rpc_requests_total", &[("target", "MDT0000")]) > 0.0);
+                assert!(
+                    text.contains("braid_mdt_commit_queue_operations{target=\"MDT0000\"}"),
+                    "the MDT's commit queue depth:\n{text}"
+                );
             }
             "MGS" => assert!(sum(&samples, "braid_rpc_requests_total", &[("op", "mgs_heartbeat")]) > 0.0),
             _ => {
@@ -124,6 +128,15 @@ fn every_process_serves_metrics_that_promtool_accepts_and_that_count_jobs() {
                 assert!(writes >= 8.0, "the mount's FUSE writes: {writes}\n{text}");
                 assert!(sum(&samples, "braid_fuse_request_duration_seconds_count", &[("op", "create")]) >= 10.0);
                 assert_eq!(sum(&samples, "braid_cache_size_bytes", &[]), (64 << 20) as f64, "the SSD cache's size");
+                // Job 4711's reader went through the file in order: from its third
+                // read on, the read-ahead had the bytes fetched.
+                let ahead = sum(&samples, "braid_readahead_hit_bytes_total", &[]);
+                assert!(ahead >= (1 << 20) as f64, "bytes served by read-ahead: {ahead}\n{text}");
+                assert!(sum(&samples, "braid_readahead_miss_bytes_total", &[]) > 0.0, "its first reads missed");
+                for queue in ["flush", "unlink"] {
+                    let line = format!("braid_client_queued_operations{{queue=\"{queue}\"}}");
+                    assert!(text.contains(&line), "the mount's {queue} queue depth:\n{text}");
+                }
             }
         }
     }

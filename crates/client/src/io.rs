@@ -426,6 +426,32 @@ const READAHEAD_CHUNK_BYTES: u64 = 4 << 20;
 
 pub(crate) type Prefetch = tokio::sync::oneshot::Receiver<Result<Bytes>>;
 
+/// What the read-ahead of a client's handles served: bytes answered from chunks it
+/// fetched ahead (hits), and bytes the read found nothing ahead for and read itself
+/// (misses), as Lustre's `read_ahead_stats` (counted by the reads that use the
+/// read-ahead state; a concurrent reader of a handle reads directly and is in neither).
+#[derive(Debug, Default)]
+pub struct ReadaheadStats {
+    hit_bytes: std::sync::atomic::AtomicU64,
+    miss_bytes: std::sync::atomic::AtomicU64,
+}
+
+impl ReadaheadStats {
+    fn hit(&self, n: u64) {
+        self.hit_bytes.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn miss(&self, n: u64) {
+        self.miss_bytes.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// (hit bytes, miss bytes) so far.
+    pub fn read(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (self.hit_bytes.load(Relaxed), self.miss_bytes.load(Relaxed))
+    }
+}
+
 /// Sequential read-ahead of one handle (Lustre's client read-ahead, simplified): once
 /// two reads follow each other, what follows is requested in chunks in the
 /// background, so a reader of small transfers keeps every OST busy. The window starts
@@ -504,6 +530,7 @@ impl Readahead {
                 if pos >= start && pos < start + dlen {
                     let from = (pos - start) as usize;
                     let n = ((start + dlen).min(end) - pos) as usize;
+                    c.inner.readahead_stats.hit(n as u64);
                     if pos == offset && n as u64 == len {
                         // All of it in one chunk: the chunk's bytes, not a copy.
                         let whole = data.slice(from..from + n);
@@ -525,6 +552,7 @@ impl Readahead {
                             // A failed or short prefetch: read directly from here on.
                             self.reset();
                             let rest = read_through(c, f.fid, f.data_version, layout, pos, end - pos, ticket).await?;
+                            c.inner.readahead_stats.miss(rest.len() as u64);
                             out.extend_from_slice(&rest);
                             pos = end;
                         }
@@ -535,6 +563,7 @@ impl Readahead {
                 }
                 _ => {
                     let rest = read_through(c, f.fid, f.data_version, layout, pos, end - pos, ticket).await?;
+                    c.inner.readahead_stats.miss(rest.len() as u64);
                     if pos == offset {
                         // Nothing came from the prefetch: the answer as read.
                         self.issued_until = self.issued_until.max(end);

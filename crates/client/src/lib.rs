@@ -332,6 +332,7 @@ struct Inner {
     moves: AtomicU64,
     /// Requests sent, by kind of target.
     rpcs: Arc<RpcCounters>,
+    readahead_stats: io::ReadaheadStats,
     /// Creates answered here (see [`async_create`]): templates and FID grants.
     creates: async_create::AsyncCreates,
     /// Entries' attributes fetched ahead of lookups (see [`statahead`]); every request
@@ -403,6 +404,18 @@ pub struct LocalRange {
     pub file: Option<Arc<std::fs::File>>,
     pub offset: u64,
     pub len: u64,
+}
+
+/// A reading of [`Client::io_stats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IoStats {
+    /// Bytes of reads answered from chunks read ahead, and read without one.
+    pub readahead_hit_bytes: u64,
+    pub readahead_miss_bytes: u64,
+    /// Flushes finished after their close returned (see [`deferred`]), and unlinks
+    /// answered here, still being sent: the client's queues of work owed to the MDS.
+    pub deferred_flushes: u64,
+    pub deferred_removals: u64,
 }
 
 /// A reading of [`RpcCounters`].
@@ -861,6 +874,7 @@ impl Client {
                 sets_behind: Default::default(),
                 moves: AtomicU64::new(0),
                 rpcs: Arc::default(),
+                readahead_stats: Default::default(),
                 statahead: Arc::default(),
                 first_bytes: Default::default(),
                 xattrless: Default::default(),
@@ -947,6 +961,18 @@ impl Client {
     /// The memory cache's counters; `None` if this client keeps none.
     pub fn page_cache_stats(&self) -> Option<cache::mem::MemStats> {
         self.inner.pages.as_ref().map(|p| p.stats())
+    }
+
+    /// What the read-ahead served and the work answered here still queued to send:
+    /// figures for the mount's metrics endpoint.
+    pub fn io_stats(&self) -> IoStats {
+        let (readahead_hit_bytes, readahead_miss_bytes) = self.inner.readahead_stats.read();
+        IoStats {
+            readahead_hit_bytes,
+            readahead_miss_bytes,
+            deferred_flushes: self.inner.deferred.running() as u64,
+            deferred_removals: self.inner.removals.running() as u64,
+        }
     }
 
     /// How many requests this client has sent to MDTs and OSTs so far.

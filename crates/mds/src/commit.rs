@@ -143,18 +143,29 @@ fn reply_key(client_id: u64, xid: u64) -> [u8; 16] {
 pub struct GroupCommit {
     index: u32,
     queue: Mutex<Vec<Job>>,
+    /// The queue's length, for the metrics endpoint (set under the queue's lock).
+    depth: metrics::Series<metrics::Gauge>,
     committer: Mutex<Committer>,
 }
 
 impl GroupCommit {
     pub fn new(committer: Committer) -> GroupCommit {
-        GroupCommit { index: committer.index, queue: Mutex::new(Vec::new()), committer: Mutex::new(committer) }
+        GroupCommit {
+            index: committer.index,
+            queue: Mutex::new(Vec::new()),
+            depth: crate::stats::queue_depth(committer.index),
+            committer: Mutex::new(committer),
+        }
     }
 
     /// Queues a mutation and waits for its answer (see the module note).
     pub async fn submit(&self, kind: JobKind) -> Outcome {
         let (tx, rx) = oneshot::channel();
-        self.queue.lock().expect("queue").push(Job { kind, reply: tx });
+        {
+            let mut q = self.queue.lock().expect("queue");
+            q.push(Job { kind, reply: tx });
+            self.depth.set(q.len() as i64);
+        }
         loop {
             let mut committer = match self.committer.try_lock() {
                 Ok(c) => c,
@@ -174,7 +185,9 @@ impl GroupCommit {
                 let batch: Vec<Job> = {
                     let mut q = self.queue.lock().expect("queue");
                     let n = q.len().min(committer.cfg.batch_max);
-                    q.drain(..n).collect()
+                    let batch = q.drain(..n).collect();
+                    self.depth.set(q.len() as i64);
+                    batch
                 };
                 if batch.is_empty() {
                     break;

@@ -1,5 +1,6 @@
 //! What an MDT counts of its commits for the metrics endpoint: operations per
-//! group-commit batch, the redo log's size, and how long checkpoints take. Requests
+//! group-commit batch, mutations waiting for one, the redo log's size, and how long
+//! checkpoints take. Requests
 //! themselves are counted by `rpc::stats`, as every server's are.
 
 use std::sync::OnceLock;
@@ -14,6 +15,7 @@ struct Families {
     batch: std::sync::Arc<Family<Target, Histogram>>,
     redo: std::sync::Arc<Family<Target, Gauge>>,
     checkpoint: std::sync::Arc<Family<Target, Histogram>>,
+    queue: std::sync::Arc<Family<Target, Gauge>>,
 }
 
 fn families() -> &'static Families {
@@ -35,8 +37,17 @@ fn families() -> &'static Families {
                 "Time a checkpoint of the memtable into the database takes.",
                 metrics::LATENCY_SECONDS,
             )),
+            queue: r.register(Family::new(
+                "braid_mdt_commit_queue_operations",
+                "Mutations queued for the MDT's next group-commit batch (its queue depth).",
+            )),
         }
     })
+}
+
+/// The queue-depth series of MDT `index`, held by its group commit.
+pub fn queue_depth(index: u32) -> Series<Gauge> {
+    families().queue.series(&Target(format!("MDT{index:04X}")))
 }
 
 /// The series of one MDT, held by its committer.
