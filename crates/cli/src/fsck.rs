@@ -285,28 +285,33 @@ fn paths(all: &BTreeMap<u32, Contents>) -> HashMap<Fid, String> {
 }
 
 /// The bytes under `size` that `stripe` of component `c` holds, as ranges (at most
-/// `shown` of them) and their total.
+/// `shown` of them) and their total. Computed, not walked: a dangling object of a
+/// terabyte file costs as little as one of a kilobyte file.
 fn stripe_ranges(c: &layout::Component, stripe: u32, size: u64, shown: usize) -> (Vec<(u64, u64)>, u64) {
-    let end = c.extent_end.min(size);
-    let (s, n) = (c.stripe_size.max(1), c.osts.len().max(1) as u64);
-    let mut ranges: Vec<(u64, u64)> = Vec::new();
-    let mut total = 0;
-    let mut unit = c.extent_start / s;
-    while unit * s < end {
-        if unit % n == u64::from(stripe) {
-            let (a, b) = ((unit * s).max(c.extent_start), ((unit + 1) * s).min(end));
-            if a < b {
-                total += b - a;
-                let room = ranges.len() < shown;
-                match ranges.last_mut() {
-                    Some(last) if last.1 == a => last.1 = b,
-                    _ if room => ranges.push((a, b)),
-                    _ => {}
-                }
-            }
-        }
-        unit += 1;
+    let (start, end) = (c.extent_start, c.extent_end.min(size));
+    let (s, n, k) = (c.stripe_size.max(1), c.osts.len().max(1) as u64, u64::from(stripe));
+    if start >= end || k >= n {
+        return (Vec::new(), 0);
     }
+    // Stripe units (of `s` bytes, counted from the file's start) that reach into
+    // [start, end); the stripe holds every n-th, from its first one on.
+    let (first, past) = (start / s, end.div_ceil(s));
+    let mine = first + (k + n - first % n) % n;
+    if mine >= past {
+        return (Vec::new(), 0);
+    }
+    let last = mine + (past - 1 - mine) / n * n;
+    // Saturating: a size near 2^64 (a hostile or damaged inode) must not overflow.
+    let at = |u: u64| u.saturating_mul(s);
+    let clip = |u: u64| (at(u).max(start), at(u + 1).min(end));
+    let units = (last - mine) / n + 1;
+    let total = at(units) - (clip(mine).0 - at(mine)) - (at(last + 1) - clip(last).1);
+    let ranges = if n == 1 {
+        // One stripe holds every unit: one range.
+        vec![(clip(mine).0, clip(last).1)].into_iter().take(shown).collect()
+    } else {
+        (0..units.min(shown as u64)).map(|i| clip(mine + i * n)).collect()
+    };
     (ranges, total)
 }
 
@@ -524,5 +529,59 @@ mod tests {
         assert_eq!(stripe_ranges(&c, 1, mib, 8).1, 0, "nothing of stripe 1 under 1 MiB");
         let (shown, total) = stripe_ranges(&c, 0, 100 * mib, 2);
         assert_eq!((shown.len(), total), (2, 50 * mib));
+        let (_, total) = stripe_ranges(&c, 1, u64::MAX, 1);
+        assert!(total > 0, "a huge size neither overflows nor loops");
+    }
+
+    /// The computed ranges are those a walk over every stripe unit finds.
+    #[test]
+    fn stripe_ranges_match_a_walk_over_the_units() {
+        fn walk(c: &layout::Component, stripe: u32, size: u64, shown: usize) -> (Vec<(u64, u64)>, u64) {
+            let end = c.extent_end.min(size);
+            let (s, n) = (c.stripe_size, c.osts.len() as u64);
+            let (mut ranges, mut total): (Vec<(u64, u64)>, u64) = (Vec::new(), 0);
+            let mut unit = c.extent_start / s;
+            while unit * s < end {
+                let (a, b) = ((unit * s).max(c.extent_start), ((unit + 1) * s).min(end));
+                if unit % n == u64::from(stripe) && a < b {
+                    total += b - a;
+                    let room = ranges.len() < shown;
+                    match ranges.last_mut() {
+                        Some(last) if last.1 == a => last.1 = b,
+                        _ if room => ranges.push((a, b)),
+                        _ => {}
+                    }
+                }
+                unit += 1;
+            }
+            (ranges, total)
+        }
+        for count in 1..=4usize {
+            for (start, ext_end) in [(0, layout::EOF), (0, 7000), (3000, 20000), (4096, 8192), (5000, 5001)] {
+                let c = layout::Component {
+                    id: 1,
+                    extent_start: start,
+                    extent_end: ext_end,
+                    pattern: layout::Pattern::Raid0,
+                    stripe_size: 1024,
+                    osts: (0..count as u32).collect(),
+                    stripe_count_wanted: count as i64,
+                    pool: None,
+                    mirror: 0,
+                    flags: 0,
+                };
+                for stripe in 0..count as u32 {
+                    for size in [0, 1, 1023, 1024, 1025, 2500, 4096, 4999, 5000, 5001, 9000, 30000] {
+                        for shown in [0, 1, 3, 100] {
+                            assert_eq!(
+                                stripe_ranges(&c, stripe, size, shown),
+                                walk(&c, stripe, size, shown),
+                                "stripes {count}, extent {start}..{ext_end}, stripe {stripe}, size {size}, shown {shown}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
     }
 }
