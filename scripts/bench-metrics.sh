@@ -15,6 +15,20 @@
 # Prints each round, then the medians (min-max over rounds), the ratio new/base of the
 # medians and the median (min-max) of each round's own ratio (the two sides of a round
 # run back to back, so a slow drift of the machine falls on both).
+# CPU time as well, because throughput on a shared machine is noisy and CPU spent per
+# operation far less so: the CPU seconds (utime+stime, /proc/PID/stat fields 14 and 15,
+# which sum the process's threads; plus cutime+cstime, 16 and 17, of children it has
+# reaped, and the same of any children still alive) of the `braid local` process (all
+# servers) and of the `braid mount` daemon, read right before and right after the mdtest
+# run and right before and right after the IOR run. Each round gets a second line, "cpu":
+#   srv us/md, mnt us/md:    CPU microseconds per metadata operation, over all three
+#                            mdtest phases: TASKS*ITEMS creates + as many stats + as
+#                            many removes, so divided by 3*TASKS*ITEMS;
+#   srv ms/GiB, mnt ms/GiB:  CPU milliseconds per GiB IOR moved (written + read bytes,
+#                            from its JSON);
+#   children:                the most child processes `braid local` and the mount had
+#                            at a sample (their CPU is in the sums above).
+# The final table has these four as rows too (new/base above 1: metrics cost CPU).
 #   BRAID_BASE=BINARY [BRAID=BINARY] scripts/bench-metrics.sh [ROUNDS]   (default 3)
 # Environment: BRAID (default target/release/braid), BRAID_BASE (required), TASKS (4),
 # ITEMS (2000), BLOCK (256m per IOR task), TMPDIR (where the scratch directory is made
@@ -88,7 +102,7 @@ stop_side() {
     gone "$cur_local" || kill -KILL "$cur_local" 2>/dev/null || true
     wait "$cur_local" 2>/dev/null || true
   fi
-  cur_local= cur_mount_pid= cur_mnt=
+  cur_local='' cur_mount_pid='' cur_mnt=''
 }
 cleanup() {
   stop_side
@@ -96,6 +110,42 @@ cleanup() {
   if grep -q " ${WORK}/" /proc/mounts; then echo "left $WORK: still mounted there" >&2; else rm -rf "$WORK"; fi
 }
 trap cleanup EXIT
+
+# cpu_sample: "SERVER_TICKS MOUNT_TICKS KIDS" now: the CPU clock ticks so far of the
+# `braid local` process and of the mount daemon, each with its threads (the stat line
+# sums them), its reaped children (cutime+cstime) and its live descendants, summed the
+# same way; KIDS, how many live descendants the two had. Descendants are found by
+# parent PID over all of /proc (this kernel may lack /proc/PID/task/TID/children). The
+# command name, field 2, may hold spaces: fields are counted after its last ')'.
+cpu_sample() {
+  python3 - "$cur_local" "$cur_mount_pid" <<'PY'
+import os, sys
+stat = {}
+for d in os.listdir("/proc"):
+    if d.isdigit():
+        try:
+            f = open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        # f[0] is field 3; ppid is field 4, utime..cstime fields 14-17.
+        stat[int(d)] = (int(f[1]), sum(int(x) for x in f[11:15]))
+kids = {}
+for pid, (ppid, _) in stat.items():
+    kids.setdefault(ppid, []).append(pid)
+out, n = [], 0
+for root in map(int, sys.argv[1:]):
+    todo, t = [root], 0
+    while todo:
+        p = todo.pop()
+        t += stat[p][1]
+        todo += kids.get(p, [])
+        n += p != root
+    out.append(t)
+print(*out, n)
+PY
+}
+tck=$(getconf CLK_TCK)
+max_kids=0  # the most live children of the two seen at a sample this round
 
 # run_bench OUT COMMAND...: COMMAND with its output into OUT, its PID kept for the cleanup.
 run_bench() {
@@ -137,7 +187,7 @@ start_side() {
     mount_opts=(-o metrics=127.0.0.1:$((port + 2)))
   fi
   cur_bin=$bin
-  "$bin" local --data "$d/data" --osts 4 --listen 127.0.0.1:$port "${local_extra[@]}" > "$d/local.log" 2>&1 &
+  "$bin" local --data "$d/data" --osts 4 --listen "127.0.0.1:$port" "${local_extra[@]}" > "$d/local.log" 2>&1 &
   cur_local=$!
   for _ in $(seq 1 100); do grep -qs "^MGS at" "$d/local.log" && break; sleep 0.2; done
   grep -q "^MGS at" "$d/local.log" || { echo "braid local ($side) did not start:" >&2; cat "$d/local.log" >&2; exit 1; }
@@ -155,18 +205,37 @@ start_side() {
   fi
 }
 
-mdtest() {  # mdtest SIDE: m="creates_s stats_s removes_s"
+kids() {  # kids "SAMPLE SAMPLE": raise max_kids to the KIDS of either
+  local k
+  for k in $(echo "$1" | awk '{print $3, $6}'); do [ "$k" -gt "$max_kids" ] && max_kids=$k; done
+  return 0
+}
+
+mdtest() {  # mdtest SIDE: m="creates_s stats_s removes_s", md_cpu="server_ticks mount_ticks"
+  local c0 c1
+  c0=$(cpu_sample)
   run_bench "$WORK/$1/mdtest.json" "$cur_bin" bench mdtest -N "$tasks" -n "$items" -F -C -T -r -d "$WORK/$1/mnt/md" --json -q
   m=$(python3 -c 'import json,sys; s={r["operation"]: r["ops_per_s"]["mean"] for r in json.load(sys.stdin)["summary"]}; print("%.0f %.0f %.0f" % (s["File creation"], s["File stat"], s["File removal"]))' < "$WORK/$1/mdtest.json")
+  c1=$(cpu_sample)
+  kids "$c0 $c1"
+  md_cpu=$(echo "$c0 $c1" | awk '{print $4 - $1, $5 - $2}')
 }
 
-ior() {  # ior SIDE: i="write_mib_s read_mib_s"
+ior() {  # ior SIDE: i="write_mib_s read_mib_s", ior_cpu="server_ticks mount_ticks bytes_moved"
+  local c0 c1 moved
+  c0=$(cpu_sample)
   run_bench "$WORK/$1/ior.json" "$cur_bin" bench ior -N 4 -F -C -e -t 1m -b "$block" --drop-caches -o "$WORK/$1/mnt/ior/f" --json
   i=$(python3 -c 'import json,sys; s={r["operation"]: r["bandwidth_mib_s"]["mean"] for r in json.load(sys.stdin)["summary"]}; print("%.0f %.0f" % (s["write"], s["read"]))' < "$WORK/$1/ior.json")
+  c1=$(cpu_sample)
+  moved=$(python3 -c 'import json,sys; print(sum(r["bytes"] for r in json.load(sys.stdin)["results"] if r["operation"] in ("write", "read")))' < "$WORK/$1/ior.json")
+  kids "$c0 $c1"
+  ior_cpu=$(echo "$c0 $c1 $moved" | awk '{print $4 - $1, $5 - $2, $7}')
 }
 
-measure() {  # measure SIDE: out="creates stats removes write read"; the side runs only meanwhile
-  local m i ok
+# measure SIDE: out="creates stats removes write read", cpu="srv_us/md mnt_us/md srv_ms/GiB
+# mnt_ms/GiB"; the side runs only meanwhile.
+measure() {
+  local m i ok md_cpu ior_cpu
   start_side "$1"
   mdtest "$1"
   ior "$1"
@@ -183,35 +252,45 @@ measure() {  # measure SIDE: out="creates stats removes write read"; the side ru
   stop_side
   rm -rf "${WORK:?}/$1"
   out="$m $i"
+  # Ticks to microseconds per metadata operation (3 of them per file) and milliseconds
+  # per GiB moved.
+  cpu=$(echo "$md_cpu $ior_cpu" | awk -v tck="$tck" -v ops=$((3 * tasks * items)) \
+    '{g = $5 / 2^30; printf "%.1f %.1f %.0f %.0f", $1 / tck * 1e6 / ops, $2 / tck * 1e6 / ops, $3 / tck * 1e3 / g, $4 / tck * 1e3 / g}')
 }
 
 if [ "$new_metrics" = 1 ]; then on="metrics served and scraped each second"; else on="no endpoints, no scraper"; fi
 echo "braid bench metrics: base $BRAID_BASE, new $BRAID ($on)"
 echo "mdtest: $tasks tasks x $items files, shared dir (ops/s); IOR: 4 tasks x $block, file per process, fsync, 1 MiB (MiB/s)"
 echo "round first  base: create stat remove write read  |  new: create stat remove write read  | new: scrapes ok/failed, FUSE requests/RPCs counted"
+echo "  cpu        base: srv us/md mnt us/md srv ms/GiB mnt ms/GiB  |  new: the same  | children (CPU: $tck ticks/s; md = 3*$tasks*$items ops)"
 results=$WORK/results
 : > "$results"
 scrapes=- counted=-
 for r in $(seq 1 "$rounds"); do
-  if [ $((r % 2)) = 1 ]; then first=base; measure base; b=$out; measure new; n=$out
-  else first=new; measure new; n=$out; measure base; b=$out; fi
+  max_kids=0
+  if [ $((r % 2)) = 1 ]; then first=base; measure base; b=$out; bc=$cpu; measure new; n=$out; nc=$cpu
+  else first=new; measure new; n=$out; nc=$cpu; measure base; b=$out; bc=$cpu; fi
   echo "$r     $first   $b  |  $n  | $scrapes, $counted"
-  echo "$b $n" >> "$results"
+  echo "  cpu        $bc  |  $nc  | $max_kids"
+  echo "$b $n $bc $nc" >> "$results"
 done
 python3 - "$results" <<'EOF'
 import statistics, sys
 rows = [list(map(float, l.split())) for l in open(sys.argv[1]) if l.strip()]
 cols = list(zip(*rows))
+# Each row: 5 throughputs of base, 5 of new, 4 CPU figures of base, 4 of new.
 names = ["creates/s", "stats/s", "removes/s", "IOR write MiB/s", "IOR read MiB/s"]
+cpu_names = ["server CPU us/md op", "mount CPU us/md op", "server CPU ms/GiB", "mount CPU ms/GiB"]
 print(f"\nmedians of {len(rows)} rounds (min-max); new/base of the medians; each round's new/base, median (min-max);")
 print("spread = (max-min)/median of each side")
 print("| measure | base | new | new/base | rounds' new/base | spread base | spread new |")
 print("|---|---|---|---|---|---|---|")
-for k, name in enumerate(names):
-    b, n = cols[k], cols[k + 5]
+table = [(name, cols[k], cols[k + 5], ",.0f") for k, name in enumerate(names)]
+table += [(name, cols[10 + k], cols[14 + k], ",.1f" if k < 2 else ",.0f") for k, name in enumerate(cpu_names)]
+for name, b, n, f in table:
     mb, mn = statistics.median(b), statistics.median(n)
     rr = [y / x for x, y in zip(b, n)]
-    print(f"| {name} | {mb:,.0f} ({min(b):,.0f}-{max(b):,.0f}) | {mn:,.0f} ({min(n):,.0f}-{max(n):,.0f}) "
+    print(f"| {name} | {mb:{f}} ({min(b):{f}}-{max(b):{f}}) | {mn:{f}} ({min(n):{f}}-{max(n):{f}}) "
           f"| {mn / mb:.3f} | {statistics.median(rr):.3f} ({min(rr):.2f}-{max(rr):.2f}) "
           f"| {(max(b) - min(b)) / mb:.1%} | {(max(n) - min(n)) / mn:.1%} |")
 EOF
