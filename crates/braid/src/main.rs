@@ -372,7 +372,7 @@ enum Command {
         #[arg(allow_hyphen_values = true, trailing_var_arg = true, num_args = 0..)]
         args: Vec<String>,
     },
-    /// Move a file's bytes to a new layout, another pool (Lustre's `lfs migrate`).
+    /// Move a file's bytes to a new layout, another pool (Lustre's `lfs migrate`), or a directory tree to another MDT (`-m`).
     #[command(disable_help_flag = true, override_help = cli::stripe::MIGRATE_HELP)]
     Migrate {
         /// setstripe's layout options and the file, in order (see `braid migrate --help`).

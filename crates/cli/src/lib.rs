@@ -21,6 +21,7 @@
 pub mod config;
 pub mod fsck;
 pub mod local;
+pub mod migrate_mdt;
 pub mod mirror;
 pub mod mount;
 pub mod mount_helper;

@@ -212,6 +212,8 @@ the file keeps its name, FID and attributes; a write racing the copy makes it fa
 and a file open on another client is refused.
 
   braid migrate [STRIPE_OPTIONS] FILE       e.g. braid migrate -p cool -c 2 /mnt/braid/big.dat
+  braid migrate -m MDT [-v] DIR            move DIR's directories (and their entries) to MDT, as lfs migrate -m
+                                           (files keep their inodes where they are, their names move)
 
 STRIPE_OPTIONS as braid setstripe's (-E ends a component; -p POOL, -c N, -S SIZE, -o LIST, ...);
 unset ones keep the file's stripe count and size. A file with a Data-on-MDT component moves onto OSTs;
@@ -220,6 +222,9 @@ Also: --secret-file FILE, --timeout-s SECONDS.";
 
 /// Runs `braid migrate ARGS` (setstripe's layout options and one file).
 pub fn migrate(args: &[String]) -> Result<()> {
+    if crate::migrate_mdt::wanted(args) {
+        return crate::migrate_mdt::run(args);
+    }
     let s = parse_setstripe(args)?;
     let SetstripeAction::Set(spec) = s.action.clone() else {
         bail!("braid migrate takes a layout (setstripe's options), not -d or component changes");

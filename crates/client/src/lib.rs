@@ -333,6 +333,9 @@ struct Inner {
     /// Requests sent, by kind of target.
     rpcs: Arc<RpcCounters>,
     readahead_stats: io::ReadaheadStats,
+    /// Directories that moved to another MDT, and where they went last (see
+    /// [`Client::md_reply`]).
+    moved_dirs: Mutex<HashMap<Fid, Fid>>,
     /// Creates answered here (see [`async_create`]): templates and FID grants.
     creates: async_create::AsyncCreates,
     /// Entries' attributes fetched ahead of lookups (see [`statahead`]); every request
@@ -486,6 +489,13 @@ impl rpc::CallbackHandler for Revocations {
 
 /// Most lost connections [`keep_connected`] has yet to look at.
 const LOST_MAX: usize = 64;
+
+/// Most hops one request follows a directory moving between MDTs.
+const MOVED_MAX: usize = 16;
+
+/// Most moved directories a client remembers the last place of (all are forgotten
+/// when it is full: a forgotten one costs the hops again).
+const MOVED_KEPT: usize = 4096;
 
 /// How often a request an MDS has not answered looks whether its MDT moved (see
 /// [`Client::call_following`]).
@@ -875,6 +885,7 @@ impl Client {
                 moves: AtomicU64::new(0),
                 rpcs: Arc::default(),
                 readahead_stats: Default::default(),
+                moved_dirs: Default::default(),
                 statahead: Arc::default(),
                 first_bytes: Default::default(),
                 xattrless: Default::default(),
@@ -1151,8 +1162,57 @@ impl Client {
         Ok(self.md_reply(fid, req).await?.response)
     }
 
-    /// As [`Client::md`], with the answer's payload.
-    async fn md_reply(&self, fid: Fid, req: Request) -> Result<rpc::Reply> {
+    /// As [`Client::md`], with the answer's payload. A request naming a directory
+    /// that moved to another MDT (`braid migrate -m`) is sent again naming it where
+    /// it is now (the old MDT answers [`Response::Moved`]): a name the kernel keeps
+    /// for the old directory goes on working.
+    async fn md_reply(&self, mut fid: Fid, mut req: Request) -> Result<rpc::Reply> {
+        // A directory this client saw move: straight to where it went last.
+        let known = self.inner.moved_dirs.lock().expect("moved dirs").get(&fid).copied();
+        if let Some(to) = known.filter(|&to| req.retarget(fid, to)) {
+            fid = to;
+        }
+        let reply = self.md_reply_once(fid, &req).await?;
+        match reply.response {
+            Response::Moved { from, to } => Box::pin(self.md_moved(fid, req, from, to)).await,
+            _ => Ok(reply),
+        }
+    }
+
+    /// Sends `req`, whose directory `from` moved to `to`, again naming `to`, as long
+    /// as the directories it names keep moving (at most [`MOVED_MAX`] hops: a
+    /// directory moved back and forth leaves a chain of them), and remembers where
+    /// `from` ended up.
+    async fn md_moved(&self, mut fid: Fid, mut req: Request, mut from: Fid, mut to: Fid) -> Result<rpc::Reply> {
+        let first = from;
+        for _ in 0..MOVED_MAX {
+            if !req.retarget(from, to) {
+                break;
+            }
+            if fid == from {
+                fid = to;
+            }
+            tracing::debug!(%from, %to, op = req.op_name(), "the directory moved to another MDT: sending there");
+            let reply = self.md_reply_once(fid, &req).await?;
+            match reply.response {
+                Response::Moved { from: f, to: t } => (from, to) = (f, t),
+                _ => {
+                    let mut moved = self.inner.moved_dirs.lock().expect("moved dirs");
+                    if moved.len() >= MOVED_KEPT {
+                        moved.clear();
+                    }
+                    moved.insert(first, to);
+                    return Ok(reply);
+                }
+            }
+        }
+        Err(ClientError::Errno(
+            Errno::Stale,
+            format!("directory {from} moved to {to}, and {} cannot follow", req.op_name()),
+        ))
+    }
+
+    async fn md_reply_once(&self, fid: Fid, req: &Request) -> Result<rpc::Reply> {
         let sees_files =
             !matches!(req, Request::MdsSizeUpdate { .. } | Request::MdsClose { .. } | Request::MdsCloseMany { .. });
         if sees_files && !deferred::is_exempt() {
@@ -1160,7 +1220,7 @@ impl Client {
             // its way (see `deferred`). A request about one file or directory waits
             // only for work on it (`Deferred::busy`): `cp -a` reading its sources
             // does not wait for the flushes of the copies it made.
-            let wait = match about(&req) {
+            let wait = match about(req) {
                 Some(fid) => self.inner.deferred.busy(fid),
                 None => self.inner.deferred.running() > 0,
             };
@@ -1184,10 +1244,10 @@ impl Client {
         // keeps the listing's first batch). A create answered here does not qualify:
         // a listing of its directory's parent does not wait for it.
         let answered_here = matches!(req, Request::MdsUnlinkAt { .. });
-        if !statahead::changes_nothing(&req) && !answered_here {
+        if !statahead::changes_nothing(req) && !answered_here {
             self.inner.statahead.changed();
         }
-        self.call_following(fid.mdt(), c, &req).await
+        self.call_following(fid.mdt(), c, req).await
     }
 
     /// Sends `req` to MDT `mdt` through `c`, and follows the MDT if it moves

@@ -96,6 +96,13 @@ pub enum CoordinatedOp {
     Exchange { creds: Creds, a: (Fid, String, Attr), b: (Fid, String, Attr) },
     /// Directory `fid`, empty, becomes shard 0 of a striped directory (`--root-stripes`).
     Stripe { fid: Fid, stripes: proto::msg::DirStripes },
+    /// `braid migrate -m`: entry `name` in `parent` names `moved`, the copy of
+    /// directory `old` the participant made, if `old` is still as `copy` says; `old`
+    /// goes.
+    MigrateDir { parent: Fid, name: String, old: Fid, copy: Box<proto::msg::DirCopy>, moved: Attr },
+    /// `braid migrate -m` of a remote directory: entry `name` in `parent` names
+    /// `moved` instead of `old` (both on other MDTs, which hold their halves).
+    MigrateRemote { parent: Fid, name: String, old: Fid, moved: Attr },
 }
 
 /// What a batch answers a job.
@@ -388,6 +395,19 @@ impl Committer {
                     for k in &old {
                         w.del(Tbl::Replies, k)?;
                     }
+                    // Directories moved to another MDT longer ago than that are no
+                    // longer sent on.
+                    let moved_before = now_secs().saturating_sub(crate::mdt::schema::MOVED_KEEP_SECS);
+                    let mut gone = Vec::new();
+                    for row in w.view.scan(Tbl::Moved, std::ops::Bound::Unbounded)? {
+                        let (k, v) = row?;
+                        if crate::mdt::schema::decode_moved(&v).is_none_or(|(_, at)| at < moved_before) {
+                            gone.push(k);
+                        }
+                    }
+                    for k in &gone {
+                        w.del(Tbl::Moved, k)?;
+                    }
                     Outcome::Done(Response::Ok)
                 }
                 JobKind::Sync | JobKind::Checkpoint => Outcome::Done(Response::Ok),
@@ -426,6 +446,12 @@ fn coordinated_job(
             w.coordinating = Some(id);
             let r = match op {
                 CoordinatedOp::Stripe { fid, stripes } => w.stripe_empty_dir(*fid, stripes)?,
+                CoordinatedOp::MigrateDir { parent, name, old, copy, moved } => {
+                    w.migrate_dir_entry((*parent, name), *old, copy, moved)?
+                }
+                CoordinatedOp::MigrateRemote { parent, name, old, moved } => {
+                    w.migrate_remote_entry((*parent, name), *old, moved)?
+                }
                 CoordinatedOp::Exchange { creds, a: (a_dir, a_name, a), b: (b_dir, b_name, b) } => {
                     w.exchange_coordinated(creds, (*a_dir, a_name, a), (*b_dir, b_name, b), place, now)?
                 }
@@ -497,6 +523,7 @@ fn as_client<'w>(
         Ok(r) => r,
         Err(OpError::Errno(c, m)) => Response::error(c, m),
         Err(OpError::WrongShard(s)) => Response::Striped(*s),
+        Err(OpError::Moved(from, to)) => Response::Moved { from, to },
         Err(OpError::Leased(dir)) => {
             w.rollback(start);
             return Ok(leased(dir));
@@ -509,8 +536,8 @@ fn as_client<'w>(
     };
     // `Again` means nothing was applied and the client will ask again with the same
     // xid: it must not find this answer then (nor a redirection to another shard).
-    let again =
-        matches!(&response, Response::Error(e) if e.code == Errno::Again) || matches!(response, Response::Striped(_));
+    let again = matches!(&response, Response::Error(e) if e.code == Errno::Again)
+        || matches!(response, Response::Striped(_) | Response::Moved { .. });
     let reply = Reply { at: now_secs(), response };
     if !again {
         w.put(Tbl::Replies, &key, &store::encode_record(&reply))?;

@@ -336,7 +336,7 @@ impl Mds {
             Request::MdsAncestors { fid } => *fid,
             Request::MdsUpdateQuery { id } => Fid::new(id.mdt, 0, 0),
             // The entry's MDT coordinates a link to a file on another MDT.
-            Request::MdsLink { parent, .. } => *parent,
+            Request::MdsLink { parent, .. } | Request::MdsMigrateDir { parent, .. } => *parent,
             Request::MdsGetattr { fid }
             | Request::MdsOpen { fid, .. }
             | Request::MdsReaddir { fid, .. }
@@ -386,7 +386,7 @@ impl Mds {
                 // must not cost its holder the lease; its times may then lag the
                 // holder's unlinks by their round trip.)
                 self.reading_entries(&ctx, mdt, fid).await;
-                mdt.read(move |v| Ok(Response::Attr(v.must_inode(fid)?.attr))).await
+                mdt.read(move |v| Ok(Response::Attr(v.handle_inode(fid)?.attr))).await
             }
             Request::MdsClose { fid, size, mtime, trunc_epoch } => {
                 mdt.closed(fid, ctx.client_id);
@@ -530,6 +530,12 @@ impl Mds {
                 }
                 self.across(mdt, ctx, move |dne, cb, m, ctx| async move {
                     dne.rename_across(&cb, &ctx, &m, creds, (parent, name), (new_parent, new_name), flags).await
+                })
+                .await
+            }
+            Request::MdsMigrateDir { creds, parent, name, mdt: k } => {
+                self.across(mdt, ctx, move |dne, cb, m, ctx| async move {
+                    dne.migrate_dir(&cb, &ctx, &m, creds, parent, name, k).await
                 })
                 .await
             }

@@ -960,6 +960,16 @@ pub enum Request {
         creds: Creds,
         fix: FsckFix,
     },
+    /// `braid migrate -m`: directory `name` in `parent` moves to MDT `mdt` under a
+    /// new FID, its entries and extended attributes with it (Lustre's `lfs migrate
+    /// -m`); its inode must be on the parent's MDT. Root only. Answered with the
+    /// directory's attributes where it now is.
+    MdsMigrateDir {
+        creds: Creds,
+        parent: Fid,
+        name: String,
+        mdt: u32,
+    },
     /// fsck: OST `ost`'s objects after `after` (in the order of their fan-out
     /// directory, then name), at most `max`, as the payload of [`Response::Data`]
     /// (an encoded [`FsckObjects`]).
@@ -1070,7 +1080,8 @@ impl Request {
             | MdsRename { parent, .. }
             | MdsOpenAt { parent, .. }
             | MdsCreateGranted { parent, .. }
-            | MdsUnlinkAt { parent, .. } => mdt(parent),
+            | MdsUnlinkAt { parent, .. }
+            | MdsMigrateDir { parent, .. } => mdt(parent),
             MdsGetattr { fid }
             | MdsOpen { fid, .. }
             | MdsReaddir { fid, .. }
@@ -1106,6 +1117,52 @@ impl Request {
         }
     }
 
+    /// Makes the request name directory `to` where it names `from` (which moved
+    /// there, see [`Response::Moved`]); false if it names `from` nowhere it can
+    /// be changed.
+    pub fn retarget(&mut self, from: Fid, to: Fid) -> bool {
+        use Request::*;
+        let mut changed = false;
+        let mut swap = |f: &mut Fid| {
+            if *f == from {
+                *f = to;
+                changed = true;
+            }
+        };
+        match self {
+            MdsRename { parent, new_parent, .. } => {
+                swap(parent);
+                swap(new_parent);
+            }
+            MdsLookup { parent, .. }
+            | MdsCreate { parent, .. }
+            | MdsMkdir { parent, .. }
+            | MdsSymlink { parent, .. }
+            | MdsMknod { parent, .. }
+            | MdsLink { parent, .. }
+            | MdsUnlink { parent, .. }
+            | MdsRmdir { parent, .. }
+            | MdsOpenAt { parent, .. }
+            | MdsUnlinkAt { parent, .. }
+            | MdsMigrateDir { parent, .. } => swap(parent),
+            MdsGetattr { fid }
+            | MdsOpen { fid, .. }
+            | MdsReaddir { fid, .. }
+            | MdsReaddirPlus { fid, .. }
+            | MdsStatahead { fid, .. }
+            | MdsSetattr { fid, .. }
+            | MdsSetxattr { fid, .. }
+            | MdsGetxattr { fid, .. }
+            | MdsListxattr { fid, .. }
+            | MdsRemovexattr { fid, .. }
+            | MdsSetDirLayout { fid, .. }
+            | MdsGetDirLayout { fid }
+            | MdsAncestors { fid } => swap(fid),
+            _ => {}
+        }
+        changed
+    }
+
     pub fn creds_mut(&mut self) -> Option<&mut Creds> {
         match self {
             Request::MdsLookup { creds, .. }
@@ -1132,7 +1189,8 @@ impl Request {
             | Request::MdsReaddirPlus { creds, .. }
             | Request::MdsUnlinkAt { creds, .. }
             | Request::MdsReplaceLayout { creds, .. }
-            | Request::MdsFsckRepair { creds, .. } => Some(creds),
+            | Request::MdsFsckRepair { creds, .. }
+            | Request::MdsMigrateDir { creds, .. } => Some(creds),
             _ => None,
         }
     }
@@ -1179,6 +1237,7 @@ impl Request {
             Request::Metrics => "metrics",
             Request::MdsFsckScan { .. } => "fsck_scan",
             Request::MdsFsckRepair { .. } => "fsck_repair",
+            Request::MdsMigrateDir { .. } => "migrate_dir",
             Request::OstFsckList { .. } => "ost_fsck_list",
             Request::OstFsckLostFound { .. } => "ost_fsck_lost_found",
             Request::MdsRefreshConfig => "refresh_config",
@@ -1294,6 +1353,15 @@ pub enum Response {
     Striped(DirStripes),
     /// Answer to [`UpdateOp::ReserveFid`]: the FID reserved for the operation.
     Reserved(Fid),
+    /// Answer to [`UpdateOp::ReleaseDir`]: what the directory takes along.
+    DirCopy(Box<DirCopy>),
+    /// In place of the answer: directory `from`, which the request names, moved to
+    /// another MDT as `to` (`braid migrate -m`); nothing was done. The client sends
+    /// the request again naming `to`.
+    Moved {
+        from: Fid,
+        to: Fid,
+    },
     /// Answer to [`Request::MdsAncestors`].
     Ancestors(Vec<Fid>),
     /// Answer to [`Request::MdsStatahead`]: entries after the one asked for, with the
@@ -1487,6 +1555,30 @@ pub enum UpdateOp {
     /// both on other MDTs: once the coordinator made the new entry its ctime moves,
     /// and a directory's `..` names `to`.
     SetParent { fid: Fid, from: Fid, to: Fid },
+    /// `braid migrate -m`: directory `from`, entry `name` in `parent` (both on the
+    /// coordinator), made again here under a new FID from `copy`; this MDT's
+    /// subdirectories among its entries take it as their `..`. Kept if the
+    /// coordinator's batch found `from` still as copied. Answered with its attributes.
+    AdoptDir { parent: Fid, name: String, from: Fid, copy: Box<DirCopy> },
+    /// `braid migrate -m` of a remote directory (its entry `name` in `parent` on the
+    /// coordinator, its inode `fid` here), to MDT `to`, where all of its
+    /// subdirectories must be already: the directory takes no change until the
+    /// verdict, which drops it if committed. Answered with [`Response::DirCopy`].
+    ReleaseDir { fid: Fid, parent: Fid, name: String, to: u32 },
+    /// The FID of the copy of directory `fid`, released by this operation: where
+    /// requests naming `fid` are sent once it is gone.
+    ReleasedTo { fid: Fid, to: Fid },
+}
+
+/// What a directory moving to another MDT takes along (see [`UpdateOp::AdoptDir`]):
+/// its attributes, default layout, extended attributes (its default for new
+/// directories among them) and entries, in key order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DirCopy {
+    pub attr: Attr,
+    pub dir_default: Option<LayoutSpec>,
+    pub xattrs: Vec<(String, Vec<u8>)>,
+    pub entries: Vec<(String, Fid, FileKind)>,
 }
 
 /// What a shard of a striped directory keeps of the directory's attributes (see

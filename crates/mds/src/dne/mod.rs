@@ -30,8 +30,8 @@ use std::time::Duration;
 
 use layout::DirHash;
 use proto::msg::{
-    Attr, ClusterConfig, Creds, DirSpec, FileKind, Request, Response, TargetKind, UpdateId, UpdateOp, UpdateState,
-    DIR_STRIPES_ALL, MDT_BALANCED,
+    Attr, ClusterConfig, Creds, DirCopy, DirSpec, FileKind, Request, Response, TargetKind, UpdateId, UpdateOp,
+    UpdateState, DIR_STRIPES_ALL, MDT_BALANCED,
 };
 use proto::{Errno, Fid, RpcError};
 use rpc::server::{Callbacks, RequestCtx};
@@ -40,7 +40,7 @@ use rpc::{Identity, RpcClient, RpcOptions};
 use crate::cluster::ClusterView;
 use crate::commit::{kept_reply, now_secs, CoordinatedOp, JobKind};
 use crate::inode::S_ISGID;
-use crate::mdt::Participant;
+use crate::mdt::{OpError, Participant};
 use crate::target::Mdt;
 use crate::workers::Worker;
 
@@ -73,6 +73,10 @@ pub const PEER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long a participant's half stays pending before it asks the coordinator.
 pub const PENDING_ASK_AFTER: Duration = Duration::from_secs(2);
+
+/// Most bytes of a directory's copy one step of `braid migrate -m` carries (a
+/// message is at most 1 MiB; its entries, attributes and extended attributes).
+pub const MIGRATE_COPY_MAX: usize = 768 << 10;
 
 /// Most pending halves one pass of [`UpdateResolve`] settles.
 const RESOLVE_BATCH: usize = 256;
@@ -568,6 +572,146 @@ impl Dne {
             _ => None,
         };
         self.coordinate(callbacks, ctx, mdt, ("link-remote", parent, fid.mdt()), op, entry).await
+    }
+
+    /// `braid migrate -m K`: directory `name` in `parent` (entry and inode on this
+    /// MDS) moves to MDT `k` under a new FID, with its entries and extended
+    /// attributes: MDT `k` makes the copy (its half), this MDT points the entry at it
+    /// and drops the directory, if nothing changed since the copy was read (else
+    /// `EAGAIN`: the caller asks again). A directory on `k` already is answered with
+    /// its attributes. Root only.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn migrate_dir(
+        &self,
+        callbacks: &Callbacks,
+        ctx: &RequestCtx,
+        mdt: &Arc<Mdt>,
+        creds: Creds,
+        parent: Fid,
+        name: String,
+        k: u32,
+    ) -> Response {
+        if let Some(r) = kept(mdt, ctx) {
+            return r;
+        }
+        if creds.uid != 0 {
+            return Response::error(Errno::Perm, "only root may migrate a directory to another MDT");
+        }
+        if let Err(r) = self.peer(k).await {
+            return r;
+        }
+        // The directory and what it takes along, or its FID on another MDT.
+        let read = || -> Result<Result<(Fid, DirCopy), Fid>, OpError> {
+            let v = mdt.view()?;
+            v.dir_for(&creds, parent, &name, false)?;
+            match v.entry(parent, &name)? {
+                None => Err(OpError::Errno(Errno::NoEnt, format!("{name}: no such entry in {parent}"))),
+                Some((_, kind)) if kind != FileKind::Dir => {
+                    Err(OpError::Errno(Errno::NotDir, format!("{name} is not a directory")))
+                }
+                Some((fid, _)) if fid.mdt() != mdt.index => Ok(Err(fid)),
+                Some((fid, _)) => Ok(Ok((fid, v.dir_copy(fid)?))),
+            }
+        };
+        let (old, copy) = match read() {
+            Ok(Ok(c)) => c,
+            Ok(Err(there)) if there.mdt() == k => return self.remote_attr(there).await,
+            Ok(Err(remote)) => return self.migrate_remote(callbacks, ctx, mdt, (parent, name), remote, k).await,
+            Err(e) => return crate::target::op_error(e),
+        };
+        if copy.attr.stripes.is_some() {
+            return Response::error(Errno::NotSup, format!("{name} is striped: migrating one is not supported yet"));
+        }
+        if let Some((entry, child, _)) = copy
+            .entries
+            .iter()
+            .find(|(_, child, kind)| *kind == FileKind::Dir && child.mdt() != mdt.index && child.mdt() != k)
+        {
+            return Response::error(
+                Errno::XDev,
+                format!(
+                    "{name}/{entry} is a directory on MDT {} (neither here nor on MDT {k}): migrate it first",
+                    child.mdt()
+                ),
+            );
+        }
+        let bytes = proto::msg::encode(&copy).map(|b| b.len()).unwrap_or(usize::MAX);
+        if bytes > MIGRATE_COPY_MAX {
+            return Response::error(
+                Errno::NoSpc,
+                format!(
+                    "{name} has {} entries ({bytes} bytes to copy): more than one step of a migration carries \
+                     ({MIGRATE_COPY_MAX} bytes)",
+                    copy.entries.len()
+                ),
+            );
+        }
+        // Leases on the directory itself go too: its entries go with the batch.
+        self.revoke_others(callbacks, mdt, old, ctx).await;
+        let op = UpdateOp::AdoptDir { parent, name: name.clone(), from: old, copy: Box::new(copy.clone()) };
+        let entry = move |half: &Response| match half {
+            Response::Attr(moved) => Some((
+                CoordinatedOp::MigrateDir { parent, name, old, copy: Box::new(copy), moved: moved.clone() },
+                moved.fid,
+            )),
+            _ => None,
+        };
+        self.coordinate(callbacks, ctx, mdt, ("migrate-dir", parent, k), op, entry).await
+    }
+
+    /// `braid migrate -m K` of a remote directory: its entry `name` in `parent` here,
+    /// its inode `old` on another MDT. That MDT holds the directory unchanged and
+    /// answers what it takes along (its half), MDT `k` makes the copy (its half,
+    /// this MDT's own if `k` is this one), and this MDT points the entry at the copy;
+    /// the verdict drops the old directory.
+    async fn migrate_remote(
+        &self,
+        callbacks: &Callbacks,
+        ctx: &RequestCtx,
+        mdt: &Arc<Mdt>,
+        (parent, name): (Fid, String),
+        old: Fid,
+        k: u32,
+    ) -> Response {
+        let (from, to) = match (self.peer(old.mdt()).await, self.peer(k).await) {
+            (Ok(f), Ok(t)) => (f, t),
+            (Err(r), _) | (_, Err(r)) => return r,
+        };
+        self.revoke_others(callbacks, mdt, parent, ctx).await;
+        let flight = self.begin(mdt.index);
+        let id = flight.id;
+        fault_point("migrate-remote:before-update");
+        let release = UpdateOp::ReleaseDir { fid: old, parent, name: name.clone(), to: k };
+        let copy = match ask(&from, old.mdt(), &Request::MdsUpdate { mdt: old.mdt(), id, op: Box::new(release) }).await
+        {
+            Response::DirCopy(c) => c,
+            other => {
+                // Nothing held, or a refusal after the half was kept: told to go.
+                self.tell(mdt.clone(), id, false, vec![(from, Participant { mdt: old.mdt(), fid: old })]);
+                return other;
+            }
+        };
+        let mut prepared = vec![(from, Participant { mdt: old.mdt(), fid: old })];
+        let adopt = UpdateOp::AdoptDir { parent, name: name.clone(), from: old, copy };
+        let moved = match ask(&to, k, &Request::MdsUpdate { mdt: k, id, op: Box::new(adopt) }).await {
+            Response::Attr(a) => a,
+            other => {
+                self.tell(mdt.clone(), id, false, prepared);
+                return other;
+            }
+        };
+        prepared.push((to, Participant { mdt: k, fid: moved.fid }));
+        // Where requests naming the old directory go once it is gone (a lost answer
+        // only leaves them `ESTALE`).
+        let (from, _) = &prepared[0];
+        let told = UpdateOp::ReleasedTo { fid: old, to: moved.fid };
+        if let Response::Error(e) =
+            ask(from, old.mdt(), &Request::MdsUpdate { mdt: old.mdt(), id, op: Box::new(told) }).await
+        {
+            tracing::debug!(%old, "where the migrated directory went was not kept: {e:?}");
+        }
+        let op = CoordinatedOp::MigrateRemote { parent, name, old, moved };
+        self.commit(ctx, mdt, "migrate-remote", flight, op, prepared).await
     }
 
     /// The removal of `name` in `parent` (on this MDS), an entry naming `child` on

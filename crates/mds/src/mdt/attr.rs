@@ -12,7 +12,8 @@ use crate::inode::{Inode, MAY_WRITE, S_ISGID, S_ISUID};
 
 impl Writer<'_> {
     pub(super) fn setattr(&mut self, creds: &Creds, fid: Fid, set: SetAttr, now: Timespec) -> OpResult<Response> {
-        let mut ino = self.view.must_inode(fid)?;
+        let mut ino = self.view.handle_inode(fid)?;
+        self.view.takes_changes(&ino)?;
         check_not_shard(&ino)?;
         let owner = ino.is_owner_or_root(creds);
         if let Some(mode) = set.mode {
@@ -109,7 +110,8 @@ impl Writer<'_> {
         mode: XattrMode,
         now: Timespec,
     ) -> OpResult<Response> {
-        let mut ino = self.view.must_inode(fid)?;
+        let mut ino = self.view.handle_inode(fid)?;
+        self.view.takes_changes(&ino)?;
         check_not_shard(&ino)?;
         xattr_access(&ino, creds, name, true)?;
         if name == DirSpec::XATTR {
@@ -136,7 +138,8 @@ impl Writer<'_> {
     }
 
     pub(super) fn removexattr(&mut self, creds: &Creds, fid: Fid, name: &str, now: Timespec) -> OpResult<Response> {
-        let mut ino = self.view.must_inode(fid)?;
+        let mut ino = self.view.handle_inode(fid)?;
+        self.view.takes_changes(&ino)?;
         check_not_shard(&ino)?;
         xattr_access(&ino, creds, name, true)?;
         let key = dentry_key(fid, name);
@@ -158,7 +161,8 @@ impl Writer<'_> {
         dom_max: u64,
         now: Timespec,
     ) -> OpResult<Response> {
-        let mut ino = self.view.must_inode(fid)?;
+        let mut ino = self.view.handle_inode(fid)?;
+        self.view.takes_changes(&ino)?;
         check_not_shard(&ino)?;
         if ino.attr.kind != FileKind::Dir {
             return fail(Errno::NotDir, "a default layout belongs to a directory");

@@ -20,6 +20,9 @@ pub enum OpError {
     /// The name belongs to another shard of the striped directory the request named
     /// (its table): nothing was written; the client sends it to that shard.
     WrongShard(Box<DirStripes>),
+    /// The directory the request names moved to another MDT under a new FID
+    /// (`braid migrate -m`): nothing was done; the client sends it there.
+    Moved(Fid, Fid),
 }
 
 impl std::fmt::Display for OpError {
@@ -30,6 +33,7 @@ impl std::fmt::Display for OpError {
             OpError::Leased(dir) => write!(f, "directory {dir} is leased by another client"),
             OpError::Elsewhere(fid, _) => write!(f, "the entry names {fid}, whose inode is on MDT {}", fid.mdt()),
             OpError::WrongShard(s) => write!(f, "the name belongs to another shard of directory {}", s.master()),
+            OpError::Moved(from, to) => write!(f, "directory {from} moved to MDT {} as {to}", to.mdt()),
         }
     }
 }
@@ -44,6 +48,7 @@ impl OpError {
             e @ OpError::Leased(_) => Response::error(Errno::Again, e.to_string()),
             e @ OpError::Elsewhere(..) => Response::error(Errno::XDev, e.to_string()),
             OpError::WrongShard(s) => Response::Striped(*s),
+            OpError::Moved(from, to) => Response::Moved { from, to },
         }
     }
 }

@@ -35,10 +35,13 @@ pub enum Tbl {
     Updates,
     Decisions,
     ShardSync,
+    /// Directories moved to another MDT (`braid migrate -m`): old FID → new FID and
+    /// when, so requests naming the old one are sent on (kept [`MOVED_KEEP_SECS`]).
+    Moved,
 }
 
 impl Tbl {
-    pub const ALL: [Tbl; 11] = [
+    pub const ALL: [Tbl; 12] = [
         Tbl::Inodes,
         Tbl::Dentries,
         Tbl::Xattrs,
@@ -50,6 +53,7 @@ impl Tbl {
         Tbl::Updates,
         Tbl::Decisions,
         Tbl::ShardSync,
+        Tbl::Moved,
     ];
 
     /// The store's table.
@@ -67,6 +71,7 @@ impl Tbl {
                 Tbl::Updates => "updates",
                 Tbl::Decisions => "decisions",
                 Tbl::ShardSync => "shard_sync",
+                Tbl::Moved => "moved",
             },
             self as usize,
         )
@@ -79,7 +84,7 @@ impl Tbl {
 }
 
 /// Every table of an MDT, as the store names them.
-pub const TABLES: [Table; 11] = [
+pub const TABLES: [Table; 12] = [
     Tbl::Inodes.table(),
     Tbl::Dentries.table(),
     Tbl::Xattrs.table(),
@@ -91,7 +96,27 @@ pub const TABLES: [Table; 11] = [
     Tbl::Updates.table(),
     Tbl::Decisions.table(),
     Tbl::ShardSync.table(),
+    Tbl::Moved.table(),
 ];
+
+/// How long an MDT sends requests naming a directory that moved away on to its new
+/// FID: a day, longer than any kernel keeps a name it does not use, or a process
+/// leaves a long job's working directory. Later such a request is answered `ESTALE`.
+pub const MOVED_KEEP_SECS: u64 = 24 * 3600;
+
+/// A [`Tbl::Moved`] value: the new FID and when it moved (seconds).
+pub(crate) fn moved_value(to: Fid, at: u64) -> Vec<u8> {
+    let mut v = to.to_key().to_vec();
+    v.extend_from_slice(&at.to_be_bytes());
+    v
+}
+
+/// The new FID and time of a [`Tbl::Moved`] value (`None` if it does not parse).
+pub(crate) fn decode_moved(v: &[u8]) -> Option<(Fid, u64)> {
+    let to = Fid::from_key(v.get(..16)?)?;
+    let at = u64::from_be_bytes(v.get(16..24)?.try_into().ok()?);
+    Some((to, at))
+}
 
 /// A memtable with a slot for every MDT table.
 pub fn new_memtable() -> MemTable {
@@ -188,6 +213,16 @@ pub enum PendingOp {
     /// The entry of this MDT's side of an exchange (naming an inode of kind `own`),
     /// to name `with` (of `kind`), whose entry is in `to`.
     Exchange { with: Fid, kind: proto::msg::FileKind, own: proto::msg::FileKind, to: Fid },
+    /// A copy of directory `from` of the coordinator's MDT made here under a new FID
+    /// (`braid migrate -m`), with its entries; this MDT's subdirectories among them
+    /// name it as their `..` meanwhile. Kept if the coordinator committed, else taken
+    /// back (the subdirectories name `from` again).
+    Adopted { from: Fid },
+    /// A directory of this MDT whose entry on the coordinator's MDT is about to name
+    /// its copy on another MDT (`braid migrate -m` of a remote directory): it takes
+    /// no change meanwhile (`EAGAIN`), and goes if the coordinator committed; then
+    /// requests naming it are sent to its copy `to`, once the coordinator said it.
+    Released { to: Option<Fid> },
 }
 
 impl Record for PendingUpdate {

@@ -21,7 +21,9 @@
 //! coordinator died) asks the coordinator ([`View::decision`]): no decision once
 //! the operation is no longer under way means it aborted. A pending record also
 //! keeps other operations spanning MDTs off its inode until it is settled.
-use proto::msg::{Attr, Creds, DirSpec, DirStripes, FileKind, Response, Timespec, UpdateId, UpdateOp, UpdateState};
+use proto::msg::{
+    Attr, Creds, DirCopy, DirSpec, DirStripes, FileKind, Response, Timespec, UpdateId, UpdateOp, UpdateState,
+};
 use proto::{Errno, Fid};
 
 use super::error::{fail, OpResult};
@@ -104,7 +106,11 @@ impl<M: Deref<Target = MemTable>> View<M> {
             Some(p)
                 if matches!(
                     p.op,
-                    PendingOp::MoveDir { .. } | PendingOp::SetParent { .. } | PendingOp::Exchange { .. }
+                    PendingOp::MoveDir { .. }
+                        | PendingOp::SetParent { .. }
+                        | PendingOp::Exchange { .. }
+                        | PendingOp::Adopted { .. }
+                        | PendingOp::Released { .. }
                 ) =>
             {
                 fail(Errno::Again, format!("directory {dir} is moving between MDTs"))
@@ -165,9 +171,13 @@ impl Writer<'_> {
     pub(super) fn update(&mut self, id: UpdateId, op: &UpdateOp, now: Timespec) -> OpResult<Response> {
         // The shards of a striped directory are halves on every MDT they go on, the
         // coordinator's own included.
+        // So is the copy of a directory migrating to the coordinator's own MDT.
         let shard_op = matches!(
             op,
-            UpdateOp::ReserveFid | UpdateOp::MkdirInode { shard: Some(_), .. } | UpdateOp::RmdirInode { .. }
+            UpdateOp::ReserveFid
+                | UpdateOp::MkdirInode { shard: Some(_), .. }
+                | UpdateOp::RmdirInode { .. }
+                | UpdateOp::AdoptDir { .. }
         );
         if id.mdt == self.mdt_index && !shard_op {
             return fail(Errno::Inval, "an update names this MDT as its own coordinator");
@@ -315,6 +325,9 @@ impl Writer<'_> {
                 self.put_pending(child.fid, id, op, *parent, name)?;
                 Ok(Response::Ok)
             }
+            UpdateOp::AdoptDir { parent, name, from, copy } => self.adopt_dir(id, *parent, name, *from, copy),
+            UpdateOp::ReleaseDir { fid, parent, name, to } => self.release_dir(id, *fid, *parent, name, *to),
+            UpdateOp::ReleasedTo { fid, to } => self.released_to(id, *fid, *to),
             UpdateOp::SetParent { fid, from, to } => {
                 let ino = self.must_local_inode(*fid)?;
                 if ino.attr.kind == FileKind::Dir && ino.parent != Some(*from) {
@@ -327,6 +340,149 @@ impl Writer<'_> {
                 Ok(Response::Ok)
             }
         }
+    }
+
+    /// The participant's half of `braid migrate -m`: directory `from` (entry `name`
+    /// in `parent`, both on the coordinator) made again here under a new FID from
+    /// `copy`, entries and extended attributes included; this MDT's subdirectories
+    /// among the entries name the copy as their `..` (and `from` again if the
+    /// coordinator does not commit).
+    fn adopt_dir(&mut self, id: UpdateId, parent: Fid, name: &str, from: Fid, copy: &DirCopy) -> OpResult<Response> {
+        check_name(name)?;
+        if parent.mdt() != id.mdt || from.mdt() == self.mdt_index {
+            return fail(Errno::Inval, format!("{parent} is not on the coordinator MDT {} or {from} is here", id.mdt));
+        }
+        if copy.attr.kind != FileKind::Dir || copy.attr.stripes.is_some() || copy.attr.fid != from {
+            return fail(Errno::Inval, format!("not a copy of plain directory {from}"));
+        }
+        if let Some(spec) = &copy.dir_default {
+            spec.validate().map_err(|e| super::error::OpError::Errno(Errno::Inval, e.to_string()))?;
+        }
+        let fid = self.new_fid()?;
+        let mut attr = copy.attr.clone();
+        attr.fid = fid;
+        let ino = Inode { attr, symlink: None, dir_default: copy.dir_default.clone(), parent: Some(parent) };
+        self.put_inode(fid, &ino)?;
+        for (x, value) in &copy.xattrs {
+            self.put(Tbl::Xattrs, &dentry_key(fid, x), value)?;
+        }
+        for (entry, child, kind) in &copy.entries {
+            check_name(entry)?;
+            self.put(Tbl::Dentries, &dentry_key(fid, entry), &dentry_value(*child, *kind))?;
+            if *kind == FileKind::Dir && child.mdt() == self.mdt_index {
+                let mut sub = self.must_local_inode(*child)?;
+                if sub.parent != Some(from) {
+                    return fail(Errno::Again, format!("{entry} ({child}) moved while {name} was copied"));
+                }
+                if self.view.pending(*child)?.is_some() {
+                    return fail(Errno::Again, format!("{child} is part of another operation across MDTs"));
+                }
+                sub.parent = Some(fid);
+                self.put_inode(*child, &sub)?;
+            }
+        }
+        self.put_pending(fid, id, PendingOp::Adopted { from }, parent, name)?;
+        Ok(Response::Attr(ino.attr))
+    }
+
+    /// The participant's half of `braid migrate -m` of a remote directory: `fid`
+    /// (here; its entry `name` in `parent` on the coordinator) takes no change until
+    /// the verdict, and what it takes along is the answer. All of its subdirectories
+    /// must be on MDT `to` already (their `..` moves there), and other clients'
+    /// leases on it go first.
+    fn release_dir(&mut self, id: UpdateId, fid: Fid, parent: Fid, name: &str, to: u32) -> OpResult<Response> {
+        check_name(name)?;
+        if parent.mdt() != id.mdt || to == self.mdt_index {
+            return fail(
+                Errno::Inval,
+                format!("{parent} is not on the coordinator MDT {} or MDT {to} is this one", id.mdt),
+            );
+        }
+        let ino = self.must_local_inode(fid)?;
+        if ino.attr.kind != FileKind::Dir || ino.attr.stripes.is_some() {
+            return fail(Errno::Inval, format!("{fid} is not a plain directory"));
+        }
+        if ino.parent != Some(parent) {
+            return fail(Errno::Again, format!("{fid} is no longer a subdirectory of {parent}"));
+        }
+        if self.view.pending(fid)?.is_some() {
+            return fail(Errno::Again, format!("{fid} is part of another operation across MDTs"));
+        }
+        self.check_lease(Tbl::Dentries, &dentry_key(fid, ""))?;
+        let copy = self.view.dir_copy(fid)?;
+        if let Some((entry, child, _)) = copy.entries.iter().find(|(_, c, k)| *k == FileKind::Dir && c.mdt() != to) {
+            return fail(
+                Errno::XDev,
+                format!("{name}/{entry} is a directory on MDT {}, not on MDT {to}: migrate it first", child.mdt()),
+            );
+        }
+        for (_, child, _) in &copy.entries {
+            if self.view.pending(*child)?.is_some_and(|p| p.parent == fid) {
+                return fail(Errno::Again, format!("an entry of {name} is part of another operation across MDTs"));
+            }
+        }
+        self.put_pending(fid, id, PendingOp::Released { to: None }, parent, name)?;
+        Ok(Response::DirCopy(Box::new(copy)))
+    }
+
+    /// The coordinator tells where the copy of released directory `fid` is.
+    fn released_to(&mut self, id: UpdateId, fid: Fid, to: Fid) -> OpResult<Response> {
+        match self.view.pending(fid)? {
+            Some(p) if p.id == id && matches!(p.op, PendingOp::Released { .. }) => {
+                self.put_pending(fid, id, PendingOp::Released { to: Some(to) }, p.parent, &p.name)?;
+                Ok(Response::Ok)
+            }
+            _ => fail(Errno::Inval, format!("{fid} was not released by this operation")),
+        }
+    }
+
+    /// A directory moved away as `to`: requests naming `fid` are sent there, for
+    /// [`MOVED_KEEP_SECS`].
+    pub(crate) fn note_moved(&mut self, fid: Fid, to: Fid) -> OpResult<()> {
+        self.put(Tbl::Moved, &fid.to_key(), &super::schema::moved_value(to, now_secs()))
+    }
+
+    /// A committed [`PendingOp::Released`]: the directory goes, its entries with it
+    /// (their inodes stay: the copy's entries name them).
+    fn drop_released(&mut self, fid: Fid) -> OpResult<()> {
+        let prefix = fid.to_key();
+        let keys = self
+            .view
+            .scan_prefix(Tbl::Dentries, &prefix)?
+            .map(|r| r.map(|(k, _)| k.to_vec()))
+            .collect::<OpResult<Vec<_>>>()?;
+        for k in keys {
+            self.del(Tbl::Dentries, &k)?;
+        }
+        if let Some(ino) = self.view.inode(fid)? {
+            self.drop_inode(fid, &ino)?;
+        }
+        Ok(())
+    }
+
+    /// An aborted [`PendingOp::Adopted`]: the copy goes, its subdirectories here
+    /// name `from` again.
+    fn drop_adopted(&mut self, fid: Fid, from: Fid) -> OpResult<()> {
+        let prefix = fid.to_key();
+        let entries = self
+            .view
+            .scan_prefix(Tbl::Dentries, &prefix)?
+            .map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())))
+            .collect::<OpResult<Vec<_>>>()?;
+        for (k, v) in entries {
+            let (child, kind) = super::schema::decode_dentry(&v)?;
+            if kind == FileKind::Dir && child.mdt() == self.mdt_index {
+                if let Some(mut sub) = self.view.inode(child)?.filter(|s| s.parent == Some(fid)) {
+                    sub.parent = Some(from);
+                    self.put_inode(child, &sub)?;
+                }
+            }
+            self.del(Tbl::Dentries, &k)?;
+        }
+        if let Some(ino) = self.view.inode(fid)? {
+            self.drop_inode(fid, &ino)?;
+        }
+        Ok(())
     }
 
     /// Checks that `fid`, a shard of the table `stripes`, was reserved on this MDT by
@@ -424,6 +580,21 @@ impl Writer<'_> {
             }
             return Ok(Response::Ok);
         }
+        if let PendingOp::Adopted { from } = p.op {
+            if !committed {
+                self.drop_adopted(fid, from)?;
+            }
+            return Ok(Response::Ok);
+        }
+        if let PendingOp::Released { to } = p.op {
+            if committed {
+                self.drop_released(fid)?;
+                if let Some(to) = to {
+                    self.note_moved(fid, to)?;
+                }
+            }
+            return Ok(Response::Ok);
+        }
         if let PendingOp::SetParent { to } = p.op {
             if committed {
                 self.renamed(fid, p.parent, to)?;
@@ -485,6 +656,72 @@ impl Writer<'_> {
         }
         self.touch_dir(parent, &mut dir, now, 0)?;
         Ok(Response::Attr(child.clone()))
+    }
+
+    /// The coordinator's half of `braid migrate -m` (step 2): if directory `old`,
+    /// entry `name` in `parent`, is still as `copy` says and no entry of it is part of
+    /// an operation across MDTs, the entry names `moved` (the participant's copy),
+    /// this MDT's subdirectories of `old` name it as their `..`, and `old` goes with
+    /// its entries. The parent's link count and times do not change: nothing moved
+    /// in the namespace. Anything changed answers `EAGAIN` (the caller copies again).
+    pub(crate) fn migrate_dir_entry(
+        &mut self,
+        (parent, name): (Fid, &str),
+        old: Fid,
+        copy: &DirCopy,
+        moved: &Attr,
+    ) -> OpResult<Response> {
+        let again = |why: &str| fail(Errno::Again, format!("{name}: {why} while it was migrated; try again"));
+        if self.view.entry(parent, name)? != Some((old, FileKind::Dir)) {
+            return again("its entry changed");
+        }
+        if moved.kind != FileKind::Dir || moved.fid.mdt() == self.mdt_index {
+            return fail(Errno::Inval, format!("{} is not a directory on another MDT", moved.fid));
+        }
+        if self.held_by_another(old)? {
+            return again("it was part of another operation across MDTs");
+        }
+        if self.view.dir_copy(old)? != *copy {
+            return again("it changed");
+        }
+        for (entry, child, kind) in &copy.entries {
+            // A rename's source half, say, holds the entry under the child's FID:
+            // its verdict would look for the entry here.
+            if self.view.pending(*child)?.is_some_and(|p| p.parent == old) {
+                return again(&format!("its entry {entry} was part of another operation across MDTs"));
+            }
+            if *kind == FileKind::Dir && child.mdt() == self.mdt_index {
+                if let Some(mut sub) = self.view.inode(*child)?.filter(|s| s.parent == Some(old)) {
+                    sub.parent = Some(moved.fid);
+                    self.put_inode(*child, &sub)?;
+                }
+            }
+            self.del(Tbl::Dentries, &dentry_key(old, entry))?;
+        }
+        let ino = self.view.must_inode(old)?;
+        self.drop_inode(old, &ino)?;
+        self.note_moved(old, moved.fid)?;
+        self.put(Tbl::Dentries, &dentry_key(parent, name), &dentry_value(moved.fid, FileKind::Dir))?;
+        Ok(Response::Attr(moved.clone()))
+    }
+
+    /// The coordinator's half of `braid migrate -m` of a remote directory (step 2):
+    /// entry `name` in `parent`, if it still names `old`, names `moved` (the copy
+    /// the participant made; `old`'s MDT holds it unchanged until the verdict).
+    pub(crate) fn migrate_remote_entry(
+        &mut self,
+        (parent, name): (Fid, &str),
+        old: Fid,
+        moved: &Attr,
+    ) -> OpResult<Response> {
+        if self.view.entry(parent, name)? != Some((old, FileKind::Dir)) {
+            return fail(Errno::Again, format!("{name}: its entry changed while it was migrated; try again"));
+        }
+        if moved.kind != FileKind::Dir || moved.fid == old {
+            return fail(Errno::Inval, format!("{} is not a copy of {old}", moved.fid));
+        }
+        self.put(Tbl::Dentries, &dentry_key(parent, name), &dentry_value(moved.fid, FileKind::Dir))?;
+        Ok(Response::Attr(moved.clone()))
     }
 
     /// The coordinator's half of striping directory `fid` where it is (step 2): it

@@ -86,11 +86,45 @@ impl<M: Deref<Target = MemTable>> View<M> {
         self.inode(fid)?.map_or_else(|| fail(Errno::NoEnt, format!("no inode {fid}")), Ok)
     }
 
+    /// Inode `fid`, asked for by its FID alone (a client's handle of it): one that is
+    /// gone is a stale handle (`ESTALE`), not a missing name. The kernel walks the
+    /// path again on `ESTALE`, with fresh lookups, so a directory that moved to
+    /// another MDT under a new FID (`braid migrate -m`) is found where it now is.
+    pub fn handle_inode(&self, fid: Fid) -> OpResult<Inode> {
+        if let Some(ino) = self.inode(fid)? {
+            return Ok(ino);
+        }
+        let moved = self.with(Tbl::Moved, &fid.to_key(), |v| Ok(super::schema::decode_moved(v)))?.flatten();
+        match moved {
+            Some((to, _)) => Err(OpError::Moved(fid, to)),
+            None => fail(Errno::Stale, format!("no inode {fid} (removed, or moved to another MDT)")),
+        }
+    }
+
+    /// What directory `fid` takes along when it moves to another MDT: its
+    /// attributes, default layout, extended attributes and entries, in key order.
+    pub fn dir_copy(&self, fid: Fid) -> OpResult<proto::msg::DirCopy> {
+        let ino = self.must_inode(fid)?;
+        let prefix = fid.to_key();
+        let mut xattrs = Vec::new();
+        for row in self.scan_prefix(Tbl::Xattrs, &prefix)? {
+            let (k, v) = row?;
+            xattrs.push((String::from_utf8_lossy(&k[prefix.len()..]).into_owned(), v.to_vec()));
+        }
+        let mut entries = Vec::new();
+        for row in self.scan_prefix(Tbl::Dentries, &prefix)? {
+            let (k, v) = row?;
+            let (child, kind) = decode_dentry(&v)?;
+            entries.push((String::from_utf8_lossy(&k[prefix.len()..]).into_owned(), child, kind));
+        }
+        Ok(proto::msg::DirCopy { attr: ino.attr, dir_default: ino.dir_default, xattrs, entries })
+    }
+
     /// The inode of a directory the caller may search (and, with `write`, modify),
     /// to find or change its entry `name`, which must belong to it if the directory
     /// is a shard of a striped one.
     pub fn dir_for(&self, creds: &Creds, fid: Fid, name: &str, write: bool) -> OpResult<Inode> {
-        let dir = self.must_inode(fid)?;
+        let dir = self.handle_inode(fid)?;
         if dir.attr.kind != FileKind::Dir {
             return fail(Errno::NotDir, format!("{fid} is not a directory"));
         }
@@ -108,11 +142,27 @@ impl<M: Deref<Target = MemTable>> View<M> {
     }
 
     /// A directory being removed across MDTs takes no new entries until the
-    /// coordinator decided (the client asks again meanwhile).
+    /// coordinator decided, and one moving to another MDT no change at all (the
+    /// client asks again meanwhile).
     pub fn takes_entries(&self, dir: Fid) -> OpResult<()> {
-        match self.pending(dir)? {
-            Some(p) if p.op == super::schema::PendingOp::Rmdir => {
-                fail(Errno::Again, format!("directory {dir} is being removed"))
+        match self.pending(dir)?.map(|p| p.op) {
+            Some(super::schema::PendingOp::Rmdir) => fail(Errno::Again, format!("directory {dir} is being removed")),
+            Some(super::schema::PendingOp::Released { .. }) => {
+                fail(Errno::Again, format!("directory {dir} is moving to another MDT"))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// An attribute change of `ino`: a directory moving to another MDT takes none
+    /// until the move is decided (`EAGAIN`: the client asks again).
+    pub fn takes_changes(&self, ino: &Inode) -> OpResult<()> {
+        if ino.attr.kind != FileKind::Dir {
+            return Ok(());
+        }
+        match self.pending(ino.attr.fid)?.map(|p| p.op) {
+            Some(super::schema::PendingOp::Released { .. }) => {
+                fail(Errno::Again, format!("directory {} is moving to another MDT", ino.attr.fid))
             }
             _ => Ok(()),
         }
@@ -165,7 +215,7 @@ impl<M: Deref<Target = MemTable>> View<M> {
         max: u32,
         shard: bool,
     ) -> OpResult<(Vec<DirEntry>, bool)> {
-        let dir = self.must_inode(fid)?;
+        let dir = self.handle_inode(fid)?;
         if dir.attr.kind != FileKind::Dir {
             return fail(Errno::NotDir, format!("{fid} is not a directory"));
         }
@@ -212,7 +262,7 @@ impl<M: Deref<Target = MemTable>> View<M> {
         after: Option<&str>,
         max: u32,
     ) -> OpResult<(Vec<(String, Attr)>, Option<String>, bool)> {
-        let dir = self.must_inode(fid)?;
+        let dir = self.handle_inode(fid)?;
         if !dir.may(creds, MAY_READ | MAY_EXEC) {
             return fail(Errno::Access, format!("permission denied listing directory {fid}"));
         }
