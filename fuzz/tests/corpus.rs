@@ -176,12 +176,14 @@ fn frame_seeds() -> Vec<(String, Vec<u8>)> {
         ("getattr", Request::MdsGetattr { fid }),
         ("unlink", Request::MdsUnlink { creds: creds.clone(), parent: fid, name: "x".into() }),
         ("symlink", Request::MdsSymlink { creds: Creds::root(), parent: fid, name: "l".into(), target: "../t".into() }),
+        ("migrate-dir", Request::MdsMigrateDir { creds: Creds::root(), parent: fid, name: "proj".into(), mdt: 1 }),
     ];
     let responses = [
         ("ok", Response::Ok),
         ("error", Response::Error(RemoteError::new(Errno::NoEnt, "no such entry"))),
         ("epoch-moved", Response::EpochMoved { trunc_epoch: 9 }),
         ("registered", Response::Registered { index: 2 }),
+        ("moved", Response::Moved { from: fid, to: Fid { seq: 0x1_0000_0001, oid: 9, ver: 0 } }),
     ];
     let hello = Hello { protocol: 1, client_nonce: [0x5a; 32], client_id: 77, role: "client".into() };
     let callbacks = [

@@ -37,8 +37,10 @@ use crate::msg::{AuthProof, AuthResult, Challenge, Hello};
 /// 9: root squash (`ClusterConfig::root_squash`), lock and open replay
 /// (`MdsSetLock::reclaim`, `MdsReclaimOpen`) and replicated MDTs
 /// (`MgsRegister::epoch`, `MdtRaft`). 10: job ids after request messages
-/// (`msg::encode_request`) and `Request::Metrics`.
-pub const PROTOCOL_VERSION: u32 = 10;
+/// (`msg::encode_request`) and `Request::Metrics`. 11: directory migration between
+/// MDTs (`MdsMigrateDir`, `UpdateOp::AdoptDir`/`ReleaseDir`/`ReleasedTo`,
+/// `Response::DirCopy`/`Moved`).
+pub const PROTOCOL_VERSION: u32 = 11;
 /// Shortest secret accepted, in bytes.
 pub const SECRET_MIN_BYTES: usize = 16;
 /// A peer that has not finished the handshake by then is dropped.

@@ -960,16 +960,6 @@ pub enum Request {
         creds: Creds,
         fix: FsckFix,
     },
-    /// `braid migrate -m`: directory `name` in `parent` moves to MDT `mdt` under a
-    /// new FID, its entries and extended attributes with it (Lustre's `lfs migrate
-    /// -m`); its inode must be on the parent's MDT. Root only. Answered with the
-    /// directory's attributes where it now is.
-    MdsMigrateDir {
-        creds: Creds,
-        parent: Fid,
-        name: String,
-        mdt: u32,
-    },
     /// fsck: OST `ost`'s objects after `after` (in the order of their fan-out
     /// directory, then name), at most `max`, as the payload of [`Response::Data`]
     /// (an encoded [`FsckObjects`]).
@@ -983,6 +973,16 @@ pub enum Request {
     OstFsckLostFound {
         ost: u32,
         object: ObjectId,
+    },
+    /// `braid migrate -m`: directory `name` in `parent` moves to MDT `mdt` under a
+    /// new FID, its entries and extended attributes with it (Lustre's `lfs migrate
+    /// -m`). Sent to the parent's MDT, which coordinates. Root only. Answered with
+    /// the directory's attributes where it now is.
+    MdsMigrateDir {
+        creds: Creds,
+        parent: Fid,
+        name: String,
+        mdt: u32,
     },
 }
 
@@ -1353,15 +1353,6 @@ pub enum Response {
     Striped(DirStripes),
     /// Answer to [`UpdateOp::ReserveFid`]: the FID reserved for the operation.
     Reserved(Fid),
-    /// Answer to [`UpdateOp::ReleaseDir`]: what the directory takes along.
-    DirCopy(Box<DirCopy>),
-    /// In place of the answer: directory `from`, which the request names, moved to
-    /// another MDT as `to` (`braid migrate -m`); nothing was done. The client sends
-    /// the request again naming `to`.
-    Moved {
-        from: Fid,
-        to: Fid,
-    },
     /// Answer to [`Request::MdsAncestors`].
     Ancestors(Vec<Fid>),
     /// Answer to [`Request::MdsStatahead`]: entries after the one asked for, with the
@@ -1405,6 +1396,15 @@ pub enum Response {
         first: u64,
         next: u64,
         opens: Vec<LoggedOpen>,
+    },
+    /// Answer to [`UpdateOp::ReleaseDir`]: what the directory takes along.
+    DirCopy(Box<DirCopy>),
+    /// In place of the answer: directory `from`, which the request names, moved to
+    /// another MDT as `to` (`braid migrate -m`); nothing was done. The client sends
+    /// the request again naming `to`.
+    Moved {
+        from: Fid,
+        to: Fid,
     },
 }
 
