@@ -8,12 +8,12 @@
 //! the half left undecided).
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use proto::msg::{OpenFlags, RenameFlags};
 use proto::{Errno, Fid};
-use testkit::{client_errno, runtime, stderr, within, Cluster, ClusterSpec, Mount};
+use testkit::{client_errno, runtime, stderr, within, Cluster, Mount};
 
 fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_braid"))
@@ -21,56 +21,6 @@ fn bin() -> &'static Path {
 
 const RW: OpenFlags = OpenFlags { read: true, write: true, truncate: false };
 const RO: OpenFlags = OpenFlags { read: true, write: false, truncate: false };
-
-/// An MGS, an OSS, MDT 0 in process `mds` and MDT 1 in process `mds1`.
-fn two_mds() -> (Cluster, Vec<PathBuf>) {
-    let mut c = Cluster::start(bin(), ClusterSpec::default());
-    let mdt1 = c.dir.path().join("mdt1");
-    c.add_mds("mds1", std::slice::from_ref(&mdt1));
-    c.wait_mdts_up(2, testkit::WAIT);
-    let mdts = vec![c.dir.path().join("mdt0"), mdt1];
-    (c, mdts)
-}
-
-/// Stops both MDSs, runs the namespace checker, and starts them again; the
-/// checker's output.
-fn check(c: &mut Cluster, mdts: &[PathBuf]) -> Result<String, String> {
-    c.stop("mds");
-    c.stop("mds1");
-    let out = check_namespace(c, mdts);
-    c.restart("mds");
-    c.restart("mds1");
-    c.wait_mdts_up(2, testkit::WAIT);
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    if out.status.success() {
-        Ok(text)
-    } else {
-        Err(format!("{text}{}", stderr(&out)))
-    }
-}
-
-/// `braid check-namespace` over `mdts` (the MDSs stopped).
-fn check_namespace(c: &Cluster, mdts: &[PathBuf]) -> std::process::Output {
-    let mut args = vec!["check-namespace".to_string()];
-    for m in mdts {
-        args.extend(["--mdt".into(), m.display().to_string()]);
-    }
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    c.braid(&args)
-}
-
-/// The checker passes within `timeout` (a participant settles what a crash left
-/// undecided once it asks the coordinator).
-fn consistent_within(c: &mut Cluster, mdts: &[PathBuf], timeout: Duration) {
-    let start = Instant::now();
-    loop {
-        match check(c, mdts) {
-            Ok(_) => return,
-            Err(e) if start.elapsed() > timeout => panic!("the namespace is not consistent:\n{e}"),
-            Err(_) => std::thread::sleep(Duration::from_millis(500)),
-        }
-    }
-}
 
 /// The link count `braid stat` shows.
 fn links(c: &Cluster, path: &str) -> u32 {
@@ -90,7 +40,7 @@ fn fid_of(c: &Cluster, path: &str) -> Fid {
 
 #[test]
 fn remote_directories_live_on_the_mdt_asked_for_and_the_namespace_stays_whole() {
-    let (mut c, mdts) = two_mds();
+    let (mut c, mdts) = Cluster::start_two_mdts(bin());
     c.braid_ok(&["mkdir", "-i", "1", &c.url("/remote")]);
     c.braid_ok(&["mkdir", "-i", "0", &c.url("/local")]);
     assert_eq!(fid_of(&c, "/remote").mdt(), 1, "mkdir -i 1 puts the inode on MDT 1");
@@ -217,7 +167,7 @@ fn remote_directories_live_on_the_mdt_asked_for_and_the_namespace_stays_whole() 
     assert_eq!(client_errno(within(&rt, "mkdir -c 2 by a user", as_user)), Errno::Perm);
     let garbage = cl.setxattr(&creds, spread, "trusted.dmv", b"stripe_count=1 pool=x", client::XattrMode::Any);
     assert_eq!(client_errno(within(&rt, "setxattr", garbage)), Errno::Inval);
-    check(&mut c, &mdts).expect("consistent with remote directories");
+    c.check_two_mdts(&mdts).expect("consistent with remote directories");
 
     // Through a FUSE mount: the same tree, and rmdir of remote directories.
     let m = Mount::new(&c, "");
@@ -233,7 +183,7 @@ fn remote_directories_live_on_the_mdt_asked_for_and_the_namespace_stays_whole() 
         "/local, /spread, /own, /w, /top0..3"
     );
     drop(m);
-    check(&mut c, &mdts).expect("consistent after the removals");
+    c.check_two_mdts(&mdts).expect("consistent after the removals");
 }
 
 /// A hard link in a directory on MDT 0 to a file on MDT 1: one inode with two
@@ -242,7 +192,7 @@ fn remote_directories_live_on_the_mdt_asked_for_and_the_namespace_stays_whole() 
 /// last close); the namespace checker agrees throughout.
 #[test]
 fn hard_links_to_a_file_on_another_mdt_behave_as_links() {
-    let (mut c, mdts) = two_mds();
+    let (mut c, mdts) = Cluster::start_two_mdts(bin());
     c.braid_ok(&["mkdir", "-i", "1", &c.url("/r")]);
     c.braid_ok(&["mkdir", "-i", "0", &c.url("/d")]);
     let rt = runtime();
@@ -295,7 +245,7 @@ fn hard_links_to_a_file_on_another_mdt_behave_as_links() {
     within(&rt, "unlink", cl.unlink(&creds, r, "f")).expect("unlink the first name");
     assert_eq!(links(&c, "/renamed"), 1);
     assert_eq!(read_via("renamed"), data);
-    check(&mut c, &mdts).expect("consistent with links across MDTs");
+    c.check_two_mdts(&mdts).expect("consistent with links across MDTs");
 
     // Through a mount: ln across MDTs, and the last name removed while open.
     let m = Mount::new(&c, "");
@@ -315,7 +265,7 @@ fn hard_links_to_a_file_on_another_mdt_behave_as_links() {
     testkit::wait_for("the file's objects to be destroyed", testkit::WAIT, || {
         (0..4).map(|i| c.ost_objects(i).len()).sum::<usize>() == objects_before
     });
-    check(&mut c, &mdts).expect("consistent after the last link went");
+    c.check_two_mdts(&mdts).expect("consistent after the last link went");
 }
 
 /// MDS-to-MDS requests from a hostile or confused peer get errors and leave nothing
@@ -324,7 +274,7 @@ fn hard_links_to_a_file_on_another_mdt_behave_as_links() {
 #[test]
 fn hostile_updates_and_a_down_mdt_get_clear_errors() {
     use proto::msg::{Creds, Request, Response, UpdateId, UpdateOp};
-    let (mut c, mdts) = two_mds();
+    let (mut c, mdts) = Cluster::start_two_mdts(bin());
     c.braid_ok(&["mkdir", "-i", "1", &c.url("/r")]);
     c.braid_ok(&["setstripe", "-c", "1", &c.url("/r/file")]);
     let (dir, file) = (fid_of(&c, "/r"), fid_of(&c, "/r/file"));
@@ -393,7 +343,7 @@ fn hostile_updates_and_a_down_mdt_get_clear_errors() {
     assert_eq!(link_of(within(&rt, "stray link", rpc.call(&stray, vec![]))), 2, "applied as pending");
     let busy = Request::MdsUpdate { mdt: 1, id: UpdateId { mdt: 0, seq: 44 }, op: Box::new(unlink(file)) };
     assert_eq!(link_of(within(&rt, "a second update", rpc.call(&busy, vec![]))), 1, "after the first was undone");
-    consistent_within(&mut c, &mdts, Duration::from_secs(30));
+    c.two_mdts_consistent_within(&mdts, Duration::from_secs(30));
     assert_eq!(c.braid_ok(&["ls", &c.url("/r")]).trim(), "file", "the directory and its file are untouched");
     assert_eq!(links(&c, "/r/file"), 1, "the stray link was taken back");
 
@@ -405,7 +355,7 @@ fn hostile_updates_and_a_down_mdt_get_clear_errors() {
     c.restart("mds1");
     c.wait_mdts_up(2, testkit::WAIT);
     assert!(!c.braid(&["stat", &c.url("/down")]).status.success(), "no half-made /down");
-    consistent_within(&mut c, &mdts, Duration::from_secs(30));
+    c.two_mdts_consistent_within(&mdts, Duration::from_secs(30));
 }
 
 /// `braid local --mdts 2`: both MDTs in one MDS process (the coordinator reaches
@@ -579,12 +529,12 @@ fn crash_at(c: &mut Cluster, mdts: &[PathBuf], process: &str, point: &str, op: &
         }
         _ => assert!(!exists, "{name} still exists after {point}"),
     }
-    consistent_within(c, mdts, Duration::from_secs(30));
+    c.two_mdts_consistent_within(mdts, Duration::from_secs(30));
 }
 
 #[test]
 fn a_remote_mkdir_and_rmdir_survive_a_sigkill_at_every_step() {
-    let (mut c, mdts) = two_mds();
+    let (mut c, mdts) = Cluster::start_two_mdts(bin());
     let points = [
         ("mds", "mkdir-remote:before-update", "mkdir"),
         ("mds", "mkdir-remote:before-commit", "mkdir"),
@@ -613,7 +563,7 @@ fn a_remote_mkdir_and_rmdir_survive_a_sigkill_at_every_step() {
 /// completes and the checker passes.
 #[test]
 fn the_checker_reports_a_half_a_crash_left_undecided_and_exits_1() {
-    let (mut c, mdts) = two_mds();
+    let (mut c, mdts) = Cluster::start_two_mdts(bin());
     let url = c.url("/gone");
     c.braid_ok(&["mkdir", "-i", "1", &url]);
     let dir = fid_of(&c, "/gone");
@@ -630,7 +580,7 @@ fn the_checker_reports_a_half_a_crash_left_undecided_and_exits_1() {
     assert!(c.wait_exit("mds", Duration::from_secs(60)), "mds did not stop before its commit");
     c.stop("mds1");
 
-    let out = check_namespace(&c, &mdts);
+    let out = c.check_namespace(&mdts);
     let printed = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{printed}{}", stderr(&out));
     let root = Fid::ROOT;
@@ -649,12 +599,12 @@ fn the_checker_reports_a_half_a_crash_left_undecided_and_exits_1() {
     let out = call.join().expect("the calling thread");
     assert!(out.status.success(), "rm across the crash: {}", stderr(&out));
     assert!(!c.braid(&["stat", &c.url("/gone")]).status.success(), "/gone is still there");
-    consistent_within(&mut c, &mdts, Duration::from_secs(30));
+    c.two_mdts_consistent_within(&mdts, Duration::from_secs(30));
 }
 
 #[test]
 fn a_link_and_unlink_across_mdts_survive_a_sigkill_at_every_step() {
-    let (mut c, mdts) = two_mds();
+    let (mut c, mdts) = Cluster::start_two_mdts(bin());
     c.braid_ok(&["mkdir", "-i", "1", &c.url("/on1")]);
     let points = [
         ("mds", "link-remote:before-update", "link"),
@@ -678,7 +628,7 @@ fn a_link_and_unlink_across_mdts_survive_a_sigkill_at_every_step() {
 
 #[test]
 fn a_rename_between_mdts_survives_a_sigkill_at_every_step() {
-    let (mut c, mdts) = two_mds();
+    let (mut c, mdts) = Cluster::start_two_mdts(bin());
     c.braid_ok(&["mkdir", "-i", "1", &c.url("/on1")]);
     // From the root (MDT 0, the participant) into /on1 (MDT 1, the coordinator), and
     // a file of MDT 0 from /on1 back to the root (the participant, MDT 1, keeps its
@@ -711,7 +661,7 @@ fn a_rename_between_mdts_survives_a_sigkill_at_every_step() {
 /// finds neither; through a mount `mv` moves without copying.
 #[test]
 fn files_move_between_directories_on_different_mdts() {
-    let (mut c, mdts) = two_mds();
+    let (mut c, mdts) = Cluster::start_two_mdts(bin());
     c.braid_ok(&["mkdir", "-i", "1", &c.url("/r")]);
     c.braid_ok(&["mkdir", "-i", "0", &c.url("/d")]);
     c.put("/d/f", b"first");
@@ -774,7 +724,7 @@ fn files_move_between_directories_on_different_mdts() {
     assert!(gone.is_err() || gone.is_ok_and(|a| a.nlink == 0), "the replaced file lost its only name");
     rename(d, "v3", r, "v", plain).expect("from MDT 0, over a file of MDT 1");
     assert_eq!(c.get("/r/v"), b"three");
-    check(&mut c, &mdts).expect("consistent after renames between MDTs");
+    c.check_two_mdts(&mdts).expect("consistent after renames between MDTs");
 
     // Old name, then new name: one of them is always there.
     let names: Vec<String> = (0..40).map(|i| format!("m{i}")).collect();
@@ -812,7 +762,7 @@ fn files_move_between_directories_on_different_mdts() {
     assert!(status.expect("mv").success());
     assert_eq!(std::fs::read(m.path("r/again")).expect("read"), b"m0");
     drop(m);
-    check(&mut c, &mdts).expect("consistent at the end");
+    c.check_two_mdts(&mdts).expect("consistent at the end");
 }
 
 /// A directory striped over both MDTs (`mkdir -c 2`): each name lives in the shard
@@ -821,7 +771,7 @@ fn files_move_between_directories_on_different_mdts() {
 /// it is removed once every shard is empty; the checker agrees throughout.
 #[test]
 fn a_striped_directory_spreads_its_names_over_both_mdts() {
-    let (mut c, mdts) = two_mds();
+    let (mut c, mdts) = Cluster::start_two_mdts(bin());
     c.braid_ok(&["mkdir", "-c", "2", "-i", "1", &c.url("/s")]);
     let shown = c.braid_ok(&["getdirstripe", &c.url("/s")]);
     let lines: Vec<&str> = shown.lines().collect();
@@ -907,7 +857,7 @@ fn a_striped_directory_spreads_its_names_over_both_mdts() {
     let fresh = c.connect(&rt);
     let looked = within(&rt, "lookup", fresh.lookup(&creds, s, "f07")).expect("lookup through shard 0");
     assert_eq!(looked.fid.mdt(), stripes.shard_for("f07").mdt());
-    check(&mut c, &mdts).expect("consistent with a striped directory");
+    c.check_two_mdts(&mdts).expect("consistent with a striped directory");
     // MDT 0 down (shard 1's): names of shard 0 (on MDT 1) are still made and found;
     // those of shard 1 fail with EIO after the client's timeout, never hang; nothing
     // is left half made.
@@ -941,7 +891,7 @@ fn a_striped_directory_spreads_its_names_over_both_mdts() {
     let plain = RenameFlags::default();
     within(&rt, "rename", cl.rename(&creds, Fid::ROOT, "e", Fid::ROOT, "z1", plain)).expect("over a striped dir");
     assert_eq!(c.braid_ok(&["getdirstripe", "-c", &c.url("/z1")]).trim(), "0", "/z1 is the plain directory now");
-    check(&mut c, &mdts).expect("consistent after the striped directory went");
+    c.check_two_mdts(&mdts).expect("consistent after the striped directory went");
 }
 
 /// Directories moved between directories on different MDTs, in every arrangement
@@ -951,7 +901,7 @@ fn a_striped_directory_spreads_its_names_over_both_mdts() {
 /// renames without copying.
 #[test]
 fn directories_move_between_directories_on_different_mdts() {
-    let (mut c, mdts) = two_mds();
+    let (mut c, mdts) = Cluster::start_two_mdts(bin());
     for (dir, mdt) in [("/a", "0"), ("/b", "1")] {
         c.braid_ok(&["mkdir", "-i", mdt, &c.url(dir)]);
     }
@@ -1007,7 +957,7 @@ fn directories_move_between_directories_on_different_mdts() {
     assert!(!holder.holds_dir_lease(leased.fid), "the holder was told");
     let left = within(&rt, "readdir", holder.readdir_all(&creds, leased.fid)).expect("readdir");
     assert!(left.is_empty(), "the holder sees both names gone: {left:?}");
-    check(&mut c, &mdts).expect("consistent after directories moved between MDTs");
+    c.check_two_mdts(&mdts).expect("consistent after directories moved between MDTs");
 
     // Through a mount: mv renames (the inode stays), no copy.
     let m = Mount::new(&c, "");
@@ -1018,12 +968,12 @@ fn directories_move_between_directories_on_different_mdts() {
     assert_eq!(std::fs::read(m.path("c/r/again/f")).expect("read"), b"inside");
     drop(m);
     assert_eq!(fid_of(&c, "/c/r/again"), d);
-    check(&mut c, &mdts).expect("consistent at the end");
+    c.check_two_mdts(&mdts).expect("consistent at the end");
 }
 
 #[test]
 fn a_directory_move_between_mdts_survives_a_sigkill_at_every_step() {
-    let (mut c, mdts) = two_mds();
+    let (mut c, mdts) = Cluster::start_two_mdts(bin());
     c.braid_ok(&["mkdir", "-i", "1", &c.url("/on1")]);
     c.braid_ok(&["mkdir", "-i", "0", &c.url("/on0")]);
     // From the root into /on1: the coordinator is MDT 1, the old entry's MDT 0 moves
@@ -1053,7 +1003,7 @@ fn a_directory_move_between_mdts_survives_a_sigkill_at_every_step() {
 
 #[test]
 fn an_exchange_between_mdts_survives_a_sigkill_at_every_step() {
-    let (mut c, mdts) = two_mds();
+    let (mut c, mdts) = Cluster::start_two_mdts(bin());
     c.braid_ok(&["mkdir", "-i", "1", &c.url("/on1")]);
     // The coordinator is MDT 1 (the second name's); MDT 0 swaps the first entry.
     let points = [
@@ -1072,7 +1022,7 @@ fn an_exchange_between_mdts_survives_a_sigkill_at_every_step() {
 
 #[test]
 fn a_striped_mkdir_and_rmdir_survive_a_sigkill_at_every_step() {
-    let (mut c, mdts) = two_mds();
+    let (mut c, mdts) = Cluster::start_two_mdts(bin());
     // The root's MDT coordinates; shard 0 is made on it (as a participant of its own
     // operation over the same protocol), shard 1 on MDT 1.
     let points = [

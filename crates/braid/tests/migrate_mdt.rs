@@ -9,58 +9,17 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use testkit::{stderr, Cluster, ClusterSpec, Mount};
+use testkit::{stderr, Cluster, Mount};
 
 fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_braid"))
 }
 
-/// An MGS, an OSS, MDT 0 in process `mds` and MDT 1 in process `mds1`.
-fn two_mds() -> (Cluster, Vec<PathBuf>) {
-    let mut c = Cluster::start(bin(), ClusterSpec::default());
-    let mdt1 = c.dir.path().join("mdt1");
-    c.add_mds("mds1", std::slice::from_ref(&mdt1));
-    c.wait_mdts_up(2, testkit::WAIT);
-    let mdts = vec![c.dir.path().join("mdt0"), mdt1];
-    (c, mdts)
-}
-
 /// The MDT holding `path`'s inode.
 fn mdt_of(c: &Cluster, path: &str) -> u32 {
     c.braid_ok(&["getstripe", "-m", &c.url(path)]).trim().parse().expect("an MDT index")
-}
-
-/// Stops both MDSs, runs the namespace checker over their stores, starts them again.
-fn check(c: &mut Cluster, mdts: &[PathBuf]) -> Result<(), String> {
-    c.stop("mds");
-    c.stop("mds1");
-    let mut args = vec!["check-namespace".to_string()];
-    for m in mdts {
-        args.extend(["--mdt".into(), m.display().to_string()]);
-    }
-    let out = c.braid(&args.iter().map(String::as_str).collect::<Vec<_>>());
-    c.restart("mds");
-    c.restart("mds1");
-    c.wait_mdts_up(2, testkit::WAIT);
-    match out.status.success() {
-        true => Ok(()),
-        false => Err(format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out))),
-    }
-}
-
-/// The checker passes within `timeout` (a half a crash left undecided settles once
-/// its participant asks).
-fn consistent_within(c: &mut Cluster, mdts: &[PathBuf], timeout: Duration) {
-    let start = Instant::now();
-    loop {
-        match check(c, mdts) {
-            Ok(()) => return,
-            Err(e) if start.elapsed() > timeout => panic!("the namespace is not consistent:\n{e}"),
-            Err(_) => std::thread::sleep(Duration::from_millis(500)),
-        }
-    }
 }
 
 /// What a directory shows, to compare before and after a move: mode, owner, times,
@@ -122,7 +81,7 @@ fn get_xattr(path: &Path, name: &str) -> Vec<u8> {
 
 #[test]
 fn a_tree_moves_to_another_mdt_while_a_mount_reads_and_writes_in_it() {
-    let (mut c, mdts) = two_mds();
+    let (mut c, mdts) = Cluster::start_two_mdts(bin());
     c.braid_ok(&["mkdir", "-i", "0", &c.url("/proj")]);
     let m = Mount::new(&c, "");
     let root = m.path("proj");
@@ -231,12 +190,12 @@ fn a_tree_moves_to_another_mdt_while_a_mount_reads_and_writes_in_it() {
     assert_eq!((mdt_of(&c, "/proj/a/b/c"), mdt_of(&c, "/proj")), (0, 1));
     assert_eq!(std::fs::read_to_string(root.join("a/b/c/three")).unwrap(), "333");
     drop(m);
-    check(&mut c, &mdts).unwrap_or_else(|e| panic!("the namespace after the moves:\n{e}"));
+    c.check_two_mdts(&mdts).unwrap_or_else(|e| panic!("the namespace after the moves:\n{e}"));
 }
 
 #[test]
 fn bad_migrations_are_refused_with_what_to_do() {
-    let (c, _mdts) = two_mds();
+    let (c, _mdts) = Cluster::start_two_mdts(bin());
     c.braid_ok(&["mkdir", "-i", "0", &c.url("/d")]);
     c.put("/d/f", b"f");
     let fails = |args: &[&str]| {
@@ -278,17 +237,17 @@ fn crash_at(c: &mut Cluster, mdts: &[PathBuf], (process, point): (&str, &str), n
     c.restart(process);
     c.wait_mdts_up(2, testkit::WAIT);
     let _ = first.join().expect("the first run");
-    consistent_within(c, mdts, Duration::from_secs(30));
+    c.two_mdts_consistent_within(mdts, Duration::from_secs(30));
     let out = c.braid_ok(&["migrate", "-m", &to.to_string(), &c.url(&dir)]);
     assert!(out.contains("there already"), "{point}: {out}");
     assert_eq!((mdt_of(c, &dir), mdt_of(c, &format!("{dir}/sub"))), (to, to), "{point}");
     assert_eq!((c.get(&format!("{dir}/sub/f")), c.get(&format!("{dir}/g"))), (b"data".to_vec(), b"top".to_vec()));
-    consistent_within(c, mdts, Duration::from_secs(30));
+    c.two_mdts_consistent_within(mdts, Duration::from_secs(30));
 }
 
 #[test]
 fn a_migration_survives_a_sigkill_at_every_step() {
-    let (mut c, mdts) = two_mds();
+    let (mut c, mdts) = Cluster::start_two_mdts(bin());
     // A directory of MDT 0 to MDT 1: MDT 0 coordinates, MDT 1 makes the copy.
     let local = [
         ("mds", "migrate-dir:before-update"),

@@ -598,6 +598,55 @@ impl Cluster {
         self.add_server(name, args);
     }
 
+    /// A cluster of two MDTs in separate processes: an MGS, an OSS, MDT 0 in process
+    /// `mds` and MDT 1 in process `mds1`; and the two MDTs' directories.
+    pub fn start_two_mdts(bin: &Path) -> (Cluster, Vec<PathBuf>) {
+        let mut c = Cluster::start(bin, ClusterSpec::default());
+        let mdt1 = c.dir.path().join("mdt1");
+        c.add_mds("mds1", std::slice::from_ref(&mdt1));
+        c.wait_mdts_up(2, WAIT);
+        let mdts = vec![c.dir.path().join("mdt0"), mdt1];
+        (c, mdts)
+    }
+
+    /// `braid check-namespace` over the MDT directories `mdts` (their MDSs stopped).
+    pub fn check_namespace(&self, mdts: &[PathBuf]) -> Output {
+        let mut args = vec!["check-namespace".to_string()];
+        for m in mdts {
+            args.extend(["--mdt".into(), path(m)]);
+        }
+        self.braid(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    }
+
+    /// Of a [`Cluster::start_two_mdts`]: stops both MDSs, runs the namespace checker,
+    /// and starts them again; the checker's output, or what it found.
+    pub fn check_two_mdts(&mut self, mdts: &[PathBuf]) -> Result<String, String> {
+        self.stop("mds");
+        self.stop("mds1");
+        let out = self.check_namespace(mdts);
+        self.restart("mds");
+        self.restart("mds1");
+        self.wait_mdts_up(2, WAIT);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        match out.status.success() {
+            true => Ok(text),
+            false => Err(format!("{text}{}", stderr(&out))),
+        }
+    }
+
+    /// [`Cluster::check_two_mdts`] passes within `timeout` (a half a crash left
+    /// undecided settles once its participant asks the coordinator).
+    pub fn two_mdts_consistent_within(&mut self, mdts: &[PathBuf], timeout: Duration) {
+        let start = Instant::now();
+        loop {
+            match self.check_two_mdts(mdts) {
+                Ok(_) => return,
+                Err(e) if start.elapsed() > timeout => panic!("the namespace is not consistent:\n{e}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(500)),
+            }
+        }
+    }
+
     /// The environment server `name` gets from its next (re)start on: `value` for
     /// `key`, or without `key` for `None`.
     pub fn set_env(&mut self, name: &str, key: &str, value: Option<&str>) {
