@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use metrics::parse::{parse, Sample};
-use testkit::{free_port, Cluster, ClusterSpec, Mount};
+use testkit::{free_port, stderr, Cluster, ClusterSpec, Mount};
 
 fn endpoint() -> String {
     format!("127.0.0.1:{}", free_port("127.0.0.1"))
@@ -85,6 +85,16 @@ fn every_process_serves_metrics_that_promtool_accepts_and_that_count_jobs() {
     run_as_job("4711", "dd if=/dev/zero of=big bs=1M count=8 oflag=direct 2>&1", &m.path("work"));
     run_as_job("4711", "dd if=big of=/dev/null bs=1M iflag=direct 2>&1", &m.path("work"));
     run_as_job("small-files", "for i in 1 2 3 4 5 6 7 8 9 10; do echo $i > f$i; done; rm f1", &m.path("work"));
+    // A native client (`braid cp`) run in job native-77 counts for it too.
+    let local = c.dir.path().join("native.dat");
+    std::fs::write(&local, vec![7u8; 3 << 20]).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_braid"))
+        .args(["cp", &local.to_string_lossy(), &c.url("/work/native.dat")])
+        .env("BRAID_SECRET_FILE", &c.secret)
+        .env("SLURM_JOB_ID", "native-77")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "braid cp: {}", stderr(&out));
 
     let mut served = String::new();
     for (what, addr) in [("MGS", &mgs_m), ("MDS", &mds_m), ("OSS", &oss_m), ("mount", &mount_m)] {
@@ -96,6 +106,8 @@ fn every_process_serves_metrics_that_promtool_accepts_and_that_count_jobs() {
             "OSS" => {
                 let written = sum(&samples, "braid_job_bytes_total", &[("job", "4711"), ("op", "ost_write")]);
                 assert_eq!(written, (8 << 20) as f64, "job 4711's writes on the OSTs:\n{text}");
+                let native = sum(&samples, "braid_job_bytes_total", &[("job", "native-77"), ("op", "ost_write")]);
+                assert_eq!(native, (3 << 20) as f64, "the native client's writes in its job:\n{text}");
                 let read = sum(&samples, "braid_job_bytes_total", &[("job", "4711"), ("op", "ost_read")]);
                 assert!(read >= (8 << 20) as f64, "job 4711's reads on the OSTs: {read}\n{text}");
                 for ost in ["OST0000", "OST0001"] {

@@ -389,6 +389,13 @@ pub fn native_client(mgs: &str, secret: client::Secret, timeout: Option<Duration
         Some(s) => s.client_config(mgs, secret)?,
         None => ClientConfig { tls: crate::client_tls(None)?, ..ClientConfig::new(mgs, secret) },
     };
+    // Its requests count for the job it runs in (job stats), as a mount's count for
+    // their callers'.
+    let default_var = client::jobid::JobVar::Env(client::jobid::DEFAULT_JOBID_VAR.into());
+    let var = settings.as_ref().map_or(&default_var, |s| &s.fuse.jobid_var);
+    if let Some(job) = client::jobid::own_job(var) {
+        client::jobid::set_process_job(&job);
+    }
     let traced = settings.as_ref().map(|s| &s.trace).filter(|t| crate::trace::wanted(t));
     if let Some(t) = traced {
         let name = format!("{}:native-{}", crate::trace::host_name(), std::process::id());

@@ -11,7 +11,7 @@
 //! most [`JOB_WAIT`] (see [`JobReader`]); answers are remembered per pid for
 //! [`JOB_TTL`].
 
-pub use rpc::stats::{current_job, with_job};
+pub use rpc::stats::{current_job, set_process_job, with_job};
 
 use std::collections::HashMap;
 use std::sync::mpsc::{channel, sync_channel, Sender, SyncSender};
@@ -110,6 +110,20 @@ fn read_procname(pid: u32) -> Option<String> {
     (!name.is_empty()).then_some(name)
 }
 
+/// The job id of this very process as `var` finds it (a native client's own job:
+/// its requests are all made for it): the variable, else the program's name and
+/// the uid; `None` when job ids are disabled.
+pub fn own_job(var: &JobVar) -> Option<String> {
+    // SAFETY: getuid(2) has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let named = || read_procname(std::process::id()).map(|name| format!("{name}.{uid}"));
+    match var {
+        JobVar::Disabled => None,
+        JobVar::ProcnameUid => named(),
+        JobVar::Env(name) => std::env::var(name).ok().filter(|v| !v.is_empty()).or_else(named),
+    }
+}
+
 /// A process's job id, and when it was looked up.
 type Known = (Instant, Option<Arc<str>>);
 
@@ -193,6 +207,18 @@ mod tests {
         assert_eq!(JobIds::new(JobVar::ProcnameUid).of(me, 0).as_deref(), Some(&format!("{name}.0")[..]));
         assert_eq!(JobIds::new(JobVar::Disabled).of(me, 0), None);
         assert_eq!(by_name.of(u32::MAX, 0), None, "a process that is gone has no job");
+    }
+
+    #[test]
+    fn a_process_finds_its_own_job() {
+        // SAFETY: getuid(2) has no preconditions and cannot fail.
+        let uid = unsafe { libc::getuid() };
+        assert_eq!(own_job(&JobVar::Disabled), None);
+        let named = own_job(&JobVar::ProcnameUid).expect("a program name");
+        assert!(named.ends_with(&format!(".{uid}")), "{named}");
+        // PATH is set in any test's environment; a variable that is not, names the program.
+        assert_eq!(own_job(&JobVar::Env("PATH".into())), std::env::var("PATH").ok());
+        assert_eq!(own_job(&JobVar::Env("BRAID_NO_SUCH_VARIABLE".into())), Some(named));
     }
 
     #[test]

@@ -32,7 +32,17 @@ pub fn in_current_job<F: Future>(f: F) -> tokio::task::futures::TaskLocalFuture<
 
 /// The job id of the running task's requests, if any.
 pub fn current_job() -> Option<Arc<str>> {
-    JOB.try_with(|j| j.clone()).ok().flatten()
+    JOB.try_with(|j| j.clone()).ok().flatten().or_else(|| PROCESS_JOB.get().cloned())
+}
+
+/// The job of every request made outside a job's scope in this process: a native
+/// client's own (`braid cp` run in a batch job counts for that job). Not set in a
+/// mount, whose requests are each made for their caller's job.
+static PROCESS_JOB: OnceLock<Arc<str>> = OnceLock::new();
+
+/// Sets this process's job (see [`PROCESS_JOB`]); the first call wins.
+pub fn set_process_job(job: &str) {
+    let _ = PROCESS_JOB.set(Arc::from(job));
 }
 
 /// Series of one job age out after this long without a request (Lustre's
