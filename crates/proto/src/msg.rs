@@ -1117,6 +1117,15 @@ impl Request {
         }
     }
 
+    /// File bytes the message carries inline rather than as a payload (a DoM write,
+    /// a small file's bytes with its create): what job stats count besides payloads.
+    pub fn inline_bytes(&self) -> usize {
+        match self {
+            Request::MdsDomWrite { data, .. } | Request::MdsCreateGranted { data, .. } => data.len(),
+            _ => 0,
+        }
+    }
+
     /// Makes the request name directory `to` where it names `from` (which moved
     /// there, see [`Response::Moved`]); false if it names `from` nowhere it can
     /// be changed.

@@ -280,7 +280,8 @@ pub(crate) async fn counted<F>(
 where
     F: AsyncFnOnce(Request, bytes::Bytes) -> crate::service::Answer,
 {
-    let served = begin(&req, job, payload.len());
+    // Bytes written to DoM come inline in the message.
+    let served = begin(&req, job, payload.len() + req.inline_bytes());
     let answer = match req {
         Request::Metrics => (Response::Data, vec![bytes::Bytes::from(metrics::global().render())]),
         req => handle(req, payload).await,
@@ -336,5 +337,16 @@ mod tests {
         assert_eq!(value(&text, "braid_rpc_requests_in_flight", &[ost[0], ("op", "ost_statfs")]), 0.0);
         assert_eq!(value(&text, "braid_job_bytes_total", &[ost[0], ("job", "job-42"), ("op", "ost_write")]), 4096.0);
         assert_eq!(value(&text, "braid_job_requests_total", &[("job", "job-42")]), 1.0);
+    }
+
+    #[tokio::test]
+    async fn bytes_written_inline_to_dom_count_for_the_job() {
+        let fid = proto::Fid::new(0, 9, 1);
+        let write = Request::MdsDomWrite { fid, offset: 0, data: vec![1; 5000], publish: None };
+        let job: Option<Arc<str>> = Some("dom-job".into());
+        counted(write, job, bytes::Bytes::new(), async |_, _| (Response::Ok, vec![])).await;
+        let text = metrics::global().render();
+        let key = [("job", "dom-job"), ("op", "dom_write")];
+        assert_eq!(value(&text, "braid_job_bytes_total", &key), 5000.0, "{text}");
     }
 }
