@@ -336,6 +336,7 @@ struct Inner {
     /// Directories that moved to another MDT, and where they went last (see
     /// [`Client::md_reply`]).
     moved_dirs: Mutex<HashMap<Fid, Fid>>,
+    any_moved: AtomicBool,
     /// Creates answered here (see [`async_create`]): templates and FID grants.
     creates: async_create::AsyncCreates,
     /// Entries' attributes fetched ahead of lookups (see [`statahead`]); every request
@@ -886,6 +887,7 @@ impl Client {
                 rpcs: Arc::default(),
                 readahead_stats: Default::default(),
                 moved_dirs: Default::default(),
+                any_moved: AtomicBool::new(false),
                 statahead: Arc::default(),
                 first_bytes: Default::default(),
                 xattrless: Default::default(),
@@ -1167,8 +1169,12 @@ impl Client {
     /// it is now (the old MDT answers [`Response::Moved`]): a name the kernel keeps
     /// for the old directory goes on working.
     async fn md_reply(&self, mut fid: Fid, mut req: Request) -> Result<rpc::Reply> {
-        // A directory this client saw move: straight to where it went last.
-        let known = self.inner.moved_dirs.lock().expect("moved dirs").get(&fid).copied();
+        // A directory this client saw move: straight to where it went last (no lock
+        // taken while none did).
+        let known = match self.inner.any_moved.load(Ordering::Relaxed) {
+            true => self.inner.moved_dirs.lock().expect("moved dirs").get(&fid).copied(),
+            false => None,
+        };
         if let Some(to) = known.filter(|&to| req.retarget(fid, to)) {
             fid = to;
         }
@@ -1202,6 +1208,7 @@ impl Client {
                         moved.clear();
                     }
                     moved.insert(first, to);
+                    self.inner.any_moved.store(true, Ordering::Relaxed);
                     return Ok(reply);
                 }
             }
