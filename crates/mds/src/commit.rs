@@ -521,9 +521,14 @@ fn as_client<'w>(
     w.coordinating = None;
     let response = match apply(w) {
         Ok(r) => r,
-        Err(OpError::Errno(c, m)) => Response::error(c, m),
-        Err(OpError::WrongShard(s)) => Response::Striped(*s),
-        Err(OpError::Moved(from, to)) => Response::Moved { from, to },
+        // A refused operation leaves nothing behind, also what it wrote before it
+        // met the reason (an update half that checks as it goes).
+        Err(e @ (OpError::Errno(..) | OpError::WrongShard(_) | OpError::Moved(..))) => {
+            if w.wrote_since(start) {
+                w.rollback(start);
+            }
+            e.into_response()
+        }
         Err(OpError::Leased(dir)) => {
             w.rollback(start);
             return Ok(leased(dir));

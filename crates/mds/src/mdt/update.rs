@@ -358,6 +358,21 @@ impl Writer<'_> {
         if let Some(spec) = &copy.dir_default {
             spec.validate().map_err(|e| super::error::OpError::Errno(Errno::Inval, e.to_string()))?;
         }
+        // Everything checked before anything is written.
+        let mut subdirs = Vec::new();
+        for (entry, child, kind) in &copy.entries {
+            check_name(entry)?;
+            if *kind == FileKind::Dir && child.mdt() == self.mdt_index {
+                let sub = self.must_local_inode(*child)?;
+                if sub.parent != Some(from) {
+                    return fail(Errno::Again, format!("{entry} ({child}) moved while {name} was copied"));
+                }
+                if self.view.pending(*child)?.is_some() {
+                    return fail(Errno::Again, format!("{child} is part of another operation across MDTs"));
+                }
+                subdirs.push((*child, sub));
+            }
+        }
         let fid = self.new_fid()?;
         let mut attr = copy.attr.clone();
         attr.fid = fid;
@@ -367,19 +382,11 @@ impl Writer<'_> {
             self.put(Tbl::Xattrs, &dentry_key(fid, x), value)?;
         }
         for (entry, child, kind) in &copy.entries {
-            check_name(entry)?;
             self.put(Tbl::Dentries, &dentry_key(fid, entry), &dentry_value(*child, *kind))?;
-            if *kind == FileKind::Dir && child.mdt() == self.mdt_index {
-                let mut sub = self.must_local_inode(*child)?;
-                if sub.parent != Some(from) {
-                    return fail(Errno::Again, format!("{entry} ({child}) moved while {name} was copied"));
-                }
-                if self.view.pending(*child)?.is_some() {
-                    return fail(Errno::Again, format!("{child} is part of another operation across MDTs"));
-                }
-                sub.parent = Some(fid);
-                self.put_inode(*child, &sub)?;
-            }
+        }
+        for (child, mut sub) in subdirs {
+            sub.parent = Some(fid);
+            self.put_inode(child, &sub)?;
         }
         self.put_pending(fid, id, PendingOp::Adopted { from }, parent, name)?;
         Ok(Response::Attr(ino.attr))
@@ -684,12 +691,14 @@ impl Writer<'_> {
         if self.view.dir_copy(old)? != *copy {
             return again("it changed");
         }
-        for (entry, child, kind) in &copy.entries {
+        for (entry, child, _) in &copy.entries {
             // A rename's source half, say, holds the entry under the child's FID:
             // its verdict would look for the entry here.
             if self.view.pending(*child)?.is_some_and(|p| p.parent == old) {
                 return again(&format!("its entry {entry} was part of another operation across MDTs"));
             }
+        }
+        for (entry, child, kind) in &copy.entries {
             if *kind == FileKind::Dir && child.mdt() == self.mdt_index {
                 if let Some(mut sub) = self.view.inode(*child)?.filter(|s| s.parent == Some(old)) {
                     sub.parent = Some(moved.fid);

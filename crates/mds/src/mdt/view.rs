@@ -86,10 +86,11 @@ impl<M: Deref<Target = MemTable>> View<M> {
         self.inode(fid)?.map_or_else(|| fail(Errno::NoEnt, format!("no inode {fid}")), Ok)
     }
 
-    /// Inode `fid`, asked for by its FID alone (a client's handle of it): one that is
-    /// gone is a stale handle (`ESTALE`), not a missing name. The kernel walks the
-    /// path again on `ESTALE`, with fresh lookups, so a directory that moved to
-    /// another MDT under a new FID (`braid migrate -m`) is found where it now is.
+    /// Inode `fid`, named by a request by its FID (a client's handle of it, or the
+    /// directory of an entry): a directory that moved to another MDT under a new FID
+    /// (`braid migrate -m`) is answered with where it went ([`OpError::Moved`]: the
+    /// client sends the request there), one that is gone as [`View::must_inode`]
+    /// answers.
     pub fn handle_inode(&self, fid: Fid) -> OpResult<Inode> {
         if let Some(ino) = self.inode(fid)? {
             return Ok(ino);
@@ -97,7 +98,7 @@ impl<M: Deref<Target = MemTable>> View<M> {
         let moved = self.with(Tbl::Moved, &fid.to_key(), |v| Ok(super::schema::decode_moved(v)))?.flatten();
         match moved {
             Some((to, _)) => Err(OpError::Moved(fid, to)),
-            None => fail(Errno::Stale, format!("no inode {fid} (removed, or moved to another MDT)")),
+            None => fail(Errno::NoEnt, format!("no inode {fid}")),
         }
     }
 

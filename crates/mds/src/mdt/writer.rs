@@ -218,6 +218,11 @@ impl<'a> Writer<'a> {
         }
     }
 
+    /// Whether anything was written since `sp`.
+    pub fn wrote_since(&self, sp: Savepoint) -> bool {
+        self.undo.len() > sp.undo || self.granted.len() > sp.granted || self.removed_dirs.len() > sp.removed_dirs
+    }
+
     /// Takes back everything since `sp` (one operation that could not be applied).
     /// The FID block is dropped too: the operation may have reserved it.
     pub fn rollback(&mut self, sp: Savepoint) {
