@@ -380,6 +380,17 @@ pub fn native_settings() -> Result<Option<MountSettings>> {
     parse_options(&[list]).map(Some).context("BRAID_CLIENT_OPTIONS")
 }
 
+/// Has this native client's requests count for the job it runs in (job stats), as a
+/// mount's count for their callers': `jobid_var` of `BRAID_CLIENT_OPTIONS`, else
+/// `SLURM_JOB_ID`, found in this process's own environment.
+pub fn set_native_job(settings: Option<&MountSettings>) {
+    let default_var = client::jobid::JobVar::Env(client::jobid::DEFAULT_JOBID_VAR.into());
+    let var = settings.map_or(&default_var, |s| &s.fuse.jobid_var);
+    if let Some(job) = client::jobid::own_job(var) {
+        client::jobid::set_process_job(&job);
+    }
+}
+
 /// A native client of the cluster at `mgs`, with the client options of
 /// `BRAID_CLIENT_OPTIONS` (its SSD cache, its tracing) and, if given, the recovery
 /// timeout.
@@ -389,13 +400,7 @@ pub fn native_client(mgs: &str, secret: client::Secret, timeout: Option<Duration
         Some(s) => s.client_config(mgs, secret)?,
         None => ClientConfig { tls: crate::client_tls(None)?, ..ClientConfig::new(mgs, secret) },
     };
-    // Its requests count for the job it runs in (job stats), as a mount's count for
-    // their callers'.
-    let default_var = client::jobid::JobVar::Env(client::jobid::DEFAULT_JOBID_VAR.into());
-    let var = settings.as_ref().map_or(&default_var, |s| &s.fuse.jobid_var);
-    if let Some(job) = client::jobid::own_job(var) {
-        client::jobid::set_process_job(&job);
-    }
+    set_native_job(settings.as_ref());
     let traced = settings.as_ref().map(|s| &s.trace).filter(|t| crate::trace::wanted(t));
     if let Some(t) = traced {
         let name = format!("{}:native-{}", crate::trace::host_name(), std::process::id());

@@ -341,6 +341,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     } else {
         tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the async runtime")?
     };
+    crate::mount::set_native_job(settings.as_ref());
     rt.block_on(async {
         let mut cfg = match &settings {
             Some(s) => s.client_config(&p.mgs, secret)?,
