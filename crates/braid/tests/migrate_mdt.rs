@@ -211,6 +211,13 @@ fn bad_migrations_are_refused_with_what_to_do() {
     c.braid_ok(&["mkdir", "-c", "2", &c.url("/striped")]);
     assert!(fails(&["migrate", "-m", "1", &c.url("/striped")]).contains("striped"));
     assert_eq!(mdt_of(&c, "/d"), 0, "nothing moved");
+    // A directory asked to move where it is already is answered with itself.
+    let rt = testkit::runtime();
+    let cl = c.connect(&rt);
+    let creds = client::process_creds();
+    let d = testkit::within(&rt, "resolve", cl.resolve(&creds, "/d", true)).unwrap();
+    let same = testkit::within(&rt, "migrate", cl.migrate_dir(&creds, proto::Fid::ROOT, "d", 0)).unwrap();
+    assert_eq!(same.fid, d.fid);
 }
 
 /// Kills `process` at `point` while `braid migrate -m TO /NAME` runs on a tree made

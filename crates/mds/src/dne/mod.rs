@@ -609,12 +609,16 @@ impl Dne {
                 Some((_, kind)) if kind != FileKind::Dir => {
                     Err(OpError::Errno(Errno::NotDir, format!("{name} is not a directory")))
                 }
-                Some((fid, _)) if fid.mdt() != mdt.index => Ok(Err(fid)),
+                Some((fid, _)) if fid.mdt() != mdt.index || fid.mdt() == k => Ok(Err(fid)),
                 Some((fid, _)) => Ok(Ok((fid, v.dir_copy(fid)?))),
             }
         };
         let (old, copy) = match read() {
             Ok(Ok(c)) => c,
+            // On MDT `k` already: its attributes, as a move would have answered.
+            Ok(Err(here)) if here.mdt() == k && k == mdt.index => {
+                return mdt.read(move |v| Ok(Response::Attr(v.must_inode(here)?.attr))).await
+            }
             Ok(Err(there)) if there.mdt() == k => return self.remote_attr(there).await,
             Ok(Err(remote)) => return self.migrate_remote(callbacks, ctx, mdt, (parent, name), remote, k).await,
             Err(e) => return crate::target::op_error(e),
