@@ -89,7 +89,7 @@ fn every_process_serves_metrics_that_promtool_accepts_and_that_count_jobs() {
     let local = c.dir.path().join("native.dat");
     std::fs::write(&local, vec![7u8; 3 << 20]).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_braid"))
-        .args(["cp", &local.to_string_lossy(), &c.url("/work/native.dat")])
+        .args(["cp", &local.to_string_lossy(), &c.url("/native.dat")])
         .env("BRAID_SECRET_FILE", &c.secret)
         .env("SLURM_JOB_ID", "native-77")
         .output()
