@@ -449,27 +449,11 @@ impl Writer<'_> {
         self.put(Tbl::Moved, &fid.to_key(), &super::schema::moved_value(to, now_secs()))
     }
 
-    /// A committed [`PendingOp::Released`]: the directory goes, its entries with it
-    /// (their inodes stay: the copy's entries name them).
-    fn drop_released(&mut self, fid: Fid) -> OpResult<()> {
-        let prefix = fid.to_key();
-        let keys = self
-            .view
-            .scan_prefix(Tbl::Dentries, &prefix)?
-            .map(|r| r.map(|(k, _)| k.to_vec()))
-            .collect::<OpResult<Vec<_>>>()?;
-        for k in keys {
-            self.del(Tbl::Dentries, &k)?;
-        }
-        if let Some(ino) = self.view.inode(fid)? {
-            self.drop_inode(fid, &ino)?;
-        }
-        Ok(())
-    }
-
-    /// An aborted [`PendingOp::Adopted`]: the copy goes, its subdirectories here
-    /// name `from` again.
-    fn drop_adopted(&mut self, fid: Fid, from: Fid) -> OpResult<()> {
+    /// Drops directory `fid` of this MDT with its entries (their inodes stay: a copy's
+    /// entries name them): a released directory once its copy committed, or an
+    /// adopted copy once it aborted. With `restore`, this MDT's subdirectories that
+    /// name `fid` as their `..` name `restore` again.
+    fn drop_with_entries(&mut self, fid: Fid, restore: Option<Fid>) -> OpResult<()> {
         let prefix = fid.to_key();
         let entries = self
             .view
@@ -478,7 +462,7 @@ impl Writer<'_> {
             .collect::<OpResult<Vec<_>>>()?;
         for (k, v) in entries {
             let (child, kind) = super::schema::decode_dentry(&v)?;
-            if kind == FileKind::Dir && child.mdt() == self.mdt_index {
+            if let Some(from) = restore.filter(|_| kind == FileKind::Dir && child.mdt() == self.mdt_index) {
                 if let Some(mut sub) = self.view.inode(child)?.filter(|s| s.parent == Some(fid)) {
                     sub.parent = Some(from);
                     self.put_inode(child, &sub)?;
@@ -589,13 +573,13 @@ impl Writer<'_> {
         }
         if let PendingOp::Adopted { from } = p.op {
             if !committed {
-                self.drop_adopted(fid, from)?;
+                self.drop_with_entries(fid, Some(from))?;
             }
             return Ok(Response::Ok);
         }
         if let PendingOp::Released { to } = p.op {
             if committed {
-                self.drop_released(fid)?;
+                self.drop_with_entries(fid, None)?;
                 if let Some(to) = to {
                     self.note_moved(fid, to)?;
                 }
