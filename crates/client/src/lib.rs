@@ -1190,7 +1190,10 @@ impl Client {
     /// directory moved back and forth leaves a chain of them), and remembers where
     /// `from` ended up.
     async fn md_moved(&self, mut fid: Fid, mut req: Request, mut from: Fid, mut to: Fid) -> Result<rpc::Reply> {
-        let first = from;
+        // Where each directory met went last: a chain of moves of one directory is
+        // remembered from its start to its end, another directory (a rename names
+        // two) on its own.
+        let mut learned = vec![(from, to)];
         for _ in 0..MOVED_MAX {
             if !req.retarget(from, to) {
                 break;
@@ -1201,13 +1204,19 @@ impl Client {
             tracing::debug!(%from, %to, op = req.op_name(), "the directory moved to another MDT: sending there");
             let reply = self.md_reply_once(fid, &req).await?;
             match reply.response {
-                Response::Moved { from: f, to: t } => (from, to) = (f, t),
+                Response::Moved { from: f, to: t } => {
+                    match learned.iter_mut().find(|(_, last)| *last == f) {
+                        Some(chain) => chain.1 = t,
+                        None => learned.push((f, t)),
+                    }
+                    (from, to) = (f, t);
+                }
                 _ => {
                     let mut moved = self.inner.moved_dirs.lock().expect("moved dirs");
-                    if moved.len() >= MOVED_KEPT {
+                    if moved.len() + learned.len() > MOVED_KEPT {
                         moved.clear();
                     }
-                    moved.insert(first, to);
+                    moved.extend(learned);
                     self.inner.any_moved.store(true, Ordering::Relaxed);
                     return Ok(reply);
                 }
