@@ -380,21 +380,33 @@ pub async fn fsck(mgs: &str, secret: proto::auth::Secret, opts: Options) -> Resu
         (Some(a), Some(b)) if a.attr.layout == b.attr.layout && a.attr.size == b.attr.size => Some(b),
         _ => None,
     };
+    // A file moved to another MDT keeps its objects under the FID it had
+    // (`Layout::objects`): each pass's owner of such an object FID.
+    let owners = |all: &BTreeMap<u32, Contents>| -> BTreeMap<Fid, Fid> {
+        let files = all.values().flat_map(|c| c.inodes.iter());
+        files.filter_map(|(&fid, ino)| Some((Fid::from(ino.attr.layout.as_ref()?.objects?), fid))).collect()
+    };
+    let (owners_first, owners_second) = (owners(&first), owners(&second));
+    let file_of = |owners: &BTreeMap<Fid, Fid>, of: Fid| owners.get(&of).copied().unwrap_or(of);
     if whole {
         for (&ost, list) in &objects {
             for &o in list.keys() {
-                if spared.contains(&(ost, o)) || open_unlinked.contains(&o.fid) {
+                let (was, is) = (file_of(&owners_first, o.fid), file_of(&owners_second, o.fid));
+                if spared.contains(&(ost, o)) || open_unlinked.contains(&was) || open_unlinked.contains(&is) {
                     continue;
                 }
                 let named = |ino: &mds::inode::Inode| {
                     ino.attr.layout.as_ref().is_some_and(|l| {
-                        l.components.iter().any(|c| c.id == o.component && c.osts.get(o.stripe as usize) == Some(&ost))
+                        proto::objects_fid(is, l) == o.fid
+                            && l.components
+                                .iter()
+                                .any(|c| c.id == o.component && c.osts.get(o.stripe as usize) == Some(&ost))
                     })
                 };
-                let why = match (inode(&first, o.fid), inode(&second, o.fid)) {
+                let why = match (inode(&first, was), inode(&second, is)) {
                     (None, None) => Some(format!("its file {} does not exist", o.fid)),
-                    (Some(a), Some(b)) if a.attr.layout == b.attr.layout && !named(&b) => {
-                        Some(format!("the layout of {} does not name it", o.fid))
+                    (Some(a), Some(b)) if was == is && a.attr.layout == b.attr.layout && !named(&b) => {
+                        Some(format!("the layout of {is} does not name it"))
                     }
                     _ => None,
                 };
@@ -402,7 +414,7 @@ pub async fn fsck(mgs: &str, secret: proto::auth::Secret, opts: Options) -> Resu
                     findings.push(Finding {
                         kind: "orphan_object",
                         detail: format!("OST{ost:04x} object {} ({} bytes): {why}", o.file_name(), list[&o]),
-                        path: path_of(&o.fid),
+                        path: path_of(&is),
                         repaired: None,
                         action: Some(Action::Orphan { ost, object: o }),
                     });
@@ -415,7 +427,7 @@ pub async fn fsck(mgs: &str, secret: proto::auth::Secret, opts: Options) -> Resu
                 let Some(layout) = &ino.attr.layout else { continue };
                 for comp in layout.components.iter().filter(|c| !c.is_dom()) {
                     for (stripe, &ost) in comp.osts.iter().enumerate() {
-                        let o = ObjectId { fid, component: comp.id, stripe: stripe as u32 };
+                        let o = ObjectId::of(fid, layout, comp.id, stripe as u32);
                         let Some(list) = objects.get(&ost) else { continue };
                         if list.contains_key(&o) {
                             continue;

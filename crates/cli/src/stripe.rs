@@ -346,6 +346,7 @@ fn print_fields(out: &mut impl Write, comp: &Component, o: &GetstripeOpts, inden
     Ok(())
 }
 
+/// `fid`: the FID the file's objects are named by.
 fn print_raid0(out: &mut impl Write, fid: Fid, layout_gen: u32, comp: &Component) -> Result<()> {
     writeln!(out, "lmm_stripe_count:  {}", comp.stripe_count())?;
     writeln!(out, "lmm_stripe_size:   {}", comp.stripe_size)?;
@@ -366,7 +367,8 @@ fn print_raid0(out: &mut impl Write, fid: Fid, layout_gen: u32, comp: &Component
 }
 
 /// One component of a composite layout, as `lfs getstripe` prints it.
-fn print_component(out: &mut impl Write, fid: Fid, comp: &Component) -> Result<()> {
+/// `objects`: the FID the file's objects are named by (see `layout::Layout::objects`).
+fn print_component(out: &mut impl Write, (fid, objects): (Fid, Fid), comp: &Component) -> Result<()> {
     writeln!(out, "    lcme_id:             {}", comp.id)?;
     writeln!(out, "    lcme_mirror_id:      {}", comp.mirror)?;
     writeln!(out, "    lcme_flags:          {}", comp.flag_names())?;
@@ -385,8 +387,13 @@ fn print_component(out: &mut impl Write, fid: Fid, comp: &Component) -> Result<(
     if comp.is_instantiated() && !comp.is_dom() {
         writeln!(out, "      lmm_objects:")?;
         for (stripe, ost) in comp.osts.iter().enumerate() {
-            let o = ObjectId { fid, component: comp.id, stripe: stripe as u32 };
-            writeln!(out, "      - {stripe}: {{ l_ost_idx: {ost}, l_fid: [{:#x}:{:#x}:0x0] }}", fid.seq, o.objid())?;
+            let o = ObjectId { fid: objects, component: comp.id, stripe: stripe as u32 };
+            writeln!(
+                out,
+                "      - {stripe}: {{ l_ost_idx: {ost}, l_fid: [{:#x}:{:#x}:0x0] }}",
+                objects.seq,
+                o.objid()
+            )?;
         }
     }
     Ok(())
@@ -418,7 +425,7 @@ pub fn print_layout(out: &mut impl Write, name: &str, fid: Fid, l: &Layout, o: &
     writeln!(out, "{name}")?;
     // A layout with a DoM component is composite, as Lustre's (it takes -E).
     if !l.is_composite() && l.dom_end().is_none() {
-        return print_raid0(out, fid, l.generation, &l.components[0]);
+        return print_raid0(out, proto::objects_fid(fid, l), l.generation, &l.components[0]);
     }
     if o.component.is_none() {
         writeln!(out, "  lcm_layout_gen:    {}", l.generation)?;
@@ -426,7 +433,7 @@ pub fn print_layout(out: &mut impl Write, name: &str, fid: Fid, l: &Layout, o: &
         writeln!(out, "  lcm_entry_count:   {}", l.components.len())?;
     }
     for c in chosen {
-        print_component(out, fid, c)?;
+        print_component(out, (fid, proto::objects_fid(fid, l)), c)?;
         writeln!(out)?;
     }
     Ok(())

@@ -162,7 +162,7 @@ mod tests {
             mirror: 0,
             flags: 0,
         };
-        attr.layout = Some(Layout { generation: 1, components: vec![c] });
+        attr.layout = Some(Layout { generation: 1, components: vec![c], objects: None });
         attr
     }
 

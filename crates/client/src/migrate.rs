@@ -120,6 +120,8 @@ impl Client {
         let place =
             |e: layout::PlacementError| ClientError::Errno(Errno::Inval, format!("cannot place the new layout: {e}"));
         let mut new = spec.instantiate(&osts, cursor).map_err(place)?;
+        // Named as the old objects are: by the FID the file had, if it moved MDT.
+        new.objects = old.objects;
         let after = old.next_component_id() - 1;
         for c in &mut new.components {
             c.id += after;

@@ -355,7 +355,7 @@ impl Client {
                         comp.osts = choose_apart(&spec, &osts, &others_osts(&new, &comp), cursor)?;
                     }
                     new.components[i] = comp.clone();
-                    fresh.push(Layout { generation: 0, components: vec![comp] });
+                    fresh.push(Layout { generation: 0, components: vec![comp], objects: new.objects });
                 }
                 new.validate()?;
                 self.copy_and_replace(creds, attr, old, new, &fresh).await

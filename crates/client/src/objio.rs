@@ -68,19 +68,21 @@ pub struct Extent {
 /// `max_rpc_bytes` long.
 pub fn extents(fid: Fid, layout: &Layout, offset: u64, len: u64, max_rpc_bytes: u64) -> Result<Vec<Extent>> {
     let runs = layout.object_extents(offset, len, max_rpc_bytes)?;
-    Ok(runs.into_iter().map(|run| extent(fid, run)).collect())
+    Ok(runs.into_iter().map(|run| extent(fid, layout, run)).collect())
 }
 
 /// As [`extents`], leaving out what lies in components not instantiated (and past
 /// the last component): holes, which read as zeros.
 pub fn extents_to_read(fid: Fid, layout: &Layout, offset: u64, len: u64, max_rpc_bytes: u64) -> Result<Vec<Extent>> {
     let runs = layout.object_extents_skipping_holes(offset, len, max_rpc_bytes)?;
-    Ok(runs.into_iter().map(|run| extent(fid, run)).collect())
+    Ok(runs.into_iter().map(|run| extent(fid, layout, run)).collect())
 }
 
-fn extent(fid: Fid, run: layout::ObjectExtent) -> Extent {
+/// Where `run` of file `fid` lies: an OST object (named by the layout's objects
+/// FID, see [`ObjectId::of`]) or the file's DoM component on its MDT.
+fn extent(fid: Fid, layout: &Layout, run: layout::ObjectExtent) -> Extent {
     let target = match run.ost {
-        Some(ost) => Target::Ost { ost, object: ObjectId { fid, component: run.component_id, stripe: run.stripe } },
+        Some(ost) => Target::Ost { ost, object: ObjectId::of(fid, layout, run.component_id, run.stripe) },
         None => Target::Mdt { fid },
     };
     Extent { target, object_offset: run.object_offset, len: run.len, spans: run.pieces }
@@ -112,7 +114,7 @@ pub fn objects(fid: Fid, layout: &Layout) -> impl Iterator<Item = FileObject<'_>
     let dom = dom.map(|comp| FileObject { target: Target::Mdt { fid }, component: comp, stripe: 0 });
     dom.into_iter().chain(layout.components.iter().flat_map(move |comp| {
         comp.osts.iter().enumerate().map(move |(stripe, &ost)| FileObject {
-            target: Target::Ost { ost, object: ObjectId { fid, component: comp.id, stripe: stripe as u32 } },
+            target: Target::Ost { ost, object: ObjectId::of(fid, layout, comp.id, stripe as u32) },
             component: comp,
             stripe: stripe as u32,
         })
@@ -377,7 +379,7 @@ mod tests {
             mirror: 0,
             flags: 0,
         };
-        Layout { generation: 0, components: vec![comp] }
+        Layout { generation: 0, components: vec![comp], objects: None }
     }
 
     fn ost_object(fid: Fid, ost: u32, stripe: u32) -> Target {
@@ -418,6 +420,7 @@ mod tests {
         let empty = Layout {
             generation: 0,
             components: vec![Component { osts: vec![], ..two_stripes().components[0].clone() }],
+            objects: None,
         };
         assert_eq!(objects(fid, &empty).count(), 0, "a component not instantiated has no objects");
     }

@@ -253,6 +253,19 @@ pub struct Layout {
     /// Bumped on every change of the layout (Lustre's `lmm_layout_gen`).
     pub generation: u32,
     pub components: Vec<Component>,
+    /// The FID the file's OST objects are named by when it is not the file's own
+    /// (Lustre's `lmm_oi`): a file moved to another MDT under a new FID (`braid
+    /// migrate -m`) keeps its objects where they are. `None` for every other file.
+    pub objects: Option<ObjectsFid>,
+}
+
+/// A FID as a layout records it: the `proto` crate's `Fid`, which builds on this
+/// crate and converts from and to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectsFid {
+    pub seq: u64,
+    pub oid: u32,
+    pub ver: u32,
 }
 
 /// One contiguous piece of a byte range as it lies in one object.
@@ -374,7 +387,7 @@ impl Layout {
     /// mirrors is its own only mirror (0).
     pub fn mirror(&self, id: u16) -> Layout {
         let components = self.components.iter().filter(|c| c.mirror == id).cloned().collect();
-        Layout { generation: self.generation, components }
+        Layout { generation: self.generation, components, objects: self.objects }
     }
 
     /// Whether mirror `id` has no stale component over `[start, end)`.
@@ -608,6 +621,7 @@ mod tests {
                 mirror: 0,
                 flags: 0,
             }],
+            objects: None,
         }
     }
 
@@ -684,7 +698,7 @@ mod tests {
         let mut a = raid0(1 << 20, vec![0]).components.remove(0);
         a.mirror = 1;
         let b = Component { id: 65538, mirror: 2, osts: vec![1], ..a.clone() };
-        Layout { generation: 3, components: vec![a, b] }
+        Layout { generation: 3, components: vec![a, b], objects: None }
     }
 
     #[test]

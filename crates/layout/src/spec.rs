@@ -271,7 +271,7 @@ impl LayoutSpec {
     /// advanced by the caller per file.
     pub fn instantiate(&self, osts: &[OstState], cursor: u64) -> Result<Layout, PlacementError> {
         self.validate()?;
-        let mut layout = Layout { generation: 1, components: Vec::with_capacity(self.components.len()) };
+        let mut layout = Layout { generation: 1, components: Vec::with_capacity(self.components.len()), objects: None };
         layout.push_components(&self.components, 0, osts, cursor)?;
         layout.validate()?;
         Ok(layout)

@@ -105,7 +105,7 @@ impl From<LayoutV1> for Layout {
                 flags: 0,
             })
             .collect();
-        Layout { generation: v.generation, components }
+        Layout { generation: v.generation, components, objects: None }
     }
 }
 
@@ -294,6 +294,84 @@ struct InodeV4 {
     parent: Option<Fid>,
 }
 
+/// A file's layout as records of version 5 stored it, before objects named by a
+/// FID other than the file's (`Layout::objects`). Its components are today's (the
+/// change after them freezes their encoding here too).
+#[derive(Deserialize)]
+struct LayoutV5 {
+    generation: u32,
+    components: Vec<Component>,
+}
+
+/// The attributes as records of version 5 stored them. Frozen, as [`LayoutSpecV1`].
+#[derive(Deserialize)]
+struct AttrV5 {
+    fid: Fid,
+    kind: FileKind,
+    mode: u32,
+    nlink: u32,
+    uid: u32,
+    gid: u32,
+    size: u64,
+    atime: Timespec,
+    mtime: Timespec,
+    ctime: Timespec,
+    layout: Option<LayoutV5>,
+    rdev: u64,
+    trunc_epoch: u64,
+    data_version: u64,
+    stripes: Option<Box<DirStripes>>,
+}
+
+impl From<AttrV5> for Attr {
+    fn from(a: AttrV5) -> Attr {
+        let AttrV5 {
+            fid,
+            kind,
+            mode,
+            nlink,
+            uid,
+            gid,
+            size,
+            atime,
+            mtime,
+            ctime,
+            layout,
+            rdev,
+            trunc_epoch,
+            data_version,
+            stripes,
+        } = a;
+        let layout = layout.map(|l| Layout { generation: l.generation, components: l.components, objects: None });
+        Attr {
+            fid,
+            kind,
+            mode,
+            nlink,
+            uid,
+            gid,
+            size,
+            atime,
+            mtime,
+            ctime,
+            layout,
+            rdev,
+            trunc_epoch,
+            data_version,
+            stripes,
+        }
+    }
+}
+
+/// An inode record of version 5: layouts naming their objects by the file's FID.
+#[derive(Deserialize)]
+struct InodeV5 {
+    attr: AttrV5,
+    symlink: Option<String>,
+    dir_default: Option<LayoutSpec>,
+    parent: Option<Fid>,
+}
+
 /// An inode as database format 0 stored it (no version byte, no FID), in its last
 /// encoding: the one before special files and truncate epochs, then those two.
 /// (postcard writes a nested struct as its fields in order, so this reads the same
@@ -382,6 +460,12 @@ impl Inode {
     /// Decodes the body of an inode record of version 4 (see [`InodeV4`]).
     pub fn decode_v4(body: &[u8]) -> Result<Inode, store::StoreError> {
         let v: InodeV4 = store::decode_exact(body, "inode")?;
+        Ok(Inode { attr: v.attr.into(), symlink: v.symlink, dir_default: v.dir_default, parent: v.parent })
+    }
+
+    /// Decodes the body of an inode record of version 5 (see [`InodeV5`]).
+    pub fn decode_v5(body: &[u8]) -> Result<Inode, store::StoreError> {
+        let v: InodeV5 = store::decode_exact(body, "inode")?;
         Ok(Inode { attr: v.attr.into(), symlink: v.symlink, dir_default: v.dir_default, parent: v.parent })
     }
 

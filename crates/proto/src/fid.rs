@@ -70,6 +70,24 @@ impl fmt::Display for Fid {
     }
 }
 
+impl From<layout::ObjectsFid> for Fid {
+    fn from(f: layout::ObjectsFid) -> Fid {
+        Fid { seq: f.seq, oid: f.oid, ver: f.ver }
+    }
+}
+
+impl From<Fid> for layout::ObjectsFid {
+    fn from(f: Fid) -> layout::ObjectsFid {
+        layout::ObjectsFid { seq: f.seq, oid: f.oid, ver: f.ver }
+    }
+}
+
+/// The FID file `file`'s OST objects are named by under `layout`: its own, or the
+/// one it had before it moved to another MDT ([`layout::Layout::objects`]).
+pub fn objects_fid(file: Fid, layout: &layout::Layout) -> Fid {
+    layout.objects.map_or(file, Fid::from)
+}
+
 /// The name of one OST object: the file, the layout component and the stripe. The
 /// client derives it from the layout alone, so a file create needs no OST round trip.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -80,6 +98,11 @@ pub struct ObjectId {
 }
 
 impl ObjectId {
+    /// Object `stripe` of component `component` of file `file` with `layout`.
+    pub fn of(file: Fid, layout: &layout::Layout, component: u32, stripe: u32) -> ObjectId {
+        ObjectId { fid: objects_fid(file, layout), component, stripe }
+    }
+
     /// The object id `getstripe` prints: unique per OST, stable, derived from the name.
     pub fn objid(&self) -> u64 {
         ((self.fid.seq & 0xffff) << 48)

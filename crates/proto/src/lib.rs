@@ -19,4 +19,4 @@ pub mod msg;
 pub mod squash;
 
 pub use error::{Errno, RemoteError, RpcError};
-pub use fid::{Fid, ObjectId};
+pub use fid::{objects_fid, Fid, ObjectId};

@@ -19,10 +19,11 @@ use crate::inode::MAY_WRITE;
 impl Writer<'_> {
     /// The inode of `fid`, a regular file (only files have layouts).
     fn file_inode(&self, fid: Fid) -> OpResult<crate::inode::Inode> {
-        let ino = self.view.must_inode(fid)?;
+        let ino = self.view.handle_inode(fid)?;
         if ino.attr.kind != FileKind::File {
             return fail(Errno::Inval, format!("{fid} is not a regular file: only files have layouts"));
         }
+        self.view.takes_changes(&ino)?;
         Ok(ino)
     }
 
@@ -118,6 +119,12 @@ impl Writer<'_> {
             return fail(Errno::Busy, format!("{fid} is open on another client: try again once it is closed"));
         }
         layout.validate().map_err(|e| OpError::Errno(Errno::Inval, format!("the new layout of {fid}: {e}")))?;
+        if layout.objects != old.objects {
+            return fail(
+                Errno::Inval,
+                format!("the new layout of {fid} names its objects by another FID than the old"),
+            );
+        }
         // A component kept is the same objects over the same bytes; a new one takes an
         // id no object of the file had, so none shares a name with an old one being
         // destroyed (see `Layout::next_component_id`).
@@ -159,7 +166,10 @@ impl Writer<'_> {
         let dropped: Vec<layout::Component> =
             old.components.iter().filter(|o| !layout.components.iter().any(|c| c.id == o.id)).cloned().collect();
         let dropped_max = dropped.iter().map(|c| c.id).max().unwrap_or(0);
-        self.discard_bytes(fid, &layout::Layout { generation: old.generation, components: dropped })?;
+        self.discard_bytes(
+            fid,
+            &layout::Layout { generation: old.generation, components: dropped, objects: old.objects },
+        )?;
         let mut new = layout.clone();
         // Past every id dropped: see `Layout::next_component_id`.
         new.generation = old.generation.max(layout.generation).max(dropped_max).wrapping_add(1);

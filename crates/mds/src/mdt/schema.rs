@@ -128,10 +128,11 @@ pub fn new_memtable() -> MemTable {
 /// added a striped directory's shard table (`Attr::stripes`); older records have none.
 /// Version 4 added a file's data version (`Attr::data_version`); older records start
 /// at 0. Version 5 added each layout component's mirror id and flags (FLR); older
-/// layouts have no mirrors.
+/// layouts have no mirrors. Version 6 added the FID a layout's objects are named by
+/// when it is not the file's (`Layout::objects`); older layouts name their own.
 impl Record for Inode {
     const WHAT: &'static str = "inode";
-    const VERSION: u8 = 5;
+    const VERSION: u8 = 6;
 
     fn upgrade(version: u8, body: &[u8]) -> Result<Inode, StoreError> {
         match version {
@@ -139,6 +140,7 @@ impl Record for Inode {
             2 => Inode::decode_v2(body),
             3 => Inode::decode_v3(body),
             4 => Inode::decode_v4(body),
+            5 => Inode::decode_v5(body),
             v => Err(StoreError::Corrupt { what: "inode", detail: format!("no upgrade from version {v}") }),
         }
     }
@@ -164,13 +166,14 @@ pub struct Reply {
 
 /// Version 2: answers carrying attributes gained `Attr::data_version`. Version 3: a
 /// create's answer says whether its placement was free (`Response::Created::free`).
-/// Version 4: layouts in answers carry mirror ids and flags.
+/// Version 4: layouts in answers carry mirror ids and flags. Version 5: layouts in
+/// answers carry the FID their objects are named by.
 /// Answers of earlier versions are not upgraded: only a client of a release before
 /// could resend their requests, and the protocol version keeps it out (the pruner
 /// drops them).
 impl Record for Reply {
     const WHAT: &'static str = "reply";
-    const VERSION: u8 = 4;
+    const VERSION: u8 = 5;
 }
 
 /// An inode this MDT changed for an operation that spans MDTs, until the coordinator
@@ -342,12 +345,12 @@ impl RedoBatch {
     }
 }
 
-/// Every OST object a layout names.
+/// Every OST object file `fid`'s layout names.
 pub fn layout_objects(fid: Fid, layout: &Layout) -> Vec<(u32, ObjectId)> {
     let mut out = Vec::new();
     for c in &layout.components {
         for (stripe, &ost) in c.osts.iter().enumerate() {
-            out.push((ost, ObjectId { fid, component: c.id, stripe: stripe as u32 }));
+            out.push((ost, ObjectId::of(fid, layout, c.id, stripe as u32)));
         }
     }
     out

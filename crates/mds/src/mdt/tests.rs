@@ -289,7 +289,7 @@ fn four_osts() -> Vec<OstState> {
 }
 
 #[test]
-fn inode_records_of_versions_1_to_4_are_read() {
+fn inode_records_of_versions_1_to_5_are_read() {
     // Version 1 as it was written: the body of an inode whose directory default has
     // components without a pattern.
     #[derive(serde::Serialize)]
@@ -373,6 +373,19 @@ fn inode_records_of_versions_1_to_4_are_read() {
     let read: Inode = store::decode_record(&store::seal(4, &v4)).expect("version 4");
     assert_eq!(read, file, "a version 4 inode reads with a layout without mirrors");
     assert!(!read.attr.layout.unwrap().is_mirrored());
+    // Version 5: a layout whose objects are named by the file's own FID.
+    let attr_v5 = (
+        (a.fid, a.kind, a.mode, a.nlink, a.uid, a.gid, a.size, a.atime, a.mtime, a.ctime),
+        Some((l.generation, &l.components)),
+        (a.rdev, a.trunc_epoch, a.data_version, &a.stripes),
+    );
+    let v5 = postcard::to_allocvec(&(attr_v5, None::<String>, None::<LayoutSpec>, None::<Fid>)).unwrap();
+    let read: Inode = store::decode_record(&store::seal(5, &v5)).expect("version 5");
+    assert_eq!(read, file, "a version 5 inode reads with a layout naming its own objects");
+    let mut moved = file.clone();
+    moved.attr.layout.as_mut().unwrap().objects = Some(Fid::new(1, 1, 7).into());
+    let read: Inode = store::decode_record(&store::encode_record(&moved)).expect("today's");
+    assert_eq!(read, moved, "a moved file's layout keeps the FID its objects are named by");
     // And today's records read back as written.
     let mut now_ino = ino;
     now_ino.attr.data_version = 17;
