@@ -176,7 +176,23 @@ fn frame_seeds() -> Vec<(String, Vec<u8>)> {
         ("getattr", Request::MdsGetattr { fid }),
         ("unlink", Request::MdsUnlink { creds: creds.clone(), parent: fid, name: "x".into() }),
         ("symlink", Request::MdsSymlink { creds: Creds::root(), parent: fid, name: "l".into(), target: "../t".into() }),
-        ("migrate-dir", Request::MdsMigrateDir { creds: Creds::root(), parent: fid, name: "proj".into(), mdt: 1 }),
+        ("migrate-mdt", Request::MdsMigrate { creds: Creds::root(), parent: fid, name: "proj".into(), mdt: 1 }),
+        (
+            // A moved file's layout: its objects named by the FID it had (protocol 12).
+            "replace-layout",
+            Request::MdsReplaceLayout {
+                creds: creds.clone(),
+                fid,
+                layout: {
+                    let mut l = layout::LayoutSpec::raid0(Some(1), Some(1 << 20))
+                        .instantiate(&[layout::OstState { index: 3, up: true, ..Default::default() }], 0)
+                        .unwrap();
+                    l.objects = Some(Fid { seq: 0x1, oid: 5, ver: 0 }.into());
+                    l
+                },
+                data_version: 4,
+            },
+        ),
     ];
     let responses = [
         ("ok", Response::Ok),

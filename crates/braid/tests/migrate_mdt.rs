@@ -1,9 +1,12 @@
 //! `braid migrate -m` (Lustre's `lfs migrate -m`) between two MDTs served by
-//! separate `braid mds` processes: a tree's directories move to the other MDT with
-//! their entries, attributes, extended attributes and default layouts, while a FUSE
-//! mount keeps reading and writing in them; running it again moves nothing; and
-//! each process killed with SIGKILL at every step of one directory's move leaves a
-//! namespace the checker passes, which a second run finishes.
+//! separate `braid mds` processes: a tree's inodes move to the other MDT,
+//! directories with their entries, attributes, extended attributes and default
+//! layouts, files with their bytes on the MDT (Data-on-MDT) while their OST objects
+//! stay where they are, while a FUSE mount keeps reading and writing in them;
+//! hard-linked and open files stay; running it again moves nothing; fsck finds no
+//! object lost or orphaned; and each process killed with SIGKILL at every step of
+//! one inode's move leaves a namespace the checker passes, which a second run
+//! finishes.
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -23,7 +26,8 @@ fn mdt_of(c: &Cluster, path: &str) -> u32 {
 }
 
 /// What a directory shows, to compare before and after a move: mode, owner, times,
-/// link count, entries with their kinds, inode numbers of files and contents.
+/// link count, entries with their kinds, files' link counts and contents (not inode
+/// numbers: an inode that moves gets a new FID, as in Lustre).
 fn picture(dir: &Path) -> Vec<String> {
     let mut out = Vec::new();
     let m = std::fs::symlink_metadata(dir).unwrap();
@@ -46,16 +50,47 @@ fn picture(dir: &Path) -> Vec<String> {
             out.push(format!("{} -> {}", p.display(), std::fs::read_link(&p).unwrap().display()));
         } else {
             let data = std::fs::read(&p).unwrap();
-            out.push(format!(
-                "{} ino {} nlink {} {:?}",
-                p.display(),
-                m.ino(),
-                m.nlink(),
-                String::from_utf8_lossy(&data)
-            ));
+            out.push(format!("{} nlink {} {:?}", p.display(), m.nlink(), String::from_utf8_lossy(&data)));
         }
     }
     out
+}
+
+/// What `braid migrate -m` said it did: directories and files moved, inodes there
+/// already, files that stay.
+fn moved(out: &str) -> (u64, u64, u64, u64) {
+    let num = |after: &str| -> u64 {
+        let at = out.find(after).unwrap_or_else(|| panic!("no {after:?} in {out}"));
+        let head = out[..at].trim_end();
+        let digits: String = head.chars().rev().take_while(char::is_ascii_digit).collect();
+        digits.chars().rev().collect::<String>().parse().unwrap_or_else(|_| panic!("{after:?} in {out}"))
+    };
+    let stay = if out.contains("files stay") { num(" files stay") } else { 0 };
+    (num(" directories and"), num(" files moved"), num(" there already"), stay)
+}
+
+/// What `braid fsck` finds in the whole file system (kind: detail), none if sound.
+fn fsck_findings(c: &Cluster) -> Vec<String> {
+    let out = c.braid(&["fsck", &c.url("/"), "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("fsck --json ({e}): {}{}", testkit::stdout(&out), stderr(&out)));
+    let findings = v["findings"].as_array().unwrap_or_else(|| panic!("{v:#}"));
+    findings.iter().map(|f| format!("{}: {}", f["kind"], f["detail"])).collect()
+}
+
+/// The FID `braid stat` shows for `path`, as the prefix of its objects' file names
+/// on the OSTs (`seq-oid-`).
+fn object_prefix(c: &Cluster, path: &str) -> String {
+    let out = c.braid_ok(&["stat", &c.url(path)]);
+    let f = out.split("FID: [").nth(1).and_then(|r| r.split(']').next()).unwrap_or_else(|| panic!("{out}"));
+    let n: Vec<u64> = f.split(':').map(|x| u64::from_str_radix(x.trim_start_matches("0x"), 16).unwrap()).collect();
+    format!("{:x}-{:x}-", n[0], n[1])
+}
+
+/// Every object file on the cluster's OSTs whose name starts with `prefix`.
+fn objects_named(c: &Cluster, prefix: &str) -> Vec<PathBuf> {
+    let all = (0..4).flat_map(|i| c.ost_objects(i));
+    all.filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(prefix))).collect()
 }
 
 fn cstr(s: &str) -> std::ffi::CString {
@@ -151,7 +186,11 @@ fn a_tree_moves_to_another_mdt_while_a_mount_reads_and_writes_in_it() {
     let mut out = String::new();
     for to in ["1", "0", "1", "0", "1"] {
         out = c.braid_ok(&["migrate", "-m", to, "-v", &c.url("/proj")]);
-        assert!(out.contains(&format!("6 directories moved to MDT {to}, 0 there already")), "{out}");
+        assert!(out.contains(&format!("moved to MDT {to}")), "{out}");
+        // Files open for the worker at that moment stay (it reads four of them in
+        // a loop); the rest move, the symlink among them.
+        let (dirs, files, _, _) = moved(&out);
+        assert!(dirs == 6 && files >= 1, "{out}");
     }
     std::thread::sleep(Duration::from_millis(300));
     stop.store(true, Ordering::Relaxed);
@@ -167,12 +206,21 @@ fn a_tree_moves_to_another_mdt_while_a_mount_reads_and_writes_in_it() {
     std::fs::remove_file(root.join("a/b/c/made")).unwrap();
     assert!(rounds > 10, "the worker went round {rounds} times");
 
+    std::fs::remove_file(root.join(format!("work/f{}", rounds - 1))).unwrap();
+    // What was open then moves now.
+    let quiet = c.braid_ok(&["migrate", "-m", "1", &c.url("/proj")]);
+    assert_eq!(moved(&quiet).3, 2, "only the hard-linked file's two names stay: {quiet}");
     for d in ["/proj", "/proj/a", "/proj/a/b", "/proj/a/b/c", "/proj/empty", "/proj/work"] {
         assert_eq!(mdt_of(&c, d), 1, "{d} moved");
     }
-    // Files keep their inodes on MDT 0; their names moved with their directories.
-    assert_eq!(mdt_of(&c, "/proj/a/b/two"), 0);
-    std::fs::remove_file(root.join(format!("work/f{}", rounds - 1))).unwrap();
+    // (getstripe follows a symlink: a/b/link's own move is in the counts below.)
+    for f in ["/proj/top", "/proj/a/b/two", "/proj/a/b/c/three"] {
+        assert_eq!(mdt_of(&c, f), 1, "{f} moved");
+    }
+    // A file with two names keeps its inode on MDT 0 (both names lead there).
+    assert_eq!((mdt_of(&c, "/proj/a/one"), mdt_of(&c, "/proj/a/b/one-again")), (0, 0));
+    let ino = |p: &str| std::fs::metadata(root.join(p)).unwrap().ino();
+    assert_eq!(ino("a/one"), ino("a/b/one-again"));
     assert_eq!(still(picture(&root)), before, "the tree reads as it did");
     let layout = c.braid_ok(&["getstripe", "-d", &c.url("/proj/a")]);
     assert!(layout.contains("stripe_count:  1") || layout.contains("stripe_count: 1"), "{layout}");
@@ -184,10 +232,10 @@ fn a_tree_moves_to_another_mdt_while_a_mount_reads_and_writes_in_it() {
     assert_eq!(mdt_of(&c, "/proj/a/b/c/new"), 1);
 
     let again = c.braid_ok(&["migrate", "-m", "1", &c.url("/proj")]);
-    assert!(again.contains("0 directories moved to MDT 1, 6 there already"), "{again}");
+    assert_eq!(moved(&again), (0, 0, 11, 2), "{again}");
     let back = c.braid_ok(&["migrate", "-m", "0", &c.url("/proj/a")]);
-    assert!(back.contains("3 directories moved to MDT 0"), "{back}");
-    assert_eq!((mdt_of(&c, "/proj/a/b/c"), mdt_of(&c, "/proj")), (0, 1));
+    assert_eq!(moved(&back), (3, 4, 2, 0), "two, three, new and link moved; one is there: {back}");
+    assert_eq!((mdt_of(&c, "/proj/a/b/c"), mdt_of(&c, "/proj/a/b/c/three"), mdt_of(&c, "/proj")), (0, 0, 1));
     assert_eq!(std::fs::read_to_string(root.join("a/b/c/three")).unwrap(), "333");
     drop(m);
     c.check_two_mdts(&mdts).unwrap_or_else(|e| panic!("the namespace after the moves:\n{e}"));
@@ -204,32 +252,142 @@ fn bad_migrations_are_refused_with_what_to_do() {
         stderr(&out)
     };
     assert!(fails(&["migrate", "-m", "7", &c.url("/d")]).contains("MDT 7"));
-    assert!(fails(&["migrate", "-m", "1", &c.url("/d/f")]).contains("moves directories"));
+    // One file moves on its own; with a second name it stays, and says why.
+    let one = c.braid_ok(&["migrate", "-m", "1", &c.url("/d/f")]);
+    assert_eq!((moved(&one), mdt_of(&c, "/d/f"), c.get("/d/f")), ((0, 1, 0, 0), 1, b"f".to_vec()), "{one}");
+    c.braid_ok(&["mkdir", "-i", "1", &c.url("/e")]);
+    let m = Mount::new(&c, "");
+    std::fs::hard_link(m.path("d/f"), m.path("e/f2")).unwrap();
+    let out = c.braid(&["migrate", "-m", "0", &c.url("/d/f")]);
+    assert!(out.status.success() && stderr(&out).contains("2 links"), "{}", stderr(&out));
+    assert_eq!((moved(&testkit::stdout(&out)), mdt_of(&c, "/d/f")), ((0, 0, 0, 1), 1));
+    drop(m);
     assert!(fails(&["migrate", "-m", "1", &c.url("/")]).contains("root"));
     assert!(fails(&["migrate", "-m", "1", &c.url("/nothing")]).contains("nothing"));
     assert!(fails(&["migrate", "-m", "x", &c.url("/d")]).contains("not an MDT index"));
     c.braid_ok(&["mkdir", "-c", "2", &c.url("/striped")]);
     assert!(fails(&["migrate", "-m", "1", &c.url("/striped")]).contains("striped"));
     assert_eq!(mdt_of(&c, "/d"), 0, "nothing moved");
-    // A directory asked to move where it is already is answered with itself.
+    // An inode asked to move where it is already is answered with itself.
     let rt = testkit::runtime();
     let cl = c.connect(&rt);
     let creds = client::process_creds();
     let d = testkit::within(&rt, "resolve", cl.resolve(&creds, "/d", true)).unwrap();
-    let same = testkit::within(&rt, "migrate", cl.migrate_dir(&creds, proto::Fid::ROOT, "d", 0)).unwrap();
+    let same = testkit::within(&rt, "migrate", cl.migrate_mdt(&creds, proto::Fid::ROOT, "d", 0)).unwrap();
     assert_eq!(same.fid, d.fid);
+}
+
+#[test]
+fn files_move_with_their_bytes_on_the_mdt_and_keep_their_objects() {
+    let (mut c, mdts) = Cluster::start_two_mdts(bin());
+    c.braid_ok(&["mkdir", "-i", "0", &c.url("/f")]);
+    // Data-on-MDT for the first 64 KiB, two stripes after; four stripes of 64 KiB.
+    c.braid_ok(&["setstripe", "-E", "64K", "-L", "mdt", "-E", "-1", "-c", "2", &c.url("/f/dom")]);
+    c.braid_ok(&["setstripe", "-c", "4", "-S", "64K", &c.url("/f/wide")]);
+    let m = Mount::new(&c, "");
+    let root = m.path("f");
+    let (dom, wide) = (testkit::pattern(200_000, 1), testkit::pattern(1 << 20, 2));
+    std::fs::write(root.join("dom"), &dom).unwrap();
+    std::fs::write(root.join("wide"), &wide).unwrap();
+    std::fs::write(root.join("small"), b"small").unwrap();
+    std::fs::File::create(root.join("empty")).unwrap();
+    std::os::unix::fs::symlink("wide", root.join("sym")).unwrap();
+    let fifo = cstr(root.join("fifo").to_str().unwrap());
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0, "{}", std::io::Error::last_os_error());
+    set_xattr(&root.join("small"), "user.k", b"v");
+    std::fs::set_permissions(root.join("small"), std::fs::Permissions::from_mode(0o640)).unwrap();
+    std::os::unix::fs::chown(root.join("small"), Some(1000), Some(1000)).unwrap();
+    let wide_objects = object_prefix(&c, "/f/wide");
+    let layout = |p: &str| testkit::getstripe_objects(&c.braid_ok(&["getstripe", &c.url(p)]));
+    let wide_layout = layout("/f/wide");
+    assert_eq!((wide_layout.len(), objects_named(&c, &wide_objects).len()), (4, 4));
+    let objects_before: Vec<PathBuf> = (0..4).flat_map(|i| c.ost_objects(i)).collect();
+
+    // An open file stays, and says so; once closed, it moves.
+    let held = std::fs::File::open(root.join("small")).unwrap();
+    let out = c.braid(&["migrate", "-m", "1", &c.url("/f")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("small: stays on MDT 0") && stderr(&out).contains("open"), "{}", stderr(&out));
+    assert_eq!(moved(&testkit::stdout(&out)), (1, 5, 0, 1), "{}", testkit::stdout(&out));
+    drop(held);
+    // The mount tells the MDS of the close a moment later.
+    testkit::wait_for("the closed file to move", Duration::from_secs(20), || {
+        moved(&c.braid_ok(&["migrate", "-m", "1", &c.url("/f")])).1 == 1
+    });
+    for f in ["dom", "wide", "small", "empty", "fifo"] {
+        assert_eq!(mdt_of(&c, &format!("/f/{f}")), 1, "{f} moved");
+    }
+    // The bytes read as they were, through the names the mount's kernel kept.
+    assert_eq!(std::fs::read(root.join("dom")).unwrap(), dom);
+    assert_eq!(std::fs::read(root.join("wide")).unwrap(), wide);
+    assert_eq!(std::fs::read(root.join("small")).unwrap(), b"small");
+    assert_eq!(std::fs::read_link(root.join("sym")).unwrap(), Path::new("wide"));
+    assert!(std::os::unix::fs::FileTypeExt::is_fifo(
+        &std::fs::symlink_metadata(root.join("fifo")).unwrap().file_type()
+    ));
+    let small = std::fs::metadata(root.join("small")).unwrap();
+    assert_eq!((small.mode() & 0o7777, small.uid(), small.gid()), (0o640, 1000, 1000));
+    assert_eq!(get_xattr(&root.join("small"), "user.k"), b"v");
+    // No byte of an OST moved: the same objects, named as before.
+    assert_eq!((0..4).flat_map(|i| c.ost_objects(i)).collect::<Vec<_>>(), objects_before);
+    assert_eq!(layout("/f/wide"), wide_layout, "the layout names the same objects");
+    assert_eq!(fsck_findings(&c), Vec::<String>::new(), "fsck after the move");
+
+    // Writes after the move reach those objects and the file where it is now.
+    let tail = testkit::pattern(100, 3);
+    let mut f = std::fs::OpenOptions::new().append(true).open(root.join("wide")).unwrap();
+    std::io::Write::write_all(&mut f, &tail).unwrap();
+    drop(f);
+    assert_eq!(c.get("/f/wide"), [&wide[..], &tail[..]].concat());
+    std::fs::write(root.join("dom"), b"rewritten").unwrap();
+    assert_eq!(c.get("/f/dom"), b"rewritten");
+
+    // Back to MDT 0: the objects keep the name of the file's first FID.
+    let back = c.braid_ok(&["migrate", "-m", "0", &c.url("/f")]);
+    assert_eq!(moved(&back), (1, 6, 0, 0), "{back}");
+    assert_eq!((mdt_of(&c, "/f/wide"), objects_named(&c, &wide_objects).len()), (0, 4));
+    assert_eq!(std::fs::read(root.join("wide")).unwrap(), [&wide[..], &tail[..]].concat());
+    assert_eq!(fsck_findings(&c), Vec::<String>::new(), "fsck after the move back");
+
+    // Removed, a moved file's objects are destroyed, and nothing else.
+    std::fs::remove_file(root.join("wide")).unwrap();
+    testkit::wait_for("wide's objects to be destroyed", Duration::from_secs(30), || {
+        objects_named(&c, &wide_objects).is_empty()
+    });
+    assert_eq!(fsck_findings(&c), Vec::<String>::new(), "fsck after the removal");
+    drop(m);
+    c.check_two_mdts(&mdts).unwrap_or_else(|e| panic!("the namespace after the moves:\n{e}"));
 }
 
 /// Kills `process` at `point` while `braid migrate -m TO /NAME` runs on a tree made
 /// on MDT `from` (a remote directory when `from` is not 0: its entry is in the root,
 /// on MDT 0), restarts it, and checks that the namespace is whole, and whole and
-/// moved after a second run.
-fn crash_at(c: &mut Cluster, mdts: &[PathBuf], (process, point): (&str, &str), name: &str, (from, to): (u32, u32)) {
+/// moved after a second run, with every byte and no object left behind. With
+/// `remote_file`, the tree also holds a file whose entry is on MDT `to` and inode on
+/// MDT `from` (renamed there), which moves first.
+fn crash_at(
+    c: &mut Cluster,
+    mdts: &[PathBuf],
+    (process, point): (&str, &str),
+    name: &str,
+    (from, to): (u32, u32),
+    remote_file: bool,
+) {
     let dir = format!("/{name}");
     c.braid_ok(&["mkdir", "-i", &from.to_string(), &c.url(&dir)]);
     c.braid_ok(&["mkdir", "-i", &from.to_string(), &c.url(&format!("{dir}/sub"))]);
     c.put(&format!("{dir}/sub/f"), b"data");
     c.put(&format!("{dir}/g"), b"top");
+    let moved_in = format!("{dir}/there/moved-in");
+    if remote_file {
+        c.braid_ok(&["mkdir", "-i", &to.to_string(), &c.url(&format!("{dir}/there"))]);
+        c.put(&format!("{dir}/moved-in"), b"remote");
+        let m = Mount::new(c, "");
+        std::fs::rename(m.path(&format!("{name}/moved-in")), m.path(&moved_in[1..])).unwrap();
+        drop(m);
+        assert_eq!(mdt_of(c, &moved_in), from, "a file of MDT {from} named on MDT {to}");
+    }
     c.set_env(process, mds::dne::FAULT_ENV, Some(point));
     c.restart(process);
     c.wait_mdts_up(2, testkit::WAIT);
@@ -249,22 +407,28 @@ fn crash_at(c: &mut Cluster, mdts: &[PathBuf], (process, point): (&str, &str), n
     assert!(out.contains("there already"), "{point}: {out}");
     assert_eq!((mdt_of(c, &dir), mdt_of(c, &format!("{dir}/sub"))), (to, to), "{point}");
     assert_eq!((c.get(&format!("{dir}/sub/f")), c.get(&format!("{dir}/g"))), (b"data".to_vec(), b"top".to_vec()));
+    assert_eq!(mdt_of(c, &format!("{dir}/sub/f")), to, "{point}");
+    if remote_file {
+        assert_eq!((c.get(&moved_in), mdt_of(c, &moved_in)), (b"remote".to_vec(), to), "{point}");
+    }
+    assert_eq!(fsck_findings(c), Vec::<String>::new(), "{point}: no object lost or left behind");
     c.two_mdts_consistent_within(mdts, Duration::from_secs(30));
 }
 
 #[test]
 fn a_migration_survives_a_sigkill_at_every_step() {
     let (mut c, mdts) = Cluster::start_two_mdts(bin());
-    // A directory of MDT 0 to MDT 1: MDT 0 coordinates, MDT 1 makes the copy.
+    // A directory of MDT 0 to MDT 1, its files first: MDT 0 coordinates, MDT 1 makes
+    // the copies.
     let local = [
-        ("mds", "migrate-dir:before-update"),
-        ("mds", "migrate-dir:before-commit"),
-        ("mds", "migrate-dir:before-done"),
+        ("mds", "migrate-local:before-update"),
+        ("mds", "migrate-local:before-commit"),
+        ("mds", "migrate-local:before-done"),
         ("mds1", "update:before-reply"),
         ("mds1", "update-done:before-apply"),
     ];
     for (i, step) in local.into_iter().enumerate() {
-        crash_at(&mut c, &mdts, step, &format!("m{i}"), (0, 1));
+        crash_at(&mut c, &mdts, step, &format!("m{i}"), (0, 1), false);
     }
     // A remote directory of MDT 1 (its entry in the root, on MDT 0) back to MDT 0:
     // MDT 0 coordinates and makes the copy, MDT 1 holds the old one until the verdict.
@@ -276,6 +440,11 @@ fn a_migration_survives_a_sigkill_at_every_step() {
         ("mds1", "update-done:before-apply"),
     ];
     for (i, step) in remote.into_iter().enumerate() {
-        crash_at(&mut c, &mdts, step, &format!("r{i}"), (1, 0));
+        crash_at(&mut c, &mdts, step, &format!("r{i}"), (1, 0), false);
+    }
+    // The same steps, met first by a remote file of MDT 1 named in a directory of
+    // MDT 0 (the coordinator, which makes the copy).
+    for (i, step) in remote.into_iter().enumerate() {
+        crash_at(&mut c, &mdts, step, &format!("rf{i}"), (1, 0), true);
     }
 }

@@ -1,20 +1,25 @@
-//! `braid migrate -m MDT DIR` (Lustre's `lfs migrate -m`): a directory tree's
-//! directories moved to another MDT, with their entries, while clients use them.
+//! `braid migrate -m MDT PATH` (Lustre's `lfs migrate -m`): a directory tree's
+//! inodes moved to another MDT, directories with their entries, files with their
+//! Data-on-MDT bytes, while clients use them.
 //!
-//! The tree is walked bottom-up and each directory moves in one operation across two
-//! MDTs (`Request::MdsMigrateDir`, crash-safe as the other operations spanning MDTs):
-//! once a directory's subdirectories have moved, it can move too, its parent's entry
-//! naming it under its new FID. A walk killed anywhere leaves a whole namespace in
-//! which some directories moved and the others did not; running it again moves the
-//! rest (a directory on the MDT already is passed over).
+//! The tree is walked bottom-up and each inode moves in one operation across two
+//! MDTs (`Request::MdsMigrate`, crash-safe as the other operations spanning MDTs):
+//! a directory's files first, then (once its subdirectories have moved too) the
+//! directory, its parent's entry naming it under its new FID. A file keeps its OST
+//! objects where they are: its layout names them by the FID it had
+//! (`Layout::objects`). A walk killed anywhere leaves a whole namespace in which some
+//! inodes moved and the others did not; running it again moves the rest (an inode
+//! on the MDT already is passed over).
 //!
-//! Files keep their inodes where they are for now: their entries move with their
-//! directory and name them on their MDT (as Lustre leaves hard-linked files). A
-//! directory changed while its copy was made answers `EAGAIN` and is tried again.
+//! A file with several links, open, or with more Data-on-MDT bytes than one step
+//! carries stays where it is (`EMLINK`, `EBUSY`, `ENOSPC`): its entry moves with its
+//! directory and names it on its MDT, as a rename across MDTs leaves one; the walk
+//! says which. An inode changed while its copy was made
+//! answers `EAGAIN` and is tried again.
 //!
-//! Clients keep using the tree meanwhile: a request naming a directory that moved
-//! (a name a mount's kernel keeps, a working directory) is answered with where it
-//! went, and the client sends it there (`Response::Moved`).
+//! Clients keep using the tree meanwhile: a request naming an inode that moved (a
+//! name a mount's kernel keeps, a working directory, a file's handle) is answered
+//! with where it went, and the client sends it there (`Response::Moved`).
 
 use std::time::Duration;
 
@@ -66,23 +71,33 @@ fn parse(args: &[String]) -> Result<Options> {
                 bail!("braid migrate -m: unknown option {s} (layout options move bytes: run them separately)")
             }
             p if path.is_none() => path = Some(p.to_string()),
-            p => bail!("braid migrate -m takes one directory (got {p} too)"),
+            p => bail!("braid migrate -m takes one path (got {p} too)"),
         }
     }
     let mdt = mdt.context("braid migrate -m needs an MDT index")?;
-    let path = path.context("braid migrate -m needs a directory")?;
+    let path = path.context("braid migrate -m needs a directory or file")?;
     Ok(Options { mdt, path, verbose, secret_file, timeout_s })
 }
 
-/// A directory to move: its entry (`name` in `parent`) and where the walk found it.
-struct Dir {
+/// An inode to move: its entry (`name` in `parent`) and where the walk found it.
+struct Item {
     parent: Fid,
     name: String,
     fid: Fid,
+    kind: FileKind,
     path: String,
 }
 
-/// Runs `braid migrate -m MDT DIR`.
+/// What a walk did.
+#[derive(Default)]
+struct Tally {
+    dirs: usize,
+    files: usize,
+    there: usize,
+    stayed: usize,
+}
+
+/// Runs `braid migrate -m MDT PATH`.
 pub fn run(args: &[String]) -> Result<()> {
     let o = parse(args)?;
     let opts = ClientOpts { secret_file: o.secret_file.clone(), timeout_s: o.timeout_s };
@@ -90,62 +105,108 @@ pub fn run(args: &[String]) -> Result<()> {
         let c = creds();
         let client = &bc.client;
         let top = bc.run(client.resolve(&c, &p.path, false)).map_err(|e| e.at(&p.url()))?;
-        if top.kind != FileKind::Dir {
-            bail!("{}: braid migrate -m moves directories; a file's bytes move with braid migrate -p/-c", p.url());
-        }
         if top.fid == Fid::ROOT {
             bail!("{}: the root stays on MDT 0", p.url());
         }
         let (parent, name) = bc.run(client.resolve_parent(&c, &p.path))?;
+        let top = Item { parent: parent.fid, name, fid: top.fid, kind: top.kind, path: p.url() };
         let mut order = Vec::new();
-        walk(bc, Dir { parent: parent.fid, name, fid: top.fid, path: p.url() }, &mut order)?;
-        let (mut moved, mut there) = (0usize, 0usize);
-        for d in &order {
-            if d.fid.mdt() == o.mdt {
-                there += 1;
+        match top.kind {
+            FileKind::Dir => walk(bc, top, &mut order)?,
+            _ => order.push(top),
+        }
+        let mut t = Tally::default();
+        for item in &order {
+            if item.fid.mdt() == o.mdt {
+                t.there += 1;
                 continue;
             }
-            let attr = migrate_one(bc, d, o.mdt)?;
-            moved += 1;
+            let attr = match migrate_one(bc, item, o.mdt)? {
+                Moved::To(a) => a,
+                Moved::Stayed => {
+                    t.stayed += 1;
+                    continue;
+                }
+                // Removed since the walk listed it: nothing to move.
+                Moved::Gone if item.kind != FileKind::Dir => continue,
+                Moved::Gone => bail!("{}: removed while it was migrated", item.path),
+            };
+            match item.kind {
+                FileKind::Dir => t.dirs += 1,
+                _ => t.files += 1,
+            }
             if o.verbose {
-                println!("{}: {} -> {} (MDT {})", d.path, d.fid, attr.fid, attr.fid.mdt());
+                println!("{}: {} -> {} (MDT {})", item.path, item.fid, attr.fid, attr.fid.mdt());
             }
         }
-        println!("{}: {moved} directories moved to MDT {}, {there} there already", p.url(), o.mdt);
+        let stayed = match t.stayed {
+            0 => String::new(),
+            n => format!(", {n} files stay where they are (see above)"),
+        };
+        println!(
+            "{}: {} directories and {} files moved to MDT {}, {} there already{stayed}",
+            p.url(),
+            t.dirs,
+            t.files,
+            o.mdt,
+            t.there
+        );
         Ok(())
     })
 }
 
-/// `d` and every directory below it, deepest first (a directory after its
-/// subdirectories).
-fn walk(bc: &BlockingClient, d: Dir, order: &mut Vec<Dir>) -> Result<()> {
+/// `d` and every inode below it, deepest first: a directory after its files and
+/// subdirectories.
+fn walk(bc: &BlockingClient, d: Item, order: &mut Vec<Item>) -> Result<()> {
     let c = creds();
     let entries = bc.run(bc.client.readdir_all(&c, d.fid)).map_err(|e| e.at(&d.path))?;
     for e in entries {
-        if e.kind == FileKind::Dir && e.name != "." && e.name != ".." {
-            let path = format!("{}/{}", d.path.trim_end_matches('/'), e.name);
-            walk(bc, Dir { parent: d.fid, name: e.name, fid: e.fid, path }, order)?;
+        if e.name == "." || e.name == ".." {
+            continue;
+        }
+        let path = format!("{}/{}", d.path.trim_end_matches('/'), e.name);
+        let item = Item { parent: d.fid, name: e.name, fid: e.fid, kind: e.kind, path };
+        match item.kind {
+            FileKind::Dir => walk(bc, item, order)?,
+            _ => order.push(item),
         }
     }
     order.push(d);
     Ok(())
 }
 
-/// Moves one directory, trying again while it keeps changing under the copy.
-fn migrate_one(bc: &BlockingClient, d: &Dir, mdt: u32) -> Result<client::Attr> {
+/// What became of one inode.
+enum Moved {
+    /// Where it is now.
+    To(client::Attr),
+    /// A file with several links, open, or with more bytes on the MDT than one step
+    /// carries: it stays (said on stderr).
+    Stayed,
+    /// Its entry is gone (`ENOENT`).
+    Gone,
+}
+
+/// Moves one inode, trying again while it keeps changing under the copy.
+fn migrate_one(bc: &BlockingClient, item: &Item, mdt: u32) -> Result<Moved> {
     let c = creds();
     let mut pause = Duration::from_millis(20);
     for _ in 1..TRIES {
-        match bc.run(bc.client.migrate_dir(&c, d.parent, &d.name, mdt)) {
+        match bc.run(bc.client.migrate_mdt(&c, item.parent, &item.name, mdt)) {
+            Ok(a) => return Ok(Moved::To(a)),
             Err(e) if e.errno() == Errno::Again => {
                 std::thread::sleep(pause);
                 pause = (pause * 2).min(Duration::from_secs(1));
             }
-            r => return r.map_err(|e| anyhow::anyhow!("{}: {}", d.path, e)),
+            Err(e) if item.kind != FileKind::Dir && matches!(e.errno(), Errno::MLink | Errno::Busy | Errno::NoSpc) => {
+                eprintln!("{}: stays on MDT {}: {e}", item.path, item.fid.mdt());
+                return Ok(Moved::Stayed);
+            }
+            Err(e) if e.errno() == Errno::NoEnt => return Ok(Moved::Gone),
+            Err(e) => bail!("{}: {e}", item.path),
         }
     }
-    let last = bc.run(bc.client.migrate_dir(&c, d.parent, &d.name, mdt));
-    last.map_err(|e| anyhow::anyhow!("{}: still changing after {TRIES} tries: {e}", d.path))
+    let last = bc.run(bc.client.migrate_mdt(&c, item.parent, &item.name, mdt));
+    last.map(Moved::To).map_err(|e| anyhow::anyhow!("{}: still changing after {TRIES} tries: {e}", item.path))
 }
 
 #[cfg(test)]
@@ -165,8 +226,8 @@ mod tests {
         let err = |s: &str| format!("{:#}", parse(&args(s)).unwrap_err());
         assert!(err("-m x d").contains("not an MDT index"));
         assert!(err("-m").contains("needs an MDT index"));
-        assert!(err("-m 1").contains("needs a directory"));
+        assert!(err("-m 1").contains("needs a directory or file"));
         assert!(err("-m 1 -c 2 d").contains("unknown option -c"));
-        assert!(err("-m 1 a b").contains("one directory"));
+        assert!(err("-m 1 a b").contains("one path"));
     }
 }

@@ -333,9 +333,9 @@ struct Inner {
     /// Requests sent, by kind of target.
     rpcs: Arc<RpcCounters>,
     readahead_stats: io::ReadaheadStats,
-    /// Directories that moved to another MDT, and where they went last (see
+    /// Inodes that moved to another MDT, and where they went (see
     /// [`Client::md_reply`]).
-    moved_dirs: Mutex<HashMap<Fid, Fid>>,
+    moved_inodes: Mutex<HashMap<Fid, Fid>>,
     any_moved: AtomicBool,
     /// Creates answered here (see [`async_create`]): templates and FID grants.
     creates: async_create::AsyncCreates,
@@ -491,11 +491,11 @@ impl rpc::CallbackHandler for Revocations {
 /// Most lost connections [`keep_connected`] has yet to look at.
 const LOST_MAX: usize = 64;
 
-/// Most hops one request follows a directory moving between MDTs.
+/// Most hops one request follows an inode moving between MDTs.
 const MOVED_MAX: usize = 16;
 
-/// Most moved directories a client remembers the last place of (all are forgotten
-/// when it is full: a forgotten one costs the hops again).
+/// Most moved inodes a client remembers the last place of (all are forgotten when
+/// it is full: a forgotten one costs the hops again).
 const MOVED_KEPT: usize = 4096;
 
 /// How often a request an MDS has not answered looks whether its MDT moved (see
@@ -886,7 +886,7 @@ impl Client {
                 moves: AtomicU64::new(0),
                 rpcs: Arc::default(),
                 readahead_stats: Default::default(),
-                moved_dirs: Default::default(),
+                moved_inodes: Default::default(),
                 any_moved: AtomicBool::new(false),
                 statahead: Arc::default(),
                 first_bytes: Default::default(),
@@ -1159,20 +1159,37 @@ impl Client {
         self.target(TargetKind::Mdt, fid.mdt()).await
     }
 
+    /// The FID inode `fid` has now: where this client saw it move to another MDT
+    /// (`braid migrate -m`), every move followed; `fid` itself otherwise. What is
+    /// kept by FID (a handle's state, a truncate's epoch) is kept under this one.
+    pub fn now_named(&self, mut fid: Fid) -> Fid {
+        if !self.inner.any_moved.load(Ordering::Relaxed) {
+            return fid;
+        }
+        let moved = self.inner.moved_inodes.lock().expect("moved inodes");
+        for _ in 0..MOVED_MAX {
+            match moved.get(&fid) {
+                Some(&to) => fid = to,
+                None => break,
+            }
+        }
+        fid
+    }
+
     /// Sends a metadata request to the MDT of `fid`.
     async fn md(&self, fid: Fid, req: Request) -> Result<Response> {
         Ok(self.md_reply(fid, req).await?.response)
     }
 
-    /// As [`Client::md`], with the answer's payload. A request naming a directory
-    /// that moved to another MDT (`braid migrate -m`) is sent again naming it where
-    /// it is now (the old MDT answers [`Response::Moved`]): a name the kernel keeps
-    /// for the old directory goes on working.
+    /// As [`Client::md`], with the answer's payload. A request naming an inode that
+    /// moved to another MDT (`braid migrate -m`) is sent again naming it where it is
+    /// now (the old MDT answers [`Response::Moved`]): a name the kernel keeps for the
+    /// old inode goes on working.
     async fn md_reply(&self, mut fid: Fid, mut req: Request) -> Result<rpc::Reply> {
-        // A directory this client saw move: straight to where it went last (no lock
+        // An inode this client saw move: straight to where it went last (no lock
         // taken while none did).
         let known = match self.inner.any_moved.load(Ordering::Relaxed) {
-            true => self.inner.moved_dirs.lock().expect("moved dirs").get(&fid).copied(),
+            true => self.inner.moved_inodes.lock().expect("moved inodes").get(&fid).copied(),
             false => None,
         };
         if let Some(to) = known.filter(|&to| req.retarget(fid, to)) {
@@ -1212,7 +1229,7 @@ impl Client {
                     (from, to) = (f, t);
                 }
                 _ => {
-                    let mut moved = self.inner.moved_dirs.lock().expect("moved dirs");
+                    let mut moved = self.inner.moved_inodes.lock().expect("moved inodes");
                     if moved.len() + learned.len() > MOVED_KEPT {
                         moved.clear();
                     }

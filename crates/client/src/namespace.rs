@@ -499,14 +499,14 @@ impl Client {
     }
 
     /// Moves directory `name` in `parent` to MDT `mdt` under a new FID, with its
-    /// entries (one step of `braid migrate -m`, see [`Request::MdsMigrateDir`]);
+    /// entries (one step of `braid migrate -m`, see [`Request::MdsMigrate`]);
     /// returns its attributes where it now is. `EAGAIN` if it changed meanwhile.
-    pub async fn migrate_dir(&self, creds: &Creds, parent: Fid, name: &str, mdt: u32) -> Result<Attr> {
-        self.observe("migrate_dir", Some(parent), 0, 0, async {
+    pub async fn migrate_mdt(&self, creds: &Creds, parent: Fid, name: &str, mdt: u32) -> Result<Attr> {
+        self.observe("migrate_mdt", Some(parent), 0, 0, async {
             self.inner.moves.fetch_add(1, Ordering::AcqRel);
             self.forget_dir(self.shard(parent, name));
-            let req = |dir| Request::MdsMigrateDir { creds: creds.clone(), parent: dir, name: name.to_string(), mdt };
-            answer!("migrate_dir", self.md_change(parent, name, req).await?, Response::Attr(a) => a)
+            let req = |dir| Request::MdsMigrate { creds: creds.clone(), parent: dir, name: name.to_string(), mdt };
+            answer!("migrate_mdt", self.md_change(parent, name, req).await?, Response::Attr(a) => a)
         })
         .await
     }

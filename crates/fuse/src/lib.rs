@@ -216,6 +216,15 @@ fn fid_of(ino: INodeNo) -> Fid {
     }
 }
 
+impl State {
+    /// The FID of inode `ino` now: the kernel's inode numbers name FIDs, and an
+    /// inode that moved to another MDT (`braid migrate -m`) has a new one, which
+    /// this mount's handles and the client's state are kept under once it knows.
+    fn fid(&self, ino: INodeNo) -> Fid {
+        self.client.now_named(fid_of(ino))
+    }
+}
+
 fn ino_of(fid: Fid) -> u64 {
     if fid == Fid::ROOT {
         ROOT_INO
@@ -662,8 +671,8 @@ impl fuser::Filesystem for BraidFs {
     fn forget(&self, _req: &Request, ino: INodeNo, _nlookup: u64) {
         // The kernel dropped the inode, and its pages with it: the next open finds
         // none cached (see `BraidFs::keep_cache`).
-        self.cached_versions.lock().expect("cached versions").remove(&fid_of(ino));
-        self.told.forget(fid_of(ino));
+        self.cached_versions.lock().expect("cached versions").remove(&self.fid(ino));
+        self.told.forget(self.fid(ino));
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
@@ -671,7 +680,7 @@ impl fuser::Filesystem for BraidFs {
         let (c, name) = (self.creds(req), name.to_owned());
         self.serve("lookup", req, move |s| async move {
             let asked = s.asked();
-            let r = s.client.lookup(&c, fid_of(parent), &name).await;
+            let r = s.client.lookup(&c, s.fid(parent), &name).await;
             if let Ok(a) = &r {
                 s.told.note(a, asked);
             }
@@ -683,22 +692,22 @@ impl fuser::Filesystem for BraidFs {
         // The kernel drops a directory's cached attributes after every create or
         // unlink in it and asks again at the next path walk; this client's own change
         // already brought them back, valid for what remains of the cache time.
-        if let Some((a, ttl)) = self.client.recent_dir_attr(fid_of(ino), self.opts.attr_ttl) {
+        if let Some((a, ttl)) = self.client.recent_dir_attr(self.fid(ino), self.opts.attr_ttl) {
             return reply.attr(&ttl, &self.file_attr(&a));
         }
         // A file this mount created and holds where no one else can find it (the
         // kernel asks before a chown, to clear set-ID bits): as this mount knows it.
-        if let Some(a) = self.client.attr_behind(fid_of(ino)) {
+        if let Some(a) = self.client.attr_behind(self.fid(ino)) {
             return reply.attr(&self.opts.attr_ttl, &self.file_attr(&a));
         }
         // The kernel dropped only a file's atime (after a read of it): what it was
         // told moments ago holds (see `told`).
-        if let Some((a, ttl)) = self.told.recent(fid_of(ino), self.opts.attr_ttl, self.client.metadata_epoch()) {
+        if let Some((a, ttl)) = self.told.recent(self.fid(ino), self.opts.attr_ttl, self.client.metadata_epoch()) {
             return reply.attr(&ttl, &self.file_attr(&a));
         }
         self.serve("getattr", req, move |s| async move {
             let asked = s.asked();
-            match s.client.getattr(fid_of(ino)).await {
+            match s.client.getattr(s.fid(ino)).await {
                 Ok(a) => {
                     s.told.note(&a, asked);
                     reply.attr(&s.opts.attr_ttl, &s.file_attr(&a))
@@ -729,7 +738,7 @@ impl fuser::Filesystem for BraidFs {
         if let Err(e) = self.writable() {
             return reply.error(e);
         }
-        let fid = fid_of(ino);
+        let fid = self.fid(ino);
         let c = self.creds(req);
         let time = |t: Option<TimeOrNow>| {
             t.map(|t| match t {
@@ -788,7 +797,7 @@ impl fuser::Filesystem for BraidFs {
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
         self.serve("readlink", req, move |s| async move {
-            match s.client.readlink(fid_of(ino)).await {
+            match s.client.readlink(s.fid(ino)).await {
                 Ok(t) => reply.data(t.as_bytes()),
                 Err(e) => reply.error(inode_errno(&e)),
             }
@@ -805,7 +814,7 @@ impl fuser::Filesystem for BraidFs {
         let name = name.to_owned();
         if let Some(kind) = FileKind::special_from_mode(mode) {
             return self.serve("mknod", req, move |s| async move {
-                let r = s.client.mknod(&c, fid_of(parent), &name, kind, perm, u64::from(rdev)).await;
+                let r = s.client.mknod(&c, s.fid(parent), &name, kind, perm, u64::from(rdev)).await;
                 s.entry(reply, r)
             });
         }
@@ -815,7 +824,7 @@ impl fuser::Filesystem for BraidFs {
         let flags = OpenFlags { read: false, write: false, truncate: false };
         self.serve("mknod", req, move |s| async move {
             let r = async {
-                let (f, attr, _) = s.client.create(&c, fid_of(parent), &name, perm, true, flags, None).await?;
+                let (f, attr, _) = s.client.create(&c, s.fid(parent), &name, perm, true, flags, None).await?;
                 s.client.close(f).await?;
                 Ok(attr)
             };
@@ -831,7 +840,7 @@ impl fuser::Filesystem for BraidFs {
         let c = self.creds(req);
         let name = name.to_owned();
         self.serve("mkdir", req, move |s| async move {
-            let r = s.client.mkdir(&c, fid_of(parent), &name, mode & !umask & 0o7777).await;
+            let r = s.client.mkdir(&c, s.fid(parent), &name, mode & !umask & 0o7777).await;
             s.entry(reply, r)
         });
     }
@@ -849,9 +858,9 @@ impl fuser::Filesystem for BraidFs {
         let vetted = req.uid() != 0 || !self.client.root_squashed();
         self.serve("unlink", req, move |s| async move {
             let r = if vetted {
-                s.client.unlink_vetted(&c, fid_of(parent), &name).await
+                s.client.unlink_vetted(&c, s.fid(parent), &name).await
             } else {
-                s.client.unlink(&c, fid_of(parent), &name).await
+                s.client.unlink(&c, s.fid(parent), &name).await
             };
             reply_empty(reply, r)
         });
@@ -864,9 +873,11 @@ impl fuser::Filesystem for BraidFs {
         let Ok(name) = name_str(name) else { return reply.error(Errno::ENOENT) };
         let c = self.creds(req);
         let name = name.to_owned();
-        self.serve("rmdir", req, move |s| async move {
-            reply_empty(reply, s.client.rmdir(&c, fid_of(parent), &name).await)
-        });
+        self.serve(
+            "rmdir",
+            req,
+            move |s| async move { reply_empty(reply, s.client.rmdir(&c, s.fid(parent), &name).await) },
+        );
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
@@ -879,7 +890,7 @@ impl fuser::Filesystem for BraidFs {
         let c = self.creds(req);
         let (name, target) = (name.to_owned(), target.to_owned());
         self.serve("symlink", req, move |s| async move {
-            let r = s.client.symlink(&c, fid_of(parent), &name, &target).await;
+            let r = s.client.symlink(&c, s.fid(parent), &name, &target).await;
             s.entry(reply, r)
         });
     }
@@ -908,7 +919,7 @@ impl fuser::Filesystem for BraidFs {
         };
         let (name, newname) = (name.to_owned(), newname.to_owned());
         self.serve("rename", req, move |s| async move {
-            reply_empty(reply, s.client.rename(&c, fid_of(parent), &name, fid_of(newparent), &newname, rf).await)
+            reply_empty(reply, s.client.rename(&c, s.fid(parent), &name, s.fid(newparent), &newname, rf).await)
         });
     }
 
@@ -920,7 +931,7 @@ impl fuser::Filesystem for BraidFs {
         let c = self.creds(req);
         let name = name.to_owned();
         self.serve("link", req, move |s| async move {
-            let r = s.client.link(&c, fid_of(ino), fid_of(newparent), &name).await;
+            let r = s.client.link(&c, s.fid(ino), s.fid(newparent), &name).await;
             s.entry(reply, r)
         });
     }
@@ -936,12 +947,12 @@ impl fuser::Filesystem for BraidFs {
         // open will find (it forgot the inode, never had it, or filled them before a
         // write) will ask for its bytes: a small file's are read beside the open (see
         // the client's `first_bytes`).
-        let held = self.cached_versions.lock().expect("cached versions").get(&fid_of(ino)).copied();
+        let held = self.cached_versions.lock().expect("cached versions").get(&self.fid(ino)).copied();
         self.serve("open", req, move |s| async move {
             let asked = s.asked();
             let opened = match read_only {
-                true => s.client.open_to_read(&c, fid_of(ino), of, held).await,
-                false => s.client.open(&c, fid_of(ino), of).await,
+                true => s.client.open_to_read(&c, s.fid(ino), of, held).await,
+                false => s.client.open(&c, s.fid(ino), of).await,
             };
             match opened {
                 Ok((f, a))
@@ -1015,7 +1026,7 @@ impl fuser::Filesystem for BraidFs {
         let exclusive = flags & libc::O_EXCL != 0;
         let (name, opener) = (name.to_owned(), (req.pid(), req.uid(), req.gid()));
         self.serve("create", req, move |s| async move {
-            match s.client.create(&c, fid_of(parent), &name, mode & !umask & 0o7777, exclusive, of, None).await {
+            match s.client.create(&c, s.fid(parent), &name, mode & !umask & 0o7777, exclusive, of, None).await {
                 Ok((f, attr, existed)) => {
                     if !existed {
                         s.nocaps.note_none(attr.fid);
@@ -1109,7 +1120,7 @@ impl fuser::Filesystem for BraidFs {
             }
         }
         // close(2) of any descriptor drops the process's POSIX locks on the file.
-        let fid = fid_of(ino);
+        let fid = self.fid(ino);
         let unlock = self.handles.take_lock_owner(fid, lock_owner.0);
         if flush.is_none() && !unlock {
             return reply.ok();
@@ -1142,7 +1153,7 @@ impl fuser::Filesystem for BraidFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        let fid = fid_of(ino);
+        let fid = self.fid(ino);
         let Some(state) = self.handles.remove_file(fh.0) else { return reply.error(Errno::EBADF) };
         // The kernel sends RELEASE as no process (pid 0): the close is the opener's.
         let caller = if req.pid() == 0 { state.opener } else { (req.pid(), req.uid(), req.gid()) };
@@ -1184,7 +1195,7 @@ impl fuser::Filesystem for BraidFs {
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: FuseOpenFlags, reply: ReplyOpen) {
         let c = self.creds(req);
-        let fid = fid_of(ino);
+        let fid = self.fid(ino);
         // Opened again right after a listing of it that still holds: no other client
         // may have changed its entries (this mount holds its lease), nor this one.
         if self.client.trusts_dir_lease(fid) {
@@ -1308,7 +1319,7 @@ impl fuser::Filesystem for BraidFs {
         self.serve(
             "fsyncdir",
             req,
-            move |s| async move { reply_empty(reply, s.client.sync_metadata(fid_of(ino)).await) },
+            move |s| async move { reply_empty(reply, s.client.sync_metadata(s.fid(ino)).await) },
         );
     }
 
@@ -1385,11 +1396,11 @@ impl fuser::Filesystem for BraidFs {
         };
         let c = self.creds(req);
         // Before and after: a getxattr answered meanwhile may predate the change.
-        self.nocaps.forget(fid_of(ino));
+        self.nocaps.forget(self.fid(ino));
         let (name, value) = (name.to_owned(), value.to_vec());
         self.serve("setxattr", req, move |s| async move {
-            let r = s.client.setxattr(&c, fid_of(ino), &name, &value, mode).await;
-            s.nocaps.forget(fid_of(ino));
+            let r = s.client.setxattr(&c, s.fid(ino), &name, &value, mode).await;
+            s.nocaps.forget(s.fid(ino));
             reply_empty(reply, r)
         });
     }
@@ -1415,7 +1426,7 @@ impl fuser::Filesystem for BraidFs {
                 _ => reply.data(&v),
             };
         }
-        let fid = fid_of(ino);
+        let fid = self.fid(ino);
         let caps = name == nocaps::CAPS_XATTR;
         if caps && self.nocaps.knows_none(fid) {
             return reply.error(Errno::NO_XATTR);
@@ -1443,7 +1454,7 @@ impl fuser::Filesystem for BraidFs {
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         let c = self.creds(req);
         self.serve("listxattr", req, move |s| async move {
-            match s.client.listxattr(&c, fid_of(ino)).await {
+            match s.client.listxattr(&c, s.fid(ino)).await {
                 Ok(names) => {
                     let mut buf = Vec::new();
                     for n in names {
@@ -1469,11 +1480,11 @@ impl fuser::Filesystem for BraidFs {
         }
         let Ok(name) = name_str(name) else { return reply.error(Errno::NO_XATTR) };
         let c = self.creds(req);
-        self.nocaps.forget(fid_of(ino));
+        self.nocaps.forget(self.fid(ino));
         let name = name.to_owned();
         self.serve("removexattr", req, move |s| async move {
-            let r = s.client.removexattr(&c, fid_of(ino), &name).await;
-            s.nocaps.forget(fid_of(ino));
+            let r = s.client.removexattr(&c, s.fid(ino), &name).await;
+            s.nocaps.forget(s.fid(ino));
             reply_empty(reply, r)
         });
     }
@@ -1483,7 +1494,7 @@ impl fuser::Filesystem for BraidFs {
         let want = mask.bits() as u32 & 7;
         let read_only = self.opts.read_only;
         self.serve("access", req, move |s| async move {
-            let a = match s.client.getattr(fid_of(ino)).await {
+            let a = match s.client.getattr(s.fid(ino)).await {
                 Ok(a) => a,
                 Err(e) => return reply.error(errno(&e)),
             };
@@ -1516,7 +1527,7 @@ impl fuser::Filesystem for BraidFs {
         };
         let asked = LockRequest { owner: lock_owner.0, pid: 0, lock, start, end };
         self.serve("getlk", req, move |s| async move {
-            match s.client.get_lock(fid_of(ino), asked).await {
+            match s.client.get_lock(s.fid(ino), asked).await {
                 Ok(None) => reply.locked(start, end, libc::F_UNLCK, 0),
                 Ok(Some(c)) => {
                     let t = if c.lock == LockType::Write { libc::F_WRLCK } else { libc::F_RDLCK };
@@ -1544,7 +1555,7 @@ impl fuser::Filesystem for BraidFs {
             Ok(l) => l,
             Err(e) => return reply.error(e),
         };
-        let fid = fid_of(ino);
+        let fid = self.fid(ino);
         let asked = LockRequest { owner: lock_owner.0, pid, lock, start, end };
         let caller = req.pid();
         self.serve("setlk", req, move |s| async move {

@@ -99,7 +99,7 @@ pub enum CoordinatedOp {
     /// `braid migrate -m`: entry `name` in `parent` names `moved`, the copy of
     /// directory `old` the participant made, if `old` is still as `copy` says; `old`
     /// goes.
-    MigrateDir { parent: Fid, name: String, old: Fid, copy: Box<proto::msg::DirCopy>, moved: Attr },
+    Migrate { parent: Fid, name: String, old: Fid, copy: Box<proto::msg::InodeCopy>, moved: Attr },
     /// `braid migrate -m` of a remote directory: entry `name` in `parent` names
     /// `moved` instead of `old` (both on other MDTs, which hold their halves).
     MigrateRemote { parent: Fid, name: String, old: Fid, moved: Attr },
@@ -122,9 +122,85 @@ struct Job {
     reply: oneshot::Sender<Outcome>,
 }
 
-/// Who holds each FID open: FID → client id → handles.
-/// The files open on an MDT: for each, its clients' handles.
-pub type Opens = Arc<Mutex<HashMap<Fid, HashMap<u64, Holds>>>>;
+/// The files open on an MDT (see [`OpenTable`]).
+pub type Opens = Arc<Mutex<OpenTable>>;
+
+/// Most files [`OpenTable`] remembers as moved away lately: an open that read its
+/// inode before more moves than this is asked to try again.
+const LEFT_KEPT: usize = 4096;
+
+/// Who holds each FID open (FID → client id → handles; the table derefs to that
+/// map), and the files that move to another MDT (`braid migrate -m`), so none is
+/// opened here as it goes: a batch that moves a file marks it leaving if no client
+/// holds it open ([`OpenTable::leave`]), and an open reads its inode, then counts
+/// its handle only if that file did not leave meanwhile ([`OpenTable::may_open`]).
+#[derive(Debug, Default)]
+pub struct OpenTable {
+    files: HashMap<Fid, HashMap<u64, Holds>>,
+    /// Marked by the batch being applied.
+    leaving: Vec<Fid>,
+    /// Batches applied that moved files away.
+    moves: u64,
+    /// The latest files that left, with the count of moves once they had.
+    left: std::collections::VecDeque<(u64, Fid)>,
+}
+
+impl OpenTable {
+    /// Marks `fid` leaving, unless a client holds it open (false).
+    pub fn leave(&mut self, fid: Fid) -> bool {
+        if self.files.contains_key(&fid) {
+            return false;
+        }
+        self.leaving.push(fid);
+        true
+    }
+
+    /// The batch that marked files leaving is applied (its changes are what a read
+    /// sees from now on, moved or not).
+    pub fn applied(&mut self) {
+        if self.leaving.is_empty() {
+            return;
+        }
+        self.moves += 1;
+        for fid in std::mem::take(&mut self.leaving) {
+            if self.left.len() == LEFT_KEPT {
+                self.left.pop_front();
+            }
+            self.left.push_back((self.moves, fid));
+        }
+    }
+
+    /// What an open notes before it reads the inode, for [`OpenTable::may_open`].
+    pub fn moves(&self) -> u64 {
+        self.moves
+    }
+
+    /// Whether an open of `fid` whose read came after `moves` may count its handle:
+    /// not if the file is leaving, or left since (or it cannot be told).
+    pub fn may_open(&self, fid: Fid, moves: u64) -> bool {
+        if self.leaving.contains(&fid) {
+            return false;
+        }
+        if self.moves == moves {
+            return true;
+        }
+        let covered = self.left.front().is_some_and(|&(first, _)| first <= moves + 1);
+        covered && !self.left.iter().any(|&(at, f)| at > moves && f == fid)
+    }
+}
+
+impl std::ops::Deref for OpenTable {
+    type Target = HashMap<Fid, HashMap<u64, Holds>>;
+    fn deref(&self) -> &Self::Target {
+        &self.files
+    }
+}
+
+impl std::ops::DerefMut for OpenTable {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.files
+    }
+}
 
 /// One client's handles of one open file.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -247,7 +323,9 @@ impl Committer {
     /// appended before the replies go out; a due checkpoint follows.
     fn commit_batch(&mut self, batch: Vec<Job>) {
         let index = self.index;
-        let replies = match self.apply_batch(&batch) {
+        let applied = self.apply_batch(&batch);
+        self.opens.lock().expect("opens").applied();
+        let replies = match applied {
             Ok(r) => r,
             Err(e) => {
                 // The block may come from a reservation this batch did not commit.
@@ -314,6 +392,8 @@ impl Committer {
             let opens = opens.lock().expect("opens");
             opens.get(&fid).is_some_and(|h| h.keys().any(|c| *c != me))
         };
+        let opens = self.opens.clone();
+        let leave = move |fid: Fid| opens.lock().expect("opens").leave(fid);
         let osts = self.cluster.read().expect("cluster view").osts.clone();
         let mut place = Placement {
             osts: &osts,
@@ -322,6 +402,7 @@ impl Committer {
             dom_max: self.cfg.dom_max,
             is_open: &is_open,
             open_elsewhere: &open_elsewhere,
+            leave: &leave,
         };
         // Readers wait while the batch applies, so they never see a change the
         // journal does not hold yet. A batch that panicked was undone by its writer.
@@ -446,8 +527,8 @@ fn coordinated_job(
             w.coordinating = Some(id);
             let r = match op {
                 CoordinatedOp::Stripe { fid, stripes } => w.stripe_empty_dir(*fid, stripes)?,
-                CoordinatedOp::MigrateDir { parent, name, old, copy, moved } => {
-                    w.migrate_dir_entry((*parent, name), *old, copy, moved)?
+                CoordinatedOp::Migrate { parent, name, old, copy, moved } => {
+                    w.migrate_entry((*parent, name), *old, copy, moved, place)?
                 }
                 CoordinatedOp::MigrateRemote { parent, name, old, moved } => {
                     w.migrate_remote_entry((*parent, name), *old, moved)?
@@ -548,4 +629,35 @@ fn as_client<'w>(
         w.put(Tbl::Replies, &key, &store::encode_record(&reply))?;
     }
     Ok(Outcome::Done(reply.response))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_leaving_takes_no_open_that_read_it_before() {
+        let (a, b) = (Fid::new(0, 1, 10), Fid::new(0, 1, 11));
+        let mut t = OpenTable::default();
+        t.entry(b).or_default().entry(7).or_default().handles = 1;
+        assert!(!t.leave(b), "an open file does not leave");
+        let before = t.moves();
+        assert!(t.leave(a));
+        // Marked: an open that read it, whenever, counts no handle.
+        assert!(!t.may_open(a, before) && t.may_open(b, before));
+        t.applied();
+        // Applied: an open that read it before is asked again; one after may open.
+        assert!(!t.may_open(a, before) && t.may_open(b, before));
+        assert!(t.may_open(a, t.moves()));
+        // A batch that moved nothing counts no move.
+        t.applied();
+        assert_eq!(t.moves(), before + 1);
+        // Moves past what is kept: an open that read before them cannot be told.
+        for oid in 0..LEFT_KEPT as u32 + 1 {
+            assert!(t.leave(Fid::new(0, 2, oid)));
+            t.applied();
+        }
+        assert!(!t.may_open(b, before), "too many moves since: asked again");
+        assert!(t.may_open(b, t.moves() - 1) && !t.may_open(Fid::new(0, 2, LEFT_KEPT as u32), t.moves() - 1));
+    }
 }

@@ -241,6 +241,7 @@ impl Mds {
         if let Opened::Name(parent, _) = &what {
             self.reading_entries(&ctx, mdt, *parent).await;
         }
+        let moves = mdt.opens.lock().expect("opens").moves();
         let (answer, fid) = mdt
             .read_answer_with(move |v| {
                 let fid = match what {
@@ -261,13 +262,20 @@ impl Mds {
             })
             .await;
         if let Some(fid) = fid {
-            mdt.opened(fid, ctx.client_id, flags.write || flags.truncate);
+            if !mdt.opened(fid, ctx.client_id, flags.write || flags.truncate, Some(moves)) {
+                // It moved to another MDT since it was read: asked again, the open
+                // finds where it went.
+                let e = format!("{fid} moved to another MDT as it was opened: try again");
+                return (Response::error(Errno::Again, e), vec![]);
+            }
         }
         answer
     }
 
     async fn dispatch(&self, ctx: RequestCtx, req: Request) -> Response {
-        let target = match &req {
+        // The MDT's FID, and the inode the request names by its FID (a handle), if
+        // it names one.
+        let (target, handle) = match &req {
             Request::Ping => return Response::Ok,
             Request::MdsCloseMany { fids } => {
                 let Some(first) = fids.first() else { return Response::Ok };
@@ -325,18 +333,19 @@ impl Mds {
             | Request::MdsMknod { parent, .. }
             | Request::MdsUnlink { parent, .. }
             | Request::MdsUnlinkAt { parent, .. }
-            | Request::MdsRmdir { parent, .. } => *parent,
+            | Request::MdsRmdir { parent, .. } => (*parent, None),
             // The new entry's MDT coordinates a rename from a directory on another.
-            Request::MdsRename { new_parent, .. } => *new_parent,
-            Request::MdsUpdate { mdt, .. } => Fid::new(*mdt, 0, 0),
-            Request::MdsFidGrant { mdt, .. } => Fid::new(*mdt, 0, 0),
-            Request::MdsUpdateDone { mdt, .. } => Fid::new(*mdt, 0, 0),
-            Request::MdsShardSync(s) => s.fid,
-            Request::MdsFsckRepair { fix, .. } => fix.fid(),
-            Request::MdsAncestors { fid } => *fid,
-            Request::MdsUpdateQuery { id } => Fid::new(id.mdt, 0, 0),
+            Request::MdsRename { new_parent, .. } => (*new_parent, None),
+            Request::MdsUpdate { mdt, .. } => (Fid::new(*mdt, 0, 0), None),
+            Request::MdsFidGrant { mdt, .. } => (Fid::new(*mdt, 0, 0), None),
+            Request::MdsUpdateDone { mdt, .. } => (Fid::new(*mdt, 0, 0), None),
+            Request::MdsShardSync(s) => (s.fid, None),
+            Request::MdsFsckRepair { fix, .. } => (fix.fid(), None),
+            Request::MdsAncestors { fid } => (*fid, Some(*fid)),
+            Request::MdsUpdateQuery { id } => (Fid::new(id.mdt, 0, 0), None),
             // The entry's MDT coordinates a link to a file on another MDT.
-            Request::MdsLink { parent, .. } | Request::MdsMigrateDir { parent, .. } => *parent,
+            Request::MdsLink { parent, fid, .. } => (*parent, Some(*fid)),
+            Request::MdsMigrate { parent, .. } => (*parent, None),
             Request::MdsGetattr { fid }
             | Request::MdsOpen { fid, .. }
             | Request::MdsReaddir { fid, .. }
@@ -361,13 +370,29 @@ impl Mds {
             | Request::MdsSetLock { fid, .. }
             | Request::MdsGetLock { fid, .. }
             | Request::MdsReclaimOpen { fid, .. }
-            | Request::MdsSync { fid } => *fid,
+            | Request::MdsSync { fid } => (*fid, Some(*fid)),
             other => return Response::error(Errno::Proto, format!("an MDS does not serve {}", other.op_name())),
         };
         let mdt = match self.mdt(target) {
             Ok(m) => m,
             Err(r) => return *r,
         };
+        let answer = self.serve(ctx, mdt, target, req).await;
+        match (handle, &answer) {
+            // An inode gone from here that moved to another MDT (`braid migrate -m`):
+            // the client sends the request where it went.
+            (Some(fid), Response::Error(e)) if e.code == Errno::NoEnt && fid.mdt() == mdt.index => {
+                match mdt.view().and_then(|v| v.moved(fid)) {
+                    Ok(Some(to)) => Response::Moved { from: fid, to },
+                    _ => answer,
+                }
+            }
+            _ => answer,
+        }
+    }
+
+    /// Serves `req` on `mdt`, the MDT of its FID `target`.
+    async fn serve(&self, ctx: RequestCtx, mdt: &Arc<Mdt>, target: Fid, req: Request) -> Response {
         match req {
             Request::MdsLookup { creds, parent, name } => {
                 self.reading_entries(&ctx, mdt, parent).await;
@@ -533,9 +558,9 @@ impl Mds {
                 })
                 .await
             }
-            Request::MdsMigrateDir { creds, parent, name, mdt: k } => {
+            Request::MdsMigrate { creds, parent, name, mdt: k } => {
                 self.across(mdt, ctx, move |dne, cb, m, ctx| async move {
-                    dne.migrate_dir(&cb, &ctx, &m, creds, parent, name, k).await
+                    dne.migrate(&cb, &ctx, &m, creds, parent, name, k).await
                 })
                 .await
             }
@@ -695,7 +720,7 @@ impl Mds {
             }
         };
         if let (true, Response::Created { attr, .. }) = (create, &r) {
-            mdt.opened(attr.fid, ctx.client_id, true);
+            mdt.opened(attr.fid, ctx.client_id, true, None);
         }
         Ok(r)
     }

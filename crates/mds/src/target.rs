@@ -325,16 +325,24 @@ impl Mdt {
         Ok(out)
     }
 
-    /// Counts a handle of `client` (for writing with `write`), and logs the open.
-    pub(crate) fn opened(&self, fid: Fid, client: u64, write: bool) {
+    /// Counts a handle of `client` (for writing with `write`), and logs the open,
+    /// unless `fid` moved to another MDT since the open read it, when `moves` were
+    /// counted (false; see [`crate::commit::OpenTable`]). A create's open (`None`)
+    /// counts in any case: its answer is kept for a resend, which must find it
+    /// counted.
+    pub(crate) fn opened(&self, fid: Fid, client: u64, write: bool, moves: Option<u64>) -> bool {
         {
             let mut opens = self.opens.lock().expect("opens");
+            if moves.is_some_and(|m| !opens.may_open(fid, m)) {
+                return false;
+            }
             let holds = opens.entry(fid).or_default().entry(client).or_default();
             holds.handles += 1;
             holds.writer |= write;
         }
         let open = proto::msg::LoggedOpen { fid, at: proto::msg::Timespec::now(), client };
         self.open_log.lock().expect("open log").push(open);
+        true
     }
 
     /// Counts `handles` handles of `client` on `fid` again after it reconnected
@@ -357,6 +365,11 @@ impl Mdt {
     pub(crate) fn open_log(&self, after: u64) -> Response {
         let (first, next, opens) = self.open_log.lock().expect("open log").after(after);
         Response::OpenLog { first, next, opens }
+    }
+
+    /// Whether any client holds `fid` open.
+    pub(crate) fn is_open(&self, fid: Fid) -> bool {
+        self.opens.lock().expect("opens").contains_key(&fid)
     }
 
     /// Drops one handle of `client`.

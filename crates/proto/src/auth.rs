@@ -38,9 +38,10 @@ use crate::msg::{AuthProof, AuthResult, Challenge, Hello};
 /// (`MdsSetLock::reclaim`, `MdsReclaimOpen`) and replicated MDTs
 /// (`MgsRegister::epoch`, `MdtRaft`). 10: job ids after request messages
 /// (`msg::encode_request`) and `Request::Metrics`. 11: directory migration between
-/// MDTs (`MdsMigrateDir`, `UpdateOp::AdoptDir`/`ReleaseDir`/`ReleasedTo`,
-/// `Response::DirCopy`/`Moved`).
-pub const PROTOCOL_VERSION: u32 = 11;
+/// MDTs (`MdsMigrate`, `UpdateOp::Adopt`/`Release`/`ReleasedTo`,
+/// `Response::InodeCopy`/`Moved`). 12: files' inodes migrate too
+/// (`Layout::objects`, `InodeCopy::symlink`/`dom`).
+pub const PROTOCOL_VERSION: u32 = 12;
 /// Shortest secret accepted, in bytes.
 pub const SECRET_MIN_BYTES: usize = 16;
 /// A peer that has not finished the handshake by then is dropped.

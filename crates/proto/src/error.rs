@@ -36,6 +36,8 @@ pub enum Errno {
     Deadlk,
     /// The caller was interrupted by a signal while it waited (a client's own answer).
     Intr,
+    /// Too many links: a file with hard links cannot move to another MDT alone.
+    MLink,
 }
 
 impl Errno {
@@ -64,6 +66,7 @@ impl Errno {
             Errno::Again => "EAGAIN",
             Errno::Deadlk => "EDEADLK",
             Errno::Intr => "EINTR",
+            Errno::MLink => "EMLINK",
         }
     }
 
@@ -91,6 +94,7 @@ impl Errno {
             Errno::Stale => 116,
             Errno::NotSup => 95,
             Errno::Perm => 1,
+            Errno::MLink => 31,
         }
     }
 }

@@ -974,11 +974,13 @@ pub enum Request {
         ost: u32,
         object: ObjectId,
     },
-    /// `braid migrate -m`: directory `name` in `parent` moves to MDT `mdt` under a
-    /// new FID, its entries and extended attributes with it (Lustre's `lfs migrate
-    /// -m`). Sent to the parent's MDT, which coordinates. Root only. Answered with
-    /// the directory's attributes where it now is.
-    MdsMigrateDir {
+    /// `braid migrate -m`: the inode of entry `name` in `parent` moves to MDT `mdt`
+    /// under a new FID (Lustre's `lfs migrate -m`): a directory with its entries, a
+    /// file with its Data-on-MDT bytes (its OST objects stay, see
+    /// `Layout::objects`), each with its extended attributes. Sent to the parent's
+    /// MDT, which coordinates. Root only. Answered with the attributes where it
+    /// now is.
+    MdsMigrate {
         creds: Creds,
         parent: Fid,
         name: String,
@@ -1081,7 +1083,7 @@ impl Request {
             | MdsOpenAt { parent, .. }
             | MdsCreateGranted { parent, .. }
             | MdsUnlinkAt { parent, .. }
-            | MdsMigrateDir { parent, .. } => mdt(parent),
+            | MdsMigrate { parent, .. } => mdt(parent),
             MdsGetattr { fid }
             | MdsOpen { fid, .. }
             | MdsReaddir { fid, .. }
@@ -1126,9 +1128,9 @@ impl Request {
         }
     }
 
-    /// Makes the request name directory `to` where it names `from` (which moved
-    /// there, see [`Response::Moved`]); false if it names `from` nowhere it can
-    /// be changed.
+    /// Makes the request name inode `to` where it names `from` (which moved there,
+    /// see [`Response::Moved`]); false if it names `from` nowhere it can be
+    /// changed.
     pub fn retarget(&mut self, from: Fid, to: Fid) -> bool {
         use Request::*;
         let mut changed = false;
@@ -1143,17 +1145,20 @@ impl Request {
                 swap(parent);
                 swap(new_parent);
             }
+            MdsLink { fid, parent, .. } => {
+                swap(fid);
+                swap(parent);
+            }
             MdsLookup { parent, .. }
             | MdsCreate { parent, .. }
             | MdsMkdir { parent, .. }
             | MdsSymlink { parent, .. }
             | MdsMknod { parent, .. }
-            | MdsLink { parent, .. }
             | MdsUnlink { parent, .. }
             | MdsRmdir { parent, .. }
             | MdsOpenAt { parent, .. }
             | MdsUnlinkAt { parent, .. }
-            | MdsMigrateDir { parent, .. } => swap(parent),
+            | MdsMigrate { parent, .. } => swap(parent),
             MdsGetattr { fid }
             | MdsOpen { fid, .. }
             | MdsReaddir { fid, .. }
@@ -1166,7 +1171,21 @@ impl Request {
             | MdsRemovexattr { fid, .. }
             | MdsSetDirLayout { fid, .. }
             | MdsGetDirLayout { fid }
-            | MdsAncestors { fid } => swap(fid),
+            | MdsAncestors { fid }
+            | MdsReadlink { fid }
+            | MdsLayoutChange { fid, .. }
+            | MdsReplaceLayout { fid, .. }
+            | MdsDomRead { fid, .. }
+            | MdsDomWrite { fid, .. }
+            | MdsDomTrim { fid, .. }
+            | MdsDomPunch { fid, .. }
+            | MdsDomGetattr { fid }
+            | MdsSizeUpdate { fid, .. }
+            | MdsClose { fid, .. }
+            | MdsSetLock { fid, .. }
+            | MdsGetLock { fid, .. }
+            | MdsReclaimOpen { fid, .. }
+            | MdsSync { fid } => swap(fid),
             _ => {}
         }
         changed
@@ -1199,7 +1218,7 @@ impl Request {
             | Request::MdsUnlinkAt { creds, .. }
             | Request::MdsReplaceLayout { creds, .. }
             | Request::MdsFsckRepair { creds, .. }
-            | Request::MdsMigrateDir { creds, .. } => Some(creds),
+            | Request::MdsMigrate { creds, .. } => Some(creds),
             _ => None,
         }
     }
@@ -1246,7 +1265,7 @@ impl Request {
             Request::Metrics => "metrics",
             Request::MdsFsckScan { .. } => "fsck_scan",
             Request::MdsFsckRepair { .. } => "fsck_repair",
-            Request::MdsMigrateDir { .. } => "migrate_dir",
+            Request::MdsMigrate { .. } => "migrate_mdt",
             Request::OstFsckList { .. } => "ost_fsck_list",
             Request::OstFsckLostFound { .. } => "ost_fsck_lost_found",
             Request::MdsRefreshConfig => "refresh_config",
@@ -1406,9 +1425,9 @@ pub enum Response {
         next: u64,
         opens: Vec<LoggedOpen>,
     },
-    /// Answer to [`UpdateOp::ReleaseDir`]: what the directory takes along.
-    DirCopy(Box<DirCopy>),
-    /// In place of the answer: directory `from`, which the request names, moved to
+    /// Answer to [`UpdateOp::Release`]: what the inode takes along.
+    InodeCopy(Box<InodeCopy>),
+    /// In place of the answer: inode `from`, which the request names, moved to
     /// another MDT as `to` (`braid migrate -m`); nothing was done. The client sends
     /// the request again naming `to`.
     Moved {
@@ -1564,30 +1583,33 @@ pub enum UpdateOp {
     /// both on other MDTs: once the coordinator made the new entry its ctime moves,
     /// and a directory's `..` names `to`.
     SetParent { fid: Fid, from: Fid, to: Fid },
-    /// `braid migrate -m`: directory `from`, entry `name` in `parent` (both on the
-    /// coordinator), made again here under a new FID from `copy`; this MDT's
-    /// subdirectories among its entries take it as their `..`. Kept if the
+    /// `braid migrate -m`: inode `from`, entry `name` in `parent` (on the
+    /// coordinator), made again here under a new FID from `copy`; for a directory,
+    /// this MDT's subdirectories among its entries take it as their `..`. Kept if the
     /// coordinator's batch found `from` still as copied. Answered with its attributes.
-    AdoptDir { parent: Fid, name: String, from: Fid, copy: Box<DirCopy> },
-    /// `braid migrate -m` of a remote directory (its entry `name` in `parent` on the
-    /// coordinator, its inode `fid` here), to MDT `to`, where all of its
-    /// subdirectories must be already: the directory takes no change until the
-    /// verdict, which drops it if committed. Answered with [`Response::DirCopy`].
-    ReleaseDir { fid: Fid, parent: Fid, name: String, to: u32 },
+    Adopt { parent: Fid, name: String, from: Fid, copy: Box<InodeCopy> },
+    /// `braid migrate -m` of a remote inode (its entry `name` in `parent` on the
+    /// coordinator, its inode `fid` here), to MDT `to`, where all of a directory's
+    /// subdirectories must be already: the inode takes no change until the
+    /// verdict, which drops it if committed. Answered with [`Response::InodeCopy`].
+    Release { fid: Fid, parent: Fid, name: String, to: u32 },
     /// The FID of the copy of directory `fid`, released by this operation: where
     /// requests naming `fid` are sent once it is gone.
     ReleasedTo { fid: Fid, to: Fid },
 }
 
-/// What a directory moving to another MDT takes along (see [`UpdateOp::AdoptDir`]):
-/// its attributes, default layout, extended attributes (its default for new
-/// directories among them) and entries, in key order.
+/// What an inode moving to another MDT takes along (see [`UpdateOp::Adopt`]):
+/// its attributes, extended attributes (a directory's default for new directories
+/// among them) and, by kind, a directory's default layout and entries (in key
+/// order), a symlink's target, a file's Data-on-MDT blocks (index, bytes).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DirCopy {
+pub struct InodeCopy {
     pub attr: Attr,
     pub dir_default: Option<LayoutSpec>,
     pub xattrs: Vec<(String, Vec<u8>)>,
     pub entries: Vec<(String, Fid, FileKind)>,
+    pub symlink: Option<String>,
+    pub dom: Vec<(u64, Vec<u8>)>,
 }
 
 /// What a shard of a striped directory keeps of the directory's attributes (see

@@ -77,6 +77,7 @@ impl Mdt {
             dom_max: 0,
             is_open: &is_open,
             open_elsewhere: &|_, _| false,
+            leave: &|_| true,
         };
         let mut w = Writer::new(self.store.snapshot().unwrap(), &mut self.mem, self.index);
         let out = f(&mut w, &mut place);

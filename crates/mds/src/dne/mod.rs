@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use layout::DirHash;
 use proto::msg::{
-    Attr, ClusterConfig, Creds, DirCopy, DirSpec, FileKind, Request, Response, TargetKind, UpdateId, UpdateOp,
+    Attr, ClusterConfig, Creds, DirSpec, FileKind, InodeCopy, Request, Response, TargetKind, UpdateId, UpdateOp,
     UpdateState, DIR_STRIPES_ALL, MDT_BALANCED,
 };
 use proto::{Errno, Fid, RpcError};
@@ -74,8 +74,9 @@ pub const PEER_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a participant's half stays pending before it asks the coordinator.
 pub const PENDING_ASK_AFTER: Duration = Duration::from_secs(2);
 
-/// Most bytes of a directory's copy one step of `braid migrate -m` carries (a
-/// message is at most 1 MiB; its entries, attributes and extended attributes).
+/// Most bytes of an inode's copy one step of `braid migrate -m` carries (a message
+/// is at most 1 MiB; its attributes, extended attributes, a directory's entries, a
+/// file's Data-on-MDT bytes).
 pub const MIGRATE_COPY_MAX: usize = 768 << 10;
 
 /// Most pending halves one pass of [`UpdateResolve`] settles.
@@ -574,14 +575,15 @@ impl Dne {
         self.coordinate(callbacks, ctx, mdt, ("link-remote", parent, fid.mdt()), op, entry).await
     }
 
-    /// `braid migrate -m K`: directory `name` in `parent` (entry and inode on this
-    /// MDS) moves to MDT `k` under a new FID, with its entries and extended
-    /// attributes: MDT `k` makes the copy (its half), this MDT points the entry at it
-    /// and drops the directory, if nothing changed since the copy was read (else
-    /// `EAGAIN`: the caller asks again). A directory on `k` already is answered with
-    /// its attributes. Root only.
+    /// `braid migrate -m K`: the inode of entry `name` in `parent` (entry and inode
+    /// on this MDS) moves to MDT `k` under a new FID, with its extended attributes
+    /// and a directory's entries or a file's DoM bytes: MDT `k` makes the copy (its
+    /// half), this MDT points the entry at it and drops the old inode, if nothing
+    /// changed since the copy was read (else `EAGAIN`: the caller asks again). A
+    /// file with several links (`EMLINK`) or open (`EBUSY`) stays. An inode on `k`
+    /// already is answered with its attributes. Root only.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) async fn migrate_dir(
+    pub(crate) async fn migrate(
         &self,
         callbacks: &Callbacks,
         ctx: &RequestCtx,
@@ -595,22 +597,19 @@ impl Dne {
             return r;
         }
         if creds.uid != 0 {
-            return Response::error(Errno::Perm, "only root may migrate a directory to another MDT");
+            return Response::error(Errno::Perm, "only root may migrate an inode to another MDT");
         }
         if let Err(r) = self.peer(k).await {
             return r;
         }
-        // The directory and what it takes along, or its FID on another MDT.
-        let read = || -> Result<Result<(Fid, DirCopy), Fid>, OpError> {
+        // The inode and what it takes along, or its FID on another MDT.
+        let read = || -> Result<Result<(Fid, InodeCopy), Fid>, OpError> {
             let v = mdt.view()?;
             v.dir_for(&creds, parent, &name, false)?;
             match v.entry(parent, &name)? {
                 None => Err(OpError::Errno(Errno::NoEnt, format!("{name}: no such entry in {parent}"))),
-                Some((_, kind)) if kind != FileKind::Dir => {
-                    Err(OpError::Errno(Errno::NotDir, format!("{name} is not a directory")))
-                }
                 Some((fid, _)) if fid.mdt() != mdt.index || fid.mdt() == k => Ok(Err(fid)),
-                Some((fid, _)) => Ok(Ok((fid, v.dir_copy(fid)?))),
+                Some((fid, _)) => Ok(Ok((fid, v.inode_copy(fid)?))),
             }
         };
         let (old, copy) = match read() {
@@ -625,6 +624,13 @@ impl Dne {
         };
         if copy.attr.stripes.is_some() {
             return Response::error(Errno::NotSup, format!("{name} is striped: migrating one is not supported yet"));
+        }
+        if copy.attr.kind != FileKind::Dir && copy.attr.nlink != 1 {
+            let links = copy.attr.nlink;
+            return Response::error(Errno::MLink, format!("{name} has {links} links: it stays on MDT {}", mdt.index));
+        }
+        if copy.attr.kind != FileKind::Dir && mdt.is_open(old) {
+            return Response::error(Errno::Busy, format!("{name} is open: it stays on MDT {} until closed", mdt.index));
         }
         if let Some((entry, child, _)) = copy
             .entries
@@ -644,30 +650,31 @@ impl Dne {
             return Response::error(
                 Errno::NoSpc,
                 format!(
-                    "{name} has {} entries ({bytes} bytes to copy): more than one step of a migration carries \
-                     ({MIGRATE_COPY_MAX} bytes)",
-                    copy.entries.len()
+                    "{name} has {} entries and {} bytes on the MDT ({bytes} bytes to copy): more than one step \
+                     of a migration carries ({MIGRATE_COPY_MAX} bytes)",
+                    copy.entries.len(),
+                    copy.dom.iter().map(|(_, b)| b.len()).sum::<usize>()
                 ),
             );
         }
-        // Leases on the directory itself go too: its entries go with the batch.
+        // Leases on a directory itself go too: its entries go with the batch.
         self.revoke_others(callbacks, mdt, old, ctx).await;
-        let op = UpdateOp::AdoptDir { parent, name: name.clone(), from: old, copy: Box::new(copy.clone()) };
+        let op = UpdateOp::Adopt { parent, name: name.clone(), from: old, copy: Box::new(copy.clone()) };
         let entry = move |half: &Response| match half {
             Response::Attr(moved) => Some((
-                CoordinatedOp::MigrateDir { parent, name, old, copy: Box::new(copy), moved: moved.clone() },
+                CoordinatedOp::Migrate { parent, name, old, copy: Box::new(copy), moved: moved.clone() },
                 moved.fid,
             )),
             _ => None,
         };
-        self.coordinate(callbacks, ctx, mdt, ("migrate-dir", parent, k), op, entry).await
+        self.coordinate(callbacks, ctx, mdt, ("migrate-local", parent, k), op, entry).await
     }
 
-    /// `braid migrate -m K` of a remote directory: its entry `name` in `parent` here,
-    /// its inode `old` on another MDT. That MDT holds the directory unchanged and
-    /// answers what it takes along (its half), MDT `k` makes the copy (its half,
-    /// this MDT's own if `k` is this one), and this MDT points the entry at the copy;
-    /// the verdict drops the old directory.
+    /// `braid migrate -m K` of a remote inode: its entry `name` in `parent` here, its
+    /// inode `old` on another MDT. That MDT holds the inode unchanged and answers
+    /// what it takes along (its half), MDT `k` makes the copy (its half, this MDT's
+    /// own if `k` is this one), and this MDT points the entry at the copy; the
+    /// verdict drops the old inode.
     async fn migrate_remote(
         &self,
         callbacks: &Callbacks,
@@ -685,10 +692,10 @@ impl Dne {
         let flight = self.begin(mdt.index);
         let id = flight.id;
         fault_point("migrate-remote:before-update");
-        let release = UpdateOp::ReleaseDir { fid: old, parent, name: name.clone(), to: k };
+        let release = UpdateOp::Release { fid: old, parent, name: name.clone(), to: k };
         let copy = match ask(&from, old.mdt(), &Request::MdsUpdate { mdt: old.mdt(), id, op: Box::new(release) }).await
         {
-            Response::DirCopy(c) => c,
+            Response::InodeCopy(c) => c,
             other => {
                 // Nothing held, or a refusal after the half was kept: told to go.
                 self.tell(mdt.clone(), id, false, vec![(from, Participant { mdt: old.mdt(), fid: old })]);
@@ -696,7 +703,7 @@ impl Dne {
             }
         };
         let mut prepared = vec![(from, Participant { mdt: old.mdt(), fid: old })];
-        let adopt = UpdateOp::AdoptDir { parent, name: name.clone(), from: old, copy };
+        let adopt = UpdateOp::Adopt { parent, name: name.clone(), from: old, copy };
         let moved = match ask(&to, k, &Request::MdsUpdate { mdt: k, id, op: Box::new(adopt) }).await {
             Response::Attr(a) => a,
             other => {
@@ -712,7 +719,7 @@ impl Dne {
         if let Response::Error(e) =
             ask(from, old.mdt(), &Request::MdsUpdate { mdt: old.mdt(), id, op: Box::new(told) }).await
         {
-            tracing::debug!(%old, "where the migrated directory went was not kept: {e:?}");
+            tracing::debug!(%old, "where the migrated inode went was not kept: {e:?}");
         }
         let op = CoordinatedOp::MigrateRemote { parent, name, old, moved };
         self.commit(ctx, mdt, "migrate-remote", flight, op, prepared).await

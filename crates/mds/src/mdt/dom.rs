@@ -109,12 +109,25 @@ impl<M: Deref<Target = MemTable>> View<M> {
         Ok(out)
     }
 
-    /// Checks that `fid` is a file with a DoM component; returns where it ends.
+    /// Every block of `fid`'s DoM object that has bytes, in order (a file moving to
+    /// another MDT takes them along).
+    pub fn dom_blocks(&self, fid: Fid) -> OpResult<Vec<(u64, Vec<u8>)>> {
+        let mut out = Vec::new();
+        for row in self.scan_prefix(Tbl::Dom, &fid.to_key())? {
+            let (k, v) = row?;
+            out.push((block_of(fid, &k)?, decode_block(fid, &v)?));
+        }
+        Ok(out)
+    }
+
+    /// Checks that `fid` is a file with a DoM component; returns where it ends. A
+    /// file that moved to another MDT is answered with where it went.
     pub fn dom_end(&self, fid: Fid) -> OpResult<u64> {
-        let ino = self.must_inode(fid)?;
+        let ino = self.handle_inode(fid)?;
         if ino.attr.kind != FileKind::File {
             return fail(Errno::Inval, format!("{fid} is not a regular file"));
         }
+        self.takes_changes(&ino)?;
         match ino.attr.layout.as_ref().and_then(|l| l.dom_end()) {
             Some(end) => Ok(end),
             None => fail(Errno::Inval, format!("{fid} has no Data-on-MDT component")),
@@ -123,7 +136,7 @@ impl<M: Deref<Target = MemTable>> View<M> {
 }
 
 impl Writer<'_> {
-    fn put_block(&mut self, fid: Fid, block: u64, data: &[u8]) -> OpResult<()> {
+    pub(super) fn put_block(&mut self, fid: Fid, block: u64, data: &[u8]) -> OpResult<()> {
         self.put(Tbl::Dom, &dom_key(fid, block), &encode_block(data))
     }
 

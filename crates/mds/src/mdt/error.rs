@@ -33,7 +33,7 @@ impl std::fmt::Display for OpError {
             OpError::Leased(dir) => write!(f, "directory {dir} is leased by another client"),
             OpError::Elsewhere(fid, _) => write!(f, "the entry names {fid}, whose inode is on MDT {}", fid.mdt()),
             OpError::WrongShard(s) => write!(f, "the name belongs to another shard of directory {}", s.master()),
-            OpError::Moved(from, to) => write!(f, "directory {from} moved to MDT {} as {to}", to.mdt()),
+            OpError::Moved(from, to) => write!(f, "{from} moved to MDT {} as {to}", to.mdt()),
         }
     }
 }

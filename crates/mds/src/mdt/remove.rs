@@ -111,6 +111,17 @@ impl Writer<'_> {
 
     /// Removes an inode whose last name is gone; queues its objects for destruction.
     pub(super) fn drop_inode(&mut self, fid: Fid, ino: &Inode) -> OpResult<()> {
+        self.forget_inode(fid, ino)?;
+        if let Some(layout) = &ino.attr.layout {
+            self.discard_objects(fid, layout)?;
+        }
+        Ok(())
+    }
+
+    /// Removes inode `fid` from this MDT with its extended attributes and DoM bytes,
+    /// and leaves its OST objects alone: a copy of it elsewhere names them (an inode
+    /// that moved to another MDT, or such a copy given up).
+    pub(super) fn forget_inode(&mut self, fid: Fid, ino: &Inode) -> OpResult<()> {
         self.del(Tbl::Inodes, &fid.to_key())?;
         self.inodes_delta -= 1;
         if ino.attr.kind == FileKind::Dir {
@@ -122,8 +133,8 @@ impl Writer<'_> {
         for k in keys {
             self.del(Tbl::Xattrs, &k)?;
         }
-        if let Some(layout) = &ino.attr.layout {
-            self.discard_bytes(fid, layout)?;
+        if ino.attr.layout.as_ref().is_some_and(|l| l.dom_end().is_some()) {
+            self.drop_dom_from(fid, 0)?;
         }
         Ok(())
     }
@@ -135,6 +146,11 @@ impl Writer<'_> {
         if layout.dom_end().is_some() {
             self.drop_dom_from(fid, 0)?;
         }
+        self.discard_objects(fid, layout)
+    }
+
+    /// Queues the OST objects `layout` names for file `fid` for destruction.
+    fn discard_objects(&mut self, fid: Fid, layout: &layout::Layout) -> OpResult<()> {
         let objects = layout_objects(fid, layout);
         if !objects.is_empty() {
             let seq = self.meta_u64("destroy_seq")?.unwrap_or(0) + 1;

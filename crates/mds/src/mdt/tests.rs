@@ -46,7 +46,15 @@ fn placement<'a>(
     fn nowhere_else(_: Fid, _: u64) -> bool {
         false
     }
-    Placement { osts, cursor: 0, default_layout, dom_max: 1 << 20, is_open, open_elsewhere: &nowhere_else }
+    Placement {
+        osts,
+        cursor: 0,
+        default_layout,
+        dom_max: 1 << 20,
+        is_open,
+        open_elsewhere: &nowhere_else,
+        leave: &|_| true,
+    }
 }
 
 fn no_placement() -> (Vec<OstState>, LayoutSpec) {

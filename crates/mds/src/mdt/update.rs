@@ -22,7 +22,7 @@
 //! the operation is no longer under way means it aborted. A pending record also
 //! keeps other operations spanning MDTs off its inode until it is settled.
 use proto::msg::{
-    Attr, Creds, DirCopy, DirSpec, DirStripes, FileKind, Response, Timespec, UpdateId, UpdateOp, UpdateState,
+    Attr, Creds, DirSpec, DirStripes, FileKind, InodeCopy, Response, Timespec, UpdateId, UpdateOp, UpdateState,
 };
 use proto::{Errno, Fid};
 
@@ -168,7 +168,13 @@ impl<M: Deref<Target = MemTable>> View<M> {
 
 impl Writer<'_> {
     /// The participant's half: applies `op` and records it as pending (step 1).
-    pub(super) fn update(&mut self, id: UpdateId, op: &UpdateOp, now: Timespec) -> OpResult<Response> {
+    pub(super) fn update(
+        &mut self,
+        id: UpdateId,
+        op: &UpdateOp,
+        place: &Placement<'_>,
+        now: Timespec,
+    ) -> OpResult<Response> {
         // The shards of a striped directory are halves on every MDT they go on, the
         // coordinator's own included.
         // So is the copy of a directory migrating to the coordinator's own MDT.
@@ -177,7 +183,7 @@ impl Writer<'_> {
             UpdateOp::ReserveFid
                 | UpdateOp::MkdirInode { shard: Some(_), .. }
                 | UpdateOp::RmdirInode { .. }
-                | UpdateOp::AdoptDir { .. }
+                | UpdateOp::Adopt { .. }
         );
         if id.mdt == self.mdt_index && !shard_op {
             return fail(Errno::Inval, "an update names this MDT as its own coordinator");
@@ -325,8 +331,8 @@ impl Writer<'_> {
                 self.put_pending(child.fid, id, op, *parent, name)?;
                 Ok(Response::Ok)
             }
-            UpdateOp::AdoptDir { parent, name, from, copy } => self.adopt_dir(id, *parent, name, *from, copy),
-            UpdateOp::ReleaseDir { fid, parent, name, to } => self.release_dir(id, *fid, *parent, name, *to),
+            UpdateOp::Adopt { parent, name, from, copy } => self.adopt(id, *parent, name, *from, copy),
+            UpdateOp::Release { fid, parent, name, to } => self.release(id, (*fid, *parent, name), *to, place),
             UpdateOp::ReleasedTo { fid, to } => self.released_to(id, *fid, *to),
             UpdateOp::SetParent { fid, from, to } => {
                 let ino = self.must_local_inode(*fid)?;
@@ -342,21 +348,37 @@ impl Writer<'_> {
         }
     }
 
-    /// The participant's half of `braid migrate -m`: directory `from` (entry `name`
-    /// in `parent`, both on the coordinator) made again here under a new FID from
-    /// `copy`, entries and extended attributes included; this MDT's subdirectories
-    /// among the entries name the copy as their `..` (and `from` again if the
-    /// coordinator does not commit).
-    fn adopt_dir(&mut self, id: UpdateId, parent: Fid, name: &str, from: Fid, copy: &DirCopy) -> OpResult<Response> {
+    /// The participant's half of `braid migrate -m`: inode `from` (entry `name` in
+    /// `parent`, on the coordinator) made again here under a new FID from `copy`:
+    /// extended attributes included, a directory's entries (this MDT's
+    /// subdirectories among them name the copy as their `..`, and `from` again if
+    /// the coordinator does not commit), a file's DoM bytes; a file's layout names
+    /// its OST objects by the FID they have (`Layout::objects`).
+    fn adopt(&mut self, id: UpdateId, parent: Fid, name: &str, from: Fid, copy: &InodeCopy) -> OpResult<Response> {
         check_name(name)?;
         if parent.mdt() != id.mdt || from.mdt() == self.mdt_index {
             return fail(Errno::Inval, format!("{parent} is not on the coordinator MDT {} or {from} is here", id.mdt));
         }
-        if copy.attr.kind != FileKind::Dir || copy.attr.stripes.is_some() || copy.attr.fid != from {
-            return fail(Errno::Inval, format!("not a copy of plain directory {from}"));
+        let dir = copy.attr.kind == FileKind::Dir;
+        let plain = match dir {
+            true => copy.symlink.is_none() && copy.dom.is_empty(),
+            false => copy.attr.nlink == 1 && copy.entries.is_empty() && copy.dir_default.is_none(),
+        };
+        if !plain || copy.attr.stripes.is_some() || copy.attr.fid != from {
+            return fail(Errno::Inval, format!("not a copy of plain directory or single-link inode {from}"));
         }
         if let Some(spec) = &copy.dir_default {
             spec.validate().map_err(|e| super::error::OpError::Errno(Errno::Inval, e.to_string()))?;
+        }
+        let mut attr = copy.attr.clone();
+        let dom_end = attr.layout.as_ref().and_then(|l| l.dom_end()).unwrap_or(0);
+        let block = super::dom::DOM_BLOCK;
+        if copy.dom.iter().any(|(i, b)| b.len() as u64 > block || i.saturating_add(1).saturating_mul(block) > dom_end) {
+            return fail(Errno::Inval, format!("the DoM bytes of the copy of {from} pass its DoM component"));
+        }
+        if let Some(layout) = &mut attr.layout {
+            layout.validate().map_err(|e| super::error::OpError::Errno(Errno::Inval, e.to_string()))?;
+            layout.objects = layout.objects.or(Some(from.into()));
         }
         // Everything checked before anything is written.
         let mut subdirs = Vec::new();
@@ -374,15 +396,22 @@ impl Writer<'_> {
             }
         }
         let fid = self.new_fid()?;
-        let mut attr = copy.attr.clone();
         attr.fid = fid;
-        let ino = Inode { attr, symlink: None, dir_default: copy.dir_default.clone(), parent: Some(parent) };
+        let ino = Inode {
+            attr,
+            symlink: copy.symlink.clone(),
+            dir_default: copy.dir_default.clone(),
+            parent: dir.then_some(parent),
+        };
         self.put_inode(fid, &ino)?;
         for (x, value) in &copy.xattrs {
             self.put(Tbl::Xattrs, &dentry_key(fid, x), value)?;
         }
         for (entry, child, kind) in &copy.entries {
             self.put(Tbl::Dentries, &dentry_key(fid, entry), &dentry_value(*child, *kind))?;
+        }
+        for (block, bytes) in &copy.dom {
+            self.put_block(fid, *block, bytes)?;
         }
         for (child, mut sub) in subdirs {
             sub.parent = Some(fid);
@@ -392,12 +421,18 @@ impl Writer<'_> {
         Ok(Response::Attr(ino.attr))
     }
 
-    /// The participant's half of `braid migrate -m` of a remote directory: `fid`
-    /// (here; its entry `name` in `parent` on the coordinator) takes no change until
-    /// the verdict, and what it takes along is the answer. All of its subdirectories
-    /// must be on MDT `to` already (their `..` moves there), and other clients'
-    /// leases on it go first.
-    fn release_dir(&mut self, id: UpdateId, fid: Fid, parent: Fid, name: &str, to: u32) -> OpResult<Response> {
+    /// The participant's half of `braid migrate -m` of a remote inode: `fid` (here;
+    /// its entry `name` in `parent` on the coordinator) takes no change until the
+    /// verdict, and what it takes along is the answer. A directory's subdirectories
+    /// must all be on MDT `to` already (their `..` moves there), and other clients'
+    /// leases on it go first; a file must have one link and be open nowhere.
+    fn release(
+        &mut self,
+        id: UpdateId,
+        (fid, parent, name): (Fid, Fid, &str),
+        to: u32,
+        place: &Placement<'_>,
+    ) -> OpResult<Response> {
         check_name(name)?;
         if parent.mdt() != id.mdt || to == self.mdt_index {
             return fail(
@@ -406,17 +441,23 @@ impl Writer<'_> {
             );
         }
         let ino = self.must_local_inode(fid)?;
-        if ino.attr.kind != FileKind::Dir || ino.attr.stripes.is_some() {
-            return fail(Errno::Inval, format!("{fid} is not a plain directory"));
+        if ino.attr.stripes.is_some() {
+            return fail(Errno::Inval, format!("{fid} is a striped directory"));
         }
-        if ino.parent != Some(parent) {
+        let dir = ino.attr.kind == FileKind::Dir;
+        if dir && ino.parent != Some(parent) {
             return fail(Errno::Again, format!("{fid} is no longer a subdirectory of {parent}"));
+        }
+        if !dir {
+            check_movable(&ino, place)?;
         }
         if self.view.pending(fid)?.is_some() {
             return fail(Errno::Again, format!("{fid} is part of another operation across MDTs"));
         }
-        self.check_lease(Tbl::Dentries, &dentry_key(fid, ""))?;
-        let copy = self.view.dir_copy(fid)?;
+        if dir {
+            self.check_lease(Tbl::Dentries, &dentry_key(fid, ""))?;
+        }
+        let copy = self.view.inode_copy(fid)?;
         if let Some((entry, child, _)) = copy.entries.iter().find(|(_, c, k)| *k == FileKind::Dir && c.mdt() != to) {
             return fail(
                 Errno::XDev,
@@ -429,7 +470,7 @@ impl Writer<'_> {
             }
         }
         self.put_pending(fid, id, PendingOp::Released { to: None }, parent, name)?;
-        Ok(Response::DirCopy(Box::new(copy)))
+        Ok(Response::InodeCopy(Box::new(copy)))
     }
 
     /// The coordinator tells where the copy of released directory `fid` is.
@@ -443,16 +484,17 @@ impl Writer<'_> {
         }
     }
 
-    /// A directory moved away as `to`: requests naming `fid` are sent there, for
+    /// An inode moved away as `to`: requests naming `fid` are sent there, for
     /// [`MOVED_KEEP_SECS`].
     pub(crate) fn note_moved(&mut self, fid: Fid, to: Fid) -> OpResult<()> {
         self.put(Tbl::Moved, &fid.to_key(), &super::schema::moved_value(to, now_secs()))
     }
 
-    /// Drops directory `fid` of this MDT with its entries (their inodes stay: a copy's
-    /// entries name them): a released directory once its copy committed, or an
-    /// adopted copy once it aborted. With `restore`, this MDT's subdirectories that
-    /// name `fid` as their `..` name `restore` again.
+    /// Drops inode `fid` of this MDT with a directory's entries (their inodes stay: a
+    /// copy's entries name them) and without a file's OST objects (a copy's layout
+    /// names them): a released inode once its copy committed, or an adopted copy
+    /// once it aborted. With `restore`, this MDT's subdirectories that name `fid` as
+    /// their `..` name `restore` again.
     fn drop_with_entries(&mut self, fid: Fid, restore: Option<Fid>) -> OpResult<()> {
         let prefix = fid.to_key();
         let entries = self
@@ -471,7 +513,7 @@ impl Writer<'_> {
             self.del(Tbl::Dentries, &k)?;
         }
         if let Some(ino) = self.view.inode(fid)? {
-            self.drop_inode(fid, &ino)?;
+            self.forget_inode(fid, &ino)?;
         }
         Ok(())
     }
@@ -649,31 +691,38 @@ impl Writer<'_> {
         Ok(Response::Attr(child.clone()))
     }
 
-    /// The coordinator's half of `braid migrate -m` (step 2): if directory `old`,
-    /// entry `name` in `parent`, is still as `copy` says and no entry of it is part of
-    /// an operation across MDTs, the entry names `moved` (the participant's copy),
-    /// this MDT's subdirectories of `old` name it as their `..`, and `old` goes with
-    /// its entries. The parent's link count and times do not change: nothing moved
-    /// in the namespace. Anything changed answers `EAGAIN` (the caller copies again).
-    pub(crate) fn migrate_dir_entry(
+    /// The coordinator's half of `braid migrate -m` (step 2): if inode `old`, entry
+    /// `name` in `parent`, is still as `copy` says, is open nowhere and no entry of it
+    /// is part of an operation across MDTs, the entry names `moved` (the
+    /// participant's copy), this MDT's subdirectories of `old` name it as their `..`,
+    /// and `old` goes with its entries (a file's OST objects stay: the copy names
+    /// them). The parent's link count and times do not change: nothing moved in the
+    /// namespace. Anything changed answers `EAGAIN` (the caller copies again).
+    pub(crate) fn migrate_entry(
         &mut self,
         (parent, name): (Fid, &str),
         old: Fid,
-        copy: &DirCopy,
+        copy: &InodeCopy,
         moved: &Attr,
+        place: &Placement<'_>,
     ) -> OpResult<Response> {
         let again = |why: &str| fail(Errno::Again, format!("{name}: {why} while it was migrated; try again"));
-        if self.view.entry(parent, name)? != Some((old, FileKind::Dir)) {
+        let kind = copy.attr.kind;
+        if self.view.entry(parent, name)? != Some((old, kind)) {
             return again("its entry changed");
         }
-        if moved.kind != FileKind::Dir || moved.fid.mdt() == self.mdt_index {
-            return fail(Errno::Inval, format!("{} is not a directory on another MDT", moved.fid));
+        if moved.kind != kind || moved.fid.mdt() == self.mdt_index {
+            return fail(Errno::Inval, format!("{} is not a copy on another MDT", moved.fid));
         }
         if self.held_by_another(old)? {
             return again("it was part of another operation across MDTs");
         }
-        if self.view.dir_copy(old)? != *copy {
+        if self.view.inode_copy(old)? != *copy {
             return again("it changed");
+        }
+        let ino = self.view.must_inode(old)?;
+        if kind != FileKind::Dir {
+            check_movable(&ino, place)?;
         }
         for (entry, child, _) in &copy.entries {
             // A rename's source half, say, holds the entry under the child's FID:
@@ -691,29 +740,28 @@ impl Writer<'_> {
             }
             self.del(Tbl::Dentries, &dentry_key(old, entry))?;
         }
-        let ino = self.view.must_inode(old)?;
-        self.drop_inode(old, &ino)?;
+        self.forget_inode(old, &ino)?;
         self.note_moved(old, moved.fid)?;
-        self.put(Tbl::Dentries, &dentry_key(parent, name), &dentry_value(moved.fid, FileKind::Dir))?;
+        self.put(Tbl::Dentries, &dentry_key(parent, name), &dentry_value(moved.fid, kind))?;
         Ok(Response::Attr(moved.clone()))
     }
 
-    /// The coordinator's half of `braid migrate -m` of a remote directory (step 2):
-    /// entry `name` in `parent`, if it still names `old`, names `moved` (the copy
-    /// the participant made; `old`'s MDT holds it unchanged until the verdict).
+    /// The coordinator's half of `braid migrate -m` of a remote inode (step 2): entry
+    /// `name` in `parent`, if it still names `old`, names `moved` (the copy the
+    /// participant made; `old`'s MDT holds it unchanged until the verdict).
     pub(crate) fn migrate_remote_entry(
         &mut self,
         (parent, name): (Fid, &str),
         old: Fid,
         moved: &Attr,
     ) -> OpResult<Response> {
-        if self.view.entry(parent, name)? != Some((old, FileKind::Dir)) {
+        if self.view.entry(parent, name)? != Some((old, moved.kind)) {
             return fail(Errno::Again, format!("{name}: its entry changed while it was migrated; try again"));
         }
-        if moved.kind != FileKind::Dir || moved.fid == old {
+        if moved.fid == old {
             return fail(Errno::Inval, format!("{} is not a copy of {old}", moved.fid));
         }
-        self.put(Tbl::Dentries, &dentry_key(parent, name), &dentry_value(moved.fid, FileKind::Dir))?;
+        self.put(Tbl::Dentries, &dentry_key(parent, name), &dentry_value(moved.fid, moved.kind))?;
         Ok(Response::Attr(moved.clone()))
     }
 
@@ -761,4 +809,19 @@ impl Writer<'_> {
         self.touch_dir(parent, &mut dir, now, links)?;
         Ok(Response::DirChanged { dir: dir.attr.clone() })
     }
+}
+
+/// Whether file (or symlink, or special file) `ino` may move to another MDT: one
+/// link (`EMLINK`: the other names would still name it here) and open on no client
+/// (`EBUSY`: its handles name it here); it is then marked leaving, so no client
+/// opens it until the batch is applied.
+fn check_movable(ino: &Inode, place: &Placement<'_>) -> OpResult<()> {
+    let fid = ino.attr.fid;
+    if ino.attr.nlink != 1 {
+        return fail(Errno::MLink, format!("{fid} has {} links: it stays on its MDT", ino.attr.nlink));
+    }
+    if !(place.leave)(fid) {
+        return fail(Errno::Busy, format!("{fid} is open: it stays on its MDT until it is closed"));
+    }
+    Ok(())
 }

@@ -95,16 +95,22 @@ impl<M: Deref<Target = MemTable>> View<M> {
         if let Some(ino) = self.inode(fid)? {
             return Ok(ino);
         }
-        let moved = self.with(Tbl::Moved, &fid.to_key(), |v| Ok(super::schema::decode_moved(v)))?.flatten();
-        match moved {
-            Some((to, _)) => Err(OpError::Moved(fid, to)),
+        match self.moved(fid)? {
+            Some(to) => Err(OpError::Moved(fid, to)),
             None => fail(Errno::NoEnt, format!("no inode {fid}")),
         }
     }
 
-    /// What directory `fid` takes along when it moves to another MDT: its
-    /// attributes, default layout, extended attributes and entries, in key order.
-    pub fn dir_copy(&self, fid: Fid) -> OpResult<proto::msg::DirCopy> {
+    /// Where inode `fid` went, if it moved to another MDT lately (`braid migrate -m`).
+    pub fn moved(&self, fid: Fid) -> OpResult<Option<Fid>> {
+        let moved = self.with(Tbl::Moved, &fid.to_key(), |v| Ok(super::schema::decode_moved(v)))?.flatten();
+        Ok(moved.map(|(to, _)| to))
+    }
+
+    /// What inode `fid` takes along when it moves to another MDT: its attributes,
+    /// extended attributes and, by kind, a directory's default layout and entries (in
+    /// key order), a symlink's target, a file's Data-on-MDT blocks.
+    pub fn inode_copy(&self, fid: Fid) -> OpResult<proto::msg::InodeCopy> {
         let ino = self.must_inode(fid)?;
         let prefix = fid.to_key();
         let mut xattrs = Vec::new();
@@ -118,7 +124,12 @@ impl<M: Deref<Target = MemTable>> View<M> {
             let (child, kind) = decode_dentry(&v)?;
             entries.push((String::from_utf8_lossy(&k[prefix.len()..]).into_owned(), child, kind));
         }
-        Ok(proto::msg::DirCopy { attr: ino.attr, dir_default: ino.dir_default, xattrs, entries })
+        let dom = match ino.attr.layout.as_ref().and_then(|l| l.dom_end()) {
+            Some(_) => self.dom_blocks(fid)?,
+            None => Vec::new(),
+        };
+        let Inode { attr, symlink, dir_default, .. } = ino;
+        Ok(proto::msg::InodeCopy { attr, dir_default, xattrs, entries, symlink, dom })
     }
 
     /// The inode of a directory the caller may search (and, with `write`, modify),
@@ -155,15 +166,13 @@ impl<M: Deref<Target = MemTable>> View<M> {
         }
     }
 
-    /// An attribute change of `ino`: a directory moving to another MDT takes none
-    /// until the move is decided (`EAGAIN`: the client asks again).
+    /// A change of `ino` (its attributes, a file's size or bytes on this MDT, an
+    /// open): an inode moving to another MDT takes none until the move is decided
+    /// (`EAGAIN`: the client asks again).
     pub fn takes_changes(&self, ino: &Inode) -> OpResult<()> {
-        if ino.attr.kind != FileKind::Dir {
-            return Ok(());
-        }
         match self.pending(ino.attr.fid)?.map(|p| p.op) {
             Some(super::schema::PendingOp::Released { .. }) => {
-                fail(Errno::Again, format!("directory {} is moving to another MDT", ino.attr.fid))
+                fail(Errno::Again, format!("{} is moving to another MDT", ino.attr.fid))
             }
             _ => Ok(()),
         }
@@ -337,8 +346,12 @@ impl<M: Deref<Target = MemTable>> View<M> {
     }
 
     pub fn open(&self, creds: &Creds, fid: Fid, flags: OpenFlags) -> OpResult<Attr> {
-        let ino = self.must_inode(fid)?;
+        let ino = self.handle_inode(fid)?;
         check_open(&ino, creds, flags)?;
+        if ino.attr.kind != FileKind::Dir {
+            // Not a file that is leaving this MDT: its handle would name it here.
+            self.takes_changes(&ino)?;
+        }
         Ok(ino.attr.clone())
     }
 }

@@ -29,6 +29,10 @@ pub struct Placement<'a> {
     pub is_open: &'a dyn Fn(Fid, Option<u64>) -> bool,
     /// Whether a client other than the given one holds the FID open.
     pub open_elsewhere: &'a dyn Fn(Fid, u64) -> bool,
+    /// Marks a file leaving this MDT (`braid migrate -m`) unless a client holds it
+    /// open (false): none opens it until the batch is applied (see
+    /// `commit::OpenTable`).
+    pub leave: &'a dyn Fn(Fid) -> bool,
 }
 
 /// The committer's write view of one batch. Every change goes through
@@ -387,7 +391,7 @@ impl<'a> Writer<'a> {
                 if *mdt != self.mdt_index {
                     return fail(Errno::Stale, format!("an update for MDT {mdt} reached MDT {}", self.mdt_index));
                 }
-                self.update(*id, op, now)
+                self.update(*id, op, place, now)
             }
             &Request::MdsUpdateDone { fid, id, committed, .. } => self.update_done(fid, id, committed, place),
             Request::MdsShardSync(sync) => self.shard_sync(sync, now),
@@ -409,8 +413,14 @@ impl<'a> Writer<'a> {
                 self.rename(creds, *parent, name, *new_parent, new_name, *flags, place, now, false)
             }
             &Request::MdsClose { fid, size, mtime, trunc_epoch } => {
-                let Some(mut ino) = self.view.inode(fid)? else { return Ok(Response::Ok) };
+                let mut ino = match self.view.handle_inode(fid) {
+                    Ok(ino) => ino,
+                    // Gone: the size goes with the file to where it moved, if it did.
+                    Err(e @ OpError::Moved(..)) if size.is_some() => return Err(e),
+                    Err(_) => return Ok(Response::Ok),
+                };
                 if let Some(size) = size {
+                    self.view.takes_changes(&ino)?;
                     if trunc_epoch != ino.attr.trunc_epoch {
                         return Ok(Response::EpochMoved { trunc_epoch: ino.attr.trunc_epoch });
                     }
@@ -439,10 +449,11 @@ impl<'a> Writer<'a> {
             &Request::MdsDomPunch { fid, size } => self.dom_cut(fid, size),
             Request::MdsSizeUpdate { fid, size, mtime, trunc_epoch, behind } => {
                 let (fid, size, mtime) = (*fid, *size, *mtime);
-                let mut ino = self.view.must_inode(fid)?;
+                let mut ino = self.view.handle_inode(fid)?;
                 if ino.attr.kind != FileKind::File {
                     return fail(Errno::IsDir, "size update of a non-file");
                 }
+                self.view.takes_changes(&ino)?;
                 if *trunc_epoch != ino.attr.trunc_epoch {
                     return Ok(Response::EpochMoved { trunc_epoch: ino.attr.trunc_epoch });
                 }
