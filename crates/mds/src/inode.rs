@@ -198,10 +198,11 @@ impl From<AttrV3> for Attr {
     }
 }
 
-/// The attributes as records of version 4 stored them, before mirrors. Frozen, as
+/// The attributes as records of versions 4 and 5 stored them, with the layouts of
+/// their version (`L`: before mirrors, then before `Layout::objects`). Frozen, as
 /// [`LayoutSpecV1`].
 #[derive(Deserialize)]
-struct AttrV4 {
+struct AttrV4<L> {
     fid: Fid,
     kind: FileKind,
     mode: u32,
@@ -212,15 +213,15 @@ struct AttrV4 {
     atime: Timespec,
     mtime: Timespec,
     ctime: Timespec,
-    layout: Option<LayoutV1>,
+    layout: Option<L>,
     rdev: u64,
     trunc_epoch: u64,
     data_version: u64,
     stripes: Option<Box<DirStripes>>,
 }
 
-impl From<AttrV4> for Attr {
-    fn from(a: AttrV4) -> Attr {
+impl<L: Into<Layout>> From<AttrV4<L>> for Attr {
+    fn from(a: AttrV4<L>) -> Attr {
         let AttrV4 {
             fid,
             kind,
@@ -249,7 +250,7 @@ impl From<AttrV4> for Attr {
             atime,
             mtime,
             ctime,
-            layout: layout.map(Layout::from),
+            layout: layout.map(Into::into),
             rdev,
             trunc_epoch,
             data_version,
@@ -288,7 +289,7 @@ struct InodeV3 {
 /// An inode record of version 4: layouts without mirrors.
 #[derive(Deserialize)]
 struct InodeV4 {
-    attr: AttrV4,
+    attr: AttrV4<LayoutV1>,
     symlink: Option<String>,
     dir_default: Option<LayoutSpec>,
     parent: Option<Fid>,
@@ -303,70 +304,16 @@ struct LayoutV5 {
     components: Vec<Component>,
 }
 
-/// The attributes as records of version 5 stored them. Frozen, as [`LayoutSpecV1`].
-#[derive(Deserialize)]
-struct AttrV5 {
-    fid: Fid,
-    kind: FileKind,
-    mode: u32,
-    nlink: u32,
-    uid: u32,
-    gid: u32,
-    size: u64,
-    atime: Timespec,
-    mtime: Timespec,
-    ctime: Timespec,
-    layout: Option<LayoutV5>,
-    rdev: u64,
-    trunc_epoch: u64,
-    data_version: u64,
-    stripes: Option<Box<DirStripes>>,
-}
-
-impl From<AttrV5> for Attr {
-    fn from(a: AttrV5) -> Attr {
-        let AttrV5 {
-            fid,
-            kind,
-            mode,
-            nlink,
-            uid,
-            gid,
-            size,
-            atime,
-            mtime,
-            ctime,
-            layout,
-            rdev,
-            trunc_epoch,
-            data_version,
-            stripes,
-        } = a;
-        let layout = layout.map(|l| Layout { generation: l.generation, components: l.components, objects: None });
-        Attr {
-            fid,
-            kind,
-            mode,
-            nlink,
-            uid,
-            gid,
-            size,
-            atime,
-            mtime,
-            ctime,
-            layout,
-            rdev,
-            trunc_epoch,
-            data_version,
-            stripes,
-        }
+impl From<LayoutV5> for Layout {
+    fn from(l: LayoutV5) -> Layout {
+        Layout { generation: l.generation, components: l.components, objects: None }
     }
 }
 
 /// An inode record of version 5: layouts naming their objects by the file's FID.
 #[derive(Deserialize)]
 struct InodeV5 {
-    attr: AttrV5,
+    attr: AttrV4<LayoutV5>,
     symlink: Option<String>,
     dir_default: Option<LayoutSpec>,
     parent: Option<Fid>,
