@@ -8,6 +8,7 @@
 #   3. the tree moved back to MDT 0 beside the workload (its time, the workload's rates),
 # and fsck after each move (it must find nothing). Prints every run and the medians.
 #   scripts/bench-migrate-mdt.sh [FILES] [RUNS] [ITEMS]     (defaults: 20000, 3, 2000)
+# MIGRATE_OPTS are more options of braid migrate -m (e.g. --speed-limit 500).
 # Needs a release build (cargo build --release -p braid); run as root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,7 +41,7 @@ workload() {  # workload TAG -> "creates/s stats/s removes/s"
 move() {  # move MDT -> seconds; the tree is all on MDT and fsck finds nothing
   local t0 t1
   t0=$(date +%s.%N)
-  "$BRAID" migrate -m "$1" "$url/tree" > "$WORK/migrate.out"
+  "$BRAID" migrate -m "$1" ${MIGRATE_OPTS:-} "$url/tree" > "$WORK/migrate.out"
   t1=$(date +%s.%N)
   if grep -q "files stay" "$WORK/migrate.out"; then cat "$WORK/migrate.out" >&2; exit 1; fi
   cp "$WORK/migrate.out" "$WORK/migrate-$1.out"

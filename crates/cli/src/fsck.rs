@@ -33,6 +33,8 @@ use proto::msg::{Creds, FsckFix, FsckObjects, FsckRows, FsckTable, Request, Resp
 use proto::{Fid, ObjectId};
 use rpc::{Identity, RpcClient, RpcOptions};
 
+use crate::tools::Pace;
+
 /// Rows and objects asked for per page.
 const PAGE: u32 = 4096;
 
@@ -50,30 +52,6 @@ pub struct Options {
 /// The default `--speed-limit`: a million files' two passes in about 80 s, on a
 /// fraction of the MDS's time (unlimited, a check took most of a 2-core machine).
 pub const DEFAULT_SPEED_LIMIT: u64 = 50_000;
-
-/// Paces reads to at most `limit` items a second since `start`.
-struct Pace {
-    limit: u64,
-    start: std::time::Instant,
-    items: u64,
-}
-
-impl Pace {
-    fn new(limit: u64) -> Pace {
-        Pace { limit, start: std::time::Instant::now(), items: 0 }
-    }
-
-    async fn took(&mut self, n: usize) {
-        self.items += n as u64;
-        if self.limit == 0 {
-            return;
-        }
-        let due = Duration::from_secs_f64(self.items as f64 / self.limit as f64);
-        if let Some(wait) = due.checked_sub(self.start.elapsed()) {
-            tokio::time::sleep(wait).await;
-        }
-    }
-}
 
 /// One finding, as printed and as `--json` gives it.
 #[derive(Debug, Clone, serde::Serialize)]

@@ -17,6 +17,9 @@
 //! says which. An inode changed while its copy was made
 //! answers `EAGAIN` and is tried again.
 //!
+//! `--speed-limit N` moves at most N inodes a second (as LFSCK's `--speed`), so the
+//! move leaves the MDTs to the file system's users; unlimited by default, as Lustre's.
+//!
 //! Clients keep using the tree meanwhile: a request naming an inode that moved (a
 //! name a mount's kernel keeps, a working directory, a file's handle) is answered
 //! with where it went, and the client sends it there (`Response::Moved`).
@@ -26,7 +29,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use client::{BlockingClient, Errno, Fid, FileKind};
 
-use crate::tools::{creds, with_client};
+use crate::tools::{creds, with_client, Pace};
 use crate::ClientOpts;
 
 /// How often one directory is tried again while it keeps changing under the copy.
@@ -38,6 +41,8 @@ struct Options {
     mdt: u32,
     path: String,
     verbose: bool,
+    /// Most inodes moved a second (`--speed-limit`); 0: as fast as the MDTs go.
+    speed_limit: u64,
     secret_file: Option<std::path::PathBuf>,
     timeout_s: u64,
 }
@@ -49,6 +54,7 @@ pub fn wanted(args: &[String]) -> bool {
 
 fn parse(args: &[String]) -> Result<Options> {
     let (mut mdt, mut path, mut verbose, mut secret_file, mut timeout_s) = (None, None, false, None, 60);
+    let mut speed_limit = 0;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut value = |what: &str| it.next().cloned().with_context(|| format!("{a} needs {what}"));
@@ -62,6 +68,11 @@ fn parse(args: &[String]) -> Result<Options> {
                 mdt = Some(v.parse::<u32>().with_context(|| format!("{s}: not an MDT index"))?);
             }
             "-v" | "--verbose" => verbose = true,
+            "--speed-limit" => {
+                let v = value("inodes a second")?;
+                speed_limit =
+                    v.parse().with_context(|| format!("--speed-limit {v}: not a number of inodes a second"))?;
+            }
             "--secret-file" => secret_file = Some(value("a file")?.into()),
             "--timeout-s" => {
                 let v = value("seconds")?;
@@ -76,7 +87,7 @@ fn parse(args: &[String]) -> Result<Options> {
     }
     let mdt = mdt.context("braid migrate -m needs an MDT index")?;
     let path = path.context("braid migrate -m needs a directory or file")?;
-    Ok(Options { mdt, path, verbose, secret_file, timeout_s })
+    Ok(Options { mdt, path, verbose, speed_limit, secret_file, timeout_s })
 }
 
 /// An inode to move: its entry (`name` in `parent`) and where the walk found it.
@@ -116,11 +127,13 @@ pub fn run(args: &[String]) -> Result<()> {
             _ => order.push(top),
         }
         let mut t = Tally::default();
+        let mut pace = Pace::new(o.speed_limit);
         for item in &order {
             if item.fid.mdt() == o.mdt {
                 t.there += 1;
                 continue;
             }
+            bc.run(pace.took(1));
             let attr = match migrate_one(bc, item, o.mdt)? {
                 Moved::To(a) => a,
                 Moved::Stayed => {
@@ -220,11 +233,13 @@ mod tests {
     #[test]
     fn options_are_parsed_and_bad_ones_named() {
         let o = parse(&args("-m 1 -v /mnt/braid/proj")).unwrap();
-        assert_eq!((o.mdt, o.path.as_str(), o.verbose), (1, "/mnt/braid/proj", true));
+        assert_eq!((o.mdt, o.path.as_str(), o.verbose, o.speed_limit), (1, "/mnt/braid/proj", true, 0));
+        assert_eq!(parse(&args("-m 0 --speed-limit 500 d")).unwrap().speed_limit, 500);
         assert_eq!(parse(&args("--mdt-index=2 d")).unwrap().mdt, 2);
         assert!(wanted(&args("--mdt 0 d")) && !wanted(&args("-c 2 f")));
         let err = |s: &str| format!("{:#}", parse(&args(s)).unwrap_err());
         assert!(err("-m x d").contains("not an MDT index"));
+        assert!(err("-m 1 --speed-limit fast d").contains("not a number of inodes a second"));
         assert!(err("-m").contains("needs an MDT index"));
         assert!(err("-m 1").contains("needs a directory or file"));
         assert!(err("-m 1 -c 2 d").contains("unknown option -c"));

@@ -585,6 +585,32 @@ pub fn df(opts: &ClientOpts, path: &str, inodes: bool, human_units: bool, pool: 
     })
 }
 
+/// Paces work to at most `limit` items a second since it started (LFSCK's
+/// `--speed`: `braid fsck`, `braid migrate -m`); 0: no limit.
+pub(crate) struct Pace {
+    limit: u64,
+    start: Instant,
+    items: u64,
+}
+
+impl Pace {
+    pub(crate) fn new(limit: u64) -> Pace {
+        Pace { limit, start: Instant::now(), items: 0 }
+    }
+
+    /// `n` more items were done: waits until they are due.
+    pub(crate) async fn took(&mut self, n: usize) {
+        self.items += n as u64;
+        if self.limit == 0 {
+            return;
+        }
+        let due = Duration::from_secs_f64(self.items as f64 / self.limit as f64);
+        if let Some(wait) = due.checked_sub(self.start.elapsed()) {
+            tokio::time::sleep(wait).await;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
