@@ -360,6 +360,33 @@ fn files_move_with_their_bytes_on_the_mdt_and_keep_their_objects() {
     c.check_two_mdts(&mdts).unwrap_or_else(|e| panic!("the namespace after the moves:\n{e}"));
 }
 
+#[test]
+fn a_client_naming_moved_inodes_by_their_old_fids_is_sent_where_they_are() {
+    let (c, _mdts) = Cluster::start_two_mdts(bin());
+    for d in ["/x", "/y"] {
+        c.braid_ok(&["mkdir", "-i", "0", &c.url(d)]);
+    }
+    c.put("/x/f", b"moved twice");
+    let rt = testkit::runtime();
+    let cl = c.connect(&rt);
+    let creds = client::process_creds();
+    let fid = |p: &str| testkit::within(&rt, "resolve", cl.resolve(&creds, p, false)).unwrap().fid;
+    let (x, y, f) = (fid("/x"), fid("/y"), fid("/x/f"));
+    c.braid_ok(&["migrate", "-m", "1", &c.url("/x")]);
+    c.braid_ok(&["migrate", "-m", "1", &c.url("/y")]);
+    // A rename naming both directories by the FIDs they had: each is followed.
+    testkit::within(&rt, "rename", cl.rename(&creds, x, "f", y, "g", proto::msg::RenameFlags::default())).unwrap();
+    assert_eq!(c.get("/y/g"), b"moved twice");
+    // The file moved with x, and back again: its old FID leads to where it is.
+    c.braid_ok(&["migrate", "-m", "0", &c.url("/y")]);
+    let now = testkit::within(&rt, "getattr", cl.getattr(f)).unwrap();
+    assert_eq!((now.fid, now.fid.mdt(), now.size), (fid("/y/g"), 0, 11));
+    assert_ne!(now.fid, f, "a moved file has a new FID");
+    for (old, path) in [(x, "/x"), (y, "/y")] {
+        assert_eq!(testkit::within(&rt, "getattr", cl.getattr(old)).unwrap().fid, fid(path), "{path}");
+    }
+}
+
 /// Kills `process` at `point` while `braid migrate -m TO /NAME` runs on a tree made
 /// on MDT `from` (a remote directory when `from` is not 0: its entry is in the root,
 /// on MDT 0), restarts it, and checks that the namespace is whole, and whole and
