@@ -166,6 +166,28 @@ fn a_tree_moves_to_another_mdt_while_a_mount_reads_and_writes_in_it() {
             Ok(rounds)
         })
     };
+    // find(1) and du(1) walking the tree the whole time: fts checks each directory's
+    // `..` against the inode number it had on the way down, which a moved
+    // directory's new FID changes (the mount answers under the old number).
+    let walker = {
+        let (root, stop) = (root.clone(), stop.clone());
+        std::thread::spawn(move || -> Result<u32, String> {
+            let mut walks = 0;
+            while !stop.load(Ordering::Relaxed) {
+                // (Not in proj/work, whose files the worker removes as they are listed.)
+                let find = ["find", ".", "-path", "./work", "-prune", "-o", "-name", "three", "-print"];
+                for tool in [&find[..], &["du", "-s", "--exclude=work", "."][..]] {
+                    let out = std::process::Command::new(tool[0]).args(&tool[1..]).current_dir(&root).output();
+                    let out = out.map_err(|e| format!("{}: {e}", tool[0]))?;
+                    if !out.status.success() {
+                        return Err(format!("{tool:?}: {}", String::from_utf8_lossy(&out.stderr)));
+                    }
+                }
+                walks += 1;
+            }
+            Ok(walks)
+        })
+    };
     // A shell whose working directory is proj/a/b/c from before the moves: it
     // carries on there after them (the kernel keeps the old directory's inode).
     let go = c.dir.path().join("go");
@@ -195,6 +217,8 @@ fn a_tree_moves_to_another_mdt_while_a_mount_reads_and_writes_in_it() {
     std::thread::sleep(Duration::from_millis(300));
     stop.store(true, Ordering::Relaxed);
     let rounds = worker.join().unwrap().unwrap_or_else(|e| panic!("the mount's reader and writer: {e}\n{out}"));
+    let walks = walker.join().unwrap().unwrap_or_else(|e| panic!("find and du in the tree: {e}\n{out}"));
+    assert!(walks > 2, "find and du walked the tree {walks} times");
     std::fs::write(&go, b"").unwrap();
     let shell = shell.wait_with_output().unwrap();
     assert_eq!(
@@ -275,6 +299,34 @@ fn bad_migrations_are_refused_with_what_to_do() {
     let d = testkit::within(&rt, "resolve", cl.resolve(&creds, "/d", true)).unwrap();
     let same = testkit::within(&rt, "migrate", cl.migrate_mdt(&creds, proto::Fid::ROOT, "d", 0)).unwrap();
     assert_eq!(same.fid, d.fid);
+}
+
+#[test]
+fn descriptors_held_across_a_move_see_the_inode_numbers_they_saw() {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let (c, _mdts) = Cluster::start_two_mdts(bin());
+    c.braid_ok(&["mkdir", "-i", "0", &c.url("/t")]);
+    let m = Mount::new(&c, "");
+    std::fs::create_dir_all(m.path("t/a/b")).unwrap();
+    let ino = |p: &str| std::fs::metadata(m.path(p)).unwrap().ino();
+    let (a, b) = (ino("t/a"), ino("t/a/b"));
+    // What fts keeps while it walks: a descriptor of the directory it is in.
+    let held = std::fs::File::open(m.path("t/a/b")).unwrap();
+    let out = c.braid_ok(&["migrate", "-m", "1", &c.url("/t")]);
+    assert_eq!(moved(&out), (3, 0, 0, 0), "{out}");
+    // Past the mount's attribute and entry times: the kernel asks again.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(held.metadata().unwrap().ino(), b, "the held directory keeps its number");
+    let dotdot = cstr("..");
+    // SAFETY: a valid descriptor and NUL-terminated name; the new descriptor is owned below.
+    let fd = unsafe { libc::openat(held.as_raw_fd(), dotdot.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY) };
+    assert!(fd >= 0, "openat ..: {}", std::io::Error::last_os_error());
+    // SAFETY: `fd` was just opened and is owned by nothing else.
+    let parent = unsafe { std::fs::File::from_raw_fd(fd) };
+    assert_eq!(parent.metadata().unwrap().ino(), a, "its .. is the directory fts went down from");
+    // A new walk meets the moved inodes under their new numbers.
+    assert_ne!((ino("t/a"), ino("t/a/b")), (a, b));
+    assert_eq!(mdt_of(&c, "/t/a/b"), 1);
 }
 
 #[test]

@@ -427,6 +427,15 @@ impl State {
         told::Asked { epoch: self.client.metadata_epoch(), at: Instant::now() }
     }
 
+    /// `a` as the answer about the kernel's inode `ino`: under that number, which is
+    /// not `a`'s own once the inode moved to another MDT (`braid migrate -m`) under a
+    /// new FID. The kernel keeps the old inode for names and descriptors it had, and
+    /// tools that walk a tree compare the numbers they see as they go (fts checks a
+    /// directory's `..` against the number it had on the way down).
+    fn attr_of(&self, ino: INodeNo, a: &Attr) -> FileAttr {
+        FileAttr { ino, ..self.file_attr(a) }
+    }
+
     fn file_attr(&self, a: &Attr) -> FileAttr {
         if a.kind == FileKind::File {
             let mut r = self.reported.lock().expect("reported attributes");
@@ -693,24 +702,24 @@ impl fuser::Filesystem for BraidFs {
         // unlink in it and asks again at the next path walk; this client's own change
         // already brought them back, valid for what remains of the cache time.
         if let Some((a, ttl)) = self.client.recent_dir_attr(self.fid(ino), self.opts.attr_ttl) {
-            return reply.attr(&ttl, &self.file_attr(&a));
+            return reply.attr(&ttl, &self.attr_of(ino, &a));
         }
         // A file this mount created and holds where no one else can find it (the
         // kernel asks before a chown, to clear set-ID bits): as this mount knows it.
         if let Some(a) = self.client.attr_behind(self.fid(ino)) {
-            return reply.attr(&self.opts.attr_ttl, &self.file_attr(&a));
+            return reply.attr(&self.opts.attr_ttl, &self.attr_of(ino, &a));
         }
         // The kernel dropped only a file's atime (after a read of it): what it was
         // told moments ago holds (see `told`).
         if let Some((a, ttl)) = self.told.recent(self.fid(ino), self.opts.attr_ttl, self.client.metadata_epoch()) {
-            return reply.attr(&ttl, &self.file_attr(&a));
+            return reply.attr(&ttl, &self.attr_of(ino, &a));
         }
         self.serve("getattr", req, move |s| async move {
             let asked = s.asked();
             match s.client.getattr(s.fid(ino)).await {
                 Ok(a) => {
                     s.told.note(&a, asked);
-                    reply.attr(&s.opts.attr_ttl, &s.file_attr(&a))
+                    reply.attr(&s.opts.attr_ttl, &s.attr_of(ino, &a))
                 }
                 Err(e) => reply.error(inode_errno(&e)),
             }
@@ -765,7 +774,7 @@ impl fuser::Filesystem for BraidFs {
             // answered here and sent behind, merged (see the client's `set_behind`).
             if size.is_none() {
                 if let Some(a) = s.client.setattr_behind(&c, fid, &set).await {
-                    return reply.attr(&s.opts.attr_ttl, &s.file_attr(&a));
+                    return reply.attr(&s.opts.attr_ttl, &s.attr_of(ino, &a));
                 }
             }
             let r = async {
@@ -789,7 +798,7 @@ impl fuser::Filesystem for BraidFs {
                 Ok::<_, ClientError>(a)
             };
             match r.await {
-                Ok(a) => reply.attr(&s.opts.attr_ttl, &s.file_attr(&a)),
+                Ok(a) => reply.attr(&s.opts.attr_ttl, &s.attr_of(ino, &a)),
                 Err(e) => reply.error(errno(&e)),
             }
         });
