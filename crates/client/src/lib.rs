@@ -495,8 +495,10 @@ const LOST_MAX: usize = 64;
 const MOVED_MAX: usize = 16;
 
 /// Most moved inodes a client remembers the last place of (all are forgotten when
-/// it is full: a forgotten one costs the hops again).
-const MOVED_KEPT: usize = 4096;
+/// it is full: a forgotten one costs the hops again, and a mount's handles opened
+/// through a new name are no longer found from the kernel's old one). Some 3 MiB at
+/// most.
+const MOVED_KEPT: usize = 65_536;
 
 /// How often a request an MDS has not answered looks whether its MDT moved (see
 /// [`Client::call_following`]).
