@@ -72,7 +72,14 @@ fn a_replicated_mdt_serves_through_the_loss_of_its_leaders() {
     };
     signal(libc::SIGSTOP);
     let path = m.path("majority");
-    let create = std::thread::spawn(move || std::fs::write(path, b"majority"));
+    // With fsync: the mount may answer a create in a directory it holds the lease on
+    // itself and flush it after close (the client's `async_create`); fsync returns
+    // once the MDS acknowledged it.
+    let create = std::thread::spawn(move || {
+        let mut f = std::fs::File::create(path)?;
+        std::io::Write::write_all(&mut f, b"majority")?;
+        f.sync_all()
+    });
     std::thread::sleep(Duration::from_millis(1500));
     let waited = !create.is_finished();
     signal(libc::SIGCONT);
