@@ -24,7 +24,7 @@ braid_up c "$port" tcp "$BRAID" --mdts 2
 export BRAID_SECRET_FILE=$WORK/c/data/cluster.secret
 url=braid://127.0.0.1:$port
 "$BRAID" mkdir -i 0 "$url/tree"
-"$BRAID" mkdir -i 0 "$url/work"
+"$BRAID" mkdir -i 0 "$url/load"
 per=$(( (files + 3) / 4 ))
 echo "filling: 4 tasks x $per empty files on MDT 0"
 "$BRAID" bench mdtest -a native -d "$url/tree/md" -N 4 -n "$per" -F -u -C --json > /dev/null
@@ -35,7 +35,7 @@ inodes=$("$BRAID" fsck "$url" --json | python3 -c 'import json,sys; print(json.l
 echo "tree ready ($inodes inodes in the file system)"
 
 workload() {  # workload TAG -> "creates/s stats/s removes/s"
-  "$BRAID" bench mdtest -a native -d "$url/work/$1" -N 2 -n "$items" -F -u --json |
+  "$BRAID" bench mdtest -a native -d "$url/load/$1" -N 2 -n "$items" -F -u --json |
     python3 -c 'import json,sys; s={r["operation"]: r["ops_per_s"]["mean"] for r in json.load(sys.stdin)["summary"]}; print("%.0f %.0f %.0f" % (s["File creation"], s["File stat"], s["File removal"]))'
 }
 move() {  # move MDT -> seconds; the tree is all on MDT and fsck finds nothing
