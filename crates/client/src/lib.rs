@@ -1204,14 +1204,13 @@ impl Client {
         }
     }
 
-    /// Sends `req`, whose directory `from` moved to `to`, again naming `to`, as long
-    /// as the directories it names keep moving (at most [`MOVED_MAX`] hops: a
-    /// directory moved back and forth leaves a chain of them), and remembers where
-    /// `from` ended up.
+    /// Sends `req`, whose inode `from` moved to `to`, again naming `to`, as long as
+    /// the inodes it names keep moving (at most [`MOVED_MAX`] hops: an inode moved
+    /// back and forth leaves a chain of them), and remembers where `from` ended up.
     async fn md_moved(&self, mut fid: Fid, mut req: Request, mut from: Fid, mut to: Fid) -> Result<rpc::Reply> {
-        // Where each directory met went last: a chain of moves of one directory is
-        // remembered from its start to its end, another directory (a rename names
-        // two) on its own.
+        // Where each inode met went last: a chain of moves of one inode is remembered
+        // from its start to its end, another inode (a rename names two directories)
+        // on its own.
         let mut learned = vec![(from, to)];
         for _ in 0..MOVED_MAX {
             if !req.retarget(from, to) {
@@ -1220,7 +1219,7 @@ impl Client {
             if fid == from {
                 fid = to;
             }
-            tracing::debug!(%from, %to, op = req.op_name(), "the directory moved to another MDT: sending there");
+            tracing::debug!(%from, %to, op = req.op_name(), "the inode moved to another MDT: sending there");
             let reply = self.md_reply_once(fid, &req).await?;
             match reply.response {
                 Response::Moved { from: f, to: t } => {
@@ -1241,10 +1240,7 @@ impl Client {
                 }
             }
         }
-        Err(ClientError::Errno(
-            Errno::Stale,
-            format!("directory {from} moved to {to}, and {} cannot follow", req.op_name()),
-        ))
+        Err(ClientError::Errno(Errno::Stale, format!("{from} moved to {to}, and {} cannot follow", req.op_name())))
     }
 
     async fn md_reply_once(&self, fid: Fid, req: &Request) -> Result<rpc::Reply> {

@@ -35,7 +35,7 @@ pub enum Tbl {
     Updates,
     Decisions,
     ShardSync,
-    /// Directories moved to another MDT (`braid migrate -m`): old FID → new FID and
+    /// Inodes moved to another MDT (`braid migrate -m`): old FID → new FID and
     /// when, so requests naming the old one are sent on (kept [`MOVED_KEEP_SECS`]).
     Moved,
 }
@@ -99,7 +99,7 @@ pub const TABLES: [Table; 12] = [
     Tbl::Moved.table(),
 ];
 
-/// How long an MDT sends requests naming a directory that moved away on to its new
+/// How long an MDT sends requests naming an inode that moved away on to its new
 /// FID: a day, longer than any kernel keeps a name it does not use, or a process
 /// leaves a long job's working directory. Later such a request is answered `ESTALE`.
 pub const MOVED_KEEP_SECS: u64 = 24 * 3600;

@@ -87,7 +87,7 @@ impl<M: Deref<Target = MemTable>> View<M> {
     }
 
     /// Inode `fid`, named by a request by its FID (a client's handle of it, or the
-    /// directory of an entry): a directory that moved to another MDT under a new FID
+    /// directory of an entry): an inode that moved to another MDT under a new FID
     /// (`braid migrate -m`) is answered with where it went ([`OpError::Moved`]: the
     /// client sends the request there), one that is gone as [`View::must_inode`]
     /// answers.
